@@ -1,0 +1,36 @@
+"""nemo-recipes: GPT pretraining recipes for NVIDIA NeMo 2 / Megatron, executor presets, and a planner.
+
+`import nemo_recipes` is light: the catalog and the planner are plain Python. The NeMo-facing names (model configs
+and recipe factories) are imported on first use, so listing and planning never pay NeMo's import time.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nemo_recipes.catalog import RECIPES, RecipeSpec, closest_recipe, get_recipe, recipe_names
+from nemo_recipes.errors import InvalidRecipeError, Problem, RecipeError
+
+__version__ = "0.1.0"
+
+# name -> module that defines it; imported lazily by __getattr__ (they import NeMo / NeMo-Run).
+_LAZY = {
+    **{name: "nemo_recipes.bridge.model" for name in (
+        "GPTConfig1_3B", "GPTConfig7B", "GPTConfig13B", "GPTConfig70B", "GPTConfig175B", "model_config")},
+    **{name: "nemo_recipes.bridge.recipes" for name in (
+        "gpt_1_3b", "gpt_7b", "gpt_13b", "gpt_70b", "gpt_175b", "build_recipe")},
+}
+
+__all__ = sorted(["RECIPES", "RecipeSpec", "closest_recipe", "get_recipe", "recipe_names", "InvalidRecipeError",
+                  "Problem", "RecipeError", *_LAZY])
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nemo_recipes' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

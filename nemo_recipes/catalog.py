@@ -1,0 +1,412 @@
+"""The table of truth: the five GPT recipes of the seed, and every value a complete recipe needs.
+
+Plain data, standard library only (no nemo, torch, megatron or nemo_run), so that listing recipes, planning and the
+fast CLI verbs answer at once. Everything else (NeMo objects, executors, the planner) reads its numbers from here.
+
+The seed (`megatron-recipes.txt`, "Common Model Configurations") gives layers, hidden, heads, TP, PP, micro batch,
+global batch and sequence length. Every other value is a choice, and `SOURCES` says where each comes from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, Literal, Optional
+
+from nemo_recipes.errors import InvalidRecipeError, Problem, did_you_mean
+
+Precision = Literal["bf16", "fp16", "fp8"]
+Recompute = Literal["none", "selective", "full"]
+PositionEmbedding = Literal["learned_absolute", "rope"]
+Normalization = Literal["LayerNorm", "RMSNorm"]
+
+GPT2_VOCAB_SIZE = 50257  # GPT-2 byte-level BPE (Radford et al. 2019), the tokenizer of GPT-3 and Megatron's GPT examples
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecipeSpec:
+    """Everything a GPT pretraining recipe needs, as plain values. Flat on purpose: each field is also a keyword of
+    the recipe factories (`gpt_70b(tensor_parallel=4)`) and a key of `RecipeSpec.replace`."""
+
+    name: str
+    size_label: str
+
+    # Architecture (GPT-3 style: learned positions, LayerNorm, GeLU, biases, tied embeddings).
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    ffn_hidden_size: int
+    seq_length: int
+    num_query_groups: Optional[int] = None
+    vocab_size: int = GPT2_VOCAB_SIZE
+    make_vocab_size_divisible_by: int = 128
+    position_embedding_type: PositionEmbedding = "learned_absolute"
+    normalization: Normalization = "LayerNorm"
+    gated_linear_unit: bool = False
+    share_embeddings: bool = True
+    hidden_dropout: float = 0.1
+    attention_dropout: float = 0.1
+
+    # Parallelism.
+    tensor_parallel: int
+    pipeline_parallel: int
+    context_parallel: int = 1
+    virtual_pipeline: Optional[int] = None
+    sequence_parallel: Optional[bool] = None
+
+    # Batch.
+    micro_batch_size: int
+    global_batch_size: int
+
+    # Precision and memory.
+    precision: Precision = "bf16"
+    recompute: Recompute = "selective"
+    recompute_num_layers: Optional[int] = None
+    distributed_optimizer: bool = True
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+
+    # Optimizer: AdamW.
+    max_lr: float
+    min_lr_ratio: float = 0.1
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.95
+    adam_eps: float = 1e-8
+    weight_decay: float = 0.1
+    clip_grad: float = 1.0
+
+    # Schedule, in tokens so that it survives a change of batch or sequence; steps are derived.
+    warmup_tokens: int = 375_000_000
+    decay_tokens: int = 260_000_000_000
+    train_tokens: int = 300_000_000_000
+
+    # Data: empty paths mean mock data with a NullTokenizer (no download).
+    data_paths: tuple[str, ...] = ()
+    data_weights: tuple[float, ...] = ()
+    tokenizer_path: Optional[str] = None
+
+    # The smallest cluster that holds one model replica, on the GPU the defaults are checked against.
+    num_nodes: int = 1
+    num_gpus_per_node: int = 8
+    default_gpu: str = "h100-80gb"
+
+    def __post_init__(self) -> None:
+        for name in ("data_paths", "data_weights"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        problems = _type_problems(self)
+        if problems:
+            raise InvalidRecipeError(problems, context=f"recipe {self.name!r}")
+
+    # ---- derived values: computed here, never written twice ----
+
+    @property
+    def sequence_parallel_enabled(self) -> bool:
+        """Sequence parallelism is on whenever TP > 1 unless switched off explicitly."""
+        if self.sequence_parallel is None:
+            return self.tensor_parallel > 1
+        return self.sequence_parallel
+
+    @property
+    def kv_groups(self) -> int:
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def model_parallel_size(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel * self.context_parallel
+
+    @property
+    def world_size(self) -> int:
+        return self.num_nodes * self.num_gpus_per_node
+
+    @property
+    def data_parallel_size(self) -> int:
+        """DP = world size / (TP x PP x CP); exact only when the world size divides (the planner checks)."""
+        return max(1, self.world_size // self.model_parallel_size)
+
+    @property
+    def grad_accumulation_steps(self) -> int:
+        """GA = global batch / (micro batch x DP); exact only when it divides (the planner checks)."""
+        return max(1, self.global_batch_size // (self.micro_batch_size * self.data_parallel_size))
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x TP."""
+        multiple = self.make_vocab_size_divisible_by * self.tensor_parallel
+        return int(math.ceil(self.vocab_size / multiple) * multiple)
+
+    @property
+    def min_lr(self) -> float:
+        return self.max_lr * self.min_lr_ratio
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.global_batch_size * self.seq_length
+
+    @property
+    def warmup_steps(self) -> int:
+        return _steps(self.warmup_tokens, self.tokens_per_step)
+
+    @property
+    def decay_steps(self) -> int:
+        return _steps(self.decay_tokens, self.tokens_per_step)
+
+    @property
+    def train_steps(self) -> int:
+        return _steps(self.train_tokens, self.tokens_per_step)
+
+    @property
+    def init_method_std(self) -> float:
+        """'Small init' sqrt(2 / (5 h)) (Nguyen & Salazar 2019, used by GPT-NeoX); 0.0057 at h=12288, close to
+        the 0.006 of Megatron-LM's GPT-3 175B example."""
+        return round(math.sqrt(2.0 / (5.0 * self.hidden_size)), 6)
+
+    @property
+    def num_parameters(self) -> int:
+        return parameter_count(self)
+
+    # ---- changing a recipe ----
+
+    def replace(self, **overrides: Any) -> "RecipeSpec":
+        """A copy with `overrides`; unknown keys and wrong types are all reported in one InvalidRecipeError."""
+        known = field_names()
+        problems = [
+            Problem(
+                key,
+                value,
+                f"unknown recipe field{did_you_mean(key, known)}.",
+                f"use one of the fields listed by `nemo-recipes show {self.name}`.",
+            )
+            for key, value in overrides.items()
+            if key not in known
+        ]
+        valid = {k: _coerce(k, v) for k, v in overrides.items() if k in known}
+        try:
+            changed = dataclasses.replace(self, **valid)
+        except InvalidRecipeError as error:
+            problems += error.problems
+        if problems:
+            raise InvalidRecipeError(problems, context=f"recipe {self.name!r}")
+        return changed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+def parameter_count(spec: RecipeSpec) -> int:
+    """Exact parameter count of the model NeMo builds for `spec` (Megatron GPT, padded vocabulary).
+
+    Per layer: QKV and output projections with biases, MLP with biases (gated: two input projections), two norms
+    (LayerNorm has weight and bias, RMSNorm weight only). Plus word embeddings (and an untied output layer),
+    learned position embeddings, and the final norm. Narayanan et al. 2021, Eq. 2, for the standard GPT case.
+    """
+    h, ffn, d_head = spec.hidden_size, spec.ffn_hidden_size, spec.hidden_size // spec.num_attention_heads
+    kv = spec.kv_groups * d_head
+    norm = 2 * h if spec.normalization == "LayerNorm" else h
+    attention = h * (h + 2 * kv) + (h + 2 * kv) + h * h + h
+    mlp_in = (2 if spec.gated_linear_unit else 1) * ffn
+    mlp = h * mlp_in + mlp_in + ffn * h + h
+    per_layer = attention + mlp + 2 * norm
+    vocab = spec.padded_vocab_size
+    embeddings = vocab * h * (1 if spec.share_embeddings else 2)
+    positions = spec.seq_length * h if spec.position_embedding_type == "learned_absolute" else 0
+    return spec.num_layers * per_layer + embeddings + positions + norm
+
+
+def _steps(tokens: int, tokens_per_step: int) -> int:
+    return max(1, math.ceil(tokens / tokens_per_step))
+
+
+# ---- type checks for user input ----
+
+_HINTS: dict[str, Any] = {}
+
+
+def _hints() -> dict[str, Any]:
+    if not _HINTS:
+        _HINTS.update(typing.get_type_hints(RecipeSpec))
+    return _HINTS
+
+
+def _describe(hint: Any) -> str:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join("None" if a is type(None) else _describe(a) for a in args)
+    if origin is tuple:
+        return f"a list of {_describe(args[0])}"
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a string"}.get(hint, str(hint))
+
+
+def _matches(value: Any, hint: Any) -> bool:
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin is Literal:
+        return value in args
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if origin is tuple:
+        return isinstance(value, tuple) and all(_matches(v, args[0]) for v in value)
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    return isinstance(value, hint)
+
+
+def _coerce(key: str, value: Any) -> Any:
+    """Lists become tuples (the dataclass is frozen and hashable); everything else is checked, not converted."""
+    if isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+_POSITIVE_INTS = {"num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length", "vocab_size",
+                  "make_vocab_size_divisible_by", "tensor_parallel", "pipeline_parallel", "context_parallel",
+                  "micro_batch_size", "global_batch_size", "num_nodes", "num_gpus_per_node", "warmup_tokens",
+                  "decay_tokens", "train_tokens"}
+
+
+def _type_problems(spec: RecipeSpec) -> list[Problem]:
+    problems = []
+    for name, hint in _hints().items():
+        value = getattr(spec, name)
+        if not _matches(value, hint):
+            problems.append(Problem(name, value, f"must be {_describe(hint)}.",
+                                    f"set {name} to {_describe(hint)}."))
+        elif name in _POSITIVE_INTS and value < 1:
+            problems.append(Problem(name, value, "must be at least 1.", f"set {name} to a positive integer."))
+    for name in ("virtual_pipeline", "num_query_groups", "recompute_num_layers"):
+        value = getattr(spec, name)
+        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+            problems.append(Problem(name, value, "must be at least 1 or unset.",
+                                    f"set {name} to a positive integer or None."))
+    for name in ("max_lr", "adam_eps", "clip_grad"):
+        value = getattr(spec, name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not value > 0:
+            problems.append(Problem(name, value, "must be positive.", f"set {name} to a number above 0."))
+    for name in ("min_lr_ratio", "adam_beta1", "adam_beta2", "hidden_dropout", "attention_dropout"):
+        value = getattr(spec, name)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 <= value < 1:
+            problems.append(Problem(name, value, "must be in [0, 1).", f"set {name} between 0 and 1."))
+    return problems
+
+
+# ---- the table ----
+
+def _gpt3_row(name: str, label: str, layers: int, hidden: int, heads: int, tp: int, pp: int, mbs: int, gbs: int,
+              seq: int, **choices: Any) -> RecipeSpec:
+    """One seed row, in the seed's column order; FFN is 4 x hidden as in GPT-3."""
+    return RecipeSpec(
+        name=name, size_label=label, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+        tensor_parallel=tp, pipeline_parallel=pp, micro_batch_size=mbs, global_batch_size=gbs, seq_length=seq,
+        ffn_hidden_size=4 * hidden, **choices,
+    )
+
+
+RECIPES: dict[str, RecipeSpec] = {
+    spec.name: spec
+    for spec in (
+        #          name        label  layers hidden heads TP PP  MBS  GBS   seq
+        _gpt3_row("gpt_1_3b", "1.3B", 24, 2048, 16, 1, 1, 4, 256, 2048, max_lr=2.0e-4),
+        _gpt3_row("gpt_7b", "7B", 32, 4096, 32, 1, 1, 2, 512, 4096, max_lr=1.2e-4, recompute="full"),
+        _gpt3_row("gpt_13b", "13B", 40, 5120, 40, 2, 1, 1, 512, 4096, max_lr=1.0e-4),
+        _gpt3_row("gpt_70b", "70B", 80, 8192, 64, 8, 4, 1, 1024, 4096, max_lr=0.8e-4, num_nodes=4),
+        _gpt3_row("gpt_175b", "175B", 96, 12288, 96, 8, 8, 1, 1536, 2048, max_lr=0.6e-4, num_nodes=8),
+    )
+}
+
+SEED_COLUMNS = ("num_layers", "hidden_size", "num_attention_heads", "tensor_parallel", "pipeline_parallel",
+                "micro_batch_size", "global_batch_size", "seq_length")
+
+SEED = "seed table (megatron-recipes.txt, Common Model Configurations)"
+SOURCES: dict[str, str] = {
+    **{column: SEED for column in SEED_COLUMNS},
+    "ffn_hidden_size": "4 x hidden, as in GPT-3 (Brown et al. 2020, Sec. 2.1) and Megatron's GPT examples",
+    "vocab_size": "GPT-2 BPE, 50257 tokens (Radford et al. 2019), the GPT-3 tokenizer",
+    "make_vocab_size_divisible_by": "Megatron pads the vocabulary to a multiple of 128 x TP (NeMo GPTConfig default)",
+    "position_embedding_type": "learned absolute positions, as GPT-3 and NeMo's GPTConfig",
+    "normalization": "LayerNorm, as GPT-3 and NeMo's GPTConfig",
+    "gated_linear_unit": "GeLU MLP without gating, as GPT-3",
+    "share_embeddings": "input and output embeddings tied, as GPT-3 and NeMo's GPTConfig",
+    "hidden_dropout": "0.1, NeMo GPTConfig default; the activation-memory model (Korthikanti et al. 2022) counts its masks",
+    "attention_dropout": "0.1, NeMo GPTConfig default",
+    "num_query_groups": "multi-head attention (no GQA), as GPT-3",
+    "context_parallel": "1: the seed names no CP; sequences of 2048-4096 fit without it",
+    "virtual_pipeline": "none: the seed names no interleaving; with DP=1 the micro-batch count (>= 1024) makes the "
+                        "1F1B bubble (p-1)/m below 0.7 %",
+    "sequence_parallel": "on whenever TP > 1 (Korthikanti et al. 2022: divides the activations outside attention by TP "
+                         "at no extra communication)",
+    "precision": "BF16 mixed (seed: BF16 or FP8); FP8 is a switch that needs Transformer Engine and Hopper or newer",
+    "recompute": "selective (attention core) recomputation, Korthikanti et al. 2022; the 7B row needs full "
+                 "recomputation to fit 80 GB at micro batch 2 and sequence 4096 (see `nemo-recipes plan gpt_7b`)",
+    "recompute_num_layers": "all layers of a stage when recompute is full",
+    "distributed_optimizer": "on: shards fp32 master weights and Adam state over DP (Megatron-Core distributed optimizer)",
+    "overlap_grad_reduce": "on: overlaps the DP gradient reduce-scatter with the backward pass (Megatron-Core)",
+    "overlap_param_gather": "on: overlaps the DP parameter all-gather with the next forward pass (Megatron-Core)",
+    "max_lr": "GPT-3 paper Table 2.1 (1.3B 2.0e-4, 6.7B 1.2e-4, 13B 1.0e-4, 175B 0.6e-4); 70B: 0.8e-4, between the "
+              "13B and 175B rows on a log-parameter scale (0.75e-4) rounded towards the 13B value, since our 70B row "
+              "has 65B parameters",
+    "min_lr_ratio": "min LR = 10 % of max LR, as GPT-3 (cosine decay down to 10 %)",
+    "adam_beta1": "AdamW beta1 0.9 (seed; GPT-3)",
+    "adam_beta2": "AdamW beta2 0.95 (seed; GPT-3)",
+    "adam_eps": "1e-8 (GPT-3 paper, Appendix B)",
+    "weight_decay": "0.1 (GPT-3 paper, Appendix B)",
+    "clip_grad": "gradient clipping at global norm 1.0 (GPT-3 paper, Appendix B)",
+    "warmup_tokens": "linear warmup over the first 375M tokens (GPT-3 paper, Appendix B); steps derived from the batch",
+    "decay_tokens": "cosine decay to min LR over 260B tokens, then constant (GPT-3 paper, Appendix B)",
+    "train_tokens": "300B tokens, as GPT-3 (Brown et al. 2020, Table 2.1)",
+    "data_paths": "none: mock data with NeMo's NullTokenizer (no download); give Megatron .bin/.idx prefixes for real data",
+    "data_weights": "blend weights, one positive weight per path (equal when empty)",
+    "tokenizer_path": "a local Hugging Face tokenizer directory or SentencePiece .model (no download)",
+    "num_nodes": "the smallest node count that holds one model replica (TP x PP GPUs) on 8-GPU nodes",
+    "num_gpus_per_node": "8, as DGX/HGX H100 nodes (TP stays within the NVLink domain)",
+    "default_gpu": "H100 80 GB SXM, the GPU the seed names; defaults are validated against it",
+}
+
+DERIVED_SOURCES: dict[str, str] = {
+    "sequence_parallel_enabled": "on when TP > 1 unless sequence_parallel is set",
+    "data_parallel_size": "world size / (TP x PP x CP)",
+    "grad_accumulation_steps": "global batch / (micro batch x DP)",
+    "padded_vocab_size": "vocabulary padded to a multiple of 128 x TP",
+    "min_lr": "max LR x min_lr_ratio",
+    "warmup_steps": "warmup tokens / (global batch x sequence), rounded up",
+    "decay_steps": "decay tokens / (global batch x sequence), rounded up",
+    "train_steps": "train tokens / (global batch x sequence), rounded up",
+    "init_method_std": "sqrt(2 / (5 x hidden)), 'small init' (Nguyen & Salazar 2019; GPT-NeoX)",
+    "num_parameters": "exact count of the model NeMo builds (padded vocabulary, tied embeddings)",
+}
+
+
+def field_names() -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(RecipeSpec))
+
+
+def recipe_names() -> tuple[str, ...]:
+    return tuple(RECIPES)
+
+
+def get_recipe(name: str) -> RecipeSpec:
+    """The table row called `name`, or an error listing the known names."""
+    try:
+        return RECIPES[name]
+    except KeyError:
+        raise InvalidRecipeError(
+            [Problem("recipe", name, f"unknown recipe{did_you_mean(name, RECIPES)}.",
+                     f"use one of: {', '.join(RECIPES)}.")]
+        ) from None
+
+
+def closest_recipe(num_parameters: float) -> RecipeSpec:
+    """The recipe whose parameter count is closest to `num_parameters` on a log scale."""
+    if not num_parameters > 0:
+        raise InvalidRecipeError([Problem("num_parameters", num_parameters, "must be positive.",
+                                          "give a parameter count such as 30e9.")])
+    return min(RECIPES.values(), key=lambda s: abs(math.log(s.num_parameters / num_parameters)))

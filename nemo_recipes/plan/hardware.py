@@ -1,0 +1,108 @@
+"""GPUs and clusters the planner knows: memory, dense peaks, FP8 support and interconnect.
+
+Standard library only. Peaks are dense (no sparsity) tensor-core figures; sources in `perf-model.md` section 2.7.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from nemo_recipes.errors import InvalidRecipeError, Problem, did_you_mean
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPU:
+    """One accelerator model. A user can describe their own: `GPU(name="my-gpu", memory_gib=96, ...)`."""
+
+    name: str
+    memory_gib: float            # what the driver reports (nvidia-smi MiB / 1024), before any allocation
+    bf16_tflops: float           # dense BF16/FP16 tensor-core peak
+    fp8_tflops: Optional[float]  # dense FP8 peak; None where the GPU has no FP8 tensor cores
+    hbm_tb_s: float              # HBM bandwidth, TB/s
+    nvlink_gb_s: float           # NVLink bandwidth per GPU and direction, GB/s
+    network_gb_s: float          # inter-node (InfiniBand/RoCE) bandwidth per GPU and direction, GB/s
+    nvlink_domain: int           # GPUs that share one NVLink domain (a node, or an NVL72 rack)
+    description: str = ""
+
+    @property
+    def supports_fp8(self) -> bool:
+        return self.fp8_tflops is not None
+
+
+GPUS: dict[str, GPU] = {
+    gpu.name: gpu
+    for gpu in (
+        # A100: 312 TFLOP/s BF16 dense, no FP8; NVLink 3 600 GB/s total (300 per direction); HDR 200 Gb/s per GPU.
+        GPU(name="a100-40gb", memory_gib=40.0, bf16_tflops=312.0, fp8_tflops=None, hbm_tb_s=1.555,
+            nvlink_gb_s=300.0, network_gb_s=25.0, nvlink_domain=8, description="NVIDIA A100 SXM 40 GB"),
+        GPU(name="a100-80gb", memory_gib=80.0, bf16_tflops=312.0, fp8_tflops=None, hbm_tb_s=2.039,
+            nvlink_gb_s=300.0, network_gb_s=25.0, nvlink_domain=8, description="NVIDIA A100 SXM 80 GB"),
+        # H100 SXM: 989 BF16 / 1979 FP8 dense; NVLink 4 900 GB/s total; NDR 400 Gb/s per GPU (DGX H100).
+        GPU(name="h100-80gb", memory_gib=79.6, bf16_tflops=989.0, fp8_tflops=1979.0, hbm_tb_s=3.35,
+            nvlink_gb_s=450.0, network_gb_s=50.0, nvlink_domain=8, description="NVIDIA H100 SXM 80 GB"),
+        # H200: the H100's compute with 141 GB HBM3e at 4.8 TB/s.
+        GPU(name="h200", memory_gib=140.4, bf16_tflops=989.0, fp8_tflops=1979.0, hbm_tb_s=4.8,
+            nvlink_gb_s=450.0, network_gb_s=50.0, nvlink_domain=8, description="NVIDIA H200 SXM 141 GB"),
+        # B200 (HGX, 1000 W): 2250 BF16 / 4500 FP8 dense; NVLink 5 1.8 TB/s total; 400 Gb/s per GPU.
+        GPU(name="b200", memory_gib=179.0, bf16_tflops=2250.0, fp8_tflops=4500.0, hbm_tb_s=8.0,
+            nvlink_gb_s=900.0, network_gb_s=50.0, nvlink_domain=8, description="NVIDIA B200 (HGX) 180 GB"),
+        # B200 in GB200 NVL72 (1200 W): 2500 BF16 / 5000 FP8 dense; one NVLink domain of 72 GPUs.
+        GPU(name="gb200", memory_gib=184.0, bf16_tflops=2500.0, fp8_tflops=5000.0, hbm_tb_s=8.0,
+            nvlink_gb_s=900.0, network_gb_s=50.0, nvlink_domain=72, description="NVIDIA GB200 NVL72, per GPU"),
+    )
+}
+
+ALIASES: dict[str, str] = {
+    "a100": "a100-80gb",
+    "a100-80g": "a100-80gb",
+    "a100-40g": "a100-40gb",
+    "h100": "h100-80gb",
+    "h100-sxm": "h100-80gb",
+    "h100-80g": "h100-80gb",
+    "h200-141gb": "h200",
+    "h200-141g": "h200",
+    "b200-180gb": "b200",
+    "gb200-nvl72": "gb200",
+}
+
+
+def gpu_names() -> tuple[str, ...]:
+    return tuple(GPUS)
+
+
+def get_gpu(name: "str | GPU") -> GPU:
+    """A known GPU by name or alias (case-insensitive); a GPU object is returned as it is."""
+    if isinstance(name, GPU):
+        return name
+    key = str(name).strip().lower().replace("_", "-")
+    key = ALIASES.get(key, key)
+    if key in GPUS:
+        return GPUS[key]
+    raise InvalidRecipeError([Problem(
+        "gpu", name, f"unknown GPU{did_you_mean(key, list(GPUS) + list(ALIASES))}.",
+        f"use one of: {', '.join(GPUS)}; or describe your own with nemo_recipes.plan.GPU(...).")])
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cluster:
+    """nodes x GPUs per node x GPU type. `gpu=None` plans without hardware-specific checks (memory, FP8, NVLink)."""
+
+    nodes: int
+    gpus_per_node: int
+    gpu: Optional[GPU] = None
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @classmethod
+    def of(cls, nodes: int, gpus_per_node: int, gpu: "str | GPU | None" = None) -> "Cluster":
+        problems = [
+            Problem(field, value, "must be a positive integer.", f"set {field} to 1 or more.")
+            for field, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node))
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ]
+        if problems:
+            raise InvalidRecipeError(problems, context="cluster")
+        return cls(nodes=nodes, gpus_per_node=gpus_per_node, gpu=None if gpu is None else get_gpu(gpu))
