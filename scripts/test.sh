@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Set up everything the tests need on a fresh Debian/Ubuntu machine (as root: Slurm and MariaDB are system
+# services), then run the whole test suite. CI runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EXTRAS=test bash scripts/setup.sh
+bash .ci/start-slurm.sh
+. .venv/bin/activate
+exec python -m pytest "$@"

@@ -1,0 +1,52 @@
+"""Shared fixtures. Tests are in tiers: plain Python (catalog, planner, fast CLI), NeMo on CPU (`nemo` marker),
+and a real Slurm cluster (`slurm` marker); see README.md, Tests."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    """The project's shared/ folder, beside the checkout (CI lays a copy there too)."""
+    path = REPO.parent / "shared"
+    if not path.is_dir():
+        pytest.fail(f"shared/ not found at {path}: the tests read the seed, schemas and calibration data from it")
+    return path
+
+
+class NetworkBlocked(RuntimeError):
+    pass
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Any attempt to open a network connection or resolve a name fails loudly (building a recipe must not
+    download anything). Unix sockets stay allowed: they are local IPC, not network."""
+    attempts: list = []
+    original_connect = socket.socket.connect
+
+    def refuse(what):
+        attempts.append(what)
+        raise NetworkBlocked(f"network access attempted: {what!r}")
+
+    def connect(self, address, *args, **kwargs):
+        if self.family == socket.AF_UNIX:
+            return original_connect(self, address, *args, **kwargs)
+        refuse(address)
+
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect)
+    monkeypatch.setattr(socket, "create_connection", lambda address, *a, **k: refuse(address))
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, *a, **k: refuse(host))
+    yield attempts

@@ -1,0 +1,135 @@
+"""Tier (a): the table of truth, without NeMo."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from nemo_recipes import catalog
+from nemo_recipes.catalog import RECIPES, SOURCES, RecipeSpec, closest_recipe, get_recipe
+from nemo_recipes.errors import InvalidRecipeError
+
+# The seed's "Common Model Configurations", typed in again on purpose: a change on either side fails here.
+SEED_ROWS = {
+    #           layers hidden heads TP PP MBS  GBS   seq
+    "gpt_1_3b": (24, 2048, 16, 1, 1, 4, 256, 2048),
+    "gpt_7b": (32, 4096, 32, 1, 1, 2, 512, 4096),
+    "gpt_13b": (40, 5120, 40, 2, 1, 1, 512, 4096),
+    "gpt_70b": (80, 8192, 64, 8, 4, 1, 1024, 4096),
+    "gpt_175b": (96, 12288, 96, 8, 8, 1, 1536, 2048),
+}
+
+
+def test_table_equals_the_seed():
+    assert list(RECIPES) == list(SEED_ROWS)
+    for name, row in SEED_ROWS.items():
+        spec = RECIPES[name]
+        assert tuple(getattr(spec, column) for column in catalog.SEED_COLUMNS) == row, name
+
+
+def test_seed_columns_are_read_from_the_seed_file(shared_dir):
+    seed = (shared_dir / "seed" / "megatron-recipes.txt").read_text()
+    lines = [line.split("\t") for line in seed.splitlines() if line[:1].isdigit() and "\t" in line]
+    labels = {spec.size_label: spec for spec in RECIPES.values()}
+    assert len(lines) == 5
+    for cells in lines:
+        spec = labels[cells[0]]
+        assert tuple(int(c) for c in cells[1:]) == tuple(getattr(spec, c) for c in catalog.SEED_COLUMNS)
+
+
+def test_gpt3_choices_and_their_sources():
+    lrs = {name: spec.max_lr for name, spec in RECIPES.items()}
+    assert lrs == {"gpt_1_3b": 2.0e-4, "gpt_7b": 1.2e-4, "gpt_13b": 1.0e-4, "gpt_70b": 0.8e-4, "gpt_175b": 0.6e-4}
+    for spec in RECIPES.values():
+        assert spec.ffn_hidden_size == 4 * spec.hidden_size
+        assert (spec.adam_beta1, spec.adam_beta2, spec.weight_decay, spec.clip_grad) == (0.9, 0.95, 0.1, 1.0)
+        assert spec.min_lr == pytest.approx(0.1 * spec.max_lr)
+        assert spec.precision == "bf16" and spec.distributed_optimizer
+        assert spec.sequence_parallel_enabled == (spec.tensor_parallel > 1)
+    # Every value a recipe states has a source.
+    assert set(SOURCES) >= {f for f in catalog.field_names() if f not in ("name", "size_label")}
+
+
+def test_derived_values():
+    spec = RECIPES["gpt_70b"]
+    assert (spec.num_nodes, spec.num_gpus_per_node, spec.world_size) == (4, 8, 32)
+    assert spec.data_parallel_size == 1 and spec.grad_accumulation_steps == 1024
+    assert RECIPES["gpt_175b"].world_size == 64
+    assert RECIPES["gpt_13b"].data_parallel_size == 4 and RECIPES["gpt_13b"].grad_accumulation_steps == 128
+    # Megatron pads the 50257-token GPT-2 vocabulary to a multiple of 128 x TP.
+    assert [RECIPES[n].padded_vocab_size for n in RECIPES] == [50304, 50304, 50432, 51200, 51200]
+    # Steps from tokens: GPT-3's 375M warmup tokens and 300B training tokens at 256 x 2048 tokens per step.
+    small = RECIPES["gpt_1_3b"]
+    assert small.warmup_steps == math.ceil(375e6 / (256 * 2048)) == 716
+    assert small.train_steps == math.ceil(300e9 / (256 * 2048))
+
+
+def _narayanan(spec: RecipeSpec) -> float:
+    """Narayanan et al. 2021, Eq. 2: 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)), for GPT with biases and tied
+    embeddings; it leaves out the final LayerNorm (2h)."""
+    l, h, v, s = spec.num_layers, spec.hidden_size, spec.padded_vocab_size, spec.seq_length
+    return 12 * l * h * h * (1 + 13 / (12 * h) + (v + s) / (12 * l * h))
+
+
+@pytest.mark.parametrize("name", list(SEED_ROWS))
+def test_parameter_count_matches_the_analytical_formula(name):
+    spec = RECIPES[name]
+    assert spec.num_parameters == round(_narayanan(spec)) + 2 * spec.hidden_size
+
+
+def test_the_70b_row_has_about_65b_parameters():
+    assert 64.8e9 < RECIPES["gpt_70b"].num_parameters < 65.0e9
+
+
+def test_replace_reports_every_problem_at_once():
+    with pytest.raises(InvalidRecipeError) as error:
+        RECIPES["gpt_7b"].replace(tensor_paralel=2, micro_batch_size="4", precision="fp9")
+    fields = [p.field for p in error.value.problems]
+    assert fields == ["tensor_paralel", "micro_batch_size", "precision"]
+    text = str(error.value)
+    assert "did you mean 'tensor_parallel'?" in text
+    assert "micro_batch_size='4': must be an integer" in text
+    assert "one of 'bf16', 'fp16', 'fp8'" in text
+
+
+def test_replace_accepts_lists_and_keeps_the_row_unchanged():
+    spec = RECIPES["gpt_7b"].replace(data_paths=["/d/a", "/d/b"], data_weights=[0.3, 0.7], num_layers=16)
+    assert spec.data_paths == ("/d/a", "/d/b") and spec.num_layers == 16
+    assert RECIPES["gpt_7b"].num_layers == 32
+
+
+@pytest.mark.parametrize("field,value", [("num_layers", 0), ("max_lr", -1.0), ("adam_beta2", 1.5),
+                                         ("virtual_pipeline", 0), ("sequence_parallel", "yes")])
+def test_out_of_range_values_name_the_field(field, value):
+    with pytest.raises(InvalidRecipeError) as error:
+        RECIPES["gpt_1_3b"].replace(**{field: value})
+    assert error.value.problems[0].field == field
+
+
+def test_unknown_recipe_suggests_a_name():
+    with pytest.raises(InvalidRecipeError, match="did you mean 'gpt_70b'"):
+        get_recipe("gpt_70")
+
+
+def test_closest_recipe():
+    assert closest_recipe(1.5e9).name == "gpt_1_3b"
+    assert closest_recipe(30e9).name == "gpt_70b"  # 30/12.9 > 64.9/30 on a log scale
+    assert closest_recipe(65e9).name == "gpt_70b"
+    assert closest_recipe(500e9).name == "gpt_175b"
+    with pytest.raises(InvalidRecipeError):
+        closest_recipe(0)
+
+
+def test_importing_the_catalog_and_planner_loads_no_heavy_module():
+    code = (
+        "import sys, json, nemo_recipes, nemo_recipes.catalog, nemo_recipes.plan;"
+        "nemo_recipes.get_recipe('gpt_70b').num_parameters;"
+        "heavy = ('nemo', 'nemo_run', 'megatron', 'torch', 'lightning', 'numpy', 'matplotlib');"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in heavy)))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert json.loads(out) == []
