@@ -1,0 +1,59 @@
+"""`nemo-recipes ls`: the recipes as a table. Catalog only, so it answers at once."""
+
+from __future__ import annotations
+
+import argparse
+
+from nemo_recipes.catalog import RECIPES, RecipeSpec
+from nemo_recipes.cli import _output
+from nemo_recipes.cli._table import render
+
+HELP = "list the recipes: size, shape, parallelism, batch and default cluster"
+EXAMPLES = """\
+  nemo-recipes ls                 # the table
+  nemo-recipes ls --names         # one name per line, for scripts and shell completion
+  nemo-recipes ls --json | jq '.recipes[] | select(.tensor_parallel > 1) | .name'"""
+
+# (header, JSON key / spec attribute, right-aligned): the seed's columns plus size and default cluster.
+COLUMNS = (
+    ("parameters", "num_parameters"),
+    ("layers", "num_layers"),
+    ("hidden", "hidden_size"),
+    ("heads", "num_attention_heads"),
+    ("TP", "tensor_parallel"),
+    ("PP", "pipeline_parallel"),
+    ("micro BS", "micro_batch_size"),
+    ("global BS", "global_batch_size"),
+    ("seq", "seq_length"),
+)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("ls", help=HELP, description=HELP[0].upper() + HELP[1:] + ".",
+                                   epilog=_output.epilog(EXAMPLES), formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--names", action="store_true", help="print only the recipe names, one per line")
+    parser.add_argument("--json", action="store_true", help="print JSON: {\"recipes\": [{name, num_parameters, ...}]}")
+    parser.set_defaults(run=run)
+
+
+def row(spec: RecipeSpec) -> dict:
+    """One recipe as JSON: stable keys, the seed's columns under the catalog's field names."""
+    out = {"name": spec.name, "size_label": spec.size_label}
+    out.update({key: getattr(spec, key) for _, key in COLUMNS})
+    out.update(num_nodes=spec.num_nodes, num_gpus_per_node=spec.num_gpus_per_node, default_gpu=spec.default_gpu)
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    specs = list(RECIPES.values())
+    if args.json:
+        _output.print_json({"recipes": [row(s) for s in specs]})
+    elif args.names:
+        print("\n".join(s.name for s in specs))
+    else:
+        headers = ["recipe"] + [h for h, _ in COLUMNS] + ["default GPUs"]
+        rows = [[s.name, _output.human_count(s.num_parameters)]
+                + [str(getattr(s, key)) for _, key in COLUMNS[1:]]
+                + [f"{s.num_nodes} x {s.num_gpus_per_node} {s.default_gpu}"] for s in specs]
+        print(render(headers, rows, right=[False] + [True] * len(COLUMNS) + [False]))
+    return _output.EXIT_OK

@@ -1,0 +1,65 @@
+"""`nemo-recipes show NAME [key=value ...]`: every value of one recipe, derived ones too, with the source of each."""
+
+from __future__ import annotations
+
+import argparse
+
+from nemo_recipes.catalog import DERIVED_SOURCES, SOURCES, field_names, get_recipe
+from nemo_recipes.cli import _output
+from nemo_recipes.cli._overrides import apply_overrides
+from nemo_recipes.cli._table import render
+
+HELP = "every value of one recipe, derived ones included, with the source of each choice"
+EXAMPLES = """\
+  nemo-recipes show gpt_70b
+  nemo-recipes show gpt_70b tensor_parallel=4 pipeline_parallel=8 num_nodes=8   # overridden values are marked
+  nemo-recipes show gpt_7b --json | jq .derived.grad_accumulation_steps.value"""
+
+# Shown in the title line rather than as rows: they name the recipe, they are not choices.
+_TITLE_FIELDS = ("name", "size_label")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("show", help=HELP, description=HELP[0].upper() + HELP[1:] + ".",
+                                   epilog=_output.epilog(EXAMPLES), formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("recipe", metavar="NAME", help="a recipe name, as listed by `nemo-recipes ls`")
+    parser.add_argument("overrides", metavar="key=value", nargs="*", default=[],
+                        help="change fields before showing, e.g. tensor_parallel=4 (names as in this table)")
+    parser.add_argument("--json", action="store_true",
+                        help="print JSON: {recipe, size_label, overrides, fields{name: {value, source, overridden}}, "
+                             "derived{name: {value, how}}}")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    base = get_recipe(args.recipe)
+    spec, overrides = apply_overrides(base, args.overrides)
+
+    fields = {}
+    for name in field_names():
+        if name in _TITLE_FIELDS:
+            continue
+        value, original = getattr(spec, name), getattr(base, name)
+        overridden = name in overrides
+        source = f"override (recipe: {_output.human_value(original)})" if overridden else SOURCES.get(name, "")
+        fields[name] = {"value": value, "source": source, "overridden": overridden}
+    derived = {name: {"value": getattr(spec, name), "how": how} for name, how in DERIVED_SOURCES.items()}
+
+    if args.json:
+        _output.print_json({"recipe": spec.name, "size_label": spec.size_label, "overrides": overrides,
+                            "fields": fields, "derived": derived})
+        return _output.EXIT_OK
+
+    print(f"{spec.name}: GPT {spec.size_label}, {_output.human_count(spec.num_parameters)} parameters "
+          f"({spec.num_parameters:,}), default cluster {spec.num_nodes} x {spec.num_gpus_per_node} "
+          f"{spec.default_gpu}")
+    print()
+    print(render(["field", "value", "source"],
+                 [[("* " if f["overridden"] else "") + name, _output.human_value(f["value"]), f["source"]]
+                  for name, f in fields.items()], wrap_last=True))
+    print()
+    print(render(["derived", "value", "how"],
+                 [[name, _output.human_value(d["value"]), d["how"]] for name, d in derived.items()], wrap_last=True))
+    if overrides:
+        print("\n* overridden on the command line")
+    return _output.EXIT_OK

@@ -1,0 +1,52 @@
+"""User errors: one clear message (field, value, fix), no traceback, exit 2, "did you mean" where it helps."""
+
+from __future__ import annotations
+
+import json
+
+from _cli import cli
+
+
+def test_unknown_verb_suggests_the_closest():
+    result = cli("lss")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines()[-1] == (
+        "nemo-recipes: error: argument VERB: invalid choice: 'lss' (choose from 'ls', 'show', 'plan', 'diff', "
+        "'export', 'launch', 'completion') (did you mean 'ls'?)")
+
+
+def test_unknown_recipe_suggests_the_closest():
+    result = cli("show", "gpt70b")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        "nemo-recipes show: error: recipe='gpt70b': unknown recipe (did you mean 'gpt_70b'?). "
+        "Fix: use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b.\n")
+
+
+def test_every_bad_override_is_reported_at_once():
+    result = cli("show", "gpt_70b", "tensor_paralel=4", "pipeline_parallel=x", "oops")
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        "nemo-recipes show: recipe 'gpt_70b': 3 problem(s) found\n"
+        "  - error: override='oops': is not of the form key=value. "
+        "Fix: write it as key=value, for example tensor_parallel=4.\n"
+        "  - error: tensor_paralel='4': unknown recipe field (did you mean 'tensor_parallel'?). "
+        "Fix: use one of the fields listed by `nemo-recipes show gpt_70b`.\n"
+        "  - error: pipeline_parallel='x': must be an integer. Fix: set pipeline_parallel to an integer.\n")
+    assert "Traceback" not in result.stderr
+
+
+def test_errors_with_json_also_print_json():
+    result = cli("show", "gpt70b", "--json")
+    assert result.returncode == 2
+    data = json.loads(result.stdout)
+    assert list(data) == ["error", "problems"]
+    assert data["problems"] == [{"severity": "error", "field": "recipe", "value": "gpt70b",
+                                 "message": "unknown recipe (did you mean 'gpt_70b'?).",
+                                 "fix": "use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b."}]
+
+
+def test_missing_argument_is_a_usage_error():
+    result = cli("show")
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == "nemo-recipes show: error: the following arguments are required: NAME"
