@@ -1,0 +1,134 @@
+"""Kubernetes preset: a Kubeflow Trainer v2 `TrainJob` through NeMo-Run's `KubeflowExecutor`."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from typing import Any, Mapping, Optional, Sequence
+
+from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.executors._common import DEFAULT_IMAGE, gpu_env, non_empty_str, positive_int, raise_if
+from nemo_recipes.executors.secrets import env_problems, kubernetes_secret_refs
+
+SECRET_HOW = ("create a Kubernetes Secret (kubectl create secret generic NAME --from-literal=KEY=...) and pass "
+              "secrets={'ENV_NAME': 'NAME/KEY'}: the pod reads it through secretKeyRef.")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def kubernetes(
+    *,
+    image: str = DEFAULT_IMAGE,
+    namespace: str = "default",
+    nodes: int = 1,
+    gpus_per_node: int = 8,
+    processes_per_node: Optional[int] = None,
+    gpu: Optional[str] = None,
+    runtime: str = "torch-distributed",
+    pvcs: Optional[Mapping[str, str]] = None,
+    volumes: Sequence[Mapping[str, Any]] = (),
+    volume_mounts: Sequence[Mapping[str, Any]] = (),
+    tolerations: Sequence[Mapping[str, Any]] = (),
+    node_selector: Optional[Mapping[str, str]] = None,
+    env: Optional[Mapping[str, str]] = None,
+    secrets: Optional[Mapping[str, str]] = None,
+    cpu: Optional[str] = None,
+    memory: Optional[str] = None,
+    image_pull_secrets: Sequence[str] = (),
+    shm_size: Optional[str] = "64Gi",
+):
+    """NeMo-Run's `KubeflowExecutor` (returns `run.KubeflowExecutor`) for a `TrainJob` of `nodes` pods.
+
+    Args:
+        image: container image with NeMo and nemo-recipes (docker/Dockerfile).
+        namespace: namespace of the TrainJob.
+        nodes, gpus_per_node: pods and `nvidia.com/gpu` per pod; processes_per_node defaults to gpus_per_node.
+        gpu: GPU type to plan memory against; None: structural checks only.
+        runtime: the ClusterTrainingRuntime (`torch-distributed` starts torchrun).
+        pvcs: {claim name: mount path}, e.g. {"datasets": "/data"}.
+        volumes, volume_mounts: raw pod volumes and mounts of the trainer container, for anything else.
+        tolerations: pod tolerations, e.g. [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}].
+        node_selector: pod node selector, e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}.
+        env: plain environment values (written into the manifest: no secrets).
+        secrets: {ENV_NAME: "secret-name" or "secret-name/key"}, read by the pod through `secretKeyRef`.
+        cpu, memory: requests per pod.
+        shm_size: size of a memory-backed /dev/shm (PyTorch data loaders need more than the 64 MiB default).
+
+    A missing `kubernetes` package or kubeconfig is reported with what to install or set: NeMo-Run's executor loads
+    the kubeconfig when it is built (no API call).
+    """
+    env = dict(env or {})
+    secrets = dict(secrets or {})
+    pvcs = dict(pvcs or {})
+    recorded, problems = gpu_env(gpu)
+    problems += non_empty_str("image", image, "set image to the image built from docker/Dockerfile.")
+    if not isinstance(namespace, str) or not _DNS_LABEL.match(namespace):
+        problems.append(Problem("namespace", namespace, "is not a Kubernetes namespace name.",
+                                "use lower-case letters, digits and '-'."))
+    problems += positive_int("nodes", nodes)
+    problems += positive_int("gpus_per_node", gpus_per_node, minimum=0)
+    if processes_per_node is None:
+        processes_per_node = gpus_per_node if isinstance(gpus_per_node, int) and gpus_per_node > 0 else 1
+    problems += positive_int("processes_per_node", processes_per_node)
+    problems += env_problems(env, secrets, SECRET_HOW)
+    secret_env, secret_problems = kubernetes_secret_refs(secrets)
+    problems += secret_problems
+    for claim, path in pvcs.items():
+        if not isinstance(claim, str) or not _DNS_LABEL.match(claim):
+            problems.append(Problem(f"pvcs.{claim}", claim, "is not a PersistentVolumeClaim name.",
+                                    "use the claim's name as `kubectl get pvc` shows it."))
+        if not isinstance(path, str) or not path.startswith("/"):
+            problems.append(Problem(f"pvcs.{claim}", path, "mount path must be absolute.", "e.g. /data."))
+    raise_if(problems, "kubernetes executor")
+    raise_if(environment_problems(), "kubernetes executor")
+
+    import nemo_run as run
+
+    all_volumes = [dict(v) for v in volumes]
+    mounts = [dict(m) for m in volume_mounts]
+    for claim, path in pvcs.items():
+        all_volumes.append({"name": claim, "persistentVolumeClaim": {"claimName": claim}})
+        mounts.append({"name": claim, "mountPath": path})
+    if shm_size:
+        all_volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}})
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    return run.KubeflowExecutor(
+        image=image,
+        namespace=namespace,
+        runtime_ref=runtime,
+        num_nodes=nodes,
+        gpus_per_node=gpus_per_node or None,
+        nprocs_per_node=processes_per_node,
+        cpu_requests=cpu,
+        memory_requests=memory,
+        volumes=all_volumes,
+        volume_mounts=mounts,
+        tolerations=[dict(t) for t in tolerations],
+        pod_spec_overrides={"nodeSelector": dict(node_selector)} if node_selector else {},
+        env_vars={**env, **recorded},
+        env_list=secret_env,
+        image_pull_secrets=list(image_pull_secrets),
+    )
+
+
+def environment_problems() -> list[Problem]:
+    """What this machine lacks to build a KubeflowExecutor: the `kubernetes` package and a kubeconfig."""
+    if importlib.util.find_spec("kubernetes") is None:
+        return [Problem("kubernetes", "not installed", "the Kubernetes executor needs the `kubernetes` Python package.",
+                        "pip install 'nemo-recipes[kubernetes]' (or: pip install kubernetes).")]
+    if os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return []  # in-cluster configuration
+    paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    where = "KUBECONFIG" if paths else "~/.kube/config"
+    paths = paths or [os.path.expanduser("~/.kube/config")]
+    if not any(os.path.isfile(p) for p in paths):
+        return [Problem("kubeconfig", ", ".join(paths), f"no kubeconfig file ({where}).",
+                        "set KUBECONFIG to your cluster's kubeconfig, or write it to ~/.kube/config "
+                        "(e.g. `gcloud container clusters get-credentials ...`, `aws eks update-kubeconfig ...`).")]
+    return []
+
+
+def check_environment() -> None:
+    problems = environment_problems()
+    if problems:
+        raise InvalidRecipeError(problems, context="kubernetes executor")

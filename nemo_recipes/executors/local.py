@@ -1,0 +1,39 @@
+"""Local preset: torchrun on this machine, one process per GPU."""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Optional
+
+import nemo_run as run
+
+from nemo_recipes.executors._common import gpu_env, positive_int, raise_if
+from nemo_recipes.executors.secrets import env_problems
+
+
+def local(
+    devices: int = 1,
+    *,
+    gpu: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+    secrets: Iterable[str] = (),
+    torchrun: bool = True,
+) -> run.LocalExecutor:
+    """NeMo-Run's `LocalExecutor` starting `devices` processes with torchrun on this machine.
+
+    Args:
+        devices: processes (GPUs) on this machine; the plugin sets the trainer's `devices` to it.
+        gpu: GPU type (e.g. "h100", "a100-40gb") to plan memory against; None: structural checks only.
+        env: extra environment of the job. Secrets may not be given here: they are inherited from this process.
+        secrets: more names to treat as secrets (besides WANDB_API_KEY, HF_TOKEN, ...).
+        torchrun: launch through torchrun (one process per device); False runs the task as one plain process.
+    """
+    env = dict(env or {})
+    recorded, problems = gpu_env(gpu)
+    problems += positive_int("devices", devices)
+    problems += env_problems(env, secrets, "export it in this shell: local jobs inherit the environment.")
+    raise_if(problems, "local executor")
+    return run.LocalExecutor(
+        ntasks_per_node=devices,
+        launcher="torchrun" if torchrun else None,
+        env_vars={**env, **recorded},
+    )

@@ -1,0 +1,103 @@
+"""The recipe plugin: attach a recipe to an executor's hardware, refuse an invalid plan, set the job's environment.
+
+    with run.Experiment("gpt") as exp:
+        exp.add(nemo_recipes.gpt_70b(), executor=slurm(account="a", nodes=4), plugins=[RecipePlugin(gpu="h100")])
+
+NeMo-Run calls `setup(task, executor)` inside `Experiment.add` (and `run.run`), before anything is packaged or
+submitted, so an InvalidRecipeError raised here means nothing reached the cluster.
+"""
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import nemo_run as run
+
+from nemo_recipes.errors import ERROR, InvalidRecipeError, Problem
+from nemo_recipes.executors._common import GPU_ENV
+from nemo_recipes.executors.secrets import REDACTED, secret_names, secure_slurm
+
+#: GPUs of compute capability 10 (Blackwell) use 32 hardware queues with TP/CP overlap, older ones 1
+#: (as NeMo's PerfEnvPlugin does).
+_BLACKWELL = ("b200", "gb200")
+#: Larger P2P chunks for pipeline-parallel sends across nodes (NeMo's performance recipes use 2 MiB).
+PP_CHUNK_SIZE = "2097152"
+
+@dataclass(kw_only=True)
+class RecipePlugin(run.Plugin):
+    """Sets the trainer's `num_nodes`/`devices` from the executor, validates the recipe on that hardware, and sets
+    the environment the plan needs.
+
+    Args:
+        gpu: GPU type to plan for ("h100", "a100-40gb", ...). Default: the GPU the preset or profile recorded;
+            none at all means structural checks only (divisibility, batch arithmetic), no memory fit.
+        validate: run the planner and refuse an invalid plan (default True).
+        performance_env: set CUDA_DEVICE_MAX_CONNECTIONS / NCCL variables the plan needs (default True).
+        secrets: more environment names to treat as secrets (WANDB_API_KEY, HF_TOKEN, ... always are).
+    """
+
+    gpu: Optional[str] = None
+    validate: bool = True
+    performance_env: bool = True
+    secrets: list[str] = field(default_factory=list)
+
+    def setup(self, task: run.Partial | run.Script, executor: run.Executor) -> None:
+        problems: list[Problem] = []
+        nodes, devices = executor.nnodes(), executor.nproc_per_node()
+        gpu = self.gpu or executor.env_vars.get(GPU_ENV)
+        spec = None
+        if isinstance(task, run.Partial) and getattr(task, "trainer", None) is not None:
+            task.trainer.num_nodes = nodes
+            task.trainer.devices = devices
+            from nemo_recipes.bridge.introspect import spec_from_partial
+            from nemo_recipes.plan import Cluster, validate
+
+            spec = spec_from_partial(task)
+            if self.validate:
+                report = validate(spec, Cluster.of(nodes, devices, gpu))
+                problems += report.problems
+            if self.performance_env:
+                for name, value in plan_env(spec, nodes, gpu).items():
+                    executor.env_vars.setdefault(name, value)
+        problems += self._secure(task, executor)
+        if any(p.severity == ERROR for p in problems):
+            where = f"{nodes} node(s) x {devices} GPU(s)" + (f" of {gpu}" if gpu else "")
+            name = spec.name if spec is not None else "task"
+            raise InvalidRecipeError(problems, context=f"{name} on {executor.__class__.__name__} ({where}): "
+                                                       "not submitted")
+
+    def _secure(self, task: Any, executor: run.Executor) -> list[Problem]:
+        task_env = task.env if isinstance(task, run.Script) else None
+        if isinstance(executor, run.SlurmExecutor):
+            return secure_slurm(executor, task_env, self.secrets)
+        marked = secret_names(self.secrets)
+        problems = []
+        if isinstance(executor, run.KubeflowExecutor):
+            for source in (executor.env_vars, task_env or {}):
+                for name in [n for n in source if n in marked]:
+                    problems.append(Problem(
+                        f"env.{name}", REDACTED, "is a secret and would be written into the TrainJob manifest.",
+                        f"create a Kubernetes Secret and pass secrets={{'{name}': 'secret-name/key'}} to the "
+                        "kubernetes preset (secretKeyRef)."))
+            return problems
+        # Local (and other executors): the job inherits this process's environment; keep values off the disk.
+        for source in (executor.env_vars, task_env or {}):
+            for name in [n for n in source if n in marked]:
+                value = source.pop(name)
+                if os.environ.get(name) != value:
+                    problems.append(Problem(f"env.{name}", REDACTED, "is a secret: it is not written into job files.",
+                                            f"export {name}=... in the environment that starts the job."))
+        return problems
+
+def plan_env(spec: Any, nodes: int, gpu: Optional[str]) -> dict[str, str]:
+    """Environment the plan needs on the GPUs (never overrides what the user set)."""
+    env: dict[str, str] = {}
+    if spec.tensor_parallel > 1 or spec.context_parallel > 1:
+        # Megatron's TP/sequence-parallel and CP communication overlap relies on kernels being queued in order.
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32" if (gpu or "").lower() in _BLACKWELL else "1"
+    if spec.distributed_optimizer and (spec.overlap_grad_reduce or spec.overlap_param_gather):
+        # Overlapped collectives on side streams: free buffers when the collective ends, not at the next sync.
+        env["TORCH_NCCL_AVOID_RECORD_STREAMS"] = "1"
+    if spec.pipeline_parallel > 1 and nodes > 1:
+        env["NCCL_P2P_NET_CHUNKSIZE"] = PP_CHUNK_SIZE
+    return env

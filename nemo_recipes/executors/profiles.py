@@ -1,0 +1,163 @@
+"""Cluster profiles: named clusters in one YAML file, so that swapping clusters is one word.
+
+The file is `$NEMO_RECIPES_CLUSTERS`, else `$XDG_CONFIG_HOME/nemo-recipes/clusters.yaml`, else
+`~/.config/nemo-recipes/clusters.yaml`:
+
+    my_slurm:                 # the name: `--executor my_slurm`, `run.executor=my_slurm`
+      preset: slurm           # local | slurm | kubernetes
+      gpu: h100               # GPU type the planner checks memory against (optional)
+      account: my_account     # every other key is an argument of the preset
+      partition: batch
+      nodes: 4
+      container_mounts: [/lustre/data:/data]
+      secrets: [WANDB_API_KEY]
+    laptop:
+      preset: local
+      devices: 2
+
+Each error names the file, the profile, the field and the fix.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from nemo_recipes.errors import InvalidRecipeError, Problem, did_you_mean
+
+ENV_VAR = "NEMO_RECIPES_CLUSTERS"
+PRESET_NAMES = ("local", "slurm", "kubernetes")
+
+
+def preset_function(name: str) -> Callable[..., Any]:
+    """The preset function called `name` (imported lazily: the Kubernetes one may lack its package)."""
+    if name == "local":
+        from nemo_recipes.executors.local import local as fn
+    elif name == "slurm":
+        from nemo_recipes.executors.slurm import slurm as fn
+    elif name == "kubernetes":
+        from nemo_recipes.executors.kubernetes import kubernetes as fn
+    else:
+        raise InvalidRecipeError([Problem("preset", name, f"unknown preset{did_you_mean(name, PRESET_NAMES)}.",
+                                          f"use one of: {', '.join(PRESET_NAMES)}.")])
+    return fn
+
+
+def profiles_path() -> Path:
+    if os.environ.get(ENV_VAR):
+        return Path(os.environ[ENV_VAR]).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "nemo-recipes" / "clusters.yaml"
+
+
+@dataclass(frozen=True)
+class ClusterProfile:
+    """One named cluster: a preset, its arguments, and the GPU type to plan for."""
+
+    name: str
+    preset: str
+    gpu: Optional[str] = None
+    args: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+    def executor(self, **overrides: Any) -> Any:
+        """The preset's stock NeMo-Run executor for this cluster; `overrides` replace profile arguments."""
+        args = {**self.args, **overrides}
+        if self.gpu is not None and "gpu" not in overrides:
+            args["gpu"] = self.gpu
+        try:
+            return preset_function(self.preset)(**args)
+        except InvalidRecipeError as error:
+            raise InvalidRecipeError(error.problems, context=f"cluster profile {self.name!r} ({self.source})") from None
+
+    def plugin(self, **kwargs: Any) -> Any:
+        """The recipe plugin planning for this cluster's GPU type."""
+        from nemo_recipes.executors.plugin import RecipePlugin
+
+        return RecipePlugin(gpu=self.gpu, **kwargs)
+
+
+def load_profiles(path: "str | os.PathLike[str] | None" = None) -> dict[str, ClusterProfile]:
+    """All profiles of the file, checked; {} when the file does not exist."""
+    file = Path(path) if path is not None else profiles_path()
+    if not file.exists():
+        return {}
+    import yaml
+
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise InvalidRecipeError([Problem("clusters", str(file), f"is not valid YAML: {error}",
+                                          "fix the syntax (a mapping of profile names to settings).")]) from None
+    if not isinstance(data, dict):
+        raise InvalidRecipeError([Problem("clusters", str(file), "must be a mapping of profile names to settings.",
+                                          "write `my_cluster: {preset: slurm, account: ...}`.")])
+    problems: list[Problem] = []
+    profiles: dict[str, ClusterProfile] = {}
+    for name, settings in data.items():
+        profile, found = _check(str(name), settings, str(file))
+        problems += found
+        if profile is not None:
+            profiles[str(name)] = profile
+    if problems:
+        raise InvalidRecipeError(problems, context=f"cluster profiles in {file}")
+    return profiles
+
+
+def get_profile(name: str, path: "str | os.PathLike[str] | None" = None) -> ClusterProfile:
+    profiles = load_profiles(path)
+    if name not in profiles:
+        file = Path(path) if path is not None else profiles_path()
+        known = ", ".join(profiles) if profiles else ("none" if file.exists() else f"none, the file does not exist")
+        raise InvalidRecipeError([Problem(
+            "executor", name, f"is neither a preset nor a cluster profile{did_you_mean(name, [*profiles, *PRESET_NAMES])}.",
+            f"use one of the presets ({', '.join(PRESET_NAMES)}) or a profile of {file} (known: {known}).")])
+    return profiles[name]
+
+
+def _check(name: str, settings: Any, source: str) -> tuple[Optional[ClusterProfile], list[Problem]]:
+    where = f"{name}"
+    if not isinstance(settings, dict):
+        return None, [Problem(where, settings, "must be a mapping of settings.",
+                              f"write `{name}: {{preset: slurm, account: ...}}`.")]
+    settings = dict(settings)
+    preset = settings.pop("preset", None)
+    gpu = settings.pop("gpu", None)
+    if preset not in PRESET_NAMES:
+        hint = did_you_mean(str(preset), PRESET_NAMES) if preset is not None else ""
+        return None, [Problem(f"{where}.preset", preset, f"unknown or missing preset{hint}.",
+                              f"set preset to one of: {', '.join(PRESET_NAMES)}.")]
+    problems: list[Problem] = []
+    if gpu is not None:
+        from nemo_recipes.plan.hardware import get_gpu
+
+        try:
+            gpu = get_gpu(str(gpu)).name
+        except InvalidRecipeError as error:
+            problems += [Problem(f"{where}.gpu", p.value, p.message, p.fix) for p in error.problems]
+    parameters = inspect.signature(preset_function(preset)).parameters
+    allowed = [p for p in parameters if p != "gpu"]
+    for key in settings:
+        if key not in allowed:
+            problems.append(Problem(f"{where}.{key}", settings[key],
+                                    f"is not an argument of the {preset} preset{did_you_mean(key, allowed)}.",
+                                    f"use one of: {', '.join(['gpu', *allowed])}."))
+    required = [p.name for p in parameters.values()
+                if p.default is inspect.Parameter.empty and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    for key in required:
+        if key not in settings:
+            problems.append(Problem(f"{where}.{key}", None, f"is required by the {preset} preset.",
+                                    f"add `{key}: ...` to profile {name!r}."))
+    return ClusterProfile(name=name, preset=preset, gpu=gpu, args=settings, source=source), problems
+
+
+def executor_for(name: str, path: "str | os.PathLike[str] | None" = None, **overrides: Any) -> tuple[Any, Optional[str]]:
+    """(executor, GPU type) for a preset name (with `overrides` as its arguments) or a profile name."""
+    if name in PRESET_NAMES:
+        gpu = overrides.get("gpu")
+        return preset_function(name)(**overrides), gpu
+    profile = get_profile(name, path)
+    return profile.executor(**overrides), profile.gpu

@@ -1,0 +1,129 @@
+"""Slurm preset: sbatch through a local or SSH tunnel, Pyxis containers, one torchrun rank per GPU."""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Literal, Mapping, Optional, Sequence
+
+import nemo_run as run
+
+from nemo_recipes.errors import Problem
+from nemo_recipes.executors._common import (
+    DEFAULT_IMAGE,
+    gpu_env,
+    non_empty_str,
+    positive_int,
+    raise_if,
+    slurm_time,
+    str_list,
+)
+from nemo_recipes.executors.secrets import add_setup_exports, env_problems, export_names, split_for_slurm
+
+SECRET_HOW = ("list its name in secrets=[...] and export it in the environment that runs sbatch: "
+              "Slurm copies it into the job (--export), never into the script.")
+
+
+def slurm(
+    *,
+    account: str,
+    partition: Optional[str] = None,
+    nodes: int = 1,
+    gpus_per_node: int = 8,
+    processes_per_node: Optional[int] = None,
+    gpu: Optional[str] = None,
+    container_image: Optional[str] = DEFAULT_IMAGE,
+    container_mounts: Sequence[str] = (),
+    time: str = "04:00:00",
+    exclusive: Optional[bool] = None,
+    mem: Optional[str] = None,
+    retries: int = 0,
+    tunnel: Literal["local", "ssh"] = "local",
+    host: Optional[str] = None,
+    user: Optional[str] = None,
+    job_dir: Optional[str] = None,
+    identity: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+    secrets: Iterable[str] = (),
+    qos: Optional[str] = None,
+    constraint: Optional[str] = None,
+    setup_lines: Optional[str] = None,
+    packager: Optional[run.Packager] = None,
+) -> run.SlurmExecutor:
+    """NeMo-Run's `SlurmExecutor` for a torchrun job of `nodes` x `processes_per_node` ranks.
+
+    Args:
+        account, partition, qos, constraint: the usual sbatch options.
+        nodes: nodes to allocate; one torchrun per node (NeMo-Run's torchrun launcher).
+        gpus_per_node: GPUs requested per node (`--gpus-per-node`); 0 for CPU-only clusters.
+        processes_per_node: ranks per node; defaults to gpus_per_node (one rank per GPU), or 1 without GPUs.
+        gpu: GPU type to plan memory against (e.g. "h100"); None: structural checks only.
+        container_image: Pyxis/enroot image; None runs on the node's own Python (no container).
+        container_mounts: Pyxis mounts, "src:dst[:flags]".
+        time: time limit, HH:MM:SS or D-HH:MM:SS.
+        exclusive: whole nodes (default: True with GPUs, False without).
+        mem: memory per node (sbatch --mem, e.g. "0" for all of it with exclusive nodes).
+        retries: requeues after a failure (NeMo-Run requeues with `scontrol requeue`).
+        tunnel: "local" when this machine runs sbatch, "ssh" to submit through host/user/job_dir/identity.
+        job_dir: where jobs write their files on the cluster (SSH: required; local: NeMo-Run's experiments dir).
+        env: environment of the job; any value (spaces, quotes, $, backticks, newlines) arrives unchanged.
+        secrets: names passed by reference from the submitting environment (WANDB_API_KEY, HF_TOKEN, ... always).
+        setup_lines: shell lines run in the batch script before srun.
+        packager: how code reaches the cluster; default none (the image holds nemo-recipes).
+    """
+    env = dict(env or {})
+    secrets = list(secrets)
+    recorded, problems = gpu_env(gpu)
+    problems += non_empty_str("account", account, "set account to your Slurm account (sacctmgr show assoc user=$USER).")
+    problems += positive_int("nodes", nodes)
+    problems += positive_int("gpus_per_node", gpus_per_node, minimum=0)
+    if processes_per_node is None:
+        processes_per_node = gpus_per_node if isinstance(gpus_per_node, int) and gpus_per_node > 0 else 1
+    problems += positive_int("processes_per_node", processes_per_node)
+    if (isinstance(gpus_per_node, int) and gpus_per_node > 0 and isinstance(processes_per_node, int)
+            and processes_per_node != gpus_per_node):
+        problems.append(Problem("processes_per_node", processes_per_node,
+                                f"differs from gpus_per_node={gpus_per_node}: Megatron wants one rank per GPU.",
+                                "leave processes_per_node unset."))
+    problems += slurm_time("time", time)
+    problems += positive_int("retries", retries, minimum=0)
+    problems += str_list("container_mounts", container_mounts)
+    problems += str_list("secrets", secrets)
+    problems += env_problems(env, secrets, SECRET_HOW)
+    if tunnel == "ssh":
+        for field, value in (("host", host), ("user", user), ("job_dir", job_dir)):
+            problems += non_empty_str(field, value, f"set {field} for the SSH tunnel (tunnel='ssh').")
+        if identity is not None and not os.path.exists(os.path.expanduser(identity)):
+            problems.append(Problem("identity", identity, "no such file.", "give the path of your SSH private key."))
+    elif tunnel != "local":
+        problems.append(Problem("tunnel", tunnel, "unknown tunnel.", "use 'local' or 'ssh'."))
+    raise_if(problems, "slurm executor")
+
+    if tunnel == "ssh":
+        the_tunnel = run.SSHTunnel(host=host, user=user, job_dir=job_dir,
+                                   identity=os.path.expanduser(identity) if identity else None)
+    else:
+        the_tunnel = run.LocalTunnel(job_dir=job_dir or "")
+    plain, quoted = split_for_slurm(env)
+    has_gpus = gpus_per_node > 0
+    return run.SlurmExecutor(
+        account=account,
+        partition=partition,
+        nodes=nodes,
+        ntasks_per_node=processes_per_node,  # NeMo-Run's torchrun launcher turns it into --nproc-per-node
+        gpus_per_node=gpus_per_node if has_gpus else None,
+        container_image=container_image,
+        container_mounts=list(container_mounts),
+        time=time,
+        exclusive=(has_gpus if exclusive is None else exclusive) or None,
+        mem=mem,
+        qos=qos,
+        constraint=constraint,
+        retries=retries,
+        tunnel=the_tunnel,
+        packager=packager or run.Packager(),
+        launcher="torchrun",
+        env_vars={**plain, **recorded},
+        setup_lines=add_setup_exports(setup_lines, quoted),
+        additional_parameters={"export": export_names(None, secrets)} if secrets else None,
+        poll_estimated_start_time=False,
+    )
