@@ -1,0 +1,123 @@
+"""`nemo-recipes export NAME`: the resolved recipe as NeMo-Run writes it (YAML, JSON or TOML), loadable again.
+
+Writing goes through NeMo-Run's own `ConfigSerializer` (the machinery behind `nemo llm pretrain --to-yaml`), so the
+file is what NeMo-Run reads back with `ConfigSerializer().load(path)`. This verb imports NeMo (seconds); it does so
+inside `run`, never when the CLI starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from typing import Any, Optional
+
+from nemo_recipes.catalog import RecipeSpec, get_recipe
+from nemo_recipes.cli import _output
+from nemo_recipes.cli._overrides import apply_overrides
+from nemo_recipes.errors import InvalidRecipeError, Problem
+
+HELP = "write the resolved recipe as NeMo-Run configuration (YAML, JSON or TOML), loadable again"
+EXAMPLES = """\
+  nemo-recipes export gpt_70b -o gpt_70b.yaml                     # format from the extension
+  nemo-recipes export gpt_70b --format toml num_nodes=8 > gpt_70b_8n.toml
+  nemo-recipes export gpt_1_3b --format json --name run1 --dir /results
+  # load it back in Python: nemo_run.cli.config.ConfigSerializer().load("gpt_70b.yaml")"""
+
+FORMATS = ("yaml", "json", "toml")
+_SUFFIX_FORMAT = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".toml": "toml"}
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("export", help=HELP, description=HELP[0].upper() + HELP[1:] + ". Imports NeMo "
+                                   "(several seconds).", epilog=_output.epilog(EXAMPLES),
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("recipe", metavar="NAME", help="a recipe name (see `nemo-recipes ls`)")
+    parser.add_argument("overrides", metavar="key=value", nargs="*", default=[],
+                        help="change recipe fields first, e.g. num_nodes=8 (names as in `nemo-recipes show`)")
+    parser.add_argument("--format", choices=FORMATS,
+                        help="output format (default: from the -o extension, else yaml)")
+    parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
+    parser.add_argument("--name", default=None, help="experiment name in the log configuration (default: NAME)")
+    parser.add_argument("--dir", default=None, help="log/checkpoint directory in the configuration")
+    parser.add_argument("--json", action="store_true",
+                        help="print JSON: {recipe, format, output, bytes, overrides, content (without -o)}")
+    parser.set_defaults(run=run)
+
+
+# ---- used by `diff` too ----
+
+@contextlib.contextmanager
+def _quiet_stdout():
+    """NeMo prints notices (deprecations, banners) on stdout while importing; keep stdout for the configuration."""
+    with contextlib.redirect_stdout(sys.stderr):
+        yield
+
+
+def build_partial(spec: RecipeSpec, *, name: Optional[str] = None, dir: Optional[str] = None) -> Any:
+    """The recipe's `run.Partial`, through the NeMo bridge; a clear failure (exit 1) when NeMo is missing."""
+    with _quiet_stdout():
+        try:
+            from nemo_recipes.bridge.recipes import build_recipe
+        except ImportError as error:
+            raise _output.CLIError(f"this verb needs NeMo 2 and NeMo-Run ({error}); install them with: "
+                                   "pip install nemo-recipes") from None
+        return build_recipe(spec, name=name or spec.name, dir=dir)
+
+
+def serialize(partial: Any, fmt: str) -> str:
+    from nemo_run.cli.config import ConfigSerializer
+
+    serializer = ConfigSerializer()
+    return {"yaml": serializer.serialize_yaml, "json": serializer.serialize_json,
+            "toml": serializer.serialize_toml}[fmt](partial)
+
+
+def resolved_dict(spec: RecipeSpec) -> dict[str, Any]:
+    """The recipe as the plain data `export --format yaml` writes (for `diff` against a file)."""
+    import yaml
+
+    return yaml.safe_load(serialize(build_partial(spec), "yaml"))
+
+
+def run(args: argparse.Namespace) -> int:
+    fmt = args.format
+    if args.output:
+        suffix = os.path.splitext(args.output)[1].lower()
+        implied = _SUFFIX_FORMAT.get(suffix)
+        if fmt is None:
+            if implied is None:
+                raise InvalidRecipeError([Problem("output", args.output, f"has no known extension ({suffix or 'none'}).",
+                                                  "end it in .yaml, .json or .toml, or give --format.")])
+            fmt = implied
+        elif implied is not None and implied != fmt:
+            raise InvalidRecipeError([Problem("format", fmt, f"disagrees with the extension of {args.output!r}.",
+                                              f"use --format {implied} or name the file *.{fmt}.")])
+    fmt = fmt or "yaml"
+
+    spec, overrides = apply_overrides(get_recipe(args.recipe), args.overrides)
+    partial = build_partial(spec, name=args.name, dir=args.dir)
+    with _quiet_stdout():
+        text = serialize(partial, fmt)
+    if not text.endswith("\n"):
+        text += "\n"
+
+    if args.output:
+        try:
+            with open(args.output, "w") as handle:
+                handle.write(text)
+        except OSError as error:
+            raise _output.CLIError(f"cannot write {args.output}: {error.strerror or error}") from None
+    if args.json:
+        payload = {"recipe": spec.name, "format": fmt, "output": args.output, "bytes": len(text.encode()),
+                   "overrides": overrides}
+        if not args.output:
+            payload["content"] = text
+        _output.print_json(payload)
+    elif args.output:
+        print(f"wrote {args.output} ({fmt}, {len(text.encode()):,} bytes); load it with "
+              f"nemo_run.cli.config.ConfigSerializer().load({args.output!r})", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return _output.EXIT_OK

@@ -1,0 +1,114 @@
+"""`nemo-recipes launch NAME --executor PROFILE`: hand the recipe, the executor and the recipe plugin to NeMo-Run.
+
+The executor is a preset (`local`, `slurm`, `kubernetes`) or a cluster profile from the profiles file; the plugin
+sets the trainer's nodes and devices from the executor and refuses an invalid plan before anything is submitted.
+Imports NeMo and NeMo-Run inside `run` only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+from typing import Any
+
+from nemo_recipes.catalog import get_recipe
+from nemo_recipes.cli import _output
+from nemo_recipes.cli._overrides import apply_overrides
+from nemo_recipes.errors import InvalidRecipeError, Problem
+
+HELP = "run a recipe through a NeMo-Run executor (a preset or a cluster profile); --dryrun submits nothing"
+EXAMPLES = """\
+  nemo-recipes launch gpt_1_3b --executor local --dryrun
+  nemo-recipes launch gpt_1_3b --executor local -E devices=8 --dryrun
+  nemo-recipes launch gpt_70b --executor my_slurm                      # a profile of ~/.config/nemo-recipes/clusters.yaml
+  nemo-recipes launch gpt_70b --executor slurm -E account=proj -E partition=batch -E nodes=4 -E gpu=h100 --detach
+  nemo-recipes launch gpt_7b --executor my_k8s train_tokens=1T --name gpt7b-1t"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("launch", help=HELP, description=HELP[0].upper() + HELP[1:] + ". Imports NeMo "
+                                   "(several seconds). An invalid plan for the executor's hardware exits 2 before "
+                                   "anything is submitted.", epilog=_output.epilog(EXAMPLES),
+                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("recipe", metavar="NAME", help="a recipe name (see `nemo-recipes ls`)")
+    parser.add_argument("overrides", metavar="key=value", nargs="*", default=[],
+                        help="change recipe fields first, e.g. train_tokens=1T (names as in `nemo-recipes show`)")
+    parser.add_argument("--executor", required=True, metavar="PROFILE",
+                        help="a preset (local, slurm, kubernetes) or a cluster profile name")
+    parser.add_argument("-E", "--executor-arg", action="append", default=[], metavar="key=value",
+                        help="an argument of the preset or a change to the profile (repeatable), e.g. -E nodes=8")
+    parser.add_argument("--clusters", metavar="FILE",
+                        help="cluster profiles file (default: $NEMO_RECIPES_CLUSTERS, else "
+                             "~/.config/nemo-recipes/clusters.yaml)")
+    parser.add_argument("--dryrun", action="store_true", help="show what would run; submit nothing")
+    parser.add_argument("--detach", action="store_true", help="return once submitted instead of following the job")
+    parser.add_argument("--name", default=None, help="experiment name (default: NAME)")
+    parser.add_argument("--json", action="store_true",
+                        help="print JSON: {recipe, executor, executor_class, gpu, nodes, devices, dryrun, "
+                             "experiment_id, overrides}")
+    parser.set_defaults(run=run)
+
+
+def _executor_args(items: list[str]) -> dict[str, Any]:
+    """-E key=value items, values read as YAML scalars/lists (8 -> int, [a, b] -> list, true -> bool)."""
+    import yaml
+
+    args: dict[str, Any] = {}
+    problems = []
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            problems.append(Problem("executor-arg", item, "is not of the form key=value.",
+                                    "write it as -E key=value, for example -E nodes=4."))
+            continue
+        try:
+            args[key.strip()] = yaml.safe_load(value) if value.strip() else ""
+        except yaml.YAMLError:
+            args[key.strip()] = value
+    if problems:
+        raise InvalidRecipeError(problems, context="executor arguments")
+    return args
+
+
+def run(args: argparse.Namespace) -> int:
+    from nemo_recipes.cli.export import build_partial
+
+    spec, overrides = apply_overrides(get_recipe(args.recipe), args.overrides)
+    executor_args = _executor_args(args.executor_arg)
+    # NeMo and NeMo-Run print progress on stdout; with --json, stdout must hold only the JSON.
+    quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with quiet:
+        try:
+            import nemo_run as run_api
+
+            from nemo_recipes.executors.plugin import RecipePlugin
+            from nemo_recipes.executors.profiles import executor_for
+        except ImportError as error:
+            raise _output.CLIError(f"launch needs NeMo-Run and the executor presets ({error}); install them with: "
+                                   "pip install nemo-recipes") from None
+        executor, gpu = executor_for(args.executor, args.clusters, **executor_args)
+        partial = build_partial(spec, name=args.name)
+        plugin = RecipePlugin(gpu=gpu)
+        name = args.name or spec.name
+        try:
+            with run_api.Experiment(name, executor=executor) as experiment:
+                # The plugin validates the plan against the executor's hardware here, before any submission.
+                experiment.add(partial, executor=executor, plugins=[plugin], name=name)
+                if args.dryrun:
+                    experiment.dryrun()
+                else:
+                    experiment.run(detach=args.detach)
+                experiment_id = experiment._id
+        except InvalidRecipeError:
+            raise
+        except Exception as error:  # a scheduler refusing the job, a tunnel failing: NeMo-Run's own message
+            raise _output.CLIError(f"NeMo-Run could not {'dry-run' if args.dryrun else 'launch'} {name} on "
+                                   f"{args.executor}: {type(error).__name__}: {error}") from None
+
+    if args.json:
+        _output.print_json({"recipe": spec.name, "executor": args.executor,
+                            "executor_class": type(executor).__name__, "gpu": gpu, "nodes": executor.nnodes(),
+                            "devices": executor.nproc_per_node(), "dryrun": args.dryrun,
+                            "experiment_id": experiment_id, "overrides": overrides})
+    return _output.EXIT_OK

@@ -1,0 +1,278 @@
+"""`nemo-recipes plan`: check a recipe (or any GPT shape) against a cluster before spending GPU hours.
+
+Catalog and planner only (standard library); matplotlib is imported only with `--plot`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any, Optional
+
+from nemo_recipes.catalog import RECIPES, RecipeSpec, closest_recipe, get_recipe
+from nemo_recipes.cli import _output
+from nemo_recipes.cli._overrides import apply_overrides
+from nemo_recipes.cli._table import render
+from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.plan.hardware import Cluster, GPUS
+
+HELP = "check a recipe against your cluster: problems, memory per GPU, throughput, time to train"
+EXAMPLES = """\
+  nemo-recipes plan gpt_70b                                  # on its default cluster (4 x 8 H100 80 GB)
+  nemo-recipes plan gpt_70b --nodes 16 --gpu h200 --tokens 1T
+  nemo-recipes plan gpt_175b --nodes 4 --fit                 # change parallelism and batch until it fits
+  nemo-recipes plan gpt_13b tensor_parallel=4 micro_batch_size=2 --plot plan.png
+  nemo-recipes plan --custom --layers 48 --hidden 6144 --heads 48 --seq 4096 --tp 4 --pp 2 --gbs 1024 --nodes 4
+  nemo-recipes plan gpt_7b --json | jq .memory_gib.total"""
+
+# --custom flag -> recipe field. They also work with NAME, as shorter spellings of key=value overrides.
+SHAPE_FLAGS = (
+    ("layers", "num_layers", "transformer layers"),
+    ("hidden", "hidden_size", "hidden size"),
+    ("heads", "num_attention_heads", "attention heads"),
+    ("query-groups", "num_query_groups", "key/value head groups (GQA); default: as many as heads"),
+    ("ffn", "ffn_hidden_size", "MLP hidden size; default 4 x hidden"),
+    ("vocab", "vocab_size", "vocabulary size before padding"),
+    ("seq", "seq_length", "sequence length"),
+    ("tp", "tensor_parallel", "tensor parallel size"),
+    ("pp", "pipeline_parallel", "pipeline parallel size"),
+    ("cp", "context_parallel", "context parallel size"),
+    ("vp", "virtual_pipeline", "virtual pipeline (interleaved) stages per GPU"),
+    ("mbs", "micro_batch_size", "micro batch size"),
+    ("gbs", "global_batch_size", "global batch size"),
+)
+CUSTOM_REQUIRED = ("layers", "hidden", "heads")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "plan", help=HELP, description=HELP[0].upper() + HELP[1:] + ". Exit 2 when the plan is invalid.",
+        epilog=_output.epilog(EXAMPLES), formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("recipe", metavar="NAME", nargs="?", help="a recipe name (see `nemo-recipes ls`)")
+    parser.add_argument("overrides", metavar="key=value", nargs="*", default=[],
+                        help="change recipe fields first, e.g. tensor_parallel=4 (names as in `nemo-recipes show`)")
+    hw = parser.add_argument_group("cluster (default: the recipe's own)")
+    hw.add_argument("--nodes", type=int, metavar="N", help="number of nodes")
+    hw.add_argument("--gpus-per-node", type=int, metavar="G", help="GPUs per node")
+    hw.add_argument("--gpu", metavar="GPU", help=f"GPU model: {', '.join(GPUS)} (aliases such as h100 work)")
+    what = parser.add_argument_group("what to plan")
+    what.add_argument("--fit", action="store_true",
+                      help="change parallelism and batch until the plan fits the cluster, and show the changes")
+    what.add_argument("--tokens", metavar="COUNT", help="training tokens for the time to train, e.g. 300B, 1.5T")
+    what.add_argument("--plot", metavar="FILE", help="draw memory per GPU and tokens/s against GPUs (.png or .svg)")
+    what.add_argument("--json", action="store_true",
+                      help="print the planner's report as JSON (keys: valid, recipe, cluster, parallelism, problems, "
+                           "memory_gib, memory_detail, throughput, changes, time_to_train, plot)")
+    shape = parser.add_argument_group("custom shape (--custom, or with NAME as overrides)")
+    shape.add_argument("--custom", action="store_true",
+                       help="plan a GPT shape of your own: needs --layers, --hidden and --heads; everything not "
+                            "given comes from the recipe closest in size")
+    for flag, field, text in SHAPE_FLAGS:
+        shape.add_argument(f"--{flag}", type=int, dest=f"shape_{field}", metavar="N", help=text)
+    parser.set_defaults(run=run)
+
+
+# ---- building the plan ----
+
+def _spec_and_cluster(args: argparse.Namespace) -> tuple[RecipeSpec, Cluster, dict[str, Any]]:
+    overrides = list(args.overrides)
+    recipe = args.recipe
+    if recipe is not None and "=" in recipe:  # `plan --custom ... tensor_parallel=2`: no name, only overrides
+        overrides.insert(0, recipe)
+        recipe = None
+    shape = {field: getattr(args, f"shape_{field}") for _, field, _ in SHAPE_FLAGS
+             if getattr(args, f"shape_{field}") is not None}
+
+    if args.custom:
+        if recipe is not None:
+            raise InvalidRecipeError([Problem("recipe", recipe, "cannot be combined with --custom.",
+                                              "give either a recipe name or --custom with shape flags.")])
+        field_of = {flag: field for flag, field, _ in SHAPE_FLAGS}
+        missing = [f"--{flag}" for flag in CUSTOM_REQUIRED if field_of[flag] not in shape]
+        if missing:
+            raise InvalidRecipeError([Problem("custom", " ".join(missing), "is required with --custom.",
+                                              "give --layers, --hidden and --heads (e.g. --layers 48 --hidden 6144 "
+                                              "--heads 48).")])
+        base = _custom_base(shape)
+    elif recipe is None:
+        raise InvalidRecipeError([Problem("recipe", None, "is missing.",
+                                          f"give a recipe name ({', '.join(RECIPES)}) or --custom with shape flags.")])
+    else:
+        base = get_recipe(recipe)
+
+    more: dict[str, Any] = dict(shape)
+    if args.tokens is not None:
+        try:
+            more["train_tokens"] = _output.parse_count(args.tokens)
+        except ValueError:
+            raise InvalidRecipeError([Problem("tokens", args.tokens, "is not a token count.",
+                                              "write it like 300B, 1.5T or 3e11.")]) from None
+    nodes = args.nodes if args.nodes is not None else base.num_nodes
+    gpus_per_node = args.gpus_per_node if args.gpus_per_node is not None else base.num_gpus_per_node
+    # The spec's own cluster size follows the planned cluster, so derived values (DP, steps) agree with it.
+    if isinstance(nodes, int) and nodes >= 1:
+        more["num_nodes"] = nodes
+    if isinstance(gpus_per_node, int) and gpus_per_node >= 1:
+        more["num_gpus_per_node"] = gpus_per_node
+    cluster = Cluster.of(nodes, gpus_per_node, args.gpu or base.default_gpu)
+    spec, applied = apply_overrides(base, overrides, **more)
+    return spec, cluster, applied
+
+
+def _custom_base(shape: dict[str, Any]) -> RecipeSpec:
+    """The recipe closest in parameter count supplies every value the custom shape does not give."""
+    draft = RECIPES["gpt_7b"].replace(**{k: v for k, v in shape.items()
+                                         if k in ("num_layers", "hidden_size", "num_attention_heads")})
+    if "ffn_hidden_size" not in shape:
+        draft = draft.replace(ffn_hidden_size=4 * draft.hidden_size)
+    nearest = closest_recipe(draft.num_parameters)
+    base = nearest.replace(name="custom", size_label=f"custom, choices of {nearest.name}")
+    if "ffn_hidden_size" not in shape:  # 4 x hidden as in GPT-3, not the neighbour's FFN
+        base = base.replace(ffn_hidden_size=4 * shape["hidden_size"])
+    return base
+
+
+# ---- throughput, lazily: the estimator is optional for the planner's report ----
+
+def _throughput(spec: RecipeSpec, cluster: Cluster) -> Optional[Any]:
+    try:
+        from nemo_recipes.plan.throughput import estimate_throughput
+    except ImportError:
+        return None
+    try:
+        return estimate_throughput(spec, cluster)
+    except InvalidRecipeError:
+        return None  # an invalid layout has no meaningful step time; the report's problems say why
+
+
+def _time_to_train(throughput: Any, tokens: int) -> Optional[dict[str, float]]:
+    if throughput is None:
+        return None
+    from nemo_recipes.plan.throughput import time_to_train
+
+    return time_to_train(throughput, tokens)
+
+
+def _scaling(spec: RecipeSpec, cluster: Cluster) -> list:
+    """Tokens/s at a few cluster sizes around the plan's (same global batch), where the plan stays valid."""
+    from nemo_recipes.plan import validate
+    from nemo_recipes.plan.plot import ScalingPoint
+
+    points = []
+    for nodes in sorted({max(1, int(cluster.nodes * f)) for f in (0.25, 0.5, 1, 2, 4, 8)}):
+        candidate = Cluster.of(nodes, cluster.gpus_per_node, cluster.gpu)
+        try:
+            sized = spec.replace(num_nodes=nodes)
+        except InvalidRecipeError:
+            continue
+        if not validate(sized, candidate).valid:
+            continue
+        estimate = _throughput(sized, candidate)
+        if estimate is not None:
+            points.append(ScalingPoint(candidate.world_size, estimate.tokens_per_s, nodes == cluster.nodes))
+    return points
+
+
+def run(args: argparse.Namespace) -> int:
+    from nemo_recipes.plan import fit, validate  # the planner: standard library only
+
+    if args.plot and os.path.splitext(args.plot)[1].lower() not in (".png", ".svg"):
+        raise InvalidRecipeError([Problem("plot", args.plot, "must be a .png or .svg file.",
+                                          "name the file plan.png or plan.svg.")])
+    spec, cluster, _ = _spec_and_cluster(args)
+    if args.fit:
+        result = fit(spec, cluster)
+        spec, report = result.spec, result.report
+    else:
+        report = validate(spec, cluster)
+
+    throughput = None
+    if report.valid:
+        throughput = _throughput(spec, cluster)
+        if report.throughput is None and throughput is not None:
+            report = report.with_throughput(throughput)
+    timing = _time_to_train(throughput, spec.train_tokens) if throughput is not None else None
+
+    plotted = None
+    if args.plot:
+        plotted = _plot(args.plot, report, spec, cluster, throughput)
+
+    payload = report.to_dict()
+    payload["time_to_train"] = timing
+    payload["plot"] = plotted
+    if args.json:
+        _output.print_json(payload)
+    else:
+        print(_human(payload, spec))
+    return _output.EXIT_OK if report.valid else _output.EXIT_INVALID
+
+
+def _plot(path: str, report: Any, spec: RecipeSpec, cluster: Cluster, throughput: Any) -> str:
+    try:
+        from nemo_recipes.plan.plot import plot_plan
+    except ImportError as error:  # matplotlib is an extra
+        raise _output.CLIError(f"--plot needs matplotlib ({error}); install it with: pip install "
+                               "'nemo-recipes[plot]'") from None
+    try:
+        import matplotlib  # noqa: F401  (checked here to give the install hint rather than a traceback)
+    except ImportError:
+        raise _output.CLIError("--plot needs matplotlib; install it with: pip install 'nemo-recipes[plot]'") from None
+    memory = report.to_dict()["memory_gib"] or {}
+    scaling = _scaling(spec, cluster) if throughput is not None else []
+    title = report._title() + ("" if report.valid else ": INVALID")
+    try:
+        return plot_plan(path, title=title, memory_gib=memory, scaling=scaling if len(scaling) > 1 else None)
+    except OSError as error:
+        raise _output.CLIError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+# ---- the human report ----
+
+def _human(report: dict, spec: RecipeSpec) -> str:
+    c, p = report["cluster"], report["parallelism"]
+    verdict = "valid" if report["valid"] else "INVALID"
+    gpu = c["gpu"] or "GPUs"
+    lines = [f"{report['recipe']} on {c['nodes']} x {c['gpus_per_node']} {gpu} ({c['world_size']} GPUs): {verdict}",
+             f"  {_output.human_count(spec.num_parameters)} parameters; TP {p['tp']} x PP {p['pp']} x CP {p['cp']} "
+             f"x DP {p['dp']}" + (f", VP {p['vp']}" if p["vp"] else "") + f", sequence parallel "
+             f"{'on' if p['sp'] else 'off'}; micro batch {p['micro_batch_size']}, global batch "
+             f"{p['global_batch_size']}, gradient accumulation {p['grad_accumulation']}; recompute {spec.recompute}"]
+
+    memory = report["memory_gib"]
+    if memory:
+        lines += ["", "memory per GPU (GiB, most loaded pipeline stage)"]
+        rows = [[part, f"{memory[part]:.1f}"] for part in ("weights", "gradients", "optimizer", "activations",
+                                                          "other")]
+        total = f"{memory['total']:.1f}"
+        if memory.get("capacity"):
+            cap = memory["capacity"]
+            share = 100 * memory["total"] / cap
+            total += f"  of {cap:.1f} ({share:.0f} %)" + ("" if memory["total"] <= cap else "  DOES NOT FIT")
+        rows.append(["total", total])
+        lines.append(render(["part", "GiB"], rows, right=[False, False], indent="  ").split("\n", 1)[1])
+
+    t = report["throughput"]
+    if t:
+        lines += ["", "throughput (estimate)"]
+        rows = [["step time", f"{t['step_time_s']:.2f} s"],
+                ["tokens/s", f"{t['tokens_per_s']:,.0f} ({t['tokens_per_s_per_gpu']:,.0f} per GPU)"],
+                ["model TFLOP/s per GPU", f"{t['model_tflops_per_gpu']:.0f} (MFU {100 * t['mfu']:.1f} %)"]]
+        timing = report.get("time_to_train")
+        if timing:
+            rows.append([f"time to train {_output.human_count(timing['tokens'])} tokens",
+                         f"{timing['days']:.1f} days, {timing['gpu_hours']:,.0f} GPU-hours"])
+        lines.append(render(["what", "value"], rows, indent="  ").split("\n", 1)[1])
+    elif report["valid"]:
+        lines += ["", "throughput: no estimate available"]
+
+    if report["changes"]:
+        lines += ["", "changes made by --fit"]
+        lines += [f"  {ch['field']}: {_output.human_value(ch['from'])} -> {_output.human_value(ch['to'])}  "
+                  f"({ch['why']})" for ch in report["changes"]]
+    if report["problems"]:
+        lines += ["", "problems"]
+        lines += [f"  {pr['severity']}: {pr['field']}={pr['value']!r}: {pr['message']} Fix: {pr['fix']}"
+                  for pr in report["problems"]]
+    if report.get("plot"):
+        lines += ["", f"plot written to {report['plot']}"]
+    return "\n".join(lines)
