@@ -1,0 +1,222 @@
+"""The memory model: Korthikanti et al. 2022 Fig. 1 reproduced exactly, and the model's structure (bytes per
+parameter, parameter split, recompute, pipeline, CP, GQA/SwiGLU generalisation)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from nemo_recipes.catalog import RECIPES, RecipeSpec, parameter_count
+from nemo_recipes.plan import GPUS, Cluster, estimate_memory
+from nemo_recipes.plan.memory import (
+    FRAGMENTATION,
+    GIB,
+    OTHER_FIXED_GIB,
+    activation_memory,
+    layer_activation_bytes,
+    layers_in_flight,
+    params_per_gpu,
+    state_bytes_per_param,
+)
+
+# Korthikanti et al. 2022 (arXiv:2205.05198) Fig. 1 models, as perf-model.md 2.4 gives them: V = 51200,
+# b = 4 for 22B and 1 otherwise, v = 3 for 175B and 530B.
+PAPER_MODELS = {
+    "22B": dict(num_layers=48, hidden_size=6144, num_attention_heads=64, tensor_parallel=8, pipeline_parallel=1,
+                micro_batch_size=4, virtual_pipeline=None),
+    "175B": dict(num_layers=96, hidden_size=12288, num_attention_heads=96, tensor_parallel=8, pipeline_parallel=8,
+                 micro_batch_size=1, virtual_pipeline=3),
+    "530B": dict(num_layers=105, hidden_size=20480, num_attention_heads=128, tensor_parallel=8,
+                 pipeline_parallel=35, micro_batch_size=1, virtual_pipeline=3),
+    "1T": dict(num_layers=128, hidden_size=25600, num_attention_heads=160, tensor_parallel=8, pipeline_parallel=64,
+               micro_batch_size=1, virtual_pipeline=None),
+}
+# (params + optimizer GiB, activations TP only, activations TP + SP + selective recompute), perf-model.md 2.3/2.4.
+# The first two columns are exact binary fractions; 114.0234, 12.3516, 23.0762 and 32.958984 are printed rounded.
+FIG1 = {
+    "22B": (45.5625, 59.25, 9.5625),
+    "175B": (45.5625, 66.84375, 12.3516),
+    "530B": (31.640625, 114.0234, 23.0762),
+    "1T": (32.958984, 131.25, 26.5625),
+}
+
+
+def paper_spec(label: str, **overrides) -> RecipeSpec:
+    shape = PAPER_MODELS[label]
+    world = shape["tensor_parallel"] * shape["pipeline_parallel"]
+    p = shape["pipeline_parallel"]
+    values = dict(
+        name=f"korthikanti-{label}", size_label=label, ffn_hidden_size=4 * shape["hidden_size"], seq_length=2048,
+        vocab_size=51200, num_nodes=world // 8, num_gpus_per_node=8, max_lr=1e-4,
+        # DP = 1 and enough micro-batches to fill the pipeline (m >= p), as in the paper's runs.
+        global_batch_size=shape["micro_batch_size"] * 8 * p, **shape)
+    values.update(overrides)
+    return RecipeSpec(**values)
+
+
+def _decimals(value: float) -> int:
+    text = repr(value)
+    return len(text.split(".")[1]) if "." in text else 0
+
+
+@pytest.mark.parametrize("label", list(FIG1))
+def test_korthikanti_fig1_params_and_optimizer(label):
+    shape = PAPER_MODELS[label]
+    l, h, t, p = shape["num_layers"], shape["hidden_size"], shape["tensor_parallel"], shape["pipeline_parallel"]
+    # The paper counts 12 l h^2 parameters (no embeddings, biases or norms) at 18 bytes each, without sharding.
+    per_param = sum(state_bytes_per_param(distributed_optimizer=False))
+    gib = per_param * 12 * l * h * h / (t * p) / GIB
+    expected = FIG1[label][0]
+    assert round(gib, _decimals(expected)) == expected
+
+
+@pytest.mark.parametrize("label", list(FIG1))
+def test_korthikanti_fig1_activations_tensor_parallel_only(label):
+    spec = paper_spec(label, sequence_parallel=False, recompute="none")
+    gib = activation_memory(spec).layers / GIB
+    expected = FIG1[label][1]
+    assert round(gib, _decimals(expected)) == expected
+
+
+@pytest.mark.parametrize("label", list(FIG1))
+def test_korthikanti_fig1_activations_sequence_parallel_selective(label):
+    spec = paper_spec(label, sequence_parallel=True, recompute="selective")
+    gib = activation_memory(spec).layers / GIB
+    expected = FIG1[label][2]
+    assert round(gib, _decimals(expected)) == expected
+
+
+def test_state_bytes_per_param_follow_megatron_distributed_optimizer_table():
+    assert state_bytes_per_param(False) == (2.0, 4.0, 12.0)  # 18 bytes: bf16 weights, fp32 grads, fp32 Adam
+    for d in (1, 2, 8, 64):
+        weights, grads, optimizer = state_bytes_per_param(True, d)
+        assert (weights, grads) == (2.0, 4.0)
+        assert weights + grads + optimizer == pytest.approx(6 + 12 / d)
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_params_per_gpu_without_parallelism_is_the_catalog_count(name):
+    spec = RECIPES[name].replace(tensor_parallel=1, pipeline_parallel=1, sequence_parallel=None)
+    assert params_per_gpu(spec) == parameter_count(spec)
+
+
+def test_params_per_gpu_of_a_llama_like_shape_is_the_catalog_count():
+    spec = RECIPES["gpt_7b"].replace(num_query_groups=8, gated_linear_unit=True, ffn_hidden_size=11008,
+                                     share_embeddings=False, position_embedding_type="rope",
+                                     normalization="RMSNorm")
+    assert params_per_gpu(spec) == parameter_count(spec)
+
+
+def test_params_split_over_tensor_and_pipeline_parallel():
+    spec = RECIPES["gpt_175b"]
+    full = params_per_gpu(spec.replace(tensor_parallel=1, pipeline_parallel=1))
+    split = params_per_gpu(spec)
+    # The first stage holds 1/p of the layers over t ranks, plus the embedding; norms and some biases replicate.
+    assert full / (spec.tensor_parallel * spec.pipeline_parallel) < split < full / spec.pipeline_parallel
+
+
+def test_weights_gradients_optimizer_are_separate_numbers():
+    spec = RECIPES["gpt_13b"]
+    memory = estimate_memory(spec, Cluster.of(1, 8, "h100"))
+    params = params_per_gpu(spec)
+    dp = 8 // spec.model_parallel_size
+    assert memory.weights == pytest.approx(2 * params / GIB)
+    assert memory.gradients == pytest.approx(4 * params / GIB)
+    assert memory.optimizer == pytest.approx(12 / dp * params / GIB)
+    without = estimate_memory(spec.replace(distributed_optimizer=False), Cluster.of(1, 8, "h100"))
+    assert without.optimizer == pytest.approx(12 * params / GIB)
+    assert without.weights == memory.weights and without.gradients == memory.gradients
+
+
+def test_fp8_does_not_change_the_model_state_accounting():
+    spec = RECIPES["gpt_7b"]
+    bf16 = estimate_memory(spec, "h100")
+    fp8 = estimate_memory(spec.replace(precision="fp8"), "h100")
+    assert (fp8.weights, fp8.gradients, fp8.optimizer) == (bf16.weights, bf16.gradients, bf16.optimizer)
+
+
+def test_other_is_the_stated_allowance_and_capacity_is_the_gpu_memory():
+    memory = estimate_memory(RECIPES["gpt_1_3b"], "h200")
+    tensors = memory.weights + memory.gradients + memory.optimizer + memory.activations
+    assert memory.other == pytest.approx(OTHER_FIXED_GIB + FRAGMENTATION * tensors)
+    assert memory.capacity == GPUS["h200"].memory_gib
+    assert memory.total == pytest.approx(tensors + memory.other)
+    assert estimate_memory(RECIPES["gpt_1_3b"]).capacity is None
+    assert estimate_memory(RECIPES["gpt_1_3b"], Cluster.of(1, 8)).fits is None
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_more_recompute_means_less_activation_memory(name):
+    spec = RECIPES[name]
+    none, selective, full = (activation_memory(spec.replace(recompute=r, recompute_num_layers=None)).total
+                             for r in ("none", "selective", "full"))
+    assert full < selective < none
+
+
+def test_partial_full_recompute_lies_between_none_and_full():
+    spec = RECIPES["gpt_7b"]  # 32 layers, PP 1
+    totals = [activation_memory(spec.replace(recompute="full", recompute_num_layers=k)).layers for k in (1, 16, 31)]
+    assert totals == sorted(totals, reverse=True)
+    assert activation_memory(spec.replace(recompute="none")).layers > totals[0]
+    assert totals[-1] > activation_memory(spec.replace(recompute="full")).layers
+
+
+def test_flash_attention_drops_the_score_term_like_selective_recompute():
+    spec = RECIPES["gpt_7b"].replace(recompute="none")
+    flash = activation_memory(spec, flash_attention=True).layers
+    assert flash == activation_memory(spec.replace(recompute="selective")).layers
+    assert flash < activation_memory(spec).layers
+
+
+def test_context_parallel_divides_activations():
+    spec = RECIPES["gpt_70b"]
+    one = activation_memory(spec, world_size=64)
+    two = activation_memory(spec.replace(context_parallel=2), world_size=64)
+    assert two.total == pytest.approx(one.total / 2)
+
+
+def test_pipeline_first_stage_holds_l_layers_or_the_interleaved_factor():
+    spec = RECIPES["gpt_175b"]  # l = 96, p = 8
+    l, p = spec.num_layers, spec.pipeline_parallel
+    assert layers_in_flight(spec, microbatches=1536) == l
+    assert layers_in_flight(spec, microbatches=2) == l * 2 / p  # m < p: only m micro-batches in flight
+    interleaved = spec.replace(virtual_pipeline=4)
+    assert layers_in_flight(interleaved, microbatches=1536) == pytest.approx(l * (1 + (p - 1) / (p * 4)))
+    assert layers_in_flight(spec.replace(pipeline_parallel=1), microbatches=100) == l
+
+
+def test_output_layer_and_cross_entropy_only_without_pipeline():
+    spec = RECIPES["gpt_13b"]
+    assert activation_memory(spec).output > 0
+    assert activation_memory(spec.replace(pipeline_parallel=2)).output == 0
+
+
+def test_generalisation_reduces_to_korthikanti_for_gpt_shapes():
+    s, b, h, a = 2048, 2, 4096, 32
+    sbh = s * b * h
+    common = dict(seq=s, micro_batch=b, hidden=h, heads=a, ffn=4 * h, kv_groups=a, gated=False)
+    assert layer_activation_bytes(**common, tp=1, sequence_parallel=False, attention_core=True) == \
+        pytest.approx(sbh * (34 + 5 * a * s / h))
+    assert layer_activation_bytes(**common, tp=4, sequence_parallel=False, attention_core=True) == \
+        pytest.approx(sbh * (10 + 24 / 4 + 5 * a * s / (h * 4)))
+    assert layer_activation_bytes(**common, tp=4, sequence_parallel=True, attention_core=False) == \
+        pytest.approx(34 * sbh / 4)
+
+
+def test_gqa_and_swiglu_change_only_their_own_terms():
+    s, b, h, a = 4096, 1, 4096, 32
+    base = dict(seq=s, micro_batch=b, hidden=h, heads=a, tp=2, sequence_parallel=True, attention_core=False)
+    mha = layer_activation_bytes(**base, ffn=4 * h, kv_groups=a, gated=False)
+    gqa = layer_activation_bytes(**base, ffn=4 * h, kv_groups=8, gated=False)
+    assert gqa < mha  # smaller K and V
+    # Unfused SwiGLU stores twice the ffn-wide tensors of a GeLU MLP of the same width.
+    swiglu = layer_activation_bytes(**base, ffn=11008, kv_groups=a, gated=True)
+    gelu_double = layer_activation_bytes(**base, ffn=2 * 11008, kv_groups=a, gated=False)
+    assert swiglu == pytest.approx(gelu_double)
+
+
+def test_estimate_memory_never_raises_on_an_inconsistent_layout():
+    spec = RECIPES["gpt_7b"].replace(pipeline_parallel=3, tensor_parallel=3)
+    memory = estimate_memory(spec, Cluster.of(1, 8, "h100"))
+    assert math.isfinite(memory.total) and memory.total > 0
