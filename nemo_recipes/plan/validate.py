@@ -1,0 +1,405 @@
+"""Validate a recipe against a cluster: every problem at once, each with severity, field, value, message and fix.
+
+Standard library only. `validate` never raises for a bad plan; `PlanReport.raise_if_invalid()` does. Each rule is a
+small function `(spec, cluster) -> list[Problem]`; `RULES` lists them in report order. Without a GPU
+(`cluster.gpu is None`) the hardware rules (NVLink, FP8, memory) are skipped or reduced to warnings.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterable, Optional
+
+from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.errors import ERROR, WARNING, Problem
+from nemo_recipes.plan.hardware import GPUS, Cluster
+from nemo_recipes.plan.memory import MemoryBreakdown, estimate_memory
+from nemo_recipes.plan.report import PlanReport
+
+# Warn when the predicted total is within this fraction of capacity: the activation model is exact for the paper's
+# analytic values, but the "other" allowance is an estimate of a few GiB.
+TIGHT_MEMORY_FRACTION = 0.05
+# Warn when the pipeline bubble (p-1)/(v m) (Narayanan et al. 2021, Sec. 2.2) costs half of the ideal step time or more.
+BUBBLE_WARNING = 0.5
+
+Rule = Callable[[RecipeSpec, Cluster], list[Problem]]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _listing(values: Iterable[int], limit: int = 8) -> str:
+    values = list(values)
+    shown = ", ".join(str(v) for v in values[:limit])
+    return shown + (", ..." if len(values) > limit else "")
+
+
+def _data_parallel(spec: RecipeSpec, cluster: Cluster) -> Optional[int]:
+    """DP when the world size divides by TP x PP x CP, else None (that rule reports it)."""
+    world, mp = cluster.world_size, spec.model_parallel_size
+    return world // mp if world % mp == 0 else None
+
+
+# ---- parallel layout ----
+
+def world_size_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
+    world, mp = cluster.world_size, spec.model_parallel_size
+    if world % mp == 0:
+        return []
+    step = mp // math.gcd(mp, cluster.gpus_per_node)
+    nodes = max(step, math.ceil(cluster.nodes / step) * step)
+    layouts = [d for d in _divisors(world) if d <= mp][-4:]
+    return [Problem(
+        "world_size", world,
+        f"{world} GPUs ({cluster.nodes} node(s) x {cluster.gpus_per_node}) are not divisible by TP x PP x CP = "
+        f"{spec.tensor_parallel} x {spec.pipeline_parallel} x {spec.context_parallel} = {mp}, so there is no whole "
+        "number of data-parallel replicas.",
+        f"use a multiple of {mp} GPUs (for example {nodes} nodes of {cluster.gpus_per_node}), or choose "
+        f"tensor_parallel, pipeline_parallel and context_parallel whose product divides {world} "
+        f"(a product in {_listing(layouts)}).")]
+
+
+def tensor_parallel_domain_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
+    """TP all-reduces run every layer, so TP stays on NVLink: within a node, or an NVL72 domain."""
+    t, per_node, gpu = spec.tensor_parallel, cluster.gpus_per_node, cluster.gpu
+    if t <= per_node and per_node % t == 0:
+        return []
+    within_node = [d for d in _divisors(per_node) if spec.num_attention_heads % d == 0]
+    fix = (f"use tensor_parallel in {_listing(within_node)} (divides the {per_node} GPUs of a node) and raise "
+           "pipeline_parallel instead.")
+    if t <= per_node:
+        return [Problem("tensor_parallel", t,
+                        f"TP={t} does not divide the {per_node} GPUs of a node, so some TP groups straddle two "
+                        "nodes and their every-layer all-reduces cross the inter-node network.", fix)]
+    if gpu is None:
+        return [Problem("tensor_parallel", t,
+                        f"TP={t} is larger than a node ({per_node} GPUs); without a GPU type the planner cannot "
+                        "tell whether the NVLink domain spans nodes.", fix, WARNING)]
+    if t <= gpu.nvlink_domain and gpu.nvlink_domain % t == 0:
+        return [Problem("tensor_parallel", t,
+                        f"TP={t} spans {math.ceil(t / per_node)} nodes; {gpu.name}'s NVLink domain of "
+                        f"{gpu.nvlink_domain} GPUs covers it, but make sure the job's nodes share one domain.",
+                        f"keep the job inside one NVLink domain, or {fix}", WARNING)]
+    return [Problem("tensor_parallel", t,
+                    f"TP={t} is larger than the {per_node} GPUs of a node and {gpu.name}'s NVLink domain of "
+                    f"{gpu.nvlink_domain} GPUs; its every-layer all-reduces would cross the inter-node network.",
+                    fix)]
+
+
+def attention_heads_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
+    t, heads, groups = spec.tensor_parallel, spec.num_attention_heads, spec.kv_groups
+    problems = []
+    if spec.hidden_size % heads:
+        problems.append(Problem(
+            "num_attention_heads", heads,
+            f"hidden_size={spec.hidden_size} is not divisible by {heads} heads, so heads have no whole size.",
+            f"use a head count that divides {spec.hidden_size} (for example "
+            f"{_listing(d for d in _divisors(spec.hidden_size) if 8 <= d <= 256)}).",
+        ))
+    if heads % groups:
+        problems.append(Problem(
+            "num_query_groups", spec.num_query_groups,
+            f"{heads} attention heads cannot be split into {groups} query groups.",
+            f"use num_query_groups in {_listing(_divisors(heads))}.",
+        ))
+    ok = [d for d in _divisors(cluster.gpus_per_node) if heads % d == 0 and groups % d == 0]
+    if heads % t:
+        problems.append(Problem(
+            "tensor_parallel", t, f"num_attention_heads={heads} is not divisible by tensor_parallel={t}.",
+            f"use tensor_parallel in {_listing(ok)}.",
+        ))
+    elif groups % t:
+        problems.append(Problem(
+            "tensor_parallel", t, f"num_query_groups={groups} is not divisible by tensor_parallel={t}.",
+            f"use tensor_parallel in {_listing(ok)}, or num_query_groups a multiple of {t}.",
+        ))
+    if spec.ffn_hidden_size % t:
+        problems.append(Problem(
+            "ffn_hidden_size", spec.ffn_hidden_size,
+            f"ffn_hidden_size={spec.ffn_hidden_size} is not divisible by tensor_parallel={t} (the MLP is split "
+            "column-wise over TP).",
+            f"use an ffn_hidden_size that is a multiple of {t}, or a tensor_parallel that divides it.",
+        ))
+    return problems
+
+
+def pipeline_layers_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
+    l, p, vp = spec.num_layers, spec.pipeline_parallel, spec.virtual_pipeline
+    problems = []
+    if l % p:
+        problems.append(Problem(
+            "pipeline_parallel", p, f"num_layers={l} is not divisible by pipeline_parallel={p}.",
+            f"use pipeline_parallel in {_listing(_divisors(l))}.",
+        ))
+    if vp is not None and vp > 1:
+        if p == 1:
+            problems.append(Problem(
+                "virtual_pipeline", vp, "an interleaved schedule (virtual_pipeline) needs pipeline_parallel > 1.",
+                "unset virtual_pipeline, or use pipeline_parallel > 1.",
+            ))
+        elif l % (p * vp):
+            good = [v for v in _divisors(l // p) if v > 1] if l % p == 0 else []
+            problems.append(Problem(
+                "virtual_pipeline", vp,
+                f"num_layers={l} is not divisible by pipeline_parallel x virtual_pipeline = {p} x {vp} = {p * vp}.",
+                f"use virtual_pipeline in {_listing(good)} or unset it." if good else "unset virtual_pipeline.",
+            ))
+    return problems
+
+
+def interleaved_microbatches_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
+    """Megatron-Core's interleaved schedule groups micro-batches by PP and raises unless m is a multiple of p."""
+    vp, p = spec.virtual_pipeline, spec.pipeline_parallel
+    dp = _data_parallel(spec, cluster)
+    if not vp or vp < 2 or p < 2 or dp is None:
+        return []
+    m = spec.global_batch_size // (spec.micro_batch_size * dp)
+    if m >= p and m % p == 0:
+        return []
+    step = spec.micro_batch_size * dp * p
+    return [Problem(
+        "virtual_pipeline", vp,
+        f"the interleaved schedule needs the micro-batches per step (m = {m}) to be a multiple of "
+        f"pipeline_parallel={p}; Megatron-Core raises at the first step otherwise.",
+        f"set global_batch_size to a multiple of micro batch x DP x PP = {step}, or unset virtual_pipeline.",
+    )]
+
+
+def context_parallel_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
+    c, s = spec.context_parallel, spec.seq_length
+    if c == 1 or s % (2 * c) == 0:
+        return []
+    good = [d for d in _divisors(s) if d > 1 and s % (2 * d) == 0 and d <= 64]
+    return [Problem(
+        "context_parallel", c,
+        f"seq_length={s} is not divisible by 2 x context_parallel = {2 * c} (CP splits each sequence into 2c "
+        "chunks to balance the causal mask).",
+        f"use context_parallel in {_listing([1] + good)}, or a seq_length that is a multiple of {2 * c}.",
+    )]
+
+
+def sequence_parallel_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
+    if spec.sequence_parallel is True and spec.tensor_parallel == 1:
+        return [Problem(
+            "sequence_parallel", True, "sequence parallelism splits activations over TP ranks and needs "
+            "tensor_parallel > 1 (tensor_parallel is 1).",
+            "set sequence_parallel to None (automatic: on when TP > 1) or False, or use tensor_parallel > 1.",
+        )]
+    return []
+
+
+# ---- batch ----
+
+def global_batch_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
+    dp = _data_parallel(spec, cluster)
+    if dp is None:
+        return []
+    b, gbs = spec.micro_batch_size, spec.global_batch_size
+    step = b * dp
+    if gbs % step == 0:
+        return []
+    lower, upper = (gbs // step) * step, (gbs // step + 1) * step
+    near = " or ".join(str(v) for v in (lower, upper) if v > 0)
+    mbs = [d for d in _divisors(b) if gbs % (d * dp) == 0]
+    alt = f"; or micro_batch_size in {_listing(mbs)}" if mbs else ""
+    return [Problem(
+        "global_batch_size", gbs,
+        f"global_batch_size={gbs} is not divisible by micro batch x DP = {b} x {dp} = {step} "
+        f"(DP = {cluster.world_size} GPUs / TP x PP x CP {spec.model_parallel_size}).",
+        f"use global_batch_size {near}{alt}; or fit(..., scale_global_batch=True) to scale it with DP.",
+    )]
+
+
+def pipeline_bubble_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
+    p, dp = spec.pipeline_parallel, _data_parallel(spec, cluster)
+    if p == 1 or dp is None:
+        return []
+    v = spec.virtual_pipeline if spec.virtual_pipeline and spec.virtual_pipeline > 1 else 1
+    m = max(1, spec.global_batch_size // (spec.micro_batch_size * dp))
+    bubble = (p - 1) / (v * m)
+    if bubble < BUBBLE_WARNING:
+        return []
+    return [Problem(
+        "global_batch_size", spec.global_batch_size,
+        f"only {m} micro-batch(es) per step (gradient accumulation {m}) for {p} pipeline stages: the pipeline "
+        f"bubble (p-1)/(v m) = {bubble:.0%} of the ideal step time.",
+        "raise global_batch_size, lower micro_batch_size or pipeline_parallel, or set virtual_pipeline.",
+        WARNING,
+    )]
+
+
+def distributed_optimizer_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
+    dp = _data_parallel(spec, cluster)
+    if not spec.distributed_optimizer or dp is None or dp * spec.context_parallel > 1:
+        return []
+    return [Problem(
+        "distributed_optimizer", True,
+        "DP x CP = 1: the distributed optimizer has a single shard and saves no memory.",
+        "add data-parallel replicas (more nodes) to shard the optimizer state, or set distributed_optimizer=False.",
+        WARNING,
+    )]
+
+
+def recompute_layers_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
+    n = spec.recompute_num_layers
+    if n is None:
+        return []
+    if spec.recompute != "full":
+        return [Problem("recompute_num_layers", n, f"ignored: recompute is {spec.recompute!r}, not 'full'.",
+                        "set recompute='full', or unset recompute_num_layers.", WARNING)]
+    v = spec.virtual_pipeline if spec.virtual_pipeline and spec.pipeline_parallel > 1 else 1
+    chunk = math.ceil(spec.num_layers / (spec.pipeline_parallel * v))
+    if n > chunk:
+        return [Problem("recompute_num_layers", n,
+                        f"larger than the {chunk} layers of a model chunk; all of them are recomputed.",
+                        f"use recompute_num_layers <= {chunk}, or unset it to recompute every layer.", WARNING)]
+    return []
+
+
+# ---- precision and data ----
+
+def fp8_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
+    gpu = cluster.gpu
+    if spec.precision != "fp8" or gpu is None or gpu.supports_fp8:
+        return []
+    with_fp8 = [name for name, g in GPUS.items() if g.supports_fp8]
+    return [Problem(
+        "precision", "fp8", f"{gpu.name} has no FP8 tensor cores.",
+        f"use precision='bf16' on {gpu.name}, or a GPU with FP8 ({', '.join(with_fp8)}).",
+    )]
+
+
+def data_blend_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
+    paths, weights = spec.data_paths, spec.data_weights
+    problems = []
+    if weights and not paths:
+        problems.append(Problem("data_weights", list(weights), "blend weights given without data_paths.",
+                                "give one data path per weight, or remove data_weights."))
+    elif weights and len(weights) != len(paths):
+        problems.append(Problem(
+            "data_weights", list(weights),
+            f"{len(weights)} weights for {len(paths)} data paths.",
+            f"give exactly {len(paths)} weights (one per path), or none for an equal blend."))
+    bad = [w for w in weights if not (isinstance(w, (int, float)) and math.isfinite(w) and w > 0)]
+    if bad:
+        problems.append(Problem("data_weights", list(weights), f"weights must be positive numbers; got {bad}.",
+                                "use positive weights (they need not sum to 1; Megatron normalises them)."))
+    empty = [p for p in paths if not str(p).strip()]
+    if empty:
+        problems.append(Problem("data_paths", list(paths), "contains an empty path.",
+                                "give Megatron .bin/.idx prefixes, or leave data_paths empty for mock data."))
+    return problems
+
+
+RULES: tuple[Rule, ...] = (
+    world_size_rule,
+    tensor_parallel_domain_rule,
+    attention_heads_rule,
+    pipeline_layers_rule,
+    interleaved_microbatches_rule,
+    context_parallel_rule,
+    sequence_parallel_rule,
+    global_batch_rule,
+    fp8_rule,
+    data_blend_rule,
+    recompute_layers_rule,
+    pipeline_bubble_rule,
+    distributed_optimizer_rule,
+)
+
+
+def layout_problems(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
+    """Every problem except memory."""
+    problems: list[Problem] = []
+    for rule in RULES:
+        problems += rule(spec, cluster)
+    return problems
+
+
+# ---- memory ----
+
+def _error_fields(problems: list[Problem]) -> set[str]:
+    return {p.field for p in problems if p.severity == ERROR}
+
+
+def memory_fixes(spec: RecipeSpec, cluster: Cluster, *, flash_attention: bool = False) -> list[str]:
+    """Single changes that make `spec` fit on `cluster` without adding another error: recompute, a larger TP or
+    PP, a smaller micro batch, the distributed optimizer. Each as 'field=value (total GiB)'."""
+    baseline = _error_fields(layout_problems(spec, cluster))
+    fixes: list[str] = []
+
+    def fits(candidate: RecipeSpec) -> Optional[float]:
+        if _error_fields(layout_problems(candidate, cluster)) - baseline:
+            return None
+        total = estimate_memory(candidate, cluster, flash_attention=flash_attention).total
+        return total if total <= cluster.gpu.memory_gib else None
+
+    def first(candidates: Iterable[tuple[str, RecipeSpec]]) -> None:
+        for text, candidate in candidates:
+            total = fits(candidate)
+            if total is not None:
+                fixes.append(f"{text} ({total:.1f} GiB)")
+                return
+
+    if spec.recompute == "none":
+        first([("recompute='selective'", spec.replace(recompute="selective"))])
+    if spec.recompute != "full" or spec.recompute_num_layers:
+        if not fixes:  # selective is cheaper; name full only when selective is not enough
+            v = spec.virtual_pipeline if spec.virtual_pipeline and spec.pipeline_parallel > 1 else 1
+            chunk = math.ceil(spec.num_layers / (spec.pipeline_parallel * v))
+            first(((f"recompute='full', recompute_num_layers={k}" if k < chunk else "recompute='full'",
+                                 spec.replace(recompute="full", recompute_num_layers=k if k < chunk else None))
+                                for k in range(1, chunk + 1)))
+    tps = [t for t in range(spec.tensor_parallel + 1, cluster.gpus_per_node + 1) if cluster.gpus_per_node % t == 0]
+    first(((f"tensor_parallel={t}", spec.replace(tensor_parallel=t)) for t in tps))
+    pps = [p for p in range(spec.pipeline_parallel + 1, spec.num_layers + 1) if spec.num_layers % p == 0]
+    first(((f"pipeline_parallel={p}", spec.replace(pipeline_parallel=p, virtual_pipeline=None))
+                 for p in pps))
+    first(((f"micro_batch_size={b}", spec.replace(micro_batch_size=b))
+                  for b in range(spec.micro_batch_size - 1, 0, -1)))
+    if not spec.distributed_optimizer:
+        first([("distributed_optimizer=True", spec.replace(distributed_optimizer=True))])
+    return fixes
+
+
+def memory_problems(spec: RecipeSpec, cluster: Cluster, memory: MemoryBreakdown, *,
+                    flash_attention: bool = False) -> list[Problem]:
+    gpu = cluster.gpu
+    if gpu is None:
+        return []
+    parts = (f"weights {memory.weights:.1f}, gradients {memory.gradients:.1f}, optimizer {memory.optimizer:.1f}, "
+             f"activations {memory.activations:.1f}, other {memory.other:.1f} GiB")
+    total = round(memory.total, 1)
+    if memory.total > gpu.memory_gib:
+        fixes = memory_fixes(spec, cluster, flash_attention=flash_attention)
+        if fixes:
+            fix = "any one of: " + "; ".join(fixes) + "; or let nemo_recipes.plan.fit(spec, cluster) choose."
+        else:
+            fix = ("no single change of recompute, tensor_parallel, pipeline_parallel, micro_batch_size or "
+                   "distributed_optimizer fits; nemo_recipes.plan.fit(spec, cluster) combines them and names the "
+                   "smallest cluster that fits.")
+        return [Problem("memory", total,
+                        f"predicted {memory.total:.1f} GiB per GPU ({parts}) exceeds the {gpu.memory_gib:g} GiB of "
+                        f"{gpu.name}.", fix)]
+    if memory.headroom < TIGHT_MEMORY_FRACTION * gpu.memory_gib:
+        return [Problem("memory", total,
+                        f"predicted {memory.total:.1f} GiB per GPU ({parts}) leaves under "
+                        f"{TIGHT_MEMORY_FRACTION:.0%} of the {gpu.memory_gib:g} GiB of {gpu.name}; the 'other' "
+                        "allowance is an estimate.",
+                        "expect little headroom; a smaller micro batch or more recompute adds margin.", WARNING)]
+    return []
+
+
+def validate(spec: RecipeSpec, cluster: Cluster, *, flash_attention: bool = False) -> PlanReport:
+    """Check `spec` on `cluster` and report every problem; never raises for a bad plan.
+
+    `flash_attention=True` models a Transformer Engine build (no stored attention scores); the default models
+    Megatron-Core's local layer spec, which is what runs without Transformer Engine.
+    """
+    problems = layout_problems(spec, cluster)
+    memory = None
+    if cluster.gpu is not None:
+        memory = estimate_memory(spec, cluster, flash_attention=flash_attention)
+        problems += memory_problems(spec, cluster, memory, flash_attention=flash_attention)
+    return PlanReport(spec=spec, cluster=cluster, problems=problems, memory=memory)
