@@ -1,0 +1,98 @@
+"""FLOPs of a GPT training step: the model FLOPs that MFU counts and the hardware FLOPs a GPU really executes.
+
+Standard library only. Formulas and their sources are in `perf-model.md` section 2.2:
+
+- Forward pass, per token and layer: QKV projection `2·h·(q + 2·g·d_h)`, attention scores `2·s·q`, attention over V
+  `2·s·q`, output projection `2·q·h`, MLP `2·h·ffn·(2 if gated else 1) + 2·ffn·h`; plus `2·h·V` for the logits.
+  Backward costs twice the forward. For a standard GPT (MHA, ffn = 4h, q = h) the sum is Korthikanti et al. 2022,
+  Eq. 7: `72·l·h²·(1 + s/(6h) + V/(12·l·h))` per token, which is also Megatron-Core r0.8.0's
+  `num_floating_point_operations`.
+- Model FLOPs count neither recomputation nor a causal discount of the `s²` term (the convention of Korthikanti,
+  Megatron-Core until 2025-03 and NeMo up to 25.04). Hardware FLOPs add recomputation: full recomputation repeats the
+  forward of every layer but not the logits (Narayanan et al. 2021, Eq. 3, the 96-formula); selective recomputation
+  repeats the attention core (Korthikanti Eq. 8).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nemo_recipes.catalog import RecipeSpec
+
+MODEL_FLOPS_CONVENTION = ("Megatron 72-formula generalised to GQA/SwiGLU (Korthikanti et al. 2022 Eq. 7; Megatron-Core "
+                          "r0.8.0 num_floating_point_operations): padded vocabulary, no causal discount of the s^2 "
+                          "term, recomputation not counted")
+
+
+@dataclass(frozen=True)
+class TokenFlops:
+    """Forward FLOPs per token, split by kind of work (the backward pass costs twice each)."""
+
+    dense: float          # the four linear layers of every transformer layer, summed over layers
+    attention: float      # scores and attention-over-V, summed over layers, full s x s (no causal discount)
+    logits: float         # the output layer
+
+    @property
+    def forward(self) -> float:
+        return self.dense + self.attention + self.logits
+
+    @property
+    def model(self) -> float:
+        """Training FLOPs per token without recomputation: 3 x forward."""
+        return 3.0 * self.forward
+
+
+def forward_flops_per_token(spec: RecipeSpec) -> TokenFlops:
+    """Forward FLOPs per token of the whole model for `spec` (one sequence position, all layers)."""
+    h, s, layers = spec.hidden_size, spec.seq_length, spec.num_layers
+    d_head = h // spec.num_attention_heads
+    q = spec.num_attention_heads * d_head
+    kv = spec.kv_groups * d_head
+    mlp_in = spec.ffn_hidden_size * (2 if spec.gated_linear_unit else 1)
+    dense = 2.0 * (h * (q + 2 * kv) + q * h + h * mlp_in + spec.ffn_hidden_size * h)
+    attention = 4.0 * s * q
+    return TokenFlops(dense=layers * dense, attention=layers * attention,
+                      logits=2.0 * h * spec.padded_vocab_size)
+
+
+def model_flops_per_token(spec: RecipeSpec) -> float:
+    """Model FLOPs per token (the MFU numerator): `MODEL_FLOPS_CONVENTION`."""
+    return forward_flops_per_token(spec).model
+
+
+def recompute_fraction(spec: RecipeSpec) -> float:
+    """Fraction of a stage's layers whose forward is repeated under full recomputation.
+
+    `recompute_num_layers=None` means every layer (NeMo's uniform method over all layers of a stage); a number n means
+    n layers of every pipeline chunk (Megatron's block method), capped at the chunk size."""
+    if spec.recompute != "full":
+        return 0.0
+    if spec.recompute_num_layers is None:
+        return 1.0
+    chunks = spec.pipeline_parallel * (spec.virtual_pipeline or 1)
+    per_chunk = max(1.0, spec.num_layers / chunks)
+    return min(1.0, spec.recompute_num_layers / per_chunk)
+
+
+def hardware_flops_per_token(spec: RecipeSpec) -> float:
+    """FLOPs per token that the GPUs execute, recomputation included (still without a causal discount).
+
+    Full recomputation adds a forward of every recomputed layer, not of the logits (Narayanan Eq. 3); selective adds
+    the forward of the attention core (Korthikanti Eq. 8)."""
+    f = forward_flops_per_token(spec)
+    extra = 0.0
+    if spec.recompute == "full":
+        extra = recompute_fraction(spec) * (f.dense + f.attention)
+    elif spec.recompute == "selective":
+        extra = f.attention
+    return f.model + extra
+
+
+def narayanan_hardware_flops_per_token(layers: int, hidden: int, seq: int, vocab: int) -> float:
+    """Narayanan et al. 2021 Eq. 3 (full recomputation counted): `96·l·h²·(1 + s/(6h) + V/(16·l·h))`."""
+    return 96.0 * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+
+
+def korthikanti_model_flops_per_token(layers: int, hidden: int, seq: int, vocab: int) -> float:
+    """Korthikanti et al. 2022 Eq. 7: `72·l·h²·(1 + s/(6h) + V/(12·l·h))`."""
+    return 72.0 * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (12 * layers * hidden))
