@@ -76,10 +76,10 @@ def tensor_parallel_domain_rule(spec: RecipeSpec, cluster: Cluster) -> list[Prob
         return [Problem("tensor_parallel", t,
                         f"TP={t} is larger than a node ({per_node} GPUs); without a GPU type the planner cannot "
                         "tell whether the NVLink domain spans nodes.", fix, WARNING)]
-    if t <= gpu.nvlink_domain and gpu.nvlink_domain % t == 0:
+    if t <= gpu.nvlink_domain:
         return [Problem("tensor_parallel", t,
                         f"TP={t} spans {math.ceil(t / per_node)} nodes; {gpu.name}'s NVLink domain of "
-                        f"{gpu.nvlink_domain} GPUs covers it, but make sure the job's nodes share one domain.",
+                        f"{gpu.nvlink_domain} GPUs can cover it, but only if each TP group's nodes share one domain.",
                         f"keep the job inside one NVLink domain, or {fix}", WARNING)]
     return [Problem("tensor_parallel", t,
                     f"TP={t} is larger than the {per_node} GPUs of a node and {gpu.name}'s NVLink domain of "
