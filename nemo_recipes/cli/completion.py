@@ -12,7 +12,8 @@ from nemo_recipes.cli import _output
 
 HELP = "print a shell completion script (recipe names, GPUs, verbs, options)"
 EXAMPLES = """\
-  eval "$(nemo-recipes completion bash)"                 # this shell; add the line to ~/.bashrc to keep it
+  nemo-recipes completion bash > ~/.local/share/bash-completion/completions/nemo-recipes
+  eval "$(nemo-recipes completion bash)"                 # this shell only
   nemo-recipes completion zsh > "${fpath[1]}/_nemo-recipes"
   nemo-recipes completion fish > ~/.config/fish/completions/nemo-recipes.fish"""
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import textwrap
 from typing import Any, Optional
 
 from nemo_recipes.catalog import RECIPES, RecipeSpec, closest_recipe, get_recipe
@@ -20,7 +22,7 @@ HELP = "check a recipe against your cluster: problems, memory per GPU, throughpu
 EXAMPLES = """\
   nemo-recipes plan gpt_70b                                  # on its default cluster (4 x 8 H100 80 GB)
   nemo-recipes plan gpt_70b --nodes 16 --gpu h200 --tokens 1T
-  nemo-recipes plan gpt_175b --nodes 4 --fit                 # change parallelism and batch until it fits
+  nemo-recipes plan gpt_175b --nodes 6 --fit                 # change parallelism and batch until it fits
   nemo-recipes plan gpt_13b tensor_parallel=4 micro_batch_size=2 --plot plan.png
   nemo-recipes plan --custom --layers 48 --hidden 6144 --heads 48 --seq 4096 --tp 4 --pp 2 --gbs 1024 --nodes 4
   nemo-recipes plan gpt_7b --json | jq .memory_gib.total"""
@@ -58,6 +60,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     what = parser.add_argument_group("what to plan")
     what.add_argument("--fit", action="store_true",
                       help="change parallelism and batch until the plan fits the cluster, and show the changes")
+    what.add_argument("--scale-global-batch", action="store_true",
+                      help="with --fit: keep the recipe's sequences per data-parallel replica, so the global batch "
+                           "grows or shrinks with the cluster, and rescale max_lr (see --lr-scaling)")
+    what.add_argument("--lr-scaling", choices=("sqrt", "linear", "none"), default="sqrt",
+                      help="with --fit --scale-global-batch: how max_lr follows the global batch (default: sqrt)")
     what.add_argument("--tokens", metavar="COUNT", help="training tokens for the time to train, e.g. 300B, 1.5T")
     what.add_argument("--plot", metavar="FILE", help="draw memory per GPU and tokens/s against GPUs (.png or .svg)")
     what.add_argument("--json", action="store_true",
@@ -109,11 +116,13 @@ def _spec_and_cluster(args: argparse.Namespace) -> tuple[RecipeSpec, Cluster, di
                                               "write it like 300B, 1.5T or 3e11.")]) from None
     nodes = args.nodes if args.nodes is not None else base.num_nodes
     gpus_per_node = args.gpus_per_node if args.gpus_per_node is not None else base.num_gpus_per_node
-    # The spec's own cluster size follows the planned cluster, so derived values (DP, steps) agree with it.
-    if isinstance(nodes, int) and nodes >= 1:
-        more["num_nodes"] = nodes
-    if isinstance(gpus_per_node, int) and gpus_per_node >= 1:
-        more["num_gpus_per_node"] = gpus_per_node
+    # The spec's own cluster size follows the planned cluster, so derived values (DP, steps) agree with it; except
+    # with --fit, which moves the recipe onto the cluster itself and scales from the recipe's own data parallelism.
+    if not args.fit:
+        if isinstance(nodes, int) and nodes >= 1:
+            more["num_nodes"] = nodes
+        if isinstance(gpus_per_node, int) and gpus_per_node >= 1:
+            more["num_gpus_per_node"] = gpus_per_node
     cluster = Cluster.of(nodes, gpus_per_node, args.gpu or base.default_gpu)
     spec, applied = apply_overrides(base, overrides, **more)
     return spec, cluster, applied
@@ -181,7 +190,8 @@ def run(args: argparse.Namespace) -> int:
                                           "name the file plan.png or plan.svg.")])
     spec, cluster, _ = _spec_and_cluster(args)
     if args.fit:
-        result = fit(spec, cluster)
+        result = fit(spec, cluster, scale_global_batch=args.scale_global_batch,
+                     lr_scaling=None if args.lr_scaling == "none" else args.lr_scaling)
         spec, report = result.spec, result.report
     else:
         report = validate(spec, cluster)
@@ -219,7 +229,9 @@ def _plot(path: str, report: Any, spec: RecipeSpec, cluster: Cluster, throughput
         raise _output.CLIError("--plot needs matplotlib; install it with: pip install 'nemo-recipes[plot]'") from None
     memory = report.to_dict()["memory_gib"] or {}
     scaling = _scaling(spec, cluster) if throughput is not None else []
-    title = report._title() + ("" if report.valid else ": INVALID")
+    gpu = cluster.gpu.name if cluster.gpu else "GPUs"
+    title = (f"{spec.name} on {cluster.nodes} x {cluster.gpus_per_node} {gpu} ({cluster.world_size} GPUs)"
+             + ("" if report.valid else ": INVALID"))
     try:
         return plot_plan(path, title=title, memory_gib=memory, scaling=scaling if len(scaling) > 1 else None)
     except OSError as error:
@@ -235,8 +247,9 @@ def _human(report: dict, spec: RecipeSpec) -> str:
     lines = [f"{report['recipe']} on {c['nodes']} x {c['gpus_per_node']} {gpu} ({c['world_size']} GPUs): {verdict}",
              f"  {_output.human_count(spec.num_parameters)} parameters; TP {p['tp']} x PP {p['pp']} x CP {p['cp']} "
              f"x DP {p['dp']}" + (f", VP {p['vp']}" if p["vp"] else "") + f", sequence parallel "
-             f"{'on' if p['sp'] else 'off'}; micro batch {p['micro_batch_size']}, global batch "
-             f"{p['global_batch_size']}, gradient accumulation {p['grad_accumulation']}; recompute {spec.recompute}"]
+             f"{'on' if p['sp'] else 'off'}, recompute {spec.recompute}, {spec.precision}",
+             f"  micro batch {p['micro_batch_size']}, global batch {p['global_batch_size']}, gradient accumulation "
+             f"{p['grad_accumulation']}, sequence {spec.seq_length}"]
 
     memory = report["memory_gib"]
     if memory:
@@ -267,12 +280,18 @@ def _human(report: dict, spec: RecipeSpec) -> str:
 
     if report["changes"]:
         lines += ["", "changes made by --fit"]
-        lines += [f"  {ch['field']}: {_output.human_value(ch['from'])} -> {_output.human_value(ch['to'])}  "
-                  f"({ch['why']})" for ch in report["changes"]]
+        lines += [_wrapped(f"{ch['field']}: {_output.human_value(ch['from'])} -> {_output.human_value(ch['to'])} "
+                           f"({ch['why']})") for ch in report["changes"]]
     if report["problems"]:
         lines += ["", "problems"]
-        lines += [f"  {pr['severity']}: {pr['field']}={pr['value']!r}: {pr['message']} Fix: {pr['fix']}"
+        lines += [_wrapped(f"{pr['severity']}: {pr['field']}={pr['value']!r}: {pr['message']} Fix: {pr['fix']}")
                   for pr in report["problems"]]
     if report.get("plot"):
         lines += ["", f"plot written to {report['plot']}"]
     return "\n".join(lines)
+
+
+def _wrapped(text: str) -> str:
+    """One bullet folded to the terminal width, continuation lines indented under it."""
+    width = max(60, shutil.get_terminal_size((100, 24)).columns - 1)
+    return textwrap.fill(text, width, initial_indent="  - ", subsequent_indent="    ")
