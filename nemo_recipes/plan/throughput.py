@@ -231,8 +231,9 @@ def _group_bandwidth_gb_s(gpu: GPU, group: int, stride: int, gpus_per_node: int)
     Inside one NVLink domain it is NVLink. Across nodes NCCL's rings leave every node once per ring, one ring per NIC
     that the group owns on the node: the group's k GPUs per node bring k NICs, so the bus bandwidth is k times a
     NIC's (capped by NVLink)."""
-    # An NVLink domain larger than a node (GB200 NVL72) spans nodes; otherwise it ends at the node.
-    domain = gpu.nvlink_domain if gpu.nvlink_domain > gpus_per_node else min(gpu.nvlink_domain, gpus_per_node)
+    # An HGX/DGX baseboard links 8 GPUs; a larger NVLink domain (GB200 NVL72) is a rack that spans nodes, while a
+    # smaller node ends the domain at the node.
+    domain = gpu.nvlink_domain if gpu.nvlink_domain > 8 else min(gpu.nvlink_domain, gpus_per_node)
     if group * stride <= domain:
         return gpu.nvlink_gb_s
     per_node = max(1, min(group, gpus_per_node // stride)) if stride < gpus_per_node else 1
