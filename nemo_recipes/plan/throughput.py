@@ -3,8 +3,9 @@
 Standard library only. An analytical model of one Megatron training step, built from the formulas of
 `perf-model.md` (section numbers below refer to it):
 
-- **Compute.** Matrix FLOPs of every layer (2.2), recomputation included, at the GPU's dense peak for the precision
-  times an achievable matrix efficiency. FP8 (Transformer Engine) runs the linear layers of the transformer blocks in
+- **Compute.** Every GEMM of a layer (forward, data and weight gradients; 2.2), recomputation included, at the GPU's
+  dense peak for the precision times an achievable matrix efficiency, plus its operands' HBM traffic (a smooth
+  roofline, so small GEMMs are slower per FLOP). FP8 (Transformer Engine) runs the linear layers of the transformer blocks in
   FP8; attention and the output layer stay in BF16 (as in Megatron-Core and NeMo unless FP8 attention is asked for).
   The attention core is a fused (flash) kernel: it skips the masked half of the causal score matrix and its backward
   recomputes the scores, so it executes `0.5 x (1 + 2.5)` times the forward attention FLOPs that the 72-formula counts
@@ -20,8 +21,11 @@ Standard library only. An analytical model of one Megatron training step, built 
   over NVLink when the group fits in a node and otherwise over the NICs of the group's GPUs; with overlap only what
   exceeds the backward (forward) of one micro-batch is exposed.
 - **Context parallelism**: each rank holds `s/c` tokens; K/V chunks travel in a ring, hidden behind attention compute.
+- **Optimizer**: Adam on the local (distributed-optimizer) shard and the gradient-buffer reset, at HBM bandwidth.
 
-Global constants below, each with its source; there is no per-model or per-row adjustment.
+`stack=` names the software: "transformer-engine" (default; Megatron-Core + TE as NeMo 2 runs it) or
+"megatron-legacy" (Megatron-LM of the 2021-22 papers: unfused softmax attention whose s x s tensors go through HBM,
+no TP overlap). Global constants below, each with its source; there is no per-model or per-row adjustment.
 """
 
 from __future__ import annotations
