@@ -78,7 +78,8 @@ def hardware_flops_per_token(spec: RecipeSpec) -> float:
     """FLOPs per token that the GPUs execute, recomputation included (still without a causal discount).
 
     Full recomputation adds a forward of every recomputed layer, not of the logits (Narayanan Eq. 3); selective adds
-    the forward of the attention core (Korthikanti Eq. 8)."""
+    the forward of the attention core, `4·s·h` per layer and token (Korthikanti Eq. 8 writes `s/(3h)` for the
+    attention term, i.e. three times that; we count the work once)."""
     f = forward_flops_per_token(spec)
     extra = 0.0
     if spec.recompute == "full":
