@@ -222,10 +222,12 @@ def _best(spec: RecipeSpec, cluster: Cluster, *, per_replica: Optional[float],
 
 
 def smallest_cluster(spec: RecipeSpec, cluster: Cluster, *, scale_global_batch: bool = False,
-                     flash_attention: bool = False, max_nodes: int = MAX_NODES) -> Optional[Cluster]:
-    """The fewest nodes (of this cluster's node size and GPU) on which `fit` finds a plan, or None up to max_nodes."""
+                     flash_attention: bool = False, min_nodes: int = 1,
+                     max_nodes: int = MAX_NODES) -> Optional[Cluster]:
+    """The fewest nodes, at least `min_nodes`, of this cluster's node size and GPU on which `fit` finds a plan;
+    None up to `max_nodes`."""
     per_replica = _per_replica(spec) if scale_global_batch else None
-    for nodes in range(1, max_nodes + 1):
+    for nodes in range(max(1, min_nodes), max_nodes + 1):
         trial = Cluster(nodes=nodes, gpus_per_node=cluster.gpus_per_node, gpu=cluster.gpu)
         if _best(_on_cluster(spec, trial), trial, per_replica=per_replica, flash_attention=flash_attention):
             return trial
@@ -295,15 +297,17 @@ def fit(spec: RecipeSpec, cluster: Cluster, *, scale_global_batch: bool = False,
         base = base.replace(global_batch_size=_scaled_batch(per_replica, dp, base.micro_batch_size))
     first = validate(base, cluster, flash_attention=flash_attention)
     chosen: Optional[_Candidate] = None
-    if first.valid:
+    within_node = cluster.gpus_per_node % base.tensor_parallel == 0
+    if first.valid and within_node:
         fitted, reason = base, "as given"
     else:
         chosen = _best(base, cluster, per_replica=per_replica, flash_attention=flash_attention)
         if chosen is None:
             raise _nothing_fits(spec, cluster, first, scale_global_batch, flash_attention)
         fitted = chosen.spec
-        error = first.errors[0]
-        reason = f"as given, {error.field}={error.value}: {error.message.rstrip('.')}"
+        error = first.errors[0] if first.errors else None
+        reason = (f"as given, {error.field}={error.value}: {error.message.rstrip('.')}" if error else
+                  f"as given, TP={base.tensor_parallel} does not fit in a node of {cluster.gpus_per_node} GPUs")
     if scale_global_batch:
         fitted = fitted.replace(max_lr=_scaled_lr(spec.max_lr, spec.global_batch_size, fitted.global_batch_size,
                                                   lr_scaling))
@@ -318,9 +322,17 @@ def _nothing_fits(spec: RecipeSpec, cluster: Cluster, first: PlanReport, scale_g
     gpu = "GPU" if cluster.gpu is None else cluster.gpu.name
     smallest = smallest_cluster(spec, cluster, scale_global_batch=scale_global_batch,
                                 flash_attention=flash_attention)
-    if smallest is not None:
+    if smallest is not None and smallest.nodes > cluster.nodes:
         fix = (f"use at least {smallest.nodes} node(s) of {cluster.gpus_per_node} x {gpu} "
                f"({smallest.world_size} GPUs), the smallest cluster on which fit finds a plan")
+    elif smallest is not None:
+        # Smaller clusters work, so the batch arithmetic, not the size, is what fails here: name the next size up.
+        larger = smallest_cluster(spec, cluster, scale_global_batch=scale_global_batch,
+                                  flash_attention=flash_attention, min_nodes=cluster.nodes + 1)
+        fix = (f"fit finds a plan on {smallest.nodes} node(s) of {cluster.gpus_per_node} x {gpu}, the smallest "
+               "cluster that works")
+        if larger is not None:
+            fix += f", and on {larger.nodes} node(s), the next size up"
     else:
         fix = f"no cluster of up to {MAX_NODES} nodes of {cluster.gpus_per_node} x {gpu} fits"
     if not scale_global_batch:

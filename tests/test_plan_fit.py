@@ -1,0 +1,161 @@
+"""fit: plans that validate, every change logged, batch and learning-rate scaling, the smallest cluster when
+nothing fits, and the closest recipe for a parameter count."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from nemo_recipes.catalog import RECIPES, closest_recipe
+from nemo_recipes.errors import InvalidRecipeError
+from nemo_recipes.plan import GPUS, Cluster, fit, fit_closest, smallest_cluster, validate
+
+H100 = Cluster.of(1, 8, "h100")
+
+
+def assert_changes_match(original, result):
+    """Every changed field is logged once, with the right from/to, and nothing else is logged."""
+    changed = {c.field: c for c in result.changes}
+    for name, value in original.to_dict().items():
+        new = getattr(result.spec, name)
+        if new != value:
+            assert name in changed, name
+            assert changed[name].from_ == value and changed[name].to == new and changed[name].why
+        else:
+            assert name not in changed, name
+    assert result.report.changes == result.changes
+    assert [c.to_dict() for c in result.changes] == result.report.to_dict()["changes"]
+
+
+@pytest.mark.parametrize("name", list(RECIPES))
+def test_a_valid_recipe_on_its_default_cluster_is_unchanged(name):
+    spec = RECIPES[name]
+    result = fit(spec, Cluster.of(spec.num_nodes, spec.num_gpus_per_node, spec.default_gpu))
+    assert result.spec == spec and result.changes == [] and result.report.valid
+
+
+def test_fit_makes_the_seed_7b_row_fit_on_80gb():
+    seed = RECIPES["gpt_7b"].replace(recompute="selective")
+    result = fit(seed, H100)
+    assert result.report.valid and validate(result.spec, H100).valid
+    assert result.changes and all("93.6 GiB" in c.why for c in result.changes)
+    assert_changes_match(seed, result)
+
+
+def test_fit_moves_70b_to_fewer_larger_gpus_keeping_tp_within_a_node():
+    spec = RECIPES["gpt_70b"]
+    cluster = Cluster.of(2, 8, "h200")
+    result = fit(spec, cluster)
+    fitted = result.spec
+    assert result.report.valid
+    assert fitted.tensor_parallel <= cluster.gpus_per_node and cluster.gpus_per_node % fitted.tensor_parallel == 0
+    assert fitted.model_parallel_size * result.report.data_parallel_size == cluster.world_size
+    assert (fitted.num_nodes, fitted.default_gpu) == (2, "h200")
+    assert_changes_match(spec, result)
+
+
+def test_grad_accumulation_and_dp_are_derived_from_the_cluster():
+    spec = RECIPES["gpt_1_3b"]
+    result = fit(spec, Cluster.of(4, 8, "h100"))
+    report = result.report.to_dict()["parallelism"]
+    assert report["dp"] == 32 // result.spec.model_parallel_size
+    assert report["grad_accumulation"] * report["dp"] * report["micro_batch_size"] == report["global_batch_size"]
+
+
+@pytest.mark.parametrize("rule", ["sqrt", "linear", None])
+def test_scale_global_batch_follows_dp_and_rescales_the_learning_rate(rule):
+    spec = RECIPES["gpt_13b"]  # default DP 4 on 8 GPUs
+    result = fit(spec, Cluster.of(4, 8, "h100"), scale_global_batch=True, lr_scaling=rule)
+    dp = result.report.data_parallel_size
+    assert result.spec.global_batch_size == spec.global_batch_size * dp // spec.data_parallel_size
+    ratio = result.spec.global_batch_size / spec.global_batch_size
+    expected = {"sqrt": math.sqrt(ratio), "linear": ratio, None: 1.0}[rule]
+    assert result.spec.max_lr == pytest.approx(spec.max_lr * expected)
+    fields = {c.field for c in result.changes}
+    assert "global_batch_size" in fields and (("max_lr" in fields) == (rule is not None))
+    assert_changes_match(spec, result)
+
+
+def test_without_scaling_the_global_batch_is_kept():
+    spec = RECIPES["gpt_13b"]
+    result = fit(spec, Cluster.of(4, 8, "h100"))
+    assert result.spec.global_batch_size == spec.global_batch_size and result.spec.max_lr == spec.max_lr
+
+
+def test_nothing_fits_names_the_smallest_cluster_and_it_is_minimal():
+    spec = RECIPES["gpt_175b"]
+    cluster = Cluster.of(1, 8, "a100-40gb")
+    with pytest.raises(InvalidRecipeError) as raised:
+        fit(spec, cluster)
+    problem = raised.value.problems[0]
+    assert problem.field == "cluster" and "at least" in problem.fix
+    smallest = smallest_cluster(spec, cluster)
+    assert f"at least {smallest.nodes} node(s)" in problem.fix
+    assert fit(spec, smallest).report.valid
+    with pytest.raises(InvalidRecipeError):
+        fit(spec, Cluster.of(smallest.nodes - 1, 8, "a100-40gb"))
+
+
+def test_fields_fit_cannot_change_are_reported_without_searching():
+    with pytest.raises(InvalidRecipeError) as raised:
+        fit(RECIPES["gpt_1_3b"].replace(precision="fp8"), Cluster.of(1, 8, "a100"))
+    assert [p.field for p in raised.value.problems] == ["precision"]
+
+
+def test_unknown_lr_rule_is_refused():
+    with pytest.raises(InvalidRecipeError) as raised:
+        fit(RECIPES["gpt_1_3b"], H100, lr_scaling="cubic")
+    assert raised.value.problems[0].field == "lr_scaling"
+
+
+def test_distributed_optimizer_is_switched_on_when_it_is_what_fits():
+    spec = RECIPES["gpt_13b"].replace(distributed_optimizer=False)
+    result = fit(spec, H100)
+    assert result.report.valid
+    assert_changes_match(spec, result)
+
+
+def test_fit_closest_uses_the_catalog_closest_recipe():
+    result = fit_closest(30e9, Cluster.of(8, 8, "h100"))
+    assert result.spec.name == closest_recipe(30e9).name and result.report.valid
+
+
+def test_fit_without_a_gpu_fixes_the_layout_only():
+    spec = RECIPES["gpt_70b"]
+    result = fit(spec, Cluster.of(2, 8))
+    assert result.report.valid and result.report.memory is None
+    assert result.spec.model_parallel_size * result.report.data_parallel_size == 16
+
+
+def test_a_batch_that_no_layout_divides_names_working_cluster_sizes():
+    # 70B on 24 GPUs: DP must divide 1024 sequences, so TP x PP would have to be 3, 6, 12 or 24 with PP dividing 80.
+    spec, cluster = RECIPES["gpt_70b"], Cluster.of(3, 8)
+    with pytest.raises(InvalidRecipeError) as raised:
+        fit(spec, cluster)
+    fix = raised.value.problems[0].fix
+    smaller = smallest_cluster(spec, cluster)
+    larger = smallest_cluster(spec, cluster, min_nodes=4)
+    assert smaller.nodes < 3 < larger.nodes
+    assert f"{smaller.nodes} node(s)" in fix and f"{larger.nodes} node(s)" in fix and "scale_global_batch" in fix
+    assert fit(spec, cluster, scale_global_batch=True).report.valid
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(list(RECIPES)), nodes=st.integers(1, 24), per_node=st.sampled_from([4, 8]),
+       gpu=st.sampled_from([None, *GPUS]), scale=st.booleans(), micro_batch=st.integers(1, 4),
+       recompute=st.sampled_from(["none", "selective", "full"]))
+def test_any_plan_fit_returns_validates(name, nodes, per_node, gpu, scale, micro_batch, recompute):
+    spec = RECIPES[name].replace(micro_batch_size=micro_batch, recompute=recompute)
+    cluster = Cluster.of(nodes, per_node, gpu)
+    try:
+        result = fit(spec, cluster, scale_global_batch=scale)
+    except InvalidRecipeError as error:
+        assert error.problems and error.problems[0].fix
+        return
+    assert result.report.valid, result.report.summary()
+    assert validate(result.spec, cluster).valid
+    assert result.spec.tensor_parallel <= per_node
+    assert_changes_match(spec, result)
