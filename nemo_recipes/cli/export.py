@@ -1,9 +1,9 @@
 """`nemo-recipes export NAME`: the resolved recipe as NeMo-Run writes it (YAML, JSON or TOML), loadable again.
 
-Writing goes through NeMo-Run's own `ConfigSerializer` (the machinery behind `nemo llm pretrain --to-yaml`), so the
-file is what NeMo-Run reads back with `ConfigSerializer().load(path)`. This verb imports NeMo (seconds); it does so
-inside `run`, never when the CLI starts.
-"""
+Writing goes through NeMo-Run's own `ConfigSerializer` (the machinery behind `nemo llm pretrain --to-yaml`).
+Reading back (`load`) uses NeMo-Run's reader for the three formats and rebuilds the configuration from the
+`_target_` markers NeMo-Run wrote; every export is checked that way before it is written (`--no-check` skips it).
+This verb imports NeMo (seconds); it does so inside `run`, never when the CLI starts."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ EXAMPLES = """\
   nemo-recipes export gpt_70b -o gpt_70b.yaml                     # format from the extension
   nemo-recipes export gpt_70b --format toml num_nodes=8 > gpt_70b_8n.toml
   nemo-recipes export gpt_1_3b --format json --name run1 --dir /results
-  # load it back in Python: nemo_run.cli.config.ConfigSerializer().load("gpt_70b.yaml")"""
+  # load it back in Python: nemo_recipes.cli.export.load("gpt_70b.yaml") -> run.Partial"""
 
 FORMATS = ("yaml", "json", "toml")
 _SUFFIX_FORMAT = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".toml": "toml"}
@@ -41,8 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
     parser.add_argument("--name", default=None, help="experiment name in the log configuration (default: NAME)")
     parser.add_argument("--dir", default=None, help="log/checkpoint directory in the configuration")
+    parser.add_argument("--no-check", dest="check", action="store_false",
+                        help="skip loading the written configuration back and comparing it with the recipe")
     parser.add_argument("--json", action="store_true",
-                        help="print JSON: {recipe, format, output, bytes, overrides, content (without -o)}")
+                        help="print JSON: {recipe, format, output, bytes, overrides, round_trip, content (without -o)}")
     parser.set_defaults(run=run)
 
 
@@ -74,6 +76,68 @@ def serialize(partial: Any, fmt: str) -> str:
             "toml": serializer.serialize_toml}[fmt](partial)
 
 
+def load(path: str) -> Any:
+    """The `run.Partial` of an exported file: NeMo-Run's own reader for the three formats
+    (`ConfigSerializer.load_dict`), then each `_target_` mapping rebuilt as the `run.Config` / `run.Partial` /
+    plain reference (`_call_: false`) that NeMo-Run's YAML representers wrote.
+
+    Why not `ConfigSerializer().load(path)`: in NeMo-Run 0.11.1 it goes through the command-line parser, which
+    cannot rebuild a `datetime.timedelta` (NeMo's checkpoint interval) or a list of callback configs, so it fails on
+    NeMo's own recipes as well as on ours.
+    """
+    from nemo_run.cli.config import ConfigSerializer
+
+    return _rebuild(ConfigSerializer().load_dict(path))
+
+
+def _loads_back_equal(text: str, fmt: str, partial: Any) -> bool:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, f"recipe.{fmt}")
+        with open(path, "w") as handle:
+            handle.write(text)
+        try:
+            return load(path) == partial
+        except Exception:  # any failure to read or rebuild means the file is not loadable: reported by the caller
+            return False
+
+
+def _rebuild(value: Any) -> Any:
+    import nemo_run as run_api
+
+    if isinstance(value, list):
+        return [_rebuild(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if "_target_" not in value:
+        return {k: _rebuild(v) for k, v in value.items()}
+    target = _locate(value["_target_"])
+    if value.get("_call_") is False:
+        return target
+    kwargs = {k: _rebuild(v) for k, v in value.items() if k not in ("_target_", "_partial_", "_call_")}
+    return (run_api.Partial if value.get("_partial_") else run_api.Config)(target, **kwargs)
+
+
+def _locate(path: str) -> Any:
+    """'pkg.module.Class.attr' -> the object: the longest importable module prefix, then attributes."""
+    import importlib
+
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        try:
+            for name in parts[cut:]:
+                obj = getattr(obj, name)
+            return obj
+        except AttributeError:
+            continue
+    raise _output.CLIError(f"cannot import {path!r}, named as a _target_ in the file")
+
+
 def resolved_dict(spec: RecipeSpec) -> dict[str, Any]:
     """The recipe as the plain data `export --format yaml` writes (for `diff` against a file)."""
     import yaml
@@ -103,6 +167,13 @@ def run(args: argparse.Namespace) -> int:
     if not text.endswith("\n"):
         text += "\n"
 
+    round_trip = None
+    if args.check:
+        with _quiet_stdout():
+            round_trip = _loads_back_equal(text, fmt, partial)
+        if not round_trip:
+            raise _output.CLIError(f"the {fmt} configuration of {spec.name} does not load back equal to the recipe; "
+                                   "nothing written. Try another --format, or --no-check to write it anyway.")
     if args.output:
         try:
             with open(args.output, "w") as handle:
@@ -111,13 +182,14 @@ def run(args: argparse.Namespace) -> int:
             raise _output.CLIError(f"cannot write {args.output}: {error.strerror or error}") from None
     if args.json:
         payload = {"recipe": spec.name, "format": fmt, "output": args.output, "bytes": len(text.encode()),
-                   "overrides": overrides}
+                   "overrides": overrides, "round_trip": round_trip}
         if not args.output:
             payload["content"] = text
         _output.print_json(payload)
     elif args.output:
-        print(f"wrote {args.output} ({fmt}, {len(text.encode()):,} bytes); load it with "
-              f"nemo_run.cli.config.ConfigSerializer().load({args.output!r})", file=sys.stderr)
+        checked = "; it loads back equal to the recipe" if round_trip else ""
+        print(f"wrote {args.output} ({fmt}, {len(text.encode()):,} bytes){checked}. Load it in Python with "
+              f"nemo_recipes.cli.export.load({args.output!r})", file=sys.stderr)
     else:
         sys.stdout.write(text)
     return _output.EXIT_OK

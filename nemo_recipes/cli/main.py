@@ -55,8 +55,34 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def parse(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    """parse_args, except that `key=value` overrides may also come after options (`plan gpt_70b --nodes 8 tp=...`).
+
+    argparse stops filling a `nargs="*"` positional at the first option, and its intermixed mode refuses
+    sub-commands, so the leftovers that look like overrides are appended here.
+    """
+    args, extra = parser.parse_known_args(argv)
+    overrides = [e for e in extra if "=" in e and not e.startswith("-")]
+    if overrides and hasattr(args, "overrides"):
+        args.overrides = [*args.overrides, *overrides]
+        extra = [e for e in extra if e not in overrides]
+    if extra:
+        verb_parser = _verb_parsers(parser).get(getattr(args, "verb", None), parser)
+        options = [o for a in verb_parser._actions for o in a.option_strings]
+        hint = did_you_mean(extra[0].split("=")[0], options) if extra[0].startswith("-") else ""
+        verb_parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+    return args
+
+
+def _verb_parsers(parser: argparse.ArgumentParser) -> dict:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(build_parser(), argv)
     as_json = getattr(args, "json", False)
     try:
         return args.run(args)

@@ -1,0 +1,136 @@
+"""`export`, `diff` against an exported file, and `launch --dryrun`: the verbs that import NeMo (about 20-25 s per
+subprocess on a 2-core machine, so few of them). Input errors are caught before NeMo is imported, and are fast."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from _cli import ENV, cli
+
+# ---- fast: refused before NeMo is imported ----
+
+@pytest.mark.parametrize("args, message", [
+    (("gpt_70b", "-o", "out.txt"),
+     "nemo-recipes export: error: output='out.txt': has no known extension (.txt). "
+     "Fix: end it in .yaml, .json or .toml, or give --format.\n"),
+    (("gpt_70b", "--format", "json", "-o", "out.yaml"),
+     "nemo-recipes export: error: format='json': disagrees with the extension of 'out.yaml'. "
+     "Fix: use --format yaml or name the file *.json.\n"),
+    (("gpt_70", "-o", "out.yaml"),
+     "nemo-recipes export: error: recipe='gpt_70': unknown recipe (did you mean 'gpt_70b'?). "
+     "Fix: use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b.\n"),
+], ids=["extension", "format-mismatch", "recipe"])
+def test_export_input_errors(args, message, tmp_path):
+    result = cli("export", *args, cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == message
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_launch_needs_an_executor():
+    result = cli("launch", "gpt_1_3b", "--dryrun")
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == ("nemo-recipes launch: error: the following arguments are required: "
+                                              "--executor")
+
+
+# ---- with NeMo ----
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """gpt_1_3b with num_nodes=2, exported once as YAML by the CLI (shared by the tests below)."""
+    folder = tmp_path_factory.mktemp("export")
+    path = folder / "gpt_1_3b.yaml"
+    result = cli("export", "gpt_1_3b", "num_nodes=2", "-o", str(path), "--json", timeout=300)
+    return path, result
+
+
+@pytest.mark.nemo
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("nemo") is None, reason="needs NeMo")
+def test_export_writes_a_checked_nemo_run_file(exported):
+    path, result = exported
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout) == {"recipe": "gpt_1_3b", "format": "yaml", "output": str(path),
+                                         "bytes": path.stat().st_size, "overrides": {"num_nodes": 2},
+                                         "round_trip": True}
+    text = path.read_text()
+    assert text.startswith("_partial_: true\n_target_: nemo.collections.llm.api.pretrain\n")
+    assert "  num_nodes: 2\n" in text
+
+ROUND_TRIP = textwrap.dedent("""
+    import sys, tempfile, os
+    from nemo_recipes.catalog import get_recipe
+    from nemo_recipes.bridge.recipes import build_recipe
+    from nemo_recipes.cli.export import load, serialize
+    expected = build_recipe(get_recipe("gpt_1_3b").replace(num_nodes=2), name="gpt_1_3b")
+    results = {"cli_yaml": load(sys.argv[1]) == expected}
+    folder = tempfile.mkdtemp()
+    for fmt in ("json", "toml"):
+        path = os.path.join(folder, "recipe." + fmt)
+        with open(path, "w") as handle:
+            handle.write(serialize(expected, fmt))
+        results[fmt] = load(path) == expected
+    # The comparison can fail: a recipe that differs in one value is not equal.
+    results["control"] = load(sys.argv[1]) == build_recipe(get_recipe("gpt_1_3b"), name="gpt_1_3b")
+    print("RESULT", results)
+""")
+
+
+@pytest.mark.nemo
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("nemo") is None, reason="needs NeMo")
+def test_exported_files_load_back_equal_in_every_format(exported):
+    path, result = exported
+    assert result.returncode == 0
+    run = subprocess.run([sys.executable, "-c", ROUND_TRIP, str(path)], capture_output=True, text=True,
+                         timeout=300, env=ENV)
+    assert run.returncode == 0, run.stderr[-3000:]
+    line = [l for l in run.stdout.splitlines() if l.startswith("RESULT ")][-1]
+    assert line == "RESULT {'cli_yaml': True, 'json': True, 'toml': True, 'control': False}"
+
+
+@pytest.mark.nemo
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("nemo") is None, reason="needs NeMo")
+def test_diff_of_a_recipe_and_its_exported_override_shows_only_the_override(exported):
+    path, _ = exported
+    result = cli("diff", "gpt_1_3b", str(path), "--json", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(result.stdout)
+    assert data["kind"] == "config"
+    assert data["differences"] == [{"key": "trainer.num_nodes", "a": 1, "b": 2, "derived": False}]
+
+
+@pytest.mark.nemo
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("nemo_run") is None, reason="needs NeMo-Run")
+def test_launch_dryrun_hands_recipe_executor_and_plugin_to_nemo_run(tmp_path):
+    result = cli("launch", "gpt_1_3b", "--executor", "local", "-E", "devices=8", "--dryrun", "--json",
+                 timeout=300, cwd=tmp_path, NEMORUN_HOME=str(tmp_path / "nemo_run"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    data = json.loads(result.stdout)
+    assert {k: v for k, v in data.items() if k != "experiment_id"} == {
+        "recipe": "gpt_1_3b", "executor": "local", "executor_class": "LocalExecutor", "gpu": None, "nodes": 1,
+        "devices": 8, "dryrun": True, "overrides": {}}
+    assert data["experiment_id"].startswith("gpt_1_3b_")
+    assert "torchrun" in result.stderr  # NeMo-Run's dry run shows the command it would start
+
+
+@pytest.mark.nemo
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("nemo_run") is None, reason="needs NeMo-Run")
+def test_launch_refuses_a_plan_the_executor_cannot_hold(tmp_path):
+    result = cli("launch", "gpt_70b", "--executor", "local", "--dryrun", timeout=300, cwd=tmp_path,
+                 NEMORUN_HOME=str(tmp_path / "nemo_run"))
+    assert result.returncode == 2
+    assert "not submitted" in result.stderr
+    assert "error: world_size=1: 1 GPUs (1 node(s) x 1) are not divisible by TP x PP x CP = 8 x 4 x 1 = 32" \
+        in result.stderr
+    assert "Traceback" not in result.stderr
