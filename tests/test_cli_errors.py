@@ -50,3 +50,16 @@ def test_missing_argument_is_a_usage_error():
     result = cli("show")
     assert result.returncode == 2
     assert result.stderr.splitlines()[-1] == "nemo-recipes show: error: the following arguments are required: NAME"
+
+
+def test_a_reader_that_leaves_early_is_not_an_error():
+    # `nemo-recipes completion fish | head -0`: stdout closed before anything is written.
+    import subprocess
+
+    from _cli import ENV, SCRIPT
+
+    process = subprocess.Popen([SCRIPT, "completion", "fish"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               env=ENV)
+    process.stdout.close()
+    assert process.wait(timeout=60) == 0
+    assert process.stderr.read() == b""

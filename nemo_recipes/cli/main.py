@@ -7,6 +7,7 @@ Only argparse and the standard library are imported at start-up; verbs that need
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from typing import NoReturn, Optional, Sequence
@@ -85,7 +86,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parse(build_parser(), argv)
     as_json = getattr(args, "json", False)
     try:
-        return args.run(args)
+        code = args.run(args)
+        sys.stdout.flush()  # a closed pipe shows up here, inside the try, rather than at interpreter exit
+        return code
     except InvalidRecipeError as error:
         head = str(error).splitlines()[0]
         _output.report_error(args.verb, head, error.problems, as_json=as_json)
@@ -97,8 +100,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _output.report_error(args.verb, error.message, error.problems, as_json=as_json)
         return error.code
     except BrokenPipeError:
-        # `nemo-recipes ls | head -1`: the reader left; not an error worth a traceback.
-        sys.stderr.close()
+        # `nemo-recipes show gpt_70b | head -1`: the reader left; not an error worth a traceback. Point stdout at
+        # /dev/null so that Python's final flush does not complain either.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return _output.EXIT_OK
     except KeyboardInterrupt:
         return 130

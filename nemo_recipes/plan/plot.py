@@ -63,14 +63,15 @@ def plot_plan(path: str, *, title: str, memory_gib: dict, scaling: Optional[Sequ
 def _memory_panel(ax, memory_gib: dict) -> None:
     # One stacked bar on the left, its legend in the free space to its right, the capacity as a line across both.
     total = float(memory_gib.get("total") or sum(float(memory_gib.get(p) or 0.0) for p in MEMORY_PARTS))
+    capacity = memory_gib.get("capacity")
+    top = max(total, float(capacity or 0.0)) * 1.1
     bottom = 0.0
     for part in MEMORY_PARTS:
         value = float(memory_gib.get(part) or 0.0)
         ax.bar([0], [value], bottom=bottom, color=_COLOURS[part], width=0.6, label=f"{part}: {value:.1f} GiB")
-        if value >= 0.07 * max(total, 1.0):  # label only parts tall enough to hold it
+        if value >= 0.06 * top:  # label only the parts drawn tall enough to hold it (the legend has every value)
             ax.text(0, bottom + value / 2, f"{value:.1f}", ha="center", va="center", color="white", fontsize=9)
         bottom += value
-    capacity = memory_gib.get("capacity")
     fits = capacity is None or total <= capacity
     if capacity:
         ax.axhline(capacity, color="black" if fits else "red", linestyle="--", linewidth=1.5,
@@ -80,7 +81,7 @@ def _memory_panel(ax, memory_gib: dict) -> None:
         verdict = f"{total:.1f} GiB (no GPU given)"
     ax.set_xlim(-0.5, 2.0)
     ax.set_xticks([0], ["per GPU"])
-    ax.set_ylim(0, max(total, float(capacity or 0.0)) * 1.1)
+    ax.set_ylim(0, top)
     ax.set_ylabel("GiB per GPU")
     ax.set_title(f"memory per GPU: {verdict}", fontsize=10, color="black" if fits else "red")
     ax.legend(loc="center right", fontsize=8)
