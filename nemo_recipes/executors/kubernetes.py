@@ -84,6 +84,7 @@ def kubernetes(
 
     import nemo_run as run
 
+    _follow_kubeconfig_env()
     all_volumes = [dict(v) for v in volumes]
     mounts = [dict(m) for m in volume_mounts]
     for claim, path in pvcs.items():
@@ -126,6 +127,16 @@ def environment_problems() -> list[Problem]:
                         "set KUBECONFIG to your cluster's kubeconfig, or write it to ~/.kube/config "
                         "(e.g. `gcloud container clusters get-credentials ...`, `aws eks update-kubeconfig ...`).")]
     return []
+
+
+def _follow_kubeconfig_env() -> None:
+    """The kubernetes client reads KUBECONFIG once, when imported; NeMo-Run's executor then loads that default.
+    Point the default at the current KUBECONFIG so that the file we checked is the file it loads."""
+    paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if paths:
+        from kubernetes.config import kube_config
+
+        kube_config.KUBE_CONFIG_DEFAULT_LOCATION = os.pathsep.join(paths)
 
 
 def check_environment() -> None:
