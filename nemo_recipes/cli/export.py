@@ -69,25 +69,15 @@ def build_partial(spec: RecipeSpec, *, name: Optional[str] = None, dir: Optional
 
 
 def serialize(partial: Any, fmt: str) -> str:
-    from nemo_run.cli.config import ConfigSerializer
+    from nemo_recipes.bridge.serialization import dumps
 
-    serializer = ConfigSerializer()
-    return {"yaml": serializer.serialize_yaml, "json": serializer.serialize_json,
-            "toml": serializer.serialize_toml}[fmt](partial)
+    return dumps(partial, fmt)
 
 
 def load(path: str) -> Any:
-    """The `run.Partial` of an exported file: NeMo-Run's own reader for the three formats
-    (`ConfigSerializer.load_dict`), then each `_target_` mapping rebuilt as the `run.Config` / `run.Partial` /
-    plain reference (`_call_: false`) that NeMo-Run's YAML representers wrote.
+    from nemo_recipes.bridge.serialization import load as load_config
 
-    Why not `ConfigSerializer().load(path)`: in NeMo-Run 0.11.1 it goes through the command-line parser, which
-    cannot rebuild a `datetime.timedelta` (NeMo's checkpoint interval) or a list of callback configs, so it fails on
-    NeMo's own recipes as well as on ours.
-    """
-    from nemo_run.cli.config import ConfigSerializer
-
-    return _rebuild(ConfigSerializer().load_dict(path))
+    return load_config(path)
 
 
 def _loads_back_equal(text: str, fmt: str, partial: Any) -> bool:
@@ -101,41 +91,6 @@ def _loads_back_equal(text: str, fmt: str, partial: Any) -> bool:
             return load(path) == partial
         except Exception:  # any failure to read or rebuild means the file is not loadable: reported by the caller
             return False
-
-
-def _rebuild(value: Any) -> Any:
-    import nemo_run as run_api
-
-    if isinstance(value, list):
-        return [_rebuild(v) for v in value]
-    if not isinstance(value, dict):
-        return value
-    if "_target_" not in value:
-        return {k: _rebuild(v) for k, v in value.items()}
-    target = _locate(value["_target_"])
-    if value.get("_call_") is False:
-        return target
-    kwargs = {k: _rebuild(v) for k, v in value.items() if k not in ("_target_", "_partial_", "_call_")}
-    return (run_api.Partial if value.get("_partial_") else run_api.Config)(target, **kwargs)
-
-
-def _locate(path: str) -> Any:
-    """'pkg.module.Class.attr' -> the object: the longest importable module prefix, then attributes."""
-    import importlib
-
-    parts = path.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        try:
-            obj = importlib.import_module(".".join(parts[:cut]))
-        except ImportError:
-            continue
-        try:
-            for name in parts[cut:]:
-                obj = getattr(obj, name)
-            return obj
-        except AttributeError:
-            continue
-    raise _output.CLIError(f"cannot import {path!r}, named as a _target_ in the file")
 
 
 def resolved_dict(spec: RecipeSpec) -> dict[str, Any]:

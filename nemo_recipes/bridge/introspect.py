@@ -1,0 +1,118 @@
+"""Read a `RecipeSpec` back from a recipe `run.Partial`, after any overrides a user made on the Partial itself
+(`recipe.trainer.num_nodes = 8`, `trainer.strategy.tensor_model_parallel_size=4` on the command line).
+
+The executor plugin and the CLI use this to plan what will actually run, not what the catalog row said.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nemo_recipes.bridge.model import CONFIG_CLASSES
+from nemo_recipes.catalog import RECIPES, RecipeSpec, field_names
+from nemo_recipes.errors import InvalidRecipeError, Problem
+
+_RECIPE_OF_CLASS = {cls: name for name, cls in CONFIG_CLASSES.items()}
+
+
+def _get(config: Any, path: str, default: Any = None) -> Any:
+    value = config
+    for part in path.split("."):
+        if value is None:
+            return default
+        value = getattr(value, part, None)
+    return default if value is None else value
+
+
+def spec_from_partial(partial: Any) -> RecipeSpec:
+    """The spec that `partial` (a recipe of ours, possibly edited) describes."""
+    model_config = _get(partial, "model.config")
+    if model_config is None or _get(partial, "trainer.strategy") is None:
+        raise InvalidRecipeError([Problem(
+            "recipe", type(partial).__name__, "is not a pretraining recipe with model.config and trainer.strategy.",
+            "pass a recipe built by nemo_recipes (e.g. nemo_recipes.gpt_7b()).")])
+    recipe_name = _RECIPE_OF_CLASS.get(getattr(model_config, "__fn_or_cls__", None), "custom")
+    base = RECIPES.get(recipe_name)
+
+    values: dict[str, Any] = {
+        "num_layers": _get(model_config, "num_layers"),
+        "hidden_size": _get(model_config, "hidden_size"),
+        "num_attention_heads": _get(model_config, "num_attention_heads"),
+        "num_query_groups": _get(model_config, "num_query_groups"),
+        "ffn_hidden_size": _get(model_config, "ffn_hidden_size"),
+        "make_vocab_size_divisible_by": _get(model_config, "make_vocab_size_divisible_by"),
+        "position_embedding_type": _get(model_config, "position_embedding_type"),
+        "normalization": _get(model_config, "normalization"),
+        "gated_linear_unit": _get(model_config, "gated_linear_unit"),
+        "share_embeddings": _get(model_config, "share_embeddings_and_output_weights"),
+        "hidden_dropout": _get(model_config, "hidden_dropout"),
+        "attention_dropout": _get(model_config, "attention_dropout"),
+        "seq_length": _get(partial, "data.seq_length", _get(model_config, "seq_length")),
+        "tensor_parallel": _get(partial, "trainer.strategy.tensor_model_parallel_size", 1),
+        "pipeline_parallel": _get(partial, "trainer.strategy.pipeline_model_parallel_size", 1),
+        "context_parallel": _get(partial, "trainer.strategy.context_parallel_size", 1),
+        "virtual_pipeline": _get(partial, "trainer.strategy.virtual_pipeline_model_parallel_size"),
+        "sequence_parallel": bool(_get(partial, "trainer.strategy.sequence_parallel", False)),
+        "micro_batch_size": _get(partial, "data.micro_batch_size"),
+        "global_batch_size": _get(partial, "data.global_batch_size"),
+        "distributed_optimizer": bool(_get(partial, "optim.config.use_distributed_optimizer", False)),
+        "overlap_grad_reduce": bool(_get(partial, "trainer.strategy.ddp.overlap_grad_reduce", False)),
+        "overlap_param_gather": bool(_get(partial, "trainer.strategy.ddp.overlap_param_gather", False)),
+        "max_lr": _get(partial, "optim.config.lr"),
+        "adam_beta1": _get(partial, "optim.config.adam_beta1"),
+        "adam_beta2": _get(partial, "optim.config.adam_beta2"),
+        "adam_eps": _get(partial, "optim.config.adam_eps"),
+        "weight_decay": _get(partial, "optim.config.weight_decay"),
+        "clip_grad": _get(partial, "optim.config.clip_grad"),
+        "num_nodes": _get(partial, "trainer.num_nodes", 1),
+        "num_gpus_per_node": _get(partial, "trainer.devices", 1),
+        "precision": _precision(partial),
+    }
+    values.update(_recompute(model_config, values))
+    if values["tensor_parallel"] == 1 and not values["sequence_parallel"]:
+        values["sequence_parallel"] = None  # the catalog's 'auto', so TP=1 does not read as an explicit choice
+    elif values["sequence_parallel"] == (values["tensor_parallel"] > 1):
+        values["sequence_parallel"] = None
+    max_lr, min_lr = values["max_lr"], _get(partial, "optim.lr_scheduler.min_lr")
+    if max_lr and min_lr is not None:
+        values["min_lr_ratio"] = round(min_lr / max_lr, 12)
+    values.update(_data(partial))
+    values = {k: v for k, v in values.items() if v is not None or k in ("virtual_pipeline", "num_query_groups",
+                                                                         "sequence_parallel", "recompute_num_layers")}
+    if base is not None:
+        return base.replace(**{k: v for k, v in values.items() if k in field_names()})
+    return RecipeSpec(name="custom", size_label="custom", max_lr=values.pop("max_lr", 1e-4), **values)
+
+
+def _precision(partial: Any) -> str:
+    plugin = _get(partial, "trainer.plugins")
+    if _get(plugin, "fp8"):
+        return "fp8"
+    return "fp16" if _get(plugin, "precision") == "16-mixed" else "bf16"
+
+
+def _recompute(model_config: Any, values: dict[str, Any]) -> dict[str, Any]:
+    granularity = _get(model_config, "recompute_granularity")
+    if granularity != "full":
+        return {"recompute": granularity or "none", "recompute_num_layers": None}
+    layers_per_chunk = values["num_layers"] // values["pipeline_parallel"] // (values["virtual_pipeline"] or 1)
+    count = _get(model_config, "recompute_num_layers")
+    # The bridge writes 'every layer of a stage' as an explicit count; the catalog says it with None.
+    return {"recompute": "full", "recompute_num_layers": None if count in (None, layers_per_chunk) else count}
+
+
+def _data(partial: Any) -> dict[str, Any]:
+    paths = _get(partial, "data.paths")
+    tokenizer_config = _get(partial, "data.tokenizer")
+    tokenizer_path = _get(tokenizer_config, "model_path") or _get(tokenizer_config, "pretrained_model_name")
+    values: dict[str, Any] = {"tokenizer_path": tokenizer_path}
+    if isinstance(paths, (list, tuple)) and paths:
+        weights, data_paths = list(paths[0::2]), list(paths[1::2])
+        if all(isinstance(w, (int, float)) for w in weights):
+            values.update(data_paths=tuple(data_paths), data_weights=tuple(float(w) for w in weights))
+        else:
+            values.update(data_paths=tuple(str(p) for p in paths), data_weights=())
+    vocab = _get(tokenizer_config, "vocab_size")
+    if vocab:
+        values["vocab_size"] = vocab
+    return values

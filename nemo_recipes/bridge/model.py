@@ -1,0 +1,101 @@
+"""NeMo model configs for the five recipes: `GPTConfig` subclasses whose defaults come from the catalog.
+
+The classes are generated from `RECIPES` so the numbers live in one place, but each is a real, importable,
+module-level dataclass (NeMo-Run serialises configs by import path, and `nemo llm` overrides such as
+`model.config.num_layers=4` parse values by the field types inherited from NeMo's `GPTConfig`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import nemo_run as run
+from nemo.collections.llm.gpt.model import GPTModel
+from nemo.collections.llm.gpt.model.base import GPTConfig
+
+from nemo_recipes.catalog import RECIPES, RecipeSpec
+
+
+def model_config_values(spec: RecipeSpec) -> dict[str, Any]:
+    """The `GPTConfig` fields a recipe decides. Parallel sizes are absent on purpose: `MegatronStrategy` writes them
+    into the config at run time, so the strategy stays their single owner."""
+    values: dict[str, Any] = {
+        "num_layers": spec.num_layers,
+        "hidden_size": spec.hidden_size,
+        "ffn_hidden_size": spec.ffn_hidden_size,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_query_groups": spec.num_query_groups,
+        "seq_length": spec.seq_length,
+        "make_vocab_size_divisible_by": spec.make_vocab_size_divisible_by,
+        "position_embedding_type": spec.position_embedding_type,
+        "normalization": spec.normalization,
+        "gated_linear_unit": spec.gated_linear_unit,
+        "share_embeddings_and_output_weights": spec.share_embeddings,
+        "hidden_dropout": spec.hidden_dropout,
+        "attention_dropout": spec.attention_dropout,
+        "init_method_std": spec.init_method_std,
+        # Megatron fuses bias+GeLU and bias+dropout+add in its own kernels when asked; both are pure speed-ups.
+        "bias_activation_fusion": not spec.gated_linear_unit,
+        "bias_dropout_fusion": True,
+    }
+    values.update(recompute_values(spec))
+    return values
+
+
+def recompute_values(spec: RecipeSpec) -> dict[str, Any]:
+    """Megatron's activation-recomputation knobs for the recipe's `recompute` choice."""
+    if spec.recompute == "selective":
+        return {"recompute_granularity": "selective", "recompute_method": None, "recompute_num_layers": None}
+    if spec.recompute == "full":
+        layers_per_stage = spec.num_layers // spec.pipeline_parallel
+        if spec.virtual_pipeline:
+            layers_per_stage //= spec.virtual_pipeline
+        # 'block' recomputes the first N layers of each stage fully; with N = all layers it equals 'uniform' with 1.
+        return {"recompute_granularity": "full", "recompute_method": "block",
+                "recompute_num_layers": spec.recompute_num_layers or max(1, layers_per_stage)}
+    return {"recompute_granularity": None, "recompute_method": None, "recompute_num_layers": None}
+
+
+def _config_class(class_name: str, recipe_name: str) -> type[GPTConfig]:
+    spec = RECIPES[recipe_name]
+    parent_types = {f.name: f.type for f in dataclasses.fields(GPTConfig)}
+    defaults = model_config_values(spec)
+    namespace: dict[str, Any] = {
+        "__module__": __name__,
+        "__qualname__": class_name,
+        "__doc__": (f"GPT {spec.size_label} of the nemo-recipes catalog ({recipe_name}): {spec.num_layers} layers, "
+                    f"hidden {spec.hidden_size}, {spec.num_attention_heads} heads, FFN {spec.ffn_hidden_size}, "
+                    f"sequence {spec.seq_length}; {spec.num_parameters:,} parameters."),
+        "__annotations__": {name: parent_types[name] for name in defaults},
+        **defaults,
+    }
+    return dataclasses.dataclass(type(class_name, (GPTConfig,), namespace))
+
+
+GPTConfig1_3B = _config_class("GPTConfig1_3B", "gpt_1_3b")
+GPTConfig7B = _config_class("GPTConfig7B", "gpt_7b")
+GPTConfig13B = _config_class("GPTConfig13B", "gpt_13b")
+GPTConfig70B = _config_class("GPTConfig70B", "gpt_70b")
+GPTConfig175B = _config_class("GPTConfig175B", "gpt_175b")
+
+CONFIG_CLASSES: dict[str, type[GPTConfig]] = {
+    "gpt_1_3b": GPTConfig1_3B,
+    "gpt_7b": GPTConfig7B,
+    "gpt_13b": GPTConfig13B,
+    "gpt_70b": GPTConfig70B,
+    "gpt_175b": GPTConfig175B,
+}
+
+
+def model_config(spec: RecipeSpec) -> run.Config[GPTConfig]:
+    """`run.Config` of the recipe's config class, carrying only the values that differ from its defaults (so a
+    custom shape built from the closest recipe reads as 'gpt_7b with num_layers=16')."""
+    cls = CONFIG_CLASSES.get(spec.name, GPTConfig)
+    base = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    changed = {k: v for k, v in model_config_values(spec).items() if base.get(k, dataclasses.MISSING) != v}
+    return run.Config(cls, **changed)
+
+
+def model(spec: RecipeSpec) -> run.Config[GPTModel]:
+    return run.Config(GPTModel, config=model_config(spec))

@@ -1,0 +1,187 @@
+"""The parts of a recipe, each usable on its own (the seed's 'recipe as a starting point' table):
+
+- `model(spec)` and `model_config(spec)` (in `bridge.model`): a custom architecture starts from the closest recipe;
+- `strategy(spec)` and `trainer(spec)`: parallelism, precision, activation checkpointing, cluster size;
+- `optim(spec)`: AdamW with warmup and cosine decay, for a novel objective that keeps the recipe's optimizer;
+- `data(spec)`: mock data (no download) or a Megatron blend with a local tokenizer;
+- `log(...)` and `resume()`.
+
+Every function returns an unbuilt `run.Config`: building a recipe reads no file, opens no socket and touches no GPU.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Optional
+
+import nemo_run as run
+import torch
+from lightning.pytorch.loggers import TensorBoardLogger
+from megatron.core.distributed import DistributedDataParallelConfig
+from megatron.core.optimizer import OptimizerConfig
+from nemo import lightning as nl
+from nemo.collections.common.tokenizers.null_tokenizer import NullTokenizer
+from nemo.collections.llm.gpt.data.mock import MockDataModule
+from nemo.collections.llm.gpt.data.pre_training import PreTrainingDataModule
+from nemo.lightning.pytorch.optim import CosineAnnealingScheduler, MegatronOptimizerModule
+from nemo.utils.exp_manager import TimingCallback
+
+from nemo_recipes.bridge.preflight import PrecisionPreflight
+from nemo_recipes.catalog import RecipeSpec
+
+# NeMo's own recipes validate every 2000 steps on 32 batches; we keep that cadence.
+VAL_CHECK_INTERVAL = 2000
+LIMIT_VAL_BATCHES = 32
+LOG_EVERY_N_STEPS = 10
+
+
+def ddp(spec: RecipeSpec) -> run.Config[DistributedDataParallelConfig]:
+    return run.Config(
+        DistributedDataParallelConfig,
+        check_for_nan_in_grad=True,
+        # fp32 gradient reduction: the 6 + 12/DP bytes per parameter that the planner counts.
+        grad_reduce_in_fp32=True,
+        overlap_grad_reduce=spec.overlap_grad_reduce,
+        overlap_param_gather=spec.overlap_param_gather and spec.distributed_optimizer,
+        average_in_collective=True,
+        use_distributed_optimizer=spec.distributed_optimizer,
+    )
+
+
+def strategy(spec: RecipeSpec) -> run.Config[nl.MegatronStrategy]:
+    return run.Config(
+        nl.MegatronStrategy,
+        tensor_model_parallel_size=spec.tensor_parallel,
+        pipeline_model_parallel_size=spec.pipeline_parallel,
+        virtual_pipeline_model_parallel_size=spec.virtual_pipeline,
+        context_parallel_size=spec.context_parallel,
+        sequence_parallel=spec.sequence_parallel_enabled,
+        pipeline_dtype=torch.bfloat16 if spec.precision != "fp16" else torch.float16,
+        gradient_as_bucket_view=True,
+        ckpt_async_save=True,
+        ckpt_parallel_load=True,
+        ddp=ddp(spec),
+    )
+
+
+def precision(spec: RecipeSpec) -> run.Config[nl.MegatronMixedPrecision]:
+    """BF16 mixed by default; FP8 is BF16 plus Transformer Engine's delayed-scaling FP8 GEMMs (hybrid E4M3/E5M2),
+    with NeMo's own FP8 settings (recipes/precision/mixed_precision.py)."""
+    half = torch.float16 if spec.precision == "fp16" else torch.bfloat16
+    config = run.Config(
+        nl.MegatronMixedPrecision,
+        precision="16-mixed" if spec.precision == "fp16" else "bf16-mixed",
+        params_dtype=half,
+        pipeline_dtype=half,
+        autocast_enabled=False,
+        grad_reduce_in_fp32=True,
+    )
+    if spec.precision == "fp8":
+        config.fp8 = "hybrid"
+        config.fp8_recipe = "delayed"
+        config.fp8_margin = 0
+        config.fp8_amax_history_len = 1024
+        config.fp8_amax_compute_algo = "max"
+        config.fp8_param_gather = True
+    return config
+
+
+def trainer(spec: RecipeSpec, callbacks: Optional[list] = None) -> run.Config[nl.Trainer]:
+    return run.Config(
+        nl.Trainer,
+        accelerator="gpu",
+        devices=spec.num_gpus_per_node,
+        num_nodes=spec.num_nodes,
+        max_steps=spec.train_steps,
+        accumulate_grad_batches=1,  # Megatron accumulates itself: GBS / (MBS x DP) micro-batches per step
+        limit_val_batches=LIMIT_VAL_BATCHES,
+        limit_test_batches=LIMIT_VAL_BATCHES,
+        val_check_interval=min(VAL_CHECK_INTERVAL, spec.train_steps),
+        log_every_n_steps=LOG_EVERY_N_STEPS,
+        use_distributed_sampler=False,
+        plugins=precision(spec),
+        strategy=strategy(spec),
+        callbacks=[run.Config(TimingCallback), run.Config(PrecisionPreflight, precision=spec.precision),
+                   *(callbacks or [])],
+    )
+
+
+def optim(spec: RecipeSpec) -> run.Config[MegatronOptimizerModule]:
+    """AdamW (Megatron's 'adam' applies decoupled weight decay) with linear warmup, cosine decay to min LR at
+    `decay_tokens`, then constant min LR until the end of training (GPT-3, Appendix B)."""
+    config = run.Config(
+        OptimizerConfig,
+        optimizer="adam",
+        lr=spec.max_lr,
+        min_lr=spec.min_lr,
+        weight_decay=spec.weight_decay,
+        bf16=spec.precision in ("bf16", "fp8"),
+        fp16=spec.precision == "fp16",
+        adam_beta1=spec.adam_beta1,
+        adam_beta2=spec.adam_beta2,
+        adam_eps=spec.adam_eps,
+        clip_grad=spec.clip_grad,
+        use_distributed_optimizer=spec.distributed_optimizer,
+    )
+    schedule = run.Config(
+        CosineAnnealingScheduler,
+        max_steps=spec.train_steps,
+        warmup_steps=spec.warmup_steps,
+        constant_steps=max(0, spec.train_steps - spec.decay_steps),
+        min_lr=spec.min_lr,
+    )
+    return run.Config(MegatronOptimizerModule, config=config, lr_scheduler=schedule)
+
+
+def tokenizer(spec: RecipeSpec) -> run.Config:
+    """A tokenizer that never downloads: NullTokenizer for mock data, else the local path the user gives.
+
+    A path ending in `.model` is a SentencePiece model; anything else is a Hugging Face tokenizer directory.
+    Nothing is opened here; NeMo reads the path when the job builds its data module.
+    """
+    if spec.tokenizer_path is None:
+        return run.Config(NullTokenizer, vocab_size=spec.vocab_size)
+    if spec.tokenizer_path.endswith(".model"):
+        from nemo.collections.common.tokenizers.sentencepiece_tokenizer import SentencePieceTokenizer
+
+        return run.Config(SentencePieceTokenizer, model_path=spec.tokenizer_path)
+    from nemo.collections.common.tokenizers.huggingface.auto_tokenizer import AutoTokenizer
+
+    return run.Config(AutoTokenizer, pretrained_model_name=spec.tokenizer_path, use_fast=True)
+
+
+def blend(spec: RecipeSpec) -> list:
+    """Megatron's zipped blend [w1, path1, w2, path2, ...]; equal weights when none are given."""
+    weights = spec.data_weights or (1.0,) * len(spec.data_paths)
+    return [item for weight, path in zip(weights, spec.data_paths) for item in (float(weight), path)]
+
+
+def data(spec: RecipeSpec) -> run.Config:
+    """Sequence length, micro and global batch come from the same spec as the model, so they cannot disagree."""
+    common = dict(seq_length=spec.seq_length, micro_batch_size=spec.micro_batch_size,
+                  global_batch_size=spec.global_batch_size, tokenizer=tokenizer(spec))
+    if not spec.data_paths:
+        return run.Config(MockDataModule, num_train_samples=spec.train_steps * spec.global_batch_size, **common)
+    return run.Config(PreTrainingDataModule, paths=blend(spec), **common)
+
+
+def log(dir: Optional[str] = None, name: str = "default") -> run.Config[nl.NeMoLogger]:
+    checkpoint = run.Config(
+        nl.ModelCheckpoint,
+        save_last=True,
+        save_top_k=10,
+        # Time-based, as NeMo's own recipes: a 175B step takes seconds, a 1.3B step milliseconds.
+        train_time_interval=run.Config(timedelta, minutes=15),
+        filename="{model_name}--{val_loss:.2f}-{step}-{consumed_samples}",
+    )
+    return run.Config(
+        nl.NeMoLogger,
+        ckpt=checkpoint,
+        name=name,
+        log_dir=dir,
+        tensorboard=run.Config(TensorBoardLogger, save_dir="tb_logs", name=name),
+    )
+
+
+def resume() -> run.Config[nl.AutoResume]:
+    return run.Config(nl.AutoResume, resume_if_exists=True, resume_ignore_no_checkpoint=True)

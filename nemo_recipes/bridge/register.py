@@ -1,0 +1,4 @@
+"""Entry point of the `nemo_run.cli` group: `nemo llm pretrain --factory gpt_70b` imports this module, which
+registers our five factories under `llm.pretrain` beside NeMo's own recipes (names `gpt_*`, NeMo's are `gpt3_*`)."""
+
+from nemo_recipes.bridge import recipes  # noqa: F401  (importing registers the factories)
