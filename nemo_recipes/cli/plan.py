@@ -144,22 +144,12 @@ def _custom_base(shape: dict[str, Any]) -> RecipeSpec:
 # ---- throughput, lazily: the estimator is optional for the planner's report ----
 
 def _throughput(spec: RecipeSpec, cluster: Cluster) -> Optional[Any]:
-    try:
-        from nemo_recipes.plan.throughput import estimate_throughput
-    except ImportError:
-        return None
+    from nemo_recipes.plan.throughput import estimate_throughput
+
     try:
         return estimate_throughput(spec, cluster)
     except InvalidRecipeError:
         return None  # an invalid layout has no meaningful step time; the report's problems say why
-
-
-def _time_to_train(throughput: Any, tokens: int) -> Optional[dict[str, float]]:
-    if throughput is None:
-        return None
-    from nemo_recipes.plan.throughput import time_to_train
-
-    return time_to_train(throughput, tokens)
 
 
 def _scaling(spec: RecipeSpec, cluster: Cluster) -> list:
@@ -183,7 +173,7 @@ def _scaling(spec: RecipeSpec, cluster: Cluster) -> list:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nemo_recipes.plan import fit, validate  # the planner: standard library only
+    from nemo_recipes.plan import fit, validate, with_estimates  # the planner: standard library only
 
     if args.plot and os.path.splitext(args.plot)[1].lower() not in (".png", ".svg"):
         raise InvalidRecipeError([Problem("plot", args.plot, "must be a .png or .svg file.",
@@ -196,19 +186,13 @@ def run(args: argparse.Namespace) -> int:
     else:
         report = validate(spec, cluster)
 
-    throughput = None
-    if report.valid:
-        throughput = _throughput(spec, cluster)
-        if report.throughput is None and throughput is not None:
-            report = report.with_throughput(throughput)
-    timing = _time_to_train(throughput, spec.train_tokens) if throughput is not None else None
+    report = with_estimates(report)
 
     plotted = None
     if args.plot:
-        plotted = _plot(args.plot, report, spec, cluster, throughput)
+        plotted = _plot(args.plot, report, spec, cluster, report.throughput)
 
     payload = report.to_dict()
-    payload["time_to_train"] = timing
     payload["plot"] = plotted
     if args.json:
         _output.print_json(payload)

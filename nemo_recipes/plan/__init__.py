@@ -9,6 +9,7 @@ Pure Python (standard library only): no nemo, torch, megatron or nemo_run import
 """
 
 from nemo_recipes.catalog import closest_recipe
+from nemo_recipes.plan.assess import assess, with_estimates
 from nemo_recipes.plan.fit import FitResult, fit, fit_closest, layout_cost, smallest_cluster
 from nemo_recipes.plan.hardware import GPU, GPUS, Cluster, get_gpu
 from nemo_recipes.plan.memory import (
@@ -23,7 +24,7 @@ from nemo_recipes.plan.report import Change, PlanReport
 from nemo_recipes.plan.validate import RULES, validate
 
 __all__ = [
-    "ActivationBreakdown", "Change", "Cluster", "FitResult", "GPU", "GPUS", "MemoryBreakdown", "PlanReport", "RULES",
+    "ActivationBreakdown", "Change", "assess", "with_estimates", "Cluster", "FitResult", "GPU", "GPUS", "MemoryBreakdown", "PlanReport", "RULES",
     "activation_memory", "closest_recipe", "estimate_memory", "fit", "fit_closest", "get_gpu", "layer_activation_bytes",
     "layout_cost", "smallest_cluster", "state_bytes_per_param", "validate",
 ]

@@ -43,6 +43,7 @@ class PlanReport:
     memory: Optional[MemoryBreakdown] = None
     changes: list[Change] = field(default_factory=list)
     throughput: Optional[dict[str, Any]] = None
+    time_to_train: Optional[dict[str, float]] = None
 
     @property
     def valid(self) -> bool:
@@ -70,6 +71,9 @@ class PlanReport:
         if throughput is not None and not isinstance(throughput, Mapping):
             throughput = throughput.to_dict()
         return dataclasses.replace(self, throughput=None if throughput is None else dict(throughput))
+
+    def with_time_to_train(self, timing: Optional[dict[str, float]]) -> "PlanReport":
+        return dataclasses.replace(self, time_to_train=None if timing is None else dict(timing))
 
     def with_changes(self, changes: list[Change]) -> "PlanReport":
         return dataclasses.replace(self, changes=list(changes))
@@ -106,6 +110,7 @@ class PlanReport:
             "memory_gib": None if self.memory is None else self.memory.to_dict(),
             "memory_detail": None if self.memory is None else dict(self.memory.detail),
             "throughput": None if self.throughput is None else _jsonable(self.throughput),
+            "time_to_train": None if self.time_to_train is None else dict(self.time_to_train),
             "changes": [c.to_dict() for c in self.changes],
         }
 
