@@ -202,14 +202,18 @@ def test_cancelled_job_is_reported_cancelled(cluster):
 
 def test_retries_requeue_the_job(cluster):
     job = submit(check_task("--fail"), executor(retries=1), name="retried")
-    job.wait({"RUNNING"}, timeout=60)
-    deadline = time.time() + 90
-    while "Restarts=1" not in _scontrol_job(job.slurm_id):
-        assert time.time() < deadline, _scontrol_job(job.slurm_id)
-        time.sleep(1.0)
-    # Slurm holds a requeued job back for a while (BeginTime); start it now to keep the test short.
-    subprocess.run(["scontrol", "update", f"JobId={job.slurm_id}", "StartTime=now"], check=True)
-    job.wait({"RUNNING"}, timeout=60)  # the second run (until then sacct still shows the first one's FAILED)
+    # The job fails, requeues itself (scontrol requeue, Restarts=1) and runs again. Slurm holds a requeued job back
+    # for a while (BeginTime); each time we see it pending after the requeue we start it now, to keep this short.
+    deadline = time.time() + 150
+    while True:
+        info = _scontrol_job(job.slurm_id)
+        if "Restarts=1" in info:
+            if "JobState=PENDING" in info:
+                subprocess.run(["scontrol", "update", f"JobId={job.slurm_id}", "StartTime=now"], check=False)
+            elif "JobState=RUNNING" in info or "JobState=COMPLETING" in info or "JobState=FAILED" in info:
+                break
+        assert time.time() < deadline, info
+        time.sleep(0.5)
     assert job.wait(timeout=120) == "FAILED"  # one retry, then it gives up
     assert job.reports()  # NeMo-Run's logs show a run
     logs = sorted(Path(job.job.executor.job_dir).glob("log-*.out"))  # one file per run: ..._<restart count>.out
