@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from typing import Any, Optional
+from typing import Any, Literal, Optional
 
 import nemo_run as run
 from nemo.collections.llm.api import pretrain
@@ -47,6 +47,10 @@ def _cli_annotation(hint: Any) -> Any:
     # The catalog keeps lists as tuples (hashable, frozen); on the command line they are lists.
     if typing.get_origin(hint) is tuple:
         return Optional[list[typing.get_args(hint)[0]]]
+    # Choices reach the catalog as plain strings, so that a wrong one gets the catalog's one-line message
+    # (field, allowed values, fix) rather than NeMo-Run's nested parse error.
+    if typing.get_origin(hint) is Literal:
+        return str
     return hint
 
 
