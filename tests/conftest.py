@@ -3,10 +3,22 @@ and a real Slurm cluster (`slurm` marker); see README.md, Tests."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# NeMo-Run reads NEMORUN_HOME once, when it is first imported: point it at a private folder before any test module
+# imports it, so that tests never write into (or read experiments from) the user's ~/.nemo_run.
+_NEMORUN_HOME = os.environ["NEMORUN_HOME"] = tempfile.mkdtemp(prefix="nemo-recipes-tests-nemorun-")
+
+
+def pytest_sessionfinish(session, exitstatus):
+    shutil.rmtree(_NEMORUN_HOME, ignore_errors=True)
+
 
 REPO = Path(__file__).resolve().parent.parent
 

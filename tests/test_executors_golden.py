@@ -8,9 +8,7 @@ Regenerate after an intended change:   UPDATE_GOLDEN=1 pytest tests/test_executo
 """
 
 import os
-import tempfile
 
-os.environ.setdefault("NEMORUN_HOME", tempfile.mkdtemp(prefix="nemorun-tests-"))  # read when nemo_run is imported
 
 import re
 import sys

@@ -1,9 +1,7 @@
 """Presets, cluster profiles, env quoting, secrets, NeMo-Run CLI factories and the recipe plugin (no cluster)."""
 
 import os
-import tempfile
 
-os.environ.setdefault("NEMORUN_HOME", tempfile.mkdtemp(prefix="nemorun-tests-"))  # read when nemo_run is imported
 
 import subprocess
 import sys

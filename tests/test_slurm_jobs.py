@@ -6,9 +6,7 @@ and world size, which are checked against the plan. Without `sinfo` the tests sk
 """
 
 import os
-import tempfile
 
-os.environ.setdefault("NEMORUN_HOME", tempfile.mkdtemp(prefix="nemorun-tests-"))  # read when nemo_run is imported
 
 import contextlib
 import io

@@ -1,4 +1,6 @@
 """Entry point of the `nemo_run.cli` group: `nemo llm pretrain --factory gpt_70b` imports this module, which
-registers our five factories under `llm.pretrain` beside NeMo's own recipes (names `gpt_*`, NeMo's are `gpt3_*`)."""
+registers our five factories under `llm.pretrain` beside NeMo's own recipes (names `gpt_*`, NeMo's are `gpt3_*`),
+and our executors (`run.executor=slurm|local|kubernetes|<profile>`) and plugin (`run.plugins=recipe_plugin`)."""
 
 from nemo_recipes.bridge import recipes  # noqa: F401  (importing registers the factories)
+from nemo_recipes.executors import cli  # noqa: F401  (importing registers executor and plugin factories)
