@@ -3,7 +3,9 @@
 # services), then run the whole test suite. CI runs exactly this.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+start=$(date +%s)
 EXTRAS=test bash scripts/setup.sh
+echo "test.sh: python environment ready in $(( $(date +%s) - start )) s"
 bash .ci/start-slurm.sh
 . .venv/bin/activate
 exec python -m pytest "$@"

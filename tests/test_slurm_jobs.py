@@ -205,11 +205,12 @@ def test_retries_requeue_the_job(cluster):
     deadline = time.time() + 150
     while True:
         info = _scontrol_job(job.slurm_id)
-        if "Restarts=1" in info:
-            if "JobState=PENDING" in info:
-                subprocess.run(["scontrol", "update", f"JobId={job.slurm_id}", "StartTime=now"], check=False)
-            elif "JobState=RUNNING" in info or "JobState=COMPLETING" in info or "JobState=FAILED" in info:
-                break
+        # Restarts=1 appears while the first run is still COMPLETING, before the requeued run is even pending: only
+        # the final FAILED of the second run ends the wait (a requeue BeginTime is released each time it shows).
+        if "Restarts=1" in info and "JobState=PENDING" in info:
+            subprocess.run(["scontrol", "update", f"JobId={job.slurm_id}", "StartTime=now"], check=False)
+        if "Restarts=1" in info and "JobState=FAILED" in info:
+            break
         assert time.time() < deadline, info
         time.sleep(0.5)
     assert job.wait(timeout=120) == "FAILED"  # one retry, then it gives up
