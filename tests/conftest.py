@@ -37,6 +37,20 @@ def shared_dir() -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def kubeconfig_file(tmp_path_factory) -> Path:
+    """A syntactically complete kubeconfig for a cluster that does not exist: enough for NeMo-Run's
+    KubeflowExecutor, which loads one when it is built (no API call is made by the tests)."""
+    path = tmp_path_factory.mktemp("kube") / "config"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        "clusters: [{name: test, cluster: {server: \"https://127.0.0.1:6443\"}}]\n"
+        "contexts: [{name: test, context: {cluster: test, user: test}}]\n"
+        "current-context: test\n"
+        "users: [{name: test, user: {token: placeholder}}]\n")
+    return path
+
+
 class NetworkBlocked(RuntimeError):
     pass
 

@@ -12,22 +12,13 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "examples"
 
-KUBECONFIG = """apiVersion: v1
-kind: Config
-clusters: [{name: test, cluster: {server: "https://127.0.0.1:6443"}}]
-contexts: [{name: test, context: {cluster: test, user: test}}]
-current-context: test
-users: [{name: test, user: {token: placeholder}}]
-"""
-
 
 @pytest.fixture
-def env(tmp_path):
-    (tmp_path / "kubeconfig").write_text(KUBECONFIG)
+def env(tmp_path, kubeconfig_file):
     (tmp_path / "clusters.yaml").write_text(
         "ci_slurm:\n  preset: slurm\n  account: ci\n  gpus_per_node: 0\n  processes_per_node: 2\n"
         "  container_image: null\n  time: '00:05:00'\n")
-    return {**os.environ, "NEMORUN_HOME": str(tmp_path / "nemorun"), "KUBECONFIG": str(tmp_path / "kubeconfig"),
+    return {**os.environ, "NEMORUN_HOME": str(tmp_path / "nemorun"), "KUBECONFIG": str(kubeconfig_file),
             "NEMO_RECIPES_CLUSTERS": str(tmp_path / "clusters.yaml"), "PYTHONWARNINGS": "ignore"}
 
 

@@ -22,14 +22,6 @@ pytestmark = pytest.mark.nemo
 GOLDEN = Path(__file__).parent / "golden"
 SECRET_VALUE = "golden-secret-value-must-not-appear"
 
-KUBECONFIG = """apiVersion: v1
-kind: Config
-clusters: [{name: test, cluster: {server: "https://127.0.0.1:6443"}}]
-contexts: [{name: test, context: {cluster: test, user: test}}]
-current-context: test
-users: [{name: test, user: {token: placeholder}}]
-"""
-
 
 def _slurm(**kw):
     from nemo_recipes.executors import slurm
@@ -72,9 +64,8 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def environment(tmp_path_factory):
-    config = tmp_path_factory.mktemp("kube") / "config"
-    config.write_text(KUBECONFIG)
+def environment(kubeconfig_file):
+    config = kubeconfig_file
     saved = {k: os.environ.get(k) for k in ("KUBECONFIG", "WANDB_API_KEY")}
     os.environ["KUBECONFIG"] = str(config)
     os.environ["WANDB_API_KEY"] = SECRET_VALUE

@@ -29,15 +29,11 @@ def fields(error: InvalidRecipeError) -> list[str]:
 
 # ---- presets return NeMo-Run's own classes ----
 
-def test_presets_return_stock_executor_classes(tmp_path, monkeypatch):
+def test_presets_return_stock_executor_classes(kubeconfig_file, monkeypatch):
     import nemo_run as run
     from nemo_recipes.executors import kubernetes, local, slurm
 
-    kubeconfig = tmp_path / "config"
-    kubeconfig.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
-                          "contexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n"
-                          "users: [{name: u, user: {token: t}}]\n")
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig_file))
     assert type(local(2)) is run.LocalExecutor
     assert type(slurm(account="a")) is run.SlurmExecutor
     assert type(kubernetes()) is run.KubeflowExecutor
