@@ -165,3 +165,11 @@ def test_plot_of_an_invalid_plan_is_still_drawn_and_marked(tmp_path):
     assert "gpt_7b on 1 x 8 h100-80gb (8 GPUs): INVALID" in texts
     assert any(t.startswith("memory per GPU: ") and t.endswith(", OOM") for t in texts)
     assert "throughput against cluster size" not in texts  # no throughput for an invalid plan
+
+
+def test_human_report_states_the_assumptions_behind_its_estimates():
+    lines = cli("plan", "gpt_13b").stdout.splitlines()
+    start = lines.index("assumptions")
+    block = " ".join(line.strip() for line in lines[start + 1:start + 8])
+    assert "memory: attention without flash attention" in block
+    assert "throughput: software stack: Megatron-Core with Transformer Engine" in block

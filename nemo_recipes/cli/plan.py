@@ -262,6 +262,10 @@ def _human(report: dict, spec: RecipeSpec) -> str:
     elif report["valid"]:
         lines += ["", "throughput: no estimate available"]
 
+    assumptions = _assumptions(report)
+    if assumptions:
+        lines += ["", "assumptions"] + [_wrapped(text) for text in assumptions]
+
     if report["changes"]:
         lines += ["", "changes made by --fit"]
         lines += [_wrapped(f"{ch['field']}: {_output.human_value(ch['from'])} -> {_output.human_value(ch['to'])} "
@@ -273,6 +277,19 @@ def _human(report: dict, spec: RecipeSpec) -> str:
     if report.get("plot"):
         lines += ["", f"plot written to {report['plot']}"]
     return "\n".join(lines)
+
+
+def _assumptions(report: dict) -> list[str]:
+    """What the estimates take for granted, so a reader can judge them: the attention kernel behind the memory
+    figure (no flash attention is the conservative case) and the throughput model's own list."""
+    texts = []
+    detail = report.get("memory_detail") or {}
+    if "flash_attention" in detail:
+        texts.append("memory: " + ("flash attention (Transformer Engine)" if detail["flash_attention"] else
+                                   "attention without flash attention (Megatron-Core local layer spec), the "
+                                   "conservative case; with Transformer Engine activations are smaller"))
+    texts += [f"throughput: {text}" for text in (report.get("throughput") or {}).get("assumptions", [])]
+    return texts
 
 
 def _wrapped(text: str) -> str:

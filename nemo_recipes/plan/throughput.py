@@ -265,6 +265,7 @@ def estimate_throughput(spec: RecipeSpec, cluster: Cluster, *, stack: str = "tra
         raise InvalidRecipeError([Problem("stack", stack, "is not a software stack the planner models.",
                                           f"use one of: {', '.join(STACKS)}.")])
     gpu = _resolve_gpu(spec, cluster, assumptions)
+    assumptions.append(f"software stack: {STACKS[stack]}")
     lay = _layout(spec, cluster)
     t, p, c, d, v, b, m = lay.t, lay.p, lay.c, lay.d, lay.v, lay.b, lay.m
     h, s = spec.hidden_size, spec.seq_length
