@@ -58,6 +58,8 @@ CASES = {
         tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
         node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
         env={"NEMO_MSG": "tokens: 'GPT' $PATH `x`"}, secrets={"WANDB_API_KEY": "wandb/api-key"}), "yaml"),
+    "kubernetes_gpt_7b_1x8_shared_home": ("gpt_7b", {}, _kubernetes, dict(
+        nodes=1, gpu="h100", pvcs={"datasets": "/data"}, shared_home_pvc="nemo-run-home"), "yaml"),
     "local_gpt_1_3b_2": ("gpt_1_3b", {}, _local, dict(devices=2), "txt"),
     "local_gpt_7b_8": ("gpt_7b", {}, _local, dict(devices=8, gpu="h100"), "txt"),
 }
@@ -92,14 +94,15 @@ def normalise(text: str) -> str:
     return text
 
 
-def render(case: str) -> str:
+def render(case: str, raw: bool = False) -> str:
     import nemo_recipes
     from nemo_recipes.executors import RecipePlugin
     from nemo_recipes.executors.render import artifact
 
     recipe_name, overrides, make_executor, args, _ = CASES[case]
     recipe = getattr(nemo_recipes, recipe_name)(**overrides)
-    return normalise(artifact(recipe, make_executor(**args), name=recipe_name, plugins=[RecipePlugin()]))
+    text = artifact(recipe, make_executor(**args), name=recipe_name, plugins=[RecipePlugin()])
+    return text if raw else normalise(text)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -159,3 +162,22 @@ def test_gpt_70b_on_4x8_slurm_is_one_torchrun_per_node_with_8_ranks():
     assert "export NCCL_P2P_NET_CHUNKSIZE=2097152" in script  # PP 4 across nodes
     assert "export NEMO_MSG='tokens: '\"'\"'GPT'\"'\"' $PATH `x`'" in script
     assert "#SBATCH --export=ALL,WANDB_API_KEY" in script
+
+
+def test_shared_home_is_mounted_where_the_command_reads_its_config(environment):
+    """The pod command's config path lies under the shared-home mount, which is this machine's NEMORUN_HOME."""
+    from nemo_run.config import get_nemorun_home
+
+    manifest = yaml.safe_load(render("kubernetes_gpt_7b_1x8_shared_home", raw=True))
+    (override,) = manifest["spec"]["podTemplateOverrides"]
+    (container,) = override["spec"]["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "nemorun-home"]
+    (volume,) = [v for v in override["spec"]["volumes"] if v["name"] == "nemorun-home"]
+    assert volume["persistentVolumeClaim"] == {"claimName": "nemo-run-home"}
+    assert mount["mountPath"] == get_nemorun_home()
+    command = manifest["spec"]["trainer"]["command"]
+    assert command[:3] == ["python", "-m", "nemo_run.core.runners.fdl_runner"]
+    config = command[-1]
+    assert config.startswith(mount["mountPath"] + "/experiments/"), (config, mount)
+    # the datasets claim keeps its own mount beside it
+    assert {"name": "datasets", "mountPath": "/data"} in container["volumeMounts"]

@@ -36,6 +36,7 @@ def kubernetes(
     memory: Optional[str] = None,
     image_pull_secrets: Sequence[str] = (),
     shm_size: Optional[str] = "64Gi",
+    shared_home_pvc: Optional[str] = None,
 ):
     """NeMo-Run's `KubeflowExecutor` (returns `run.KubeflowExecutor`) for a `TrainJob` of `nodes` pods.
 
@@ -53,6 +54,16 @@ def kubernetes(
         secrets: {ENV_NAME: "secret-name" or "secret-name/key"}, read by the pod through `secretKeyRef`.
         cpu, memory: requests per pod.
         shm_size: size of a memory-backed /dev/shm (PyTorch data loaders need more than the 64 MiB default).
+        shared_home_pvc: "claim" or "claim/sub/path": the PersistentVolumeClaim that holds this machine's
+            NEMORUN_HOME (`nemo_run.config.get_nemorun_home()`), mounted in the pods at that same path (the claim's
+            root, or its sub/path). NeMo-Run's pod command reads the task's config from
+            `<NEMORUN_HOME>/experiments/...` as written on the submitting machine; without a shared home the pod
+            cannot read it. Submit from a machine that has the claim mounted at NEMORUN_HOME (a dev pod, or a
+            workstation with the volume mounted there).
+
+    Without `shared_home_pvc` (or a mount of your own above NEMORUN_HOME) the preset still builds and dry-runs, and
+    the recipe plugin warns that a submitted `run.Partial` would not find its config: NeMo-Run 0.11.1 gives a plugin
+    no way to tell a dry run from a real submission, so it cannot refuse only the latter.
 
     A missing `kubernetes` package or kubeconfig is reported with what to install or set: NeMo-Run's executor loads
     the kubeconfig when it is built (no API call).
@@ -79,6 +90,18 @@ def kubernetes(
                                     "use the claim's name as `kubectl get pvc` shows it."))
         if not isinstance(path, str) or not path.startswith("/"):
             problems.append(Problem(f"pvcs.{claim}", path, "mount path must be absolute.", "e.g. /data."))
+    home_volume, home_mount, home_problems = shared_home(shared_home_pvc)
+    problems += home_problems
+    if home_mount is not None:
+        taken = [m.get("mountPath") for m in volume_mounts if isinstance(m, Mapping)] + list(pvcs.values())
+        if home_mount["mountPath"] in taken:
+            problems.append(Problem("shared_home_pvc", shared_home_pvc,
+                                    f"another volume is mounted at NEMORUN_HOME ({home_mount['mountPath']}) too.",
+                                    "mount only the shared home there: remove that path from pvcs/volume_mounts."))
+        names = [v.get("name") for v in volumes if isinstance(v, Mapping)] + list(pvcs)
+        if SHARED_HOME_VOLUME in names:
+            problems.append(Problem("volumes", SHARED_HOME_VOLUME, "is the name of the shared_home_pvc volume.",
+                                    "rename your volume (or claim in pvcs)."))
     raise_if(problems, "kubernetes executor")
     raise_if(environment_problems(), "kubernetes executor")
 
@@ -87,6 +110,9 @@ def kubernetes(
     _follow_kubeconfig_env()
     all_volumes = [dict(v) for v in volumes]
     mounts = [dict(m) for m in volume_mounts]
+    if home_volume is not None:
+        all_volumes.append(home_volume)
+        mounts.append(home_mount)
     for claim, path in pvcs.items():
         all_volumes.append({"name": claim, "persistentVolumeClaim": {"claimName": claim}})
         mounts.append({"name": claim, "mountPath": path})
@@ -110,6 +136,52 @@ def kubernetes(
         env_list=secret_env,
         image_pull_secrets=list(image_pull_secrets),
     )
+
+
+SHARED_HOME_VOLUME = "nemorun-home"
+SHARED_HOME_HOW = ("pass shared_home_pvc='CLAIM' (or 'CLAIM/sub/path') to the kubernetes preset or the profile, "
+                   "naming the PersistentVolumeClaim that holds NEMORUN_HOME on the machine you submit from "
+                   "(a dev pod, or a workstation with that volume mounted at NEMORUN_HOME).")
+
+
+def shared_home(claim: Optional[str]) -> tuple[Optional[dict], Optional[dict], list[Problem]]:
+    """(pod volume, trainer-container mount at NEMORUN_HOME, problems) for `shared_home_pvc`; (None, None, [])
+    when it is unset."""
+    if claim is None:
+        return None, None, []
+    from nemo_run.config import get_nemorun_home
+
+    home = get_nemorun_home()
+    name, _, sub_path = claim.partition("/") if isinstance(claim, str) else ("", "", "")
+    problems = []
+    if not _DNS_LABEL.match(name):
+        problems.append(Problem("shared_home_pvc", claim, "is not a PersistentVolumeClaim name (or CLAIM/sub/path).",
+                                "use the claim's name as `kubectl get pvc` shows it."))
+    parts = sub_path.split("/") if sub_path else []
+    if sub_path and (sub_path.startswith("/") or any(p in ("", ".", "..") for p in parts)):
+        problems.append(Problem("shared_home_pvc", claim, "the sub/path after the claim name must be a plain "
+                                "relative path.", "e.g. shared_home_pvc='home/alice/.nemo_run'."))
+    if not os.path.isabs(home):
+        problems.append(Problem("NEMORUN_HOME", home, "is not an absolute path, so the pods cannot mount it.",
+                                "export NEMORUN_HOME=/absolute/path (on the shared volume) before starting Python."))
+    if problems:
+        return None, None, problems
+    volume = {"name": SHARED_HOME_VOLUME, "persistentVolumeClaim": {"claimName": name}}
+    mount = {"name": SHARED_HOME_VOLUME, "mountPath": os.path.normpath(home)}
+    if sub_path:
+        mount["subPath"] = sub_path
+    return volume, mount, []
+
+
+def reads_configs_from(executor: Any) -> Optional[str]:
+    """The trainer-container mount path under which the executor's job directory (where NeMo-Run writes the
+    task's config) lies, or None when no volume of the pod covers it."""
+    job_dir = os.path.normpath(getattr(executor, "job_dir", "") or "")
+    for mount in getattr(executor, "volume_mounts", []) or []:
+        path = os.path.normpath(str(mount.get("mountPath", "")))
+        if path != "." and (job_dir == path or job_dir.startswith(path.rstrip("/") + "/")):
+            return path
+    return None
 
 
 def environment_problems() -> list[Problem]:

@@ -8,12 +8,13 @@ submitted, so an InvalidRecipeError raised here means nothing reached the cluste
 """
 
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import nemo_run as run
 
-from nemo_recipes.errors import ERROR, InvalidRecipeError, Problem
+from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem
 from nemo_recipes.executors._common import GPU_ENV
 from nemo_recipes.executors.secrets import REDACTED, secret_names, secure_slurm
 
@@ -22,6 +23,11 @@ from nemo_recipes.executors.secrets import REDACTED, secret_names, secure_slurm
 _BLACKWELL = ("b200", "gb200")
 #: Larger P2P chunks for pipeline-parallel sends across nodes (NeMo's performance recipes use 2 MiB).
 PP_CHUNK_SIZE = "2097152"
+
+
+class ConfigNotSharedWarning(UserWarning):
+    """A TrainJob's pods would not find the config file NeMo-Run writes on the submitting machine."""
+
 
 @dataclass(kw_only=True)
 class RecipePlugin(run.Plugin):
@@ -60,6 +66,8 @@ class RecipePlugin(run.Plugin):
                 for name, value in plan_env(spec, nodes, gpu).items():
                     executor.env_vars.setdefault(name, value)
         problems += self._secure(task, executor)
+        if isinstance(task, run.Partial) and isinstance(executor, run.KubeflowExecutor):
+            _warn_if_config_unreadable(executor)
         if any(p.severity == ERROR for p in problems):
             where = f"{nodes} node(s) x {devices} GPU(s)" + (f" of {gpu}" if gpu else "")
             name = spec.name if spec is not None else "task"
@@ -88,6 +96,33 @@ class RecipePlugin(run.Plugin):
                     problems.append(Problem(f"env.{name}", REDACTED, "is a secret: it is not written into job files.",
                                             f"export {name}=... in the environment that starts the job."))
         return problems
+
+
+def _warn_if_config_unreadable(executor: run.KubeflowExecutor) -> None:
+    """NeMo-Run's TrainJob command is `fdl_runner <job_dir>/configs/<name>_fn_or_script`, a file written on this
+    machine. Warn unless a volume of the pods is mounted at or above job_dir. A warning, not a refusal: NeMo-Run
+    0.11.1 calls `setup` from `Experiment.add`, before `dryrun()` or `run()` is chosen, so a plugin cannot refuse
+    only a real submission (and its executor class must stay the stock one: NeMo-Run picks the scheduler by exact
+    class)."""
+    from nemo_run.config import get_nemorun_home
+
+    from nemo_recipes.executors.kubernetes import SHARED_HOME_HOW, reads_configs_from
+
+    if reads_configs_from(executor) is not None:
+        return
+    home = get_nemorun_home()
+    configs = os.path.join(executor.job_dir, "configs")
+    outside = not os.path.normpath(executor.job_dir).startswith(os.path.normpath(home).rstrip("/") + "/")
+    fix = (f"run the experiment under NEMORUN_HOME ({home}) and {SHARED_HOME_HOW[0].lower()}{SHARED_HOME_HOW[1:]}"
+           if outside else SHARED_HOME_HOW)
+    problem = Problem(
+        "shared_home_pvc", None,
+        f"the TrainJob's pods read the task's config from {configs}, which NeMo-Run writes on this machine, and no "
+        "volume of the pods is mounted there: a submitted job would fail in the pod (no such file). Dry runs and "
+        "manifests are unaffected; NeMo-Run 0.11.1 does not tell a plugin whether it is a dry run, so this is a "
+        "warning, not a refusal.", fix, WARNING)
+    warnings.warn(str(problem), ConfigNotSharedWarning, stacklevel=3)
+
 
 def plan_env(spec: Any, nodes: int, gpu: Optional[str]) -> dict[str, str]:
     """Environment the plan needs on the GPUs (never overrides what the user set)."""
