@@ -276,3 +276,106 @@ def test_plugin_checks_memory_only_with_a_gpu_type(recipes):
     RecipePlugin().setup(recipes.gpt_13b(), local(2))
     with pytest.raises(InvalidRecipeError, match="a100-40gb"):
         RecipePlugin().setup(recipes.gpt_13b(), local(2, gpu="a100-40gb"))
+
+
+# ---- Kubernetes: the pods read the config NeMo-Run writes under NEMORUN_HOME on this machine ----
+
+@pytest.fixture
+def kube(kubeconfig_file, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig_file))
+    # NeMo-Run runs shell commands through invoke, which reads stdin; pytest's captured stdin refuses reads.
+    with open(os.devnull) as devnull:
+        monkeypatch.setattr(sys, "stdin", devnull)
+        yield
+
+
+def test_kubernetes_shared_home_pvc_mounts_the_claim_at_nemorun_home(kube):
+    from nemo_run.config import get_nemorun_home
+
+    from nemo_recipes.executors import kubernetes
+
+    ex = kubernetes(shared_home_pvc="home")
+    assert {"name": "nemorun-home", "persistentVolumeClaim": {"claimName": "home"}} in ex.volumes
+    assert {"name": "nemorun-home", "mountPath": get_nemorun_home()} in ex.volume_mounts
+    sub = kubernetes(shared_home_pvc="home/alice/.nemo_run")
+    assert {"name": "nemorun-home", "mountPath": get_nemorun_home(), "subPath": "alice/.nemo_run"} in sub.volume_mounts
+    assert not [v for v in kubernetes().volumes if v["name"] == "nemorun-home"]
+
+
+def test_kubernetes_shared_home_pvc_errors_name_the_field_and_fix(kube, monkeypatch):
+    import nemo_run.config
+    from nemo_run.config import get_nemorun_home
+
+    from nemo_recipes.executors import kubernetes
+
+    for bad in ("Home_Claim", "home/../etc", "home//x", "home/"):
+        with pytest.raises(InvalidRecipeError) as info:
+            kubernetes(shared_home_pvc=bad)
+        assert fields(info.value) == ["shared_home_pvc"], bad
+    with pytest.raises(InvalidRecipeError, match="another volume is mounted at NEMORUN_HOME") as info:
+        kubernetes(shared_home_pvc="home", pvcs={"other": get_nemorun_home()})
+    assert fields(info.value) == ["shared_home_pvc"]
+    with pytest.raises(InvalidRecipeError) as info:
+        kubernetes(shared_home_pvc="home", pvcs={"nemorun-home": "/data"})
+    assert fields(info.value) == ["volumes"]
+    monkeypatch.setattr(nemo_run.config, "_NEMORUN_HOME", "relative/home")
+    with pytest.raises(InvalidRecipeError, match="export NEMORUN_HOME=/absolute/path") as info:
+        kubernetes(shared_home_pvc="home")
+    assert fields(info.value) == ["NEMORUN_HOME"]
+
+
+def test_plugin_warns_on_a_dry_run_without_a_shared_home_and_still_renders(kube, recipes):
+    from nemo_run.config import get_nemorun_home
+
+    from nemo_recipes.executors import RecipePlugin, kubernetes
+    from nemo_recipes.executors.plugin import ConfigNotSharedWarning
+    from nemo_recipes.executors.render import artifact
+
+    with pytest.warns(ConfigNotSharedWarning) as record:
+        text = artifact(recipes.gpt_7b(), kubernetes(gpu="h100"), name="gpt_7b", plugins=[RecipePlugin()])
+    assert "nemo_run.core.runners.fdl_runner" in text  # the manifest is still produced
+    (warning,) = [w for w in record if w.category is ConfigNotSharedWarning]
+    message = str(warning.message)
+    assert message.startswith("warning: shared_home_pvc=None:")
+    assert f"{get_nemorun_home()}/experiments/" in message and "Fix: pass shared_home_pvc=" in message
+
+
+def test_plugin_is_quiet_when_a_pod_volume_covers_the_config(kube, recipes):
+    import warnings
+
+    from nemo_run.config import get_nemorun_home
+
+    from nemo_recipes.executors import RecipePlugin, kubernetes
+    from nemo_recipes.executors.plugin import ConfigNotSharedWarning
+    from nemo_recipes.executors.render import artifact
+
+    above = os.path.dirname(get_nemorun_home())  # a workspace volume mounted above NEMORUN_HOME covers it too
+    for ex in (kubernetes(gpu="h100", shared_home_pvc="home"), kubernetes(gpu="h100", pvcs={"workspace": above})):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", ConfigNotSharedWarning)
+            artifact(recipes.gpt_7b(), ex, name="gpt_7b", plugins=[RecipePlugin()])
+
+
+def test_plugin_warns_when_the_experiment_lies_outside_the_shared_home(kube, recipes, tmp_path):
+    import nemo_run as run
+
+    from nemo_recipes.executors import RecipePlugin, kubernetes
+    from nemo_recipes.executors.plugin import ConfigNotSharedWarning
+
+    ex = kubernetes(gpu="h100", shared_home_pvc="home")
+    with run.Experiment("outside", base_dir=str(tmp_path), log_level="ERROR") as exp:
+        with pytest.warns(ConfigNotSharedWarning, match="run the experiment under NEMORUN_HOME"):
+            exp.add(recipes.gpt_7b(), executor=ex, plugins=[RecipePlugin()])
+        assert str(tmp_path) in exp.jobs[0].executor.job_dir
+
+
+def test_profile_passes_shared_home_pvc_to_the_kubernetes_preset(kube, tmp_path):
+    from nemo_run.config import get_nemorun_home
+
+    from nemo_recipes.executors import executor_for
+
+    path = tmp_path / "clusters.yaml"
+    path.write_text("gke:\n  preset: kubernetes\n  gpu: h100\n  shared_home_pvc: team-home/alice\n")
+    ex, gpu = executor_for("gke", path)
+    assert gpu == "h100-80gb"
+    assert {"name": "nemorun-home", "mountPath": get_nemorun_home(), "subPath": "alice"} in ex.volume_mounts

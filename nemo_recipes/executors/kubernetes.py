@@ -152,13 +152,13 @@ def shared_home(claim: Optional[str]) -> tuple[Optional[dict], Optional[dict], l
     from nemo_run.config import get_nemorun_home
 
     home = get_nemorun_home()
-    name, _, sub_path = claim.partition("/") if isinstance(claim, str) else ("", "", "")
+    name, slash, sub_path = claim.partition("/") if isinstance(claim, str) else ("", "", "")
     problems = []
     if not _DNS_LABEL.match(name):
         problems.append(Problem("shared_home_pvc", claim, "is not a PersistentVolumeClaim name (or CLAIM/sub/path).",
                                 "use the claim's name as `kubectl get pvc` shows it."))
     parts = sub_path.split("/") if sub_path else []
-    if sub_path and (sub_path.startswith("/") or any(p in ("", ".", "..") for p in parts)):
+    if slash and (not sub_path or sub_path.startswith("/") or any(p in ("", ".", "..") for p in parts)):
         problems.append(Problem("shared_home_pvc", claim, "the sub/path after the claim name must be a plain "
                                 "relative path.", "e.g. shared_home_pvc='home/alice/.nemo_run'."))
     if not os.path.isabs(home):
