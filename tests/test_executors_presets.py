@@ -229,6 +229,19 @@ def test_cli_factories_resolve_presets_profiles_and_the_plugin(tmp_path, monkeyp
     assert (ctx.executor.account, ctx.executor.nodes) == ("from-env", 2)
 
 
+def test_cli_kubernetes_factory_passes_the_shared_home_claim(kubeconfig_file, monkeypatch):
+    import fiddle as fdl
+    from nemo_run.config import get_nemorun_home
+
+    from nemo_recipes.executors import cli
+
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig_file))
+    executor = fdl.build(cli.kubernetes(nodes=2, shared_home_pvc="nemo-run-home"))
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in executor.volumes if "persistentVolumeClaim" in v]
+    assert "nemo-run-home" in claims
+    assert get_nemorun_home() in [m["mountPath"] for m in executor.volume_mounts]
+
+
 # ---- the plugin with real recipes ----
 
 @pytest.fixture(scope="module")

@@ -69,13 +69,15 @@ def kubernetes(
     gpu: Optional[str] = None,
     image: Optional[str] = None,
     runtime: str = "torch-distributed",
+    shared_home_pvc: Optional[str] = None,
 ) -> run.Config[run.KubeflowExecutor]:
-    """A Kubeflow Trainer TrainJob; image defaults to the nemo-recipes image."""
+    """A Kubeflow Trainer TrainJob; image defaults to the nemo-recipes image. `shared_home_pvc` names the claim that
+    holds this machine's NEMORUN_HOME, mounted at the same path in the pods so they can read the job's config."""
     from nemo_recipes.executors.kubernetes import kubernetes as _kubernetes
 
     kwargs = {} if image is None else {"image": image}
     return _kubernetes(namespace=namespace, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, runtime=runtime,
-                       **kwargs).to_config()
+                       shared_home_pvc=shared_home_pvc, **kwargs).to_config()
 
 
 def recipe_plugin(gpu: Optional[str] = None, validate: bool = True) -> run.Config[run.Plugin]:
