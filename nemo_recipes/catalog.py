@@ -183,7 +183,7 @@ class RecipeSpec:
             for key, value in overrides.items()
             if key not in known
         ]
-        valid = {k: _coerce(k, v) for k, v in overrides.items() if k in known}
+        valid = {k: v for k, v in overrides.items() if k in known}
         try:
             changed = dataclasses.replace(self, **valid)
         except InvalidRecipeError as error:
@@ -259,13 +259,6 @@ def _matches(value: Any, hint: Any) -> bool:
     if hint is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     return isinstance(value, hint)
-
-
-def _coerce(key: str, value: Any) -> Any:
-    """Lists become tuples (the dataclass is frozen and hashable); everything else is checked, not converted."""
-    if isinstance(value, list):
-        return tuple(value)
-    return value
 
 
 _POSITIVE_INTS = {"num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length", "vocab_size",

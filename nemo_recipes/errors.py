@@ -27,7 +27,7 @@ class Problem:
         return {
             "severity": self.severity,
             "field": self.field,
-            "value": _jsonable(self.value),
+            "value": jsonable(self.value),
             "message": self.message,
             "fix": self.fix,
         }
@@ -59,11 +59,12 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """`value` as plain JSON data: containers recursively, anything else unknown as its repr."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     return repr(value)

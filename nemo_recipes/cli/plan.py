@@ -9,7 +9,7 @@ import argparse
 import os
 import shutil
 import textwrap
-from typing import Any, Optional
+from typing import Any
 
 from nemo_recipes.catalog import RECIPES, RecipeSpec, closest_recipe, get_recipe
 from nemo_recipes.cli import _output
@@ -141,20 +141,11 @@ def _custom_base(shape: dict[str, Any]) -> RecipeSpec:
     return base
 
 
-# ---- throughput, lazily: the estimator is optional for the planner's report ----
-
-def _throughput(spec: RecipeSpec, cluster: Cluster) -> Optional[Any]:
-    from nemo_recipes.plan.throughput import estimate_throughput
-
-    try:
-        return estimate_throughput(spec, cluster)
-    except InvalidRecipeError:
-        return None  # an invalid layout has no meaningful step time; the report's problems say why
-
+# ---- scaling: the same plan on more or fewer nodes ----
 
 def _scaling(spec: RecipeSpec, cluster: Cluster) -> list:
     """Tokens/s at a few cluster sizes around the plan's (same global batch), where the plan stays valid."""
-    from nemo_recipes.plan import validate
+    from nemo_recipes.plan import assess
     from nemo_recipes.plan.plot import ScalingPoint
 
     points = []
@@ -164,11 +155,9 @@ def _scaling(spec: RecipeSpec, cluster: Cluster) -> list:
             sized = spec.replace(num_nodes=nodes)
         except InvalidRecipeError:
             continue
-        if not validate(sized, candidate).valid:
-            continue
-        estimate = _throughput(sized, candidate)
-        if estimate is not None:
-            points.append(ScalingPoint(candidate.world_size, estimate.tokens_per_s, nodes == cluster.nodes))
+        throughput = assess(sized, candidate).throughput  # None where the plan is invalid there
+        if throughput is not None:
+            points.append(ScalingPoint(candidate.world_size, throughput["tokens_per_s"], nodes == cluster.nodes))
     return points
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem, _jsonable
+from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem, jsonable
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.memory import MemoryBreakdown
 
@@ -27,7 +27,7 @@ class Change:
     why: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"field": self.field, "from": _jsonable(self.from_), "to": _jsonable(self.to), "why": self.why}
+        return {"field": self.field, "from": jsonable(self.from_), "to": jsonable(self.to), "why": self.why}
 
     def __str__(self) -> str:
         return f"{self.field}: {self.from_!r} -> {self.to!r} ({self.why})"
@@ -109,7 +109,7 @@ class PlanReport:
             "problems": [p.to_dict() for p in self.problems],
             "memory_gib": None if self.memory is None else self.memory.to_dict(),
             "memory_detail": None if self.memory is None else dict(self.memory.detail),
-            "throughput": None if self.throughput is None else _jsonable(self.throughput),
+            "throughput": None if self.throughput is None else jsonable(self.throughput),
             "time_to_train": None if self.time_to_train is None else dict(self.time_to_train),
             "changes": [c.to_dict() for c in self.changes],
         }
