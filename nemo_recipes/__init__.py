@@ -19,6 +19,7 @@ _LAZY = {
         "GPTConfig1_3B", "GPTConfig7B", "GPTConfig13B", "GPTConfig70B", "GPTConfig175B", "model_config")},
     **{name: "nemo_recipes.bridge.recipes" for name in (
         "gpt_1_3b", "gpt_7b", "gpt_13b", "gpt_70b", "gpt_175b", "build_recipe")},
+    "smoke": "nemo_recipes.smoke_training.runner",
 }
 
 __all__ = sorted(["RECIPES", "RecipeSpec", "closest_recipe", "get_recipe", "recipe_names", "InvalidRecipeError",

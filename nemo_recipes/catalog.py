@@ -83,6 +83,11 @@ class RecipeSpec:
     decay_tokens: int = 260_000_000_000
     train_tokens: int = 300_000_000_000
 
+    # Checkpointing: whichever interval comes first; the end-of-training checkpoint always carries the optimizer.
+    checkpoint_every_steps: Optional[int] = 1000
+    checkpoint_every_minutes: Optional[float] = 15.0
+    checkpoint_async: bool = True
+
     # Data: empty paths mean mock data with a NullTokenizer (no download).
     data_paths: tuple[str, ...] = ()
     data_weights: tuple[float, ...] = ()
@@ -276,11 +281,15 @@ def _type_problems(spec: RecipeSpec) -> list[Problem]:
                                     f"set {name} to {_describe(hint)}."))
         elif name in _POSITIVE_INTS and value < 1:
             problems.append(Problem(name, value, "must be at least 1.", f"set {name} to a positive integer."))
-    for name in ("virtual_pipeline", "num_query_groups", "recompute_num_layers"):
+    for name in ("virtual_pipeline", "num_query_groups", "recompute_num_layers", "checkpoint_every_steps"):
         value = getattr(spec, name)
         if isinstance(value, int) and not isinstance(value, bool) and value < 1:
             problems.append(Problem(name, value, "must be at least 1 or unset.",
                                     f"set {name} to a positive integer or None."))
+    value = spec.checkpoint_every_minutes
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 < value < math.inf:
+        problems.append(Problem("checkpoint_every_minutes", value, "must be a positive, finite number of minutes "
+                                "or unset.", "set checkpoint_every_minutes to e.g. 15, or None for no time interval."))
     for name in ("max_lr", "adam_eps", "clip_grad"):
         value = getattr(spec, name)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and not value > 0:
@@ -356,6 +365,11 @@ SOURCES: dict[str, str] = {
     "warmup_tokens": "linear warmup over the first 375M tokens (GPT-3 paper, Appendix B); steps derived from the batch",
     "decay_tokens": "cosine decay to min LR over 260B tokens, then constant (GPT-3 paper, Appendix B)",
     "train_tokens": "300B tokens, as GPT-3 (Brown et al. 2020, Table 2.1)",
+    "checkpoint_every_steps": "every 1000 steps or 15 minutes, whichever comes first: the step interval bounds the work "
+                              "lost by fast (small or scaled-down) runs, where 15 minutes is many steps",
+    "checkpoint_every_minutes": "every 15 minutes, as NeMo's own pretraining recipes (a 175B step takes seconds)",
+    "checkpoint_async": "asynchronous distributed-checkpoint saves, as NeMo's recipes; the job falls back to synchronous "
+                        "saves (with a warning) where the installed NeMo/Megatron-Core cannot save asynchronously",
     "data_paths": "none: mock data with NeMo's NullTokenizer (no download); give Megatron .bin/.idx prefixes for real data",
     "data_weights": "blend weights, one positive weight per path (equal when empty)",
     "tokenizer_path": "a local Hugging Face tokenizer directory or SentencePiece .model (no download)",

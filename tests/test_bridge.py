@@ -19,7 +19,7 @@ import nemo_recipes  # noqa: E402
 from nemo_recipes.bridge import parts  # noqa: E402
 from nemo_recipes.bridge.introspect import spec_from_partial  # noqa: E402
 from nemo_recipes.bridge.model import CONFIG_CLASSES, model_config  # noqa: E402
-from nemo_recipes.bridge.preflight import PrecisionPreflight, fp8_problems  # noqa: E402
+from nemo_recipes.bridge.preflight import Preflight, fp8_problems  # noqa: E402
 from nemo_recipes.bridge.recipes import FACTORIES, knob_names  # noqa: E402
 from nemo_recipes.catalog import RECIPES, field_names  # noqa: E402
 from nemo_recipes.errors import InvalidRecipeError  # noqa: E402
@@ -210,7 +210,7 @@ def test_fp8_builds_anywhere_and_is_refused_at_launch_without_te_or_gpu():
     recipe = nemo_recipes.gpt_7b(precision="fp8")
     plugin = fdl.build(recipe.trainer.plugins)
     assert plugin.dtype_config.fp8 == "hybrid"
-    preflight = [c for c in recipe.trainer.callbacks if c.__fn_or_cls__ is PrecisionPreflight]
+    preflight = [c for c in recipe.trainer.callbacks if c.__fn_or_cls__ is Preflight]
     assert len(preflight) == 1 and preflight[0].precision == "fp8"
     # This machine has neither Transformer Engine nor a GPU: the check that runs on the node says so.
     with pytest.raises(InvalidRecipeError) as error:
@@ -222,8 +222,9 @@ def test_fp8_builds_anywhere_and_is_refused_at_launch_without_te_or_gpu():
     assert fp8_problems(True, (9, 0), "NVIDIA H100 80GB HBM3") == []
     a100 = fp8_problems(True, (8, 0), "NVIDIA A100-SXM4-80GB")
     assert len(a100) == 1 and "no FP8 tensor cores" in a100[0].message
-    # BF16 needs no such check.
-    fdl.build(nemo_recipes.gpt_7b().trainer.callbacks[1]).setup(None, None, "fit")
+    # BF16 needs no such check (the checkpoint half of the preflight reads the strategy only).
+    trainer = type("Trainer", (), {"strategy": type("Strategy", (), {"async_save": False})()})()
+    fdl.build(nemo_recipes.gpt_7b().trainer.callbacks[1]).setup(trainer, None, "fit")
 
 
 @pytest.mark.parametrize("name", NAMES)

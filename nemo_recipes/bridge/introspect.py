@@ -6,7 +6,10 @@ The executor plugin and the CLI use this to plan what will actually run, not wha
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
+
+import fiddle as fdl
 
 from nemo_recipes.bridge.model import CONFIG_CLASSES
 from nemo_recipes.catalog import RECIPES, RecipeSpec, field_names
@@ -79,6 +82,7 @@ def spec_from_partial(partial: Any) -> RecipeSpec:
     values.update(_data(partial))
     values = {k: v for k, v in values.items() if v is not None or k in ("virtual_pipeline", "num_query_groups",
                                                                          "sequence_parallel", "recompute_num_layers")}
+    values.update(_checkpoint(partial))
     if base is not None:
         return base.replace(**{k: v for k, v in values.items() if k in field_names()})
     return RecipeSpec(name="custom", size_label="custom", max_lr=values.pop("max_lr", 1e-4), **values)
@@ -99,6 +103,19 @@ def _recompute(model_config: Any, values: dict[str, Any]) -> dict[str, Any]:
     count = _get(model_config, "recompute_num_layers")
     # The bridge writes 'every layer of a stage' as an explicit count; the catalog says it with None.
     return {"recompute": "full", "recompute_num_layers": None if count in (None, layers_per_chunk) else count}
+
+
+def _checkpoint(partial: Any) -> dict[str, Any]:
+    checkpoint = _get(partial, "log.ckpt")
+    if checkpoint is None:
+        return {}
+    interval = getattr(checkpoint, "train_time_interval", None)
+    if interval is not None and not isinstance(interval, timedelta):
+        interval = fdl.build(interval)  # the recipe holds run.Config(timedelta, minutes=...)
+    minutes = interval.total_seconds() / 60 if interval is not None else None
+    return {"checkpoint_every_steps": getattr(checkpoint, "every_n_train_steps", None) or None,
+            "checkpoint_every_minutes": minutes,
+            "checkpoint_async": bool(_get(partial, "trainer.strategy.ckpt_async_save", False))}
 
 
 def _data(partial: Any) -> dict[str, Any]:

@@ -4,7 +4,7 @@
 - `strategy(spec)` and `trainer(spec)`: parallelism, precision, activation checkpointing, cluster size;
 - `optim(spec)`: AdamW with warmup and cosine decay, for a novel objective that keeps the recipe's optimizer;
 - `data(spec)`: mock data (no download) or a Megatron blend with a local tokenizer;
-- `log(...)` and `resume()`.
+- `log(spec, ...)` (with `checkpoint(spec)`) and `resume()`.
 
 Every function returns an unbuilt `run.Config`: building a recipe reads no file, opens no socket and touches no GPU.
 """
@@ -26,7 +26,8 @@ from nemo.collections.llm.gpt.data.pre_training import PreTrainingDataModule
 from nemo.lightning.pytorch.optim import CosineAnnealingScheduler, MegatronOptimizerModule
 from nemo.utils.exp_manager import TimingCallback
 
-from nemo_recipes.bridge.preflight import PrecisionPreflight
+from nemo_recipes.bridge.checkpoint import RecipeCheckpoint
+from nemo_recipes.bridge.preflight import Preflight
 from nemo_recipes.catalog import RecipeSpec
 
 # NeMo's own recipes validate every 2000 steps on 32 batches; we keep that cadence.
@@ -58,7 +59,7 @@ def strategy(spec: RecipeSpec) -> run.Config[nl.MegatronStrategy]:
         sequence_parallel=spec.sequence_parallel_enabled,
         pipeline_dtype=torch.bfloat16 if spec.precision != "fp16" else torch.float16,
         gradient_as_bucket_view=True,
-        ckpt_async_save=True,
+        ckpt_async_save=spec.checkpoint_async,
         ckpt_parallel_load=True,
         ddp=ddp(spec),
     )
@@ -101,7 +102,7 @@ def trainer(spec: RecipeSpec, callbacks: Optional[list] = None) -> run.Config[nl
         use_distributed_sampler=False,
         plugins=precision(spec),
         strategy=strategy(spec),
-        callbacks=[run.Config(TimingCallback), run.Config(PrecisionPreflight, precision=spec.precision),
+        callbacks=[run.Config(TimingCallback), run.Config(Preflight, precision=spec.precision),
                    *(callbacks or [])],
     )
 
@@ -165,18 +166,25 @@ def data(spec: RecipeSpec) -> run.Config:
     return run.Config(PreTrainingDataModule, paths=blend(spec), **common)
 
 
-def log(dir: Optional[str] = None, name: str = "default") -> run.Config[nl.NeMoLogger]:
-    checkpoint = run.Config(
-        nl.ModelCheckpoint,
+def checkpoint(spec: RecipeSpec) -> run.Config[RecipeCheckpoint]:
+    """Every `checkpoint_every_steps` steps or `checkpoint_every_minutes` minutes, whichever comes first, and at the
+    end of training with the optimizer state, so that AutoResume can continue any run, however short."""
+    minutes = spec.checkpoint_every_minutes
+    return run.Config(
+        RecipeCheckpoint,
         save_last=True,
         save_top_k=10,
-        # Time-based, as NeMo's own recipes: a 175B step takes seconds, a 1.3B step milliseconds.
-        train_time_interval=run.Config(timedelta, minutes=15),
+        every_n_train_steps=spec.checkpoint_every_steps,
+        train_time_interval=run.Config(timedelta, minutes=minutes) if minutes else None,
+        save_optim_on_train_end=True,
         filename="{model_name}--{val_loss:.2f}-{step}-{consumed_samples}",
     )
+
+
+def log(spec: RecipeSpec, dir: Optional[str] = None, name: str = "default") -> run.Config[nl.NeMoLogger]:
     return run.Config(
         nl.NeMoLogger,
-        ckpt=checkpoint,
+        ckpt=checkpoint(spec),
         name=name,
         log_dir=dir,
         tensorboard=run.Config(TensorBoardLogger, save_dir="tb_logs", name=name),

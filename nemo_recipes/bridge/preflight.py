@@ -1,10 +1,16 @@
-"""Checks that run where the job starts, before the first step: the recipe builds anywhere, but FP8 trains only with
-Transformer Engine on a GPU with FP8 tensor cores (compute capability 8.9, Ada, or newer: Hopper, Blackwell)."""
+"""Checks that run where the job starts, before the first step. The recipe builds anywhere, but:
+
+- FP8 trains only with Transformer Engine on a GPU with FP8 tensor cores (compute capability 8.9, Ada, or newer:
+  Hopper, Blackwell): refused otherwise, with the fix;
+- asynchronous checkpoint saves need the Megatron-Core checkpoint strategies NeMo's async IO imports (NeMo 2.7.3 with
+  Megatron-Core 0.16 lacks them and would fail at set-up): saved synchronously there, with a warning.
+"""
 
 from __future__ import annotations
 
 import importlib.util
-from typing import Optional
+import logging
+from typing import Any, Optional
 
 from lightning.pytorch.callbacks import Callback
 
@@ -33,13 +39,38 @@ def fp8_problems(has_transformer_engine: bool, capability: Optional[tuple[int, i
     return problems
 
 
-class PrecisionPreflight(Callback):
-    """Refuses to start training with a precision the node cannot run, with the field, the value and the fix."""
+def async_save_available() -> bool:
+    """Whether NeMo's asynchronous checkpoint IO can work with the installed Megatron-Core."""
+    from nemo.utils.callbacks import dist_ckpt_io
+
+    return bool(getattr(dist_ckpt_io, "HAVE_MEGATRON_CORE", False))
+
+
+ASYNC_FALLBACK = ("checkpoint_async=True: this NeMo cannot save checkpoints asynchronously with the installed "
+                  "Megatron-Core (megatron.core.dist_checkpointing.strategies.tensorstore is missing); saving "
+                  "synchronously instead. Fix: install the pinned megatron-core (pip install -c constraints.txt), "
+                  "or set checkpoint_async=False to silence this.")
+
+
+class Preflight(Callback):
+    """Runs on every rank at set-up, before the strategy and the checkpoint callback read their settings (Lightning
+    calls callbacks' `setup` before the strategy's, and NeMoLogger appends the checkpoint callback after ours)."""
 
     def __init__(self, precision: str = "bf16"):
         self.precision = precision
 
-    def setup(self, trainer, pl_module, stage: str) -> None:
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        self._check_precision()
+        self._choose_checkpoint_io(trainer)
+
+    @staticmethod
+    def _choose_checkpoint_io(trainer: Any) -> None:
+        strategy = trainer.strategy
+        if getattr(strategy, "async_save", False) and not async_save_available():
+            logging.getLogger(__name__).warning(ASYNC_FALLBACK)
+            strategy.async_save = False
+
+    def _check_precision(self) -> None:
         if self.precision != "fp8":
             return
         import torch

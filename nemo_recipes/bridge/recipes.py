@@ -34,7 +34,7 @@ def build_recipe(spec: RecipeSpec, *, name: str = "default", dir: Optional[str] 
         trainer=parts.trainer(spec),
         data=parts.data(spec),
         optim=parts.optim(spec),
-        log=parts.log(dir=dir, name=name),
+        log=parts.log(spec, dir=dir, name=name),
         resume=parts.resume(),
     )
 

@@ -1,0 +1,14 @@
+"""Smoke training: a recipe scaled down in shape, trained by NeMo's own `llm.pretrain`, stopped, resumed, judged.
+
+    report = nemo_recipes.smoke("gpt_70b", processes=2)          # TP2 on two CPU processes (gloo) or GPUs
+    print(report.format()); report.passed
+
+Modules: `shape` (the scaled-down spec and layout, standard library), `corpus` (learnable data as a Megatron indexed
+dataset), `worker` (one phase in each rank), `callbacks` (the step record and the phase stop), `record`, `judge`
+and `runner`.
+"""
+
+from nemo_recipes.smoke_training.runner import SmokeError, SmokeReport, smoke
+from nemo_recipes.smoke_training.shape import SmokePlan, smoke_plan
+
+__all__ = ["SmokeError", "SmokePlan", "SmokeReport", "smoke", "smoke_plan"]

@@ -1,0 +1,80 @@
+"""The smoke run's Lightning callbacks: the record of each step, and the stop that ends the first phase.
+
+Rank 0 holds the loss of every step (NeMo sends the last pipeline stage's reduced loss to it for logging).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from lightning.pytorch.callbacks import Callback
+
+from nemo_recipes.smoke_training.record import append
+
+
+def _number(value: Any) -> float | None:
+    """A logged scalar (a tensor) as a float; NaN and infinities are kept: they are what the judge looks for."""
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+class StopAtStep(Callback):
+    """Ends training after `step` steps, as a preemption would, without touching `trainer.max_steps` (NeMo copies
+    max_steps into the learning-rate schedule, so stopping through it would change the schedule)."""
+
+    def __init__(self, step: int):
+        self.step = step
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if trainer.global_step >= self.step:
+            trainer.should_stop = True
+
+
+class SmokeMetrics(Callback):
+
+    """Records where training started (the resumed step and data position), then each step's loss, consumed
+    samples, learning rate and duration."""
+
+    def __init__(self, path: str, phase: str):
+        self.path, self.phase = path, phase
+        self._started = 0.0
+
+    def _rank_zero(self, trainer: Any) -> bool:
+        return trainer.global_rank == 0
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        if not self._rank_zero(trainer):
+            return
+        sampler = getattr(trainer.datamodule, "data_sampler", None)
+        append(self.path, {
+            "event": "start", "phase": self.phase, "time": time.time(), "global_step": trainer.global_step,
+            "max_steps": trainer.max_steps, "world_size": trainer.world_size,
+            "consumed_samples": getattr(sampler, "init_consumed_samples", None),
+            "resumed_from": str(trainer.ckpt_path) if trainer.ckpt_path else None,
+            "slurm_job": os.environ.get("SLURM_JOB_ID"), "restart_count": os.environ.get("SLURM_RESTART_COUNT"),
+        })
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        self._started = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if not self._rank_zero(trainer):
+            return
+        metrics = trainer.callback_metrics
+        optimizer = trainer.optimizers[0] if trainer.optimizers else None
+        append(self.path, {
+            "event": "step", "phase": self.phase, "step": trainer.global_step,
+            "loss": _number(metrics.get("reduced_train_loss")),
+            "consumed_samples": _number(metrics.get("consumed_samples")),
+            "lr": _number(optimizer.param_groups[0]["lr"]) if optimizer else None,
+            "seconds": time.perf_counter() - self._started,
+        })
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        if self._rank_zero(trainer):
+            append(self.path, {"event": "end", "phase": self.phase, "time": time.time(),
+                               "global_step": trainer.global_step})

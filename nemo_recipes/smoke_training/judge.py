@@ -1,0 +1,122 @@
+"""The verdict on a smoke run, from its record alone (standard library only).
+
+A run passes when NeMo trained every step of both phases, the second phase resumed exactly where the first stopped
+(global step and data position), the steps and consumed samples continue without a gap or a repeat, every loss is
+finite and the loss fell, and the last checkpoint holds the optimizer state that a further resume needs.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+#: The loss must fall by at least this much (nats) between the first and the last steps' means: well above the
+#: step-to-step noise of the scaled-down batch, well below what the learnable corpus gives in 20 steps.
+MIN_LOSS_DROP = 0.05
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    passed: bool
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "passed": self.passed, "detail": self.detail}
+
+
+@dataclass
+class Verdict:
+    checks: list[Check] = field(default_factory=list)
+    losses: list[tuple[int, float]] = field(default_factory=list)
+    resumed_at: Optional[int] = None
+    resumed_from: Optional[str] = None
+    seconds_per_step: Optional[float] = None
+    checkpoint: Optional[dict[str, Any]] = None
+    device: Optional[str] = None
+    patches: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and all(check.passed for check in self.checks)
+
+
+def _phase(records: list[dict[str, Any]], phase: str, event: str) -> list[dict[str, Any]]:
+    return [r for r in records if r.get("phase") == phase and r.get("event") == event]
+
+
+def judge(records: list[dict[str, Any]], *, steps: int, stop_step: int, global_batch_size: int,
+          phases: tuple[str, str] = ("train", "resume")) -> Verdict:
+    first, second = phases
+    verdict = Verdict()
+    launches = [r for r in records if r.get("event") == "launch"]
+    if launches:
+        verdict.device, verdict.patches = launches[-1].get("device"), launches[-1].get("patches", [])
+    step_records = _phase(records, first, "step") + _phase(records, second, "step")
+    verdict.losses = [(r["step"], r["loss"]) for r in step_records]
+    timed = [r["seconds"] for r in step_records[1:] if r.get("seconds") is not None]
+    verdict.seconds_per_step = statistics.median(timed) if timed else None
+
+    seen = [r["step"] for r in step_records]
+    expected = list(range(1, steps + 1))
+    verdict.checks.append(Check(
+        "every step trained once", seen == expected,
+        f"steps {_ranges(seen)} (expected 1-{steps})" if seen != expected else f"steps 1-{stop_step} then "
+        f"{stop_step + 1}-{steps}"))
+
+    starts = _phase(records, second, "start")
+    start = starts[-1] if starts else {}
+    verdict.resumed_at, verdict.resumed_from = start.get("global_step"), start.get("resumed_from")
+    resumed_ok = (verdict.resumed_at == stop_step and verdict.resumed_from is not None
+                  and start.get("consumed_samples") == stop_step * global_batch_size)
+    verdict.checks.append(Check(
+        "resumed where it stopped", resumed_ok,
+        f"global step {verdict.resumed_at} (expected {stop_step}), consumed samples "
+        f"{start.get('consumed_samples')} (expected {stop_step * global_batch_size}), from "
+        f"{verdict.resumed_from or 'no checkpoint'}"))
+
+    wrong = [(r["step"], r["consumed_samples"]) for r in step_records
+             if r.get("consumed_samples") is not None and r["consumed_samples"] != r["step"] * global_batch_size]
+    verdict.checks.append(Check(
+        "data position continuous", not wrong,
+        "consumed samples = step x global batch at every step" if not wrong else
+        f"consumed samples off at (step, samples) {wrong[:3]}"))
+
+    losses = [loss for _, loss in verdict.losses]
+    finite = bool(losses) and all(isinstance(x, (int, float)) and math.isfinite(x) for x in losses)
+    verdict.checks.append(Check("loss finite", finite, "every step" if finite else
+                                f"non-finite or missing losses at steps "
+                                f"{[s for s, x in verdict.losses if not (isinstance(x, float) and math.isfinite(x))]}"))
+    if finite and len(losses) >= 4:
+        k = max(2, min(5, len(losses) // 4))
+        head, tail = statistics.fmean(losses[:k]), statistics.fmean(losses[-k:])
+        verdict.checks.append(Check(
+            "loss falling", head - tail >= MIN_LOSS_DROP,
+            f"mean of first {k} steps {head:.3f} -> last {k} {tail:.3f} (drop {head - tail:.3f}, "
+            f"at least {MIN_LOSS_DROP} needed)"))
+
+    saved = [c for r in _phase(records, second, "checkpoints") for c in r.get("checkpoints", [])]
+    last = max(saved, key=lambda c: c.get("step") or -1) if saved else None
+    verdict.checkpoint = last
+    loadable = bool(last) and "error" not in last and last.get("optimizer") is True and last.get("tensors", 0) > 0
+    verdict.checks.append(Check(
+        "last checkpoint resumable", loadable,
+        "no checkpoint found" if not last else last.get("error") or
+        f"{last.get('tensors')} tensors, optimizer state {'included' if last.get('optimizer') else 'MISSING'}"))
+    return verdict
+
+
+def _ranges(steps: list[int]) -> str:
+    if not steps:
+        return "none"
+    parts, start, previous = [], steps[0], steps[0]
+    for step in steps[1:] + [None]:
+        if step is not None and step == previous + 1:
+            previous = step
+            continue
+        parts.append(f"{start}-{previous}" if start != previous else str(start))
+        if step is not None:
+            start = previous = step
+    return ", ".join(parts)

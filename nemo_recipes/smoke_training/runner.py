@@ -1,0 +1,201 @@
+"""Run a smoke training: the recipe scaled down, trained by NeMo's own loop, stopped, resumed, judged.
+
+Each phase is a fresh set of processes, as after a preemption: `python -m nemo_recipes.smoke_training.worker` for one
+process, under `torch.distributed.run` for several, or a NeMo-Run executor (local torchrun, Slurm, ...) through
+`launch=`. The runner itself stays light (standard library, plus Megatron's dataset writer for the corpus).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, TextIO, Union
+
+from nemo_recipes.catalog import RecipeSpec, get_recipe
+from nemo_recipes.smoke_training import record
+from nemo_recipes.smoke_training.launchers import Launcher, SmokeError, local_processes
+from nemo_recipes.smoke_training.judge import Verdict, judge
+from nemo_recipes.smoke_training.shape import SmokePlan, smoke_plan
+
+PHASES = ("train", "resume")
+
+
+
+@dataclass
+class SmokeReport:
+    recipe: str
+    plan: SmokePlan
+    verdict: Verdict
+    directory: str
+    logs: dict[str, str] = field(default_factory=dict)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+    exit_codes: dict[str, int] = field(default_factory=dict)
+    kept: bool = True
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict.passed and all(code == 0 for code in self.exit_codes.values())
+
+    def to_dict(self) -> dict[str, Any]:
+        spec = self.plan.spec
+        v = self.verdict
+        return {
+            "recipe": self.recipe, "passed": self.passed, "device": v.device, "processes": self.plan.processes,
+            "layout": self.plan.layout, "steps": self.plan.steps, "stop_step": self.plan.stop_step,
+            "resumed_at": v.resumed_at, "resumed_from": v.resumed_from,
+            "shape": {"num_layers": spec.num_layers, "hidden_size": spec.hidden_size,
+                      "num_attention_heads": spec.num_attention_heads, "seq_length": spec.seq_length,
+                      "vocab_size": spec.vocab_size, "micro_batch_size": spec.micro_batch_size,
+                      "global_batch_size": spec.global_batch_size, "num_parameters": spec.num_parameters},
+            "losses": [{"step": s, "loss": x} for s, x in v.losses],
+            "seconds_per_step": v.seconds_per_step, "phase_seconds": self.phase_seconds,
+            "exit_codes": self.exit_codes,
+            "checkpoint": v.checkpoint, "checks": [c.to_dict() for c in v.checks], "patches": v.patches,
+            "directory": self.directory if self.kept else None, "logs": self.logs if self.kept else {},
+        }
+
+    def format(self) -> str:
+        spec, v = self.plan.spec, self.verdict
+        lines = [f"smoke {self.recipe}: {'PASS' if self.passed else 'FAIL'} ({v.device or '?'}, "
+                 f"{self.plan.processes} process(es), {self.plan.layout})",
+                 f"  shape       {spec.num_layers} layers, hidden {spec.hidden_size}, {spec.num_attention_heads} "
+                 f"heads, sequence {spec.seq_length}, vocabulary {spec.vocab_size}, global batch "
+                 f"{spec.global_batch_size}: {spec.num_parameters:,} parameters"]
+        if v.losses:
+            split = self.plan.stop_step
+            before = " ".join(f"{x:.3f}" for s, x in v.losses if s <= split)
+            after = " ".join(f"{x:.3f}" for s, x in v.losses if s > split)
+            lines.append(f"  loss        {before} | resumed at step {v.resumed_at}: {after}")
+        if v.seconds_per_step is not None:
+            phases = " + ".join(f"{self.phase_seconds[p]:.1f} s" for p in PHASES if p in self.phase_seconds)
+            lines.append(f"  time        {v.seconds_per_step:.3f} s/step (median); processes {phases}")
+        if v.checkpoint:
+            size = v.checkpoint.get("bytes", 0) / 2**20
+            lines.append(f"  checkpoint  {size:.1f} MiB at step {v.checkpoint.get('step')}: {v.checkpoint.get('path')}")
+        for check in v.checks:
+            lines.append(f"  [{'ok' if check.passed else 'FAIL'}] {check.name}: {check.detail}")
+        for phase, code in self.exit_codes.items():
+            if code != 0:
+                lines.append(f"  [FAIL] {phase} phase exited with status {code}; log: {self.logs.get(phase)}")
+        if self.kept:
+            lines.append(f"  files       {self.directory}")
+        return "\n".join(lines)
+
+
+class Progress:
+    """One line per update on a terminal (rewritten in place), a line every few steps elsewhere."""
+
+    def __init__(self, stream: Optional[TextIO], total_steps: int, label: str):
+        self.stream, self.total, self.label = stream, total_steps, label
+        self.tty = bool(stream) and hasattr(stream, "isatty") and stream.isatty()
+        self.shown = 0
+
+    def phase(self, phase: str) -> None:
+        self._emit(f"{self.label}: {phase} phase starting (imports and set-up take a while)", final=True)
+
+    def update(self, records: list[dict[str, Any]]) -> None:
+        steps = [r for r in records if r.get("event") == "step"]
+        if not steps or steps[-1]["step"] == self.shown:
+            return
+        last = steps[-1]
+        self.shown = last["step"]
+        if not self.tty and self.shown % 5 and self.shown != self.total:
+            return
+        loss = last.get("loss")
+        self._emit(f"{self.label}: step {self.shown}/{self.total}  loss {loss:.3f}  "
+                   f"{last.get('seconds', 0):.2f} s/step", final=not self.tty)
+
+    def done(self) -> None:
+        if self.tty and self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+
+    def _emit(self, text: str, final: bool) -> None:
+        if not self.stream:
+            return
+        if self.tty:
+            self.stream.write("\r\033[K" + text + ("\n" if final else ""))
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+@dataclass
+class Workspace:
+    """The files of one smoke run: the corpus, the record, and one log (and config) per phase."""
+
+    root: Path
+    corpus: Path
+    plan: SmokePlan
+    name: str = "smoke"
+
+    @property
+    def metrics(self) -> Path:
+        return self.root / "metrics.jsonl"
+
+    def records(self) -> list[dict[str, Any]]:
+        return record.read(self.metrics)
+
+    def phase_config(self, phase: str, stop_at: Optional[int]) -> dict[str, Any]:
+        return {"spec": self.plan.spec.to_dict(), "name": self.name, "dir": str(self.root),
+                "metrics": str(self.metrics), "phase": phase, "data_prefix": str(self.corpus), "stop_at": stop_at}
+
+
+def workspace(plan: SmokePlan, dir: Optional[str] = None, name: str = "smoke") -> Workspace:
+    """A new (or empty) directory with the learnable corpus written into it."""
+    from nemo_recipes.smoke_training.corpus import write_corpus
+
+    root = Path(dir) if dir else Path(tempfile.mkdtemp(prefix=f"nemo-recipes-smoke-{plan.spec.name}-"))
+    root.mkdir(parents=True, exist_ok=True)
+    if any(r.get("event") == "step" for r in record.read(root / "metrics.jsonl")):
+        raise SmokeError(f"{root} holds an earlier smoke run; give an empty or new directory")
+    return Workspace(root=root, corpus=write_corpus(root / "data" / "corpus", plan.spec.vocab_size), plan=plan,
+                     name=name)
+
+
+def run_phase(space: Workspace, phase: str, stop_at: Optional[int], launch: Launcher,
+              progress: Optional[Progress] = None) -> tuple[int, float, Path]:
+    """One phase (fresh processes, resuming from whatever checkpoint the directory holds): (status, seconds, log)."""
+    log = space.root / f"{phase}.log"
+    if progress:
+        progress.phase(phase)
+    started = time.monotonic()
+    code = launch(space.phase_config(phase, stop_at), space.plan.processes, log,
+                  (lambda: progress.update(space.records())) if progress else (lambda: None))
+    if progress:
+        progress.done()
+    return code, round(time.monotonic() - started, 1), log
+
+
+def smoke(recipe: Union[str, RecipeSpec], overrides: Optional[dict[str, Any]] = None, *, processes: int = 1,
+          steps: int = 20, stop_step: Optional[int] = None, full_size: bool = False, dir: Optional[str] = None,
+          keep: bool = False, launch: Optional[Launcher] = None, progress: Optional[TextIO] = sys.stderr,
+          name: str = "smoke") -> SmokeReport:
+    """Scale `recipe` down in shape (unless `full_size`), train it for `stop_step` steps with NeMo's `llm.pretrain`,
+    stop, resume from the checkpoint in fresh processes, train to `steps`, and judge the record.
+
+    `overrides` are recipe fields applied last (layout such as tensor_parallel=2, or any choice); `dir` keeps the
+    run's files there (default: a temporary directory, removed after a pass unless `keep`; kept after a failure);
+    `launch` runs a phase elsewhere (see `executor_launcher`).
+    """
+    spec = get_recipe(recipe) if isinstance(recipe, str) else recipe
+    plan = smoke_plan(spec, processes=processes, steps=steps, stop_step=stop_step, full_size=full_size,
+                      overrides=overrides)
+    space = workspace(plan, dir, name)
+    report = SmokeReport(recipe=spec.name, plan=plan, verdict=Verdict(), directory=str(space.root))
+    shown = Progress(progress, plan.steps, f"smoke {spec.name}") if progress else None
+    for phase, stop_at in zip(PHASES, (plan.stop_step, None)):
+        code, seconds, log = run_phase(space, phase, stop_at, launch or local_processes, shown)
+        report.exit_codes[phase], report.phase_seconds[phase], report.logs[phase] = code, seconds, str(log)
+        if code != 0:
+            break
+    report.verdict = judge(space.records(), steps=plan.steps, stop_step=plan.stop_step,
+                           global_batch_size=plan.spec.global_batch_size)
+    if report.passed and not keep and not dir:
+        shutil.rmtree(space.root, ignore_errors=True)
+        report.kept = False
+    return report

@@ -1,0 +1,145 @@
+"""A recipe scaled down in shape only, for a smoke training run (standard library only).
+
+What changes: layers, hidden size, heads, FFN (same ratio to hidden), sequence length, vocabulary and batch; the
+parallel layout is fitted to the processes at hand; the schedule keeps its shape (warmup, cosine decay, constant
+tail) over the smoke run's steps. What stays: everything else the recipe chose (precision, recomputation, sequence
+parallelism, Megatron DDP with the distributed optimizer and its overlaps, AdamW with the recipe's learning rates,
+dropout, tied embeddings, checkpointing, AutoResume).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.errors import InvalidRecipeError, Problem
+
+#: Head dimension, heads and sequence of the scaled-down model: a few hundred thousand parameters, whose steps take
+#: a fraction of a second on a CPU core, big enough for the loss to fall visibly within tens of steps.
+HEAD_DIM = 16
+HEADS = 4
+SEQ_LENGTH = 64
+VOCAB_SIZE = 1000
+MICRO_BATCH = 2
+
+#: Layout fields a user may set for the smoke run; the rest of the layout is derived from the processes.
+LAYOUT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "virtual_pipeline")
+
+
+@dataclass(frozen=True)
+class SmokePlan:
+    """The scaled-down spec and the two phases: train to `stop_step`, stop, resume and train to `steps`."""
+
+    spec: RecipeSpec
+    processes: int
+    steps: int
+    stop_step: int
+    full_size: bool
+
+    @property
+    def layout(self) -> str:
+        s = self.spec
+        return (f"TP{s.tensor_parallel} PP{s.pipeline_parallel} CP{s.context_parallel} DP{s.data_parallel_size}"
+                + (f" VP{s.virtual_pipeline}" if s.virtual_pipeline else ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"processes": self.processes, "steps": self.steps, "stop_step": self.stop_step,
+                "full_size": self.full_size, "layout": self.layout, "spec": self.spec.to_dict()}
+
+
+def _largest_divisor_at_most(n: int, limit: int) -> int:
+    return max(d for d in range(1, max(1, min(n, limit)) + 1) if n % d == 0)
+
+
+def fit_layout(spec: RecipeSpec, processes: int, given: dict[str, Any]) -> dict[str, Any]:
+    """TP, then PP, as large as the recipe's and as the processes allow; the rest is data parallelism."""
+    cp = given.get("context_parallel", 1)
+    tp = given.get("tensor_parallel") or _largest_divisor_at_most(processes // max(cp, 1) or 1, spec.tensor_parallel)
+    pp = given.get("pipeline_parallel") or _largest_divisor_at_most(
+        max(1, processes // max(tp * cp, 1)), spec.pipeline_parallel)
+    layout = {"tensor_parallel": tp, "pipeline_parallel": pp, "context_parallel": cp,
+              "virtual_pipeline": given.get("virtual_pipeline")}
+    return layout
+
+
+def smoke_plan(spec: RecipeSpec, *, processes: int = 1, steps: int = 20, stop_step: Optional[int] = None,
+               full_size: bool = False, overrides: Optional[dict[str, Any]] = None) -> SmokePlan:
+    """The smoke run of `spec` on `processes` processes (one per GPU, or CPU processes under gloo).
+
+    `overrides` are recipe fields applied last (e.g. tensor_parallel=2, precision="fp8", hidden_dropout=0.0), so a
+    user can pick the layout or any choice; `full_size` keeps the recipe's shape (for a GPU)."""
+    overrides = dict(overrides or {})
+    problems = _argument_problems(processes, steps, stop_step)
+    if problems:
+        raise InvalidRecipeError(problems, context=f"smoke {spec.name}")
+    stop = stop_step if stop_step is not None else steps // 2
+    spec.replace(**overrides)  # unknown fields and bad values are reported here, all at once
+    layout = fit_layout(spec, processes, {k: overrides[k] for k in LAYOUT_FIELDS if k in overrides})
+    model_parallel = layout["tensor_parallel"] * layout["pipeline_parallel"] * layout["context_parallel"]
+    if processes % model_parallel:
+        raise InvalidRecipeError([Problem(
+            "processes", processes, f"is not a multiple of TP x PP x CP = {model_parallel}.",
+            f"run {model_parallel} (or a multiple) processes, or lower tensor_parallel/pipeline_parallel.")],
+            context=f"smoke {spec.name}")
+    values: dict[str, Any] = {} if full_size else _small_shape(spec, layout)
+    values.update(layout, num_nodes=1, num_gpus_per_node=processes)
+    values.update(overrides)  # the user's choices win over the scaled-down defaults
+    micro = values.get("micro_batch_size", spec.micro_batch_size)
+    # Scaled down: two micro-batches per pipeline stage and step, so that accumulation and 1F1B both run.
+    values.setdefault("global_batch_size", spec.global_batch_size if full_size
+                      else micro * (processes // model_parallel) * 2 * layout["pipeline_parallel"])
+    values.setdefault("checkpoint_every_steps", max(1, stop // 2))
+    tokens_per_step = values["global_batch_size"] * values.get("seq_length", spec.seq_length)
+    for key, value in _schedule(spec, steps, tokens_per_step).items():
+        values.setdefault(key, value)
+    return SmokePlan(spec=spec.replace(**values), processes=processes, steps=steps, stop_step=stop,
+                     full_size=full_size)
+
+
+def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
+    tp, pp, cp = layout["tensor_parallel"], layout["pipeline_parallel"], layout["context_parallel"]
+    heads = max(HEADS, tp)
+    hidden = heads * HEAD_DIM
+    groups = None if spec.num_query_groups is None else max(tp, heads * spec.num_query_groups
+                                                           // spec.num_attention_heads)
+    ffn_ratio = spec.ffn_hidden_size / spec.hidden_size
+    seq = math.lcm(SEQ_LENGTH, tp, 2 * cp)
+    return {
+        "num_layers": max(2, pp * (layout["virtual_pipeline"] or 1)),
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_query_groups": groups,
+        "ffn_hidden_size": int(round(hidden * ffn_ratio)),
+        "seq_length": seq,
+        "vocab_size": VOCAB_SIZE,
+        "micro_batch_size": MICRO_BATCH,
+        "recompute_num_layers": None,
+        "data_paths": (),
+        "data_weights": (),
+        "tokenizer_path": None,
+    }
+
+
+def _schedule(spec: RecipeSpec, steps: int, tokens_per_step: int) -> dict[str, int]:
+    """The recipe's schedule, shrunk to `steps`: warmup and decay keep their share of the run (warmup at least one
+    step, so that the learning rate is not zero throughout)."""
+    warmup = max(1, round(steps * spec.warmup_tokens / spec.train_tokens))
+    decay = max(warmup + 1, round(steps * spec.decay_tokens / spec.train_tokens))
+    return {"warmup_tokens": warmup * tokens_per_step, "decay_tokens": min(decay, steps) * tokens_per_step,
+            "train_tokens": steps * tokens_per_step}
+
+
+def _argument_problems(processes: Any, steps: Any, stop_step: Any) -> list[Problem]:
+    problems = []
+    if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+        problems.append(Problem("processes", processes, "must be a positive integer.", "give e.g. --processes 2."))
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 2:
+        problems.append(Problem("steps", steps, "must be an integer of at least 2 (train, stop, resume).",
+                                "give e.g. --steps 20."))
+    elif stop_step is not None and (isinstance(stop_step, bool) or not isinstance(stop_step, int)
+                                    or not 1 <= stop_step < steps):
+        problems.append(Problem("stop_step", stop_step, f"must be between 1 and steps - 1 = {steps - 1}.",
+                                f"give e.g. --stop-step {steps // 2}."))
+    return problems

@@ -1,0 +1,108 @@
+"""One phase of a smoke run, in every rank: build the scaled-down recipe, engage the CPU compatibility layer where
+there is no CUDA, and let NeMo's own `llm.pretrain` train (and, with AutoResume, resume).
+
+Started by the runner as `python -m nemo_recipes.smoke_training.worker CONFIG.json` (under torchrun for several processes),
+or by a NeMo-Run executor as `run.Partial(train_phase, ...)`. The world comes from torchrun's environment, so the
+same phase runs on one machine or across Slurm nodes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+from nemo_recipes.catalog import RecipeSpec
+
+#: Validation batches per validation (the recipe's 32 are scaled down with the batch).
+VAL_BATCHES = 2
+
+
+def world_from_environment() -> tuple[int, int]:
+    """(nodes, processes per node) as torchrun (or a plain single process) set them."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    return max(1, world // max(1, local)), local
+
+
+def build_phase_recipe(spec: RecipeSpec, *, name: str, dir: str, stop_at: Optional[int], metrics: str, phase: str,
+                       data_prefix: str, val_batches: int = VAL_BATCHES) -> Any:
+    """The recipe NeMo will run for this phase: the scaled-down spec on the corpus, stopping after `stop_at` steps
+    (None: at the end of the schedule, spec.train_steps)."""
+    import nemo_run as run
+
+    from nemo_recipes.bridge.recipes import build_recipe
+    from nemo_recipes.smoke_training.callbacks import SmokeMetrics, StopAtStep
+
+    nodes, per_node = world_from_environment()
+    spec = spec.replace(num_nodes=nodes, num_gpus_per_node=per_node, data_paths=(data_prefix,), data_weights=())
+    recipe = build_recipe(spec, name=name, dir=dir)
+    recipe.trainer.limit_val_batches = val_batches
+    recipe.trainer.limit_test_batches = val_batches
+    recipe.trainer.log_every_n_steps = 1
+    recipe.data.num_workers = 1
+    recipe.trainer.callbacks.append(run.Config(SmokeMetrics, path=metrics, phase=phase))
+    if stop_at is not None:
+        recipe.trainer.callbacks.append(run.Config(StopAtStep, step=stop_at))
+    return recipe
+
+
+def train_phase(spec: dict[str, Any], name: str, dir: str, stop_at: Optional[int], metrics: str, phase: str,
+                data_prefix: str, val_batches: int = VAL_BATCHES) -> None:
+    """Train one phase with NeMo's `llm.pretrain`; rank 0 then records the checkpoints it finds."""
+    import fiddle as fdl
+
+    from nemo_recipes.bridge import cpu_compat
+    from nemo_recipes.smoke_training.record import append
+
+    recipe = build_phase_recipe(RecipeSpec(**spec), name=name, dir=dir, stop_at=stop_at, metrics=metrics,
+                                phase=phase, data_prefix=data_prefix, val_batches=val_batches)
+    patches: list[str] = []
+    if not cpu_compat.cuda_available():
+        cpu_compat.cpu_settings(recipe, recipe.trainer.devices)
+        patches = cpu_compat.engage()
+    rank = int(os.environ.get("RANK", "0"))
+    if rank == 0:
+        append(metrics, {"event": "launch", "phase": phase, "patches": patches,
+                         "device": "cpu" if patches else "cuda"})
+    fdl.build(recipe)()
+    if rank == 0:
+        append(metrics, {"event": "checkpoints", "phase": phase, "checkpoints": inspect_checkpoints(Path(dir))})
+
+
+def inspect_checkpoints(root: Path) -> list[dict[str, Any]]:
+    """Each checkpoint under `root`: its step, size, tensor count, and whether it holds the optimizer state that
+    AutoResume needs (read from the distributed checkpoint's own metadata)."""
+    from megatron.core import dist_checkpointing
+
+    found = []
+    for weights in sorted(root.glob("**/checkpoints/*/weights")):
+        entry: dict[str, Any] = {"path": str(weights.parent), "step": _step_of(weights.parent.name),
+                                 "bytes": sum(f.stat().st_size for f in weights.parent.rglob("*") if f.is_file())}
+        try:
+            metadata = dist_checkpointing.load_tensors_metadata(str(weights))
+            entry["tensors"] = len(metadata)
+            entry["optimizer"] = any(key.startswith("optimizer") for key in metadata)
+        except Exception as error:  # an unreadable checkpoint is a finding, not a crash of the report
+            entry["error"] = f"{type(error).__name__}: {error}"
+        found.append(entry)
+    return found
+
+
+def _step_of(directory_name: str) -> Optional[int]:
+    for part in directory_name.split("-"):
+        if part.startswith("step="):
+            return int(part[5:])
+    return None
+
+
+def main(argv: list[str]) -> int:
+    config = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
+    train_phase(**config)
+    return 0
+
+
+if __name__ == "__main__":  # the distributed-checkpoint writer starts helper processes that re-import __main__
+    sys.exit(main(sys.argv[1:]))
