@@ -208,7 +208,8 @@ WRONG_RELEASE = {("v2.1", "v2.2"): [".spec.podTemplateOverrides"], ("v2.1", "v2.
 def test_a_manifest_for_the_wrong_release_loses_its_pod_settings(written_for, served_by):
     """The check fails where it should: a v2.1 manifest on a v2.2+ server loses podTemplateOverrides, a v2.2+ one
     on a v2.1 server loses runtimePatches. v2.2 and v2.3 declare the same fields for what we set."""
-    assert pruned(manifest(BY_VERSION[written_for]), schema(served_by)) == WRONG_RELEASE.get((written_for, served_by), [])
+    expected = WRONG_RELEASE.get((written_for, served_by), [])
+    assert pruned(manifest(BY_VERSION[written_for]), schema(served_by)) == expected
 
 
 def test_v2_2_and_v2_3_manifests_are_the_same_and_their_crds_still_differ():
@@ -252,7 +253,8 @@ def test_a_broken_manifest_is_rejected_by_the_schema_and_the_webhook():
         assert any("duplicate ['name']=('datasets',)" in e for e in errors), errors
     trainjob = manifest("kubernetes_gpt_70b_4x8")
     trainjob["spec"]["runtimePatches"][0]["manager"] = "nemo-recipes"
-    assert manager_errors(trainjob) == ['manager \'nemo-recipes\': must be a domain-prefixed path (such as "acme.io/foo")']
+    assert manager_errors(trainjob) == [
+        "manager 'nemo-recipes': must be a domain-prefixed path (such as \"acme.io/foo\")"]
 
 
 #: examples/README.md tells users to run this to find their Trainer release.

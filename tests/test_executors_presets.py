@@ -241,7 +241,8 @@ def test_cli_kubernetes_factory_passes_the_shared_home_claim(kubeconfig_file, mo
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig_file))
     for version in ("v2.1", "v2.3"):
         executor = fdl.build(cli.kubernetes(nodes=2, shared_home_pvc="nemo-run-home", trainer_version=version))
-        claims = [v["persistentVolumeClaim"]["claimName"] for v in pod_volumes(executor) if "persistentVolumeClaim" in v]
+        claims = [v["persistentVolumeClaim"]["claimName"] for v in pod_volumes(executor)
+                  if "persistentVolumeClaim" in v]
         assert "nemo-run-home" in claims
         assert get_nemorun_home() in [m["mountPath"] for m in trainer_volume_mounts(executor)]
         assert ("runtimePatches" in executor.spec_kwargs) is (version == "v2.3")
@@ -432,7 +433,8 @@ def test_trainer_version_decides_where_every_pod_setting_goes(kube, no_network):
                     affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
                         "nodeSelectorTerms": [{"matchExpressions": [
                             {"key": "zone", "operator": "In", "values": ["a"]}]}]}}})
-    bodies = {v: kubernetes(trainer_version=v, **settings).get_job_body("job", ["true"]) for v in ("v2.1", "v2.2", "v2.3")}
+    bodies = {v: kubernetes(trainer_version=v, **settings).get_job_body("job", ["true"])
+              for v in ("v2.1", "v2.2", "v2.3")}
     assert "runtimePatches" not in bodies["v2.1"]["spec"]
     assert bodies["v2.1"]["spec"]["podTemplateOverrides"][0]["targetJobs"] == [{"name": "node"}]
     for version in ("v2.2", "v2.3"):
@@ -498,6 +500,52 @@ def test_profile_trainer_version_is_checked_when_read_and_normalised(kube, tmp_p
     assert load_profiles(path)["old"].args["trainer_version"] == "v2.1"
     assert "podTemplateOverrides" in executor_for("old", path)[0].get_job_body("j", ["t"])["spec"]
     assert "runtimePatches" in executor_for("new", path)[0].get_job_body("j", ["t"])["spec"]
+
+
+TOKENS = {
+    "hugging face": "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dF3h",
+    "github": "ghp_" + "x7Yk2Lm9Qp4Rs8Tv1Wz3Ab6Cd0Ef5Gh2Ij4K",
+    "openai": "sk-" + "proj-Zq8Wm3Xn5Vb7Lk2Jh4Gf6Ds9Ap1Oi3Uy",
+    "wandb": "0f3a9c2e7b1d4f6a8c0e2b4d6f8a1c3e5b7d9f0a",
+    "random": "Zx8k2LmQ9pR4tY7wV1bN3cD6",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(TOKENS))
+def test_a_secret_value_given_as_a_reference_is_refused_and_never_echoed(kube, kind):
+    from nemo_recipes.executors import kubernetes
+
+    token = TOKENS[kind]
+    for ref in (token, f"wandb/{token}"):
+        with pytest.raises(InvalidRecipeError) as info:
+            kubernetes(secrets={"WANDB_API_KEY": ref}, image_pull_secrets=[token])
+        assert fields(info.value) == ["image_pull_secrets", "secrets.WANDB_API_KEY"]
+        text = str(info.value) + repr([p.to_dict() for p in info.value.problems])
+        assert token not in text and token[4:20] not in text
+        assert "looks like a secret value, not the name of a Kubernetes Secret" in text
+        assert "kubectl create secret generic NAME --from-literal=KEY=..." in text and "revoke it" in text
+
+
+def test_secret_names_that_look_like_names_are_not_mistaken_for_tokens(kube):
+    from nemo_recipes.executors import kubernetes
+
+    refs = {"A": "wandb", "B": "hf-token/HF_TOKEN", "C": "team-wandb-2024/api-key",
+            "D": "ml-platform/HuggingFaceHubToken", "E": "nemorecipeswandbapikey2024",
+            "F": "k8s-a100x8-h100x16-pool/token", "G": "registry/.dockerconfigjson",
+            "H": "sk-team-secrets-2024/api-key"}
+    env = kubernetes(secrets=refs, image_pull_secrets=["regcred", "ngc-registry-2025"]).env_list
+    assert [e["valueFrom"]["secretKeyRef"]["name"] for e in env] == [r.partition("/")[0] for r in refs.values()]
+
+
+def test_a_secret_value_in_a_profile_is_refused_without_echoing_it(kube, tmp_path):
+    from nemo_recipes.executors import executor_for
+
+    path = tmp_path / "clusters.yaml"
+    path.write_text(f"gke:\n  preset: kubernetes\n  secrets: {{HF_TOKEN: {TOKENS['hugging face']}}}\n")
+    with pytest.raises(InvalidRecipeError) as info:
+        executor_for("gke", path)
+    assert "cluster profile 'gke'" in str(info.value) and TOKENS["hugging face"] not in str(info.value)
+    assert "starts like a Hugging Face token (hf_...)" in str(info.value)
 
 
 def test_plugin_refuses_pod_settings_a_v2_2_server_would_drop(kube, recipes):

@@ -9,10 +9,10 @@ import re
 from typing import Any, Mapping, Optional, Sequence
 
 from nemo_recipes.errors import InvalidRecipeError, Problem
-from nemo_recipes.executors._common import DEFAULT_IMAGE, gpu_env, non_empty_str, positive_int, raise_if
+from nemo_recipes.executors._common import DEFAULT_IMAGE, gpu_env, non_empty_str, positive_int, raise_if, str_list
 from nemo_recipes.executors.kubeflow_trainer import (DEFAULT_TRAINER_VERSION, normalise_version, pod_settings,
                                                      trainer_volume_mounts)
-from nemo_recipes.executors.secrets import env_problems, kubernetes_secret_refs
+from nemo_recipes.executors.secrets import SECRET_NAME, env_problems, kubernetes_secret_refs, token_like, token_problem
 
 SECRET_HOW = ("create a Kubernetes Secret (kubectl create secret generic NAME --from-literal=KEY=...) and pass "
               "secrets={'ENV_NAME': 'NAME/KEY'}: the pod reads it through secretKeyRef.")
@@ -97,6 +97,7 @@ def kubernetes(
     version, version_problems = normalise_version(trainer_version)
     problems += version_problems
     problems += env_problems(env, secrets, SECRET_HOW)
+    problems += pull_secret_problems(image_pull_secrets)
     secret_env, secret_problems = kubernetes_secret_refs(secrets)
     problems += secret_problems
     for claim, path in pvcs.items():
@@ -149,6 +150,23 @@ def kubernetes(
                        node_selector=dict(node_selector or {}), affinity=dict(affinity or {}),
                        image_pull_secrets=list(image_pull_secrets)),
     )
+
+
+def pull_secret_problems(names: Any) -> list[Problem]:
+    """`image_pull_secrets` must be Secret names; a registry token given instead is refused, never echoed."""
+    problems = str_list("image_pull_secrets", names)
+    if problems:
+        return problems
+    for name in names:
+        reason = token_like(name)
+        if reason:
+            problems.append(token_problem("image_pull_secrets", reason,
+                                          "put the registry credentials in a Secret (kubectl create secret "
+                                          "docker-registry NAME ...) and list its NAME."))
+        elif not re.fullmatch(SECRET_NAME, name):
+            problems.append(Problem("image_pull_secrets", name, "is not a Secret name.",
+                                    "use the name `kubectl get secrets` shows."))
+    return problems
 
 
 SHARED_HOME_VOLUME = "nemorun-home"
