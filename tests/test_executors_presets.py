@@ -480,6 +480,9 @@ def test_unknown_trainer_version_gets_the_allowed_ones_and_a_fix(kube):
         kubernetes(trainer_version="v2.4.0")
     with pytest.raises(InvalidRecipeError, match='quote it: trainer_version: "v2.3"'):
         kubernetes(trainer_version=2.3)  # what YAML makes of `trainer_version: 2.3`
+    with pytest.raises(InvalidRecipeError) as info:
+        kubernetes(trainer_version="v2.0", node_selector="gpu", affinity=["nodeAffinity"])
+    assert fields(info.value) == ["trainer_version", "node_selector", "affinity"]  # every problem at once
 
 
 def test_profile_trainer_version_is_checked_when_read_and_normalised(kube, tmp_path):

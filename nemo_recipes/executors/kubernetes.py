@@ -17,6 +17,8 @@ from nemo_recipes.executors.secrets import SECRET_NAME, env_problems, kubernetes
 SECRET_HOW = ("create a Kubernetes Secret (kubectl create secret generic NAME --from-literal=KEY=...) and pass "
               "secrets={'ENV_NAME': 'NAME/KEY'}: the pod reads it through secretKeyRef.")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_EXAMPLES = {"node_selector": "{'nvidia.com/gpu.product': 'NVIDIA-H100-80GB-HBM3'}",
+             "affinity": "{'nodeAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': {...}}}"}
 
 
 def kubernetes(
@@ -98,6 +100,10 @@ def kubernetes(
     problems += version_problems
     problems += env_problems(env, secrets, SECRET_HOW)
     problems += pull_secret_problems(image_pull_secrets)
+    for field, value in (("node_selector", node_selector), ("affinity", affinity)):
+        if value is not None and not isinstance(value, Mapping):
+            problems.append(Problem(field, value, "must be a mapping, as in a pod spec.",
+                                    f"give {field} as a dict, e.g. {_EXAMPLES[field]}."))
     secret_env, secret_problems = kubernetes_secret_refs(secrets)
     problems += secret_problems
     for claim, path in pvcs.items():
