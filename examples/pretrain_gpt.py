@@ -36,6 +36,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--time", help="slurm: time limit")
     p.add_argument("--no-container", action="store_true", help="slurm: run on the nodes' own Python")
     p.add_argument("--namespace", help="kubernetes: namespace")
+    p.add_argument("--trainer-version", help="kubernetes: the cluster's Kubeflow Trainer release, v2.1, v2.2 or v2.3 "
+                                             "(default v2.3; see examples/README.md)")
     p.add_argument("--name", default=None, help="experiment name (default: the recipe name)")
     p.add_argument("--dryrun", action="store_true", help="print what would be submitted, submit nothing")
     p.add_argument("--check", action="store_true", help="run examples/dist_check.py instead of training")
@@ -56,7 +58,7 @@ def executor_arguments(args: argparse.Namespace) -> dict:
         "slurm": {"nodes": "nodes", "gpus_per_node": "gpus_per_node", "processes_per_node": "processes_per_node",
                   "account": "account", "partition": "partition", "time": "time", "gpu": "gpu"},
         "kubernetes": {"nodes": "nodes", "gpus_per_node": "gpus_per_node", "processes_per_node": "processes_per_node",
-                       "namespace": "namespace", "gpu": "gpu"},
+                       "namespace": "namespace", "gpu": "gpu", "trainer_version": "trainer_version"},
     }
     from nemo_recipes.executors.profiles import PRESET_NAMES, get_profile
 

@@ -30,10 +30,11 @@ def repo_root() -> Path:
 
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
-    """The project's shared/ folder, beside the checkout (CI lays a copy there too)."""
+    """The project's shared/ folder, beside the checkout (CI lays a copy there too). The Kubeflow Trainer CRDs are
+    vendored in tests/data/ instead; the seed is still read from here."""
     path = REPO.parent / "shared"
     if not path.is_dir():
-        pytest.fail(f"shared/ not found at {path}: the tests read the seed, schemas and calibration data from it")
+        pytest.fail(f"shared/ not found at {path}: the tests read the seed from it")
     return path
 
 

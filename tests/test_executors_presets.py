@@ -36,7 +36,8 @@ def test_presets_return_stock_executor_classes(kubeconfig_file, monkeypatch):
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig_file))
     assert type(local(2)) is run.LocalExecutor
     assert type(slurm(account="a")) is run.SlurmExecutor
-    assert type(kubernetes()) is run.KubeflowExecutor
+    for version in ("v2.1", "v2.2", "v2.3"):
+        assert type(kubernetes(trainer_version=version)) is run.KubeflowExecutor
 
 
 def test_slurm_gives_one_rank_per_gpu_under_torchrun():
@@ -235,11 +236,16 @@ def test_cli_kubernetes_factory_passes_the_shared_home_claim(kubeconfig_file, mo
 
     from nemo_recipes.executors import cli
 
+    from nemo_recipes.executors.kubeflow_trainer import pod_volumes, trainer_volume_mounts
+
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig_file))
-    executor = fdl.build(cli.kubernetes(nodes=2, shared_home_pvc="nemo-run-home"))
-    claims = [v["persistentVolumeClaim"]["claimName"] for v in executor.volumes if "persistentVolumeClaim" in v]
-    assert "nemo-run-home" in claims
-    assert get_nemorun_home() in [m["mountPath"] for m in executor.volume_mounts]
+    for version in ("v2.1", "v2.3"):
+        executor = fdl.build(cli.kubernetes(nodes=2, shared_home_pvc="nemo-run-home", trainer_version=version))
+        claims = [v["persistentVolumeClaim"]["claimName"] for v in pod_volumes(executor)
+                  if "persistentVolumeClaim" in v]
+        assert "nemo-run-home" in claims
+        assert get_nemorun_home() in [m["mountPath"] for m in trainer_volume_mounts(executor)]
+        assert ("runtimePatches" in executor.spec_kwargs) is (version == "v2.3")
 
 
 # ---- the plugin with real recipes ----
@@ -306,13 +312,16 @@ def test_kubernetes_shared_home_pvc_mounts_the_claim_at_nemorun_home(kube):
     from nemo_run.config import get_nemorun_home
 
     from nemo_recipes.executors import kubernetes
+    from nemo_recipes.executors.kubeflow_trainer import pod_volumes, trainer_volume_mounts
 
-    ex = kubernetes(shared_home_pvc="home")
-    assert {"name": "nemorun-home", "persistentVolumeClaim": {"claimName": "home"}} in ex.volumes
-    assert {"name": "nemorun-home", "mountPath": get_nemorun_home()} in ex.volume_mounts
-    sub = kubernetes(shared_home_pvc="home/alice/.nemo_run")
-    assert {"name": "nemorun-home", "mountPath": get_nemorun_home(), "subPath": "alice/.nemo_run"} in sub.volume_mounts
-    assert not [v for v in kubernetes().volumes if v["name"] == "nemorun-home"]
+    for version in ("v2.1", "v2.2", "v2.3"):
+        ex = kubernetes(shared_home_pvc="home", trainer_version=version)
+        assert {"name": "nemorun-home", "persistentVolumeClaim": {"claimName": "home"}} in pod_volumes(ex)
+        assert {"name": "nemorun-home", "mountPath": get_nemorun_home()} in trainer_volume_mounts(ex)
+        sub = kubernetes(shared_home_pvc="home/alice/.nemo_run", trainer_version=version)
+        assert {"name": "nemorun-home", "mountPath": get_nemorun_home(),
+                "subPath": "alice/.nemo_run"} in trainer_volume_mounts(sub)
+        assert not [v for v in pod_volumes(kubernetes(trainer_version=version)) if v["name"] == "nemorun-home"]
 
 
 def test_kubernetes_shared_home_pvc_errors_name_the_field_and_fix(kube, monkeypatch):
@@ -388,7 +397,172 @@ def test_profile_passes_shared_home_pvc_to_the_kubernetes_preset(kube, tmp_path)
     from nemo_recipes.executors import executor_for
 
     path = tmp_path / "clusters.yaml"
+    from nemo_recipes.executors.kubeflow_trainer import trainer_volume_mounts
+
     path.write_text("gke:\n  preset: kubernetes\n  gpu: h100\n  shared_home_pvc: team-home/alice\n")
     ex, gpu = executor_for("gke", path)
     assert gpu == "h100-80gb"
-    assert {"name": "nemorun-home", "mountPath": get_nemorun_home(), "subPath": "alice"} in ex.volume_mounts
+    assert {"name": "nemorun-home", "mountPath": get_nemorun_home(), "subPath": "alice"} in trainer_volume_mounts(ex)
+
+
+# ---- Kubernetes: the TrainJob shape of the cluster's Kubeflow Trainer release ----
+
+def _pod_spec(body: dict) -> dict:
+    spec = body["spec"]
+    if "podTemplateOverrides" in spec:
+        return spec["podTemplateOverrides"][0]["spec"]
+    (job,) = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    return job["template"]["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize("given,version", [("v2.1", "v2.1"), ("2.2", "v2.2"), ("v2.3.0", "v2.3"), ("2.3.1", "v2.3"),
+                                           (" V2.2 ", "v2.2")])
+def test_trainer_version_is_normalised(given, version):
+    from nemo_recipes.executors.kubeflow_trainer import normalise_version
+
+    assert normalise_version(given) == (version, [])
+
+
+def test_trainer_version_decides_where_every_pod_setting_goes(kube, no_network):
+    """v2.1: podTemplateOverrides (NeMo-Run's own fields); v2.2+: one runtimePatches entry, manager nemo-recipes/...,
+    for the `node` job; the same pod spec either way. Building the executor touches no network."""
+    from nemo_recipes.executors import kubernetes
+
+    settings = dict(pvcs={"datasets": "/data"}, tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                    node_selector={"pool": "h100"}, image_pull_secrets=["regcred"],
+                    affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [
+                            {"key": "zone", "operator": "In", "values": ["a"]}]}]}}})
+    bodies = {v: kubernetes(trainer_version=v, **settings).get_job_body("job", ["true"])
+              for v in ("v2.1", "v2.2", "v2.3")}
+    assert "runtimePatches" not in bodies["v2.1"]["spec"]
+    assert bodies["v2.1"]["spec"]["podTemplateOverrides"][0]["targetJobs"] == [{"name": "node"}]
+    for version in ("v2.2", "v2.3"):
+        assert "podTemplateOverrides" not in bodies[version]["spec"]
+        (patch,) = bodies[version]["spec"]["runtimePatches"]
+        assert patch["manager"] == "nemo-recipes/preset"
+        assert [j["name"] for j in patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]] == ["node"]
+    pod = _pod_spec(bodies["v2.1"])
+    assert pod == _pod_spec(bodies["v2.2"]) == _pod_spec(bodies["v2.3"])
+    assert list(pod) == ["volumes", "imagePullSecrets", "tolerations", "affinity", "containers", "nodeSelector"]
+    assert pod["affinity"] == settings["affinity"] and no_network == []
+
+
+@pytest.mark.parametrize("version", ["v2.1", "v2.2", "v2.3"])
+def test_nothing_the_preset_sets_is_pruned_by_its_release(kube, version):
+    """Every pod setting the preset takes, at once, against the release's vendored CRD (goldens cover fewer)."""
+    from _crd import manager_errors, pruned, schema, schema_errors
+
+    from nemo_recipes.executors import kubernetes
+
+    body = kubernetes(trainer_version=version, pvcs={"datasets": "/data"}, shared_home_pvc="home/alice",
+                      volumes=[{"name": "cache", "emptyDir": {}}], volume_mounts=[{"name": "cache", "mountPath": "/c"}],
+                      tolerations=[{"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}],
+                      node_selector={"pool": "gpu"}, image_pull_secrets=["regcred"],
+                      affinity={"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                          {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}},
+                      secrets={"WANDB_API_KEY": "wandb/api-key"}, cpu="16", memory="64Gi").get_job_body("j", ["t"])
+    assert pruned(body, schema(version)) == []
+    assert schema_errors(body, schema(version)) == [] and manager_errors(body) == []
+
+
+def test_unknown_trainer_version_gets_the_allowed_ones_and_a_fix(kube):
+    from nemo_recipes.executors import kubernetes
+
+    for bad in ("v2.0", "latest", "2", "v2.1.0-rc.1"):
+        with pytest.raises(InvalidRecipeError) as info:
+            kubernetes(trainer_version=bad)
+        (problem,) = info.value.problems
+        assert problem.field == "trainer_version" and problem.value == bad
+        assert "'v2.1', 'v2.2', 'v2.3'" in problem.message and "kubectl get crd" in problem.fix
+    with pytest.raises(InvalidRecipeError, match="knows Trainer up to v2.3: if your cluster's TrainJob CRD still "
+                                                 "declares spec.runtimePatches, use trainer_version='v2.3'"):
+        kubernetes(trainer_version="v2.4.0")
+    with pytest.raises(InvalidRecipeError, match='quote it: trainer_version: "v2.3"'):
+        kubernetes(trainer_version=2.3)  # what YAML makes of `trainer_version: 2.3`
+    with pytest.raises(InvalidRecipeError) as info:
+        kubernetes(trainer_version="v2.0", node_selector="gpu", affinity=["nodeAffinity"])
+    assert fields(info.value) == ["trainer_version", "node_selector", "affinity"]  # every problem at once
+
+
+def test_profile_trainer_version_is_checked_when_read_and_normalised(kube, tmp_path):
+    from nemo_recipes.executors import executor_for, load_profiles
+
+    path = tmp_path / "clusters.yaml"
+    path.write_text("old:\n  preset: kubernetes\n  trainer_version: 2.1.0\nnew:\n  preset: kubernetes\n"
+                    "bad:\n  preset: kubernetes\n  trainer_version: v3\nnum:\n  preset: kubernetes\n"
+                    "  trainer_version: 2.2\ntypo:\n  preset: kubernetes\n  trainer_versoin: v2.1\n")
+    with pytest.raises(InvalidRecipeError) as info:
+        load_profiles(path)
+    assert fields(info.value) == ["bad.trainer_version", "num.trainer_version", "typo.trainer_versoin"]
+    text = str(info.value)
+    assert "bad.trainer_version='v3': is not a Kubeflow Trainer release" in text and "'v2.1', 'v2.2', 'v2.3'" in text
+    assert 'quote it: num.trainer_version: "v2.2"' in text
+    assert "(did you mean 'trainer_version'?)" in text
+    path.write_text("old:\n  preset: kubernetes\n  trainer_version: 2.1.0\nnew:\n  preset: kubernetes\n")
+    assert load_profiles(path)["old"].args["trainer_version"] == "v2.1"
+    assert "podTemplateOverrides" in executor_for("old", path)[0].get_job_body("j", ["t"])["spec"]
+    assert "runtimePatches" in executor_for("new", path)[0].get_job_body("j", ["t"])["spec"]
+
+
+TOKENS = {
+    "hugging face": "hf_" + "aB3dE5gH7jK9mN1pQ3sT5vW7yZ9bC1dF3h",
+    "github": "ghp_" + "x7Yk2Lm9Qp4Rs8Tv1Wz3Ab6Cd0Ef5Gh2Ij4K",
+    "openai": "sk-" + "proj-Zq8Wm3Xn5Vb7Lk2Jh4Gf6Ds9Ap1Oi3Uy",
+    "wandb": "0f3a9c2e7b1d4f6a8c0e2b4d6f8a1c3e5b7d9f0a",
+    "random": "Zx8k2LmQ9pR4tY7wV1bN3cD6",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(TOKENS))
+def test_a_secret_value_given_as_a_reference_is_refused_and_never_echoed(kube, kind):
+    from nemo_recipes.executors import kubernetes
+
+    token = TOKENS[kind]
+    for ref in (token, f"wandb/{token}"):
+        with pytest.raises(InvalidRecipeError) as info:
+            kubernetes(secrets={"WANDB_API_KEY": ref}, image_pull_secrets=[token])
+        assert fields(info.value) == ["image_pull_secrets", "secrets.WANDB_API_KEY"]
+        text = str(info.value) + repr([p.to_dict() for p in info.value.problems])
+        assert token not in text and token[4:20] not in text
+        assert "looks like a secret value, not the name of a Kubernetes Secret" in text
+        assert "kubectl create secret generic NAME --from-literal=KEY=..." in text and "revoke it" in text
+
+
+def test_secret_names_that_look_like_names_are_not_mistaken_for_tokens(kube):
+    from nemo_recipes.executors import kubernetes
+
+    refs = {"A": "wandb", "B": "hf-token/HF_TOKEN", "C": "team-wandb-2024/api-key",
+            "D": "ml-platform/HuggingFaceHubToken", "E": "nemorecipeswandbapikey2024",
+            "F": "k8s-a100x8-h100x16-pool/token", "G": "registry/.dockerconfigjson",
+            "H": "sk-team-secrets-2024/api-key"}
+    env = kubernetes(secrets=refs, image_pull_secrets=["regcred", "ngc-registry-2025"]).env_list
+    assert [e["valueFrom"]["secretKeyRef"]["name"] for e in env] == [r.partition("/")[0] for r in refs.values()]
+
+
+def test_a_secret_value_in_a_profile_is_refused_without_echoing_it(kube, tmp_path):
+    from nemo_recipes.executors import executor_for
+
+    path = tmp_path / "clusters.yaml"
+    path.write_text(f"gke:\n  preset: kubernetes\n  secrets: {{HF_TOKEN: {TOKENS['hugging face']}}}\n")
+    with pytest.raises(InvalidRecipeError) as info:
+        executor_for("gke", path)
+    assert "cluster profile 'gke'" in str(info.value) and TOKENS["hugging face"] not in str(info.value)
+    assert "starts like a Hugging Face token (hf_...)" in str(info.value)
+
+
+def test_plugin_refuses_pod_settings_a_v2_2_server_would_drop(kube, recipes):
+    """Pod fields set on a runtimePatches executor after the preset built it would go to podTemplateOverrides: no
+    release keeps both, so the plugin refuses instead of letting the server drop them."""
+    from nemo_recipes.executors import RecipePlugin, kubernetes
+
+    ex = kubernetes(gpu="h100", shared_home_pvc="home")
+    ex.tolerations.append({"key": "nvidia.com/gpu", "operator": "Exists"})
+    ex.volumes.append({"name": "extra", "emptyDir": {}})
+    with pytest.raises(InvalidRecipeError) as info:
+        RecipePlugin().setup(recipes.gpt_7b(), ex)
+    assert fields(info.value) == ["executor.volumes", "executor.tolerations"]
+    assert "spec.podTemplateOverrides, which a Trainer v2.2+ API server" in str(info.value)
+    old = kubernetes(gpu="h100", shared_home_pvc="home", trainer_version="v2.1")
+    old.tolerations.append({"key": "nvidia.com/gpu", "operator": "Exists"})
+    RecipePlugin().setup(recipes.gpt_7b(), old)  # v2.1 keeps them where NeMo-Run writes them

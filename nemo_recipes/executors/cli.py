@@ -18,6 +18,7 @@ from typing import Optional
 import nemo_run as run
 
 from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.executors.kubeflow_trainer import DEFAULT_TRAINER_VERSION
 from nemo_recipes.executors.local import local as _local
 from nemo_recipes.executors.profiles import PRESET_NAMES, load_profiles
 from nemo_recipes.executors.slurm import slurm as _slurm
@@ -70,14 +71,17 @@ def kubernetes(
     image: Optional[str] = None,
     runtime: str = "torch-distributed",
     shared_home_pvc: Optional[str] = None,
+    trainer_version: str = DEFAULT_TRAINER_VERSION,
 ) -> run.Config[run.KubeflowExecutor]:
     """A Kubeflow Trainer TrainJob; image defaults to the nemo-recipes image. `shared_home_pvc` names the claim that
-    holds this machine's NEMORUN_HOME, mounted at the same path in the pods so they can read the job's config."""
+    holds this machine's NEMORUN_HOME, mounted at the same path in the pods so they can read the job's config.
+    `trainer_version` (v2.1, v2.2, v2.3) is the cluster's Kubeflow Trainer release, which decides the TrainJob's
+    shape; a cluster profile can set it too."""
     from nemo_recipes.executors.kubernetes import kubernetes as _kubernetes
 
     kwargs = {} if image is None else {"image": image}
     return _kubernetes(namespace=namespace, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, runtime=runtime,
-                       shared_home_pvc=shared_home_pvc, **kwargs).to_config()
+                       shared_home_pvc=shared_home_pvc, trainer_version=trainer_version, **kwargs).to_config()
 
 
 def recipe_plugin(gpu: Optional[str] = None, validate: bool = True) -> run.Config[run.Plugin]:

@@ -1,4 +1,5 @@
-"""Kubernetes preset: a Kubeflow Trainer v2 `TrainJob` through NeMo-Run's `KubeflowExecutor`."""
+"""Kubernetes preset: a Kubeflow Trainer v2 `TrainJob` through NeMo-Run's `KubeflowExecutor`, shaped for the Trainer
+release the cluster runs (`trainer_version`; see kubeflow_trainer.py)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ import re
 from typing import Any, Mapping, Optional, Sequence
 
 from nemo_recipes.errors import InvalidRecipeError, Problem
-from nemo_recipes.executors._common import DEFAULT_IMAGE, gpu_env, non_empty_str, positive_int, raise_if
-from nemo_recipes.executors.secrets import env_problems, kubernetes_secret_refs
+from nemo_recipes.executors._common import DEFAULT_IMAGE, gpu_env, non_empty_str, positive_int, raise_if, str_list
+from nemo_recipes.executors.kubeflow_trainer import (DEFAULT_TRAINER_VERSION, normalise_version, pod_settings,
+                                                     trainer_volume_mounts)
+from nemo_recipes.executors.secrets import SECRET_NAME, env_problems, kubernetes_secret_refs, token_like, token_problem
 
 SECRET_HOW = ("create a Kubernetes Secret (kubectl create secret generic NAME --from-literal=KEY=...) and pass "
               "secrets={'ENV_NAME': 'NAME/KEY'}: the pod reads it through secretKeyRef.")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_EXAMPLES = {"node_selector": "{'nvidia.com/gpu.product': 'NVIDIA-H100-80GB-HBM3'}",
+             "affinity": "{'nodeAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': {...}}}"}
 
 
 def kubernetes(
@@ -37,6 +42,8 @@ def kubernetes(
     image_pull_secrets: Sequence[str] = (),
     shm_size: Optional[str] = "64Gi",
     shared_home_pvc: Optional[str] = None,
+    affinity: Optional[Mapping[str, Any]] = None,
+    trainer_version: str = DEFAULT_TRAINER_VERSION,
 ):
     """NeMo-Run's `KubeflowExecutor` (returns `run.KubeflowExecutor`) for a `TrainJob` of `nodes` pods.
 
@@ -50,9 +57,11 @@ def kubernetes(
         volumes, volume_mounts: raw pod volumes and mounts of the trainer container, for anything else.
         tolerations: pod tolerations, e.g. [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}].
         node_selector: pod node selector, e.g. {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}.
+        affinity: pod affinity, as in a pod spec ({"nodeAffinity": {...}}).
         env: plain environment values (written into the manifest: no secrets).
         secrets: {ENV_NAME: "secret-name" or "secret-name/key"}, read by the pod through `secretKeyRef`.
         cpu, memory: requests per pod.
+        image_pull_secrets: names of Secrets holding registry credentials.
         shm_size: size of a memory-backed /dev/shm (PyTorch data loaders need more than the 64 MiB default).
         shared_home_pvc: "claim" or "claim/sub/path": the PersistentVolumeClaim that holds this machine's
             NEMORUN_HOME (`nemo_run.config.get_nemorun_home()`), mounted in the pods at that same path (the claim's
@@ -60,6 +69,12 @@ def kubernetes(
             `<NEMORUN_HOME>/experiments/...` as written on the submitting machine; without a shared home the pod
             cannot read it. Submit from a machine that has the claim mounted at NEMORUN_HOME (a dev pod, or a
             workstation with the volume mounted there).
+        trainer_version: the Kubeflow Trainer release of the cluster, "v2.1", "v2.2" or "v2.3" (default; "2.3" and
+            "v2.3.0" are read as "v2.3"). It decides where the TrainJob carries volumes, mounts, tolerations, node
+            selector, affinity and image pull secrets: `spec.podTemplateOverrides` for v2.1, one
+            `spec.runtimePatches` entry for v2.2+ (manager `nemo-recipes/preset`, replicated job `node`). A TrainJob
+            of the wrong shape is accepted and silently loses them. `kubectl get crd trainjobs.trainer.kubeflow.org`
+            tells (examples/README.md).
 
     Without `shared_home_pvc` (or a mount of your own above NEMORUN_HOME) the preset still builds and dry-runs, and
     the recipe plugin warns that a submitted `run.Partial` would not find its config: NeMo-Run 0.11.1 gives a plugin
@@ -81,7 +96,14 @@ def kubernetes(
     if processes_per_node is None:
         processes_per_node = gpus_per_node if isinstance(gpus_per_node, int) and gpus_per_node > 0 else 1
     problems += positive_int("processes_per_node", processes_per_node)
+    version, version_problems = normalise_version(trainer_version)
+    problems += version_problems
     problems += env_problems(env, secrets, SECRET_HOW)
+    problems += pull_secret_problems(image_pull_secrets)
+    for field, value in (("node_selector", node_selector), ("affinity", affinity)):
+        if value is not None and not isinstance(value, Mapping):
+            problems.append(Problem(field, value, "must be a mapping, as in a pod spec.",
+                                    f"give {field} as a dict, e.g. {_EXAMPLES[field]}."))
     secret_env, secret_problems = kubernetes_secret_refs(secrets)
     problems += secret_problems
     for claim, path in pvcs.items():
@@ -128,14 +150,29 @@ def kubernetes(
         nprocs_per_node=processes_per_node,
         cpu_requests=cpu,
         memory_requests=memory,
-        volumes=all_volumes,
-        volume_mounts=mounts,
-        tolerations=[dict(t) for t in tolerations],
-        pod_spec_overrides={"nodeSelector": dict(node_selector)} if node_selector else {},
         env_vars={**env, **recorded},
         env_list=secret_env,
-        image_pull_secrets=list(image_pull_secrets),
+        **pod_settings(version, volumes=all_volumes, volume_mounts=mounts, tolerations=[dict(t) for t in tolerations],
+                       node_selector=dict(node_selector or {}), affinity=dict(affinity or {}),
+                       image_pull_secrets=list(image_pull_secrets)),
     )
+
+
+def pull_secret_problems(names: Any) -> list[Problem]:
+    """`image_pull_secrets` must be Secret names; a registry token given instead is refused, never echoed."""
+    problems = str_list("image_pull_secrets", names)
+    if problems:
+        return problems
+    for name in names:
+        reason = token_like(name)
+        if reason:
+            problems.append(token_problem("image_pull_secrets", reason,
+                                          "put the registry credentials in a Secret (kubectl create secret "
+                                          "docker-registry NAME ...) and list its NAME."))
+        elif not re.fullmatch(SECRET_NAME, name):
+            problems.append(Problem("image_pull_secrets", name, "is not a Secret name.",
+                                    "use the name `kubectl get secrets` shows."))
+    return problems
 
 
 SHARED_HOME_VOLUME = "nemorun-home"
@@ -175,9 +212,10 @@ def shared_home(claim: Optional[str]) -> tuple[Optional[dict], Optional[dict], l
 
 def reads_configs_from(executor: Any) -> Optional[str]:
     """The trainer-container mount path under which the executor's job directory (where NeMo-Run writes the
-    task's config) lies, or None when no volume of the pod covers it."""
+    task's config) lies, or None when no volume of the pod covers it. Reads the mounts wherever the executor's
+    Trainer version carries them."""
     job_dir = os.path.normpath(getattr(executor, "job_dir", "") or "")
-    for mount in getattr(executor, "volume_mounts", []) or []:
+    for mount in trainer_volume_mounts(executor):
         path = os.path.normpath(str(mount.get("mountPath", "")))
         if path != "." and (job_dir == path or job_dir.startswith(path.rstrip("/") + "/")):
             return path

@@ -16,6 +16,7 @@ import nemo_run as run
 
 from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem
 from nemo_recipes.executors._common import GPU_ENV
+from nemo_recipes.executors.kubeflow_trainer import mixed_pod_settings
 from nemo_recipes.executors.secrets import REDACTED, secret_names, secure_slurm
 
 #: GPUs of compute capability 10 (Blackwell) use 32 hardware queues with TP/CP overlap, older ones 1
@@ -66,6 +67,8 @@ class RecipePlugin(run.Plugin):
                 for name, value in plan_env(spec, nodes, gpu).items():
                     executor.env_vars.setdefault(name, value)
         problems += self._secure(task, executor)
+        if isinstance(executor, run.KubeflowExecutor):
+            problems += mixed_pod_settings(executor)
         if isinstance(task, run.Partial) and isinstance(executor, run.KubeflowExecutor):
             _warn_if_config_unreadable(executor)
         if any(p.severity == ERROR for p in problems):

@@ -14,6 +14,9 @@ The file is `$NEMO_RECIPES_CLUSTERS`, else `$XDG_CONFIG_HOME/nemo-recipes/cluste
     laptop:
       preset: local
       devices: 2
+    gke:
+      preset: kubernetes
+      trainer_version: v2.3   # the cluster's Kubeflow Trainer release: v2.1, v2.2 or v2.3 (the default)
 
 Each error names the file, the profile, the field and the fix.
 """
@@ -27,6 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from nemo_recipes.errors import InvalidRecipeError, Problem, did_you_mean
+from nemo_recipes.executors.kubeflow_trainer import normalise_version
 
 ENV_VAR = "NEMO_RECIPES_CLUSTERS"
 PRESET_NAMES = ("local", "slurm", "kubernetes")
@@ -145,6 +149,12 @@ def _check(name: str, settings: Any, source: str) -> tuple[Optional[ClusterProfi
             problems.append(Problem(f"{where}.{key}", settings[key],
                                     f"is not an argument of the {preset} preset{did_you_mean(key, allowed)}.",
                                     f"use one of: {', '.join(['gpu', *allowed])}."))
+    if preset == "kubernetes" and "trainer_version" in settings:
+        # Checked when the file is read (as gpu is), not when the profile is first used on a cluster.
+        version, found = normalise_version(settings["trainer_version"], field=f"{where}.trainer_version")
+        problems += found
+        if version is not None:
+            settings["trainer_version"] = version
     required = [p.name for p in parameters.values()
                 if p.default is inspect.Parameter.empty and p.kind is not inspect.Parameter.VAR_KEYWORD]
     for key in required:
