@@ -50,7 +50,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def _executor_args(items: list[str]) -> dict[str, Any]:
+def executor_args(items: list[str]) -> dict[str, Any]:
     """-E key=value items, values read as YAML scalars/lists (8 -> int, [a, b] -> list, true -> bool)."""
     import yaml
 
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     from nemo_recipes.cli.export import build_partial
 
     spec, overrides = apply_overrides(get_recipe(args.recipe), args.overrides)
-    executor_args = _executor_args(args.executor_arg)
+    executor_args_ = executor_args(args.executor_arg)
     # NeMo and NeMo-Run print progress on stdout; with --json, stdout must hold only the JSON.
     quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with quiet:
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         except ImportError as error:
             raise _output.CLIError(f"launch needs NeMo-Run and the executor presets ({error}); install them with: "
                                    "pip install nemo-recipes") from None
-        executor, gpu = executor_for(args.executor, args.clusters, **executor_args)
+        executor, gpu = executor_for(args.executor, args.clusters, **executor_args_)
         partial = build_partial(spec, name=args.name)
         plugin = RecipePlugin(gpu=gpu)
         name = args.name or spec.name

@@ -13,10 +13,10 @@ import sys
 from typing import NoReturn, Optional, Sequence
 
 from nemo_recipes import __version__
-from nemo_recipes.cli import _output, completion, diff, export, launch, ls, plan, show
+from nemo_recipes.cli import _output, completion, diff, export, launch, ls, plan, show, smoke
 from nemo_recipes.errors import InvalidRecipeError, RecipeError, did_you_mean
 
-VERB_MODULES = (ls, show, plan, diff, export, launch, completion)
+VERB_MODULES = (ls, show, plan, diff, export, launch, smoke, completion)
 
 DESCRIPTION = """\
 GPT pretraining recipes for NVIDIA NeMo 2 / Megatron: browse them, check them against your cluster before you spend
@@ -29,6 +29,7 @@ EXAMPLES = """\
   nemo-recipes diff gpt_13b gpt_70b
   nemo-recipes export gpt_70b --format yaml -o gpt_70b.yaml
   nemo-recipes launch gpt_1_3b --executor local --dryrun
+  nemo-recipes smoke gpt_70b --processes 2
   eval "$(nemo-recipes completion bash)"
 
 Run `nemo-recipes VERB --help` for the options and examples of each verb."""

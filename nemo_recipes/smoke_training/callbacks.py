@@ -49,10 +49,17 @@ class SmokeMetrics(Callback):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         if not self._rank_zero(trainer):
             return
+        from megatron.core import parallel_state as ps
+
         sampler = getattr(trainer.datamodule, "data_sampler", None)
         append(self.path, {
             "event": "start", "phase": self.phase, "time": time.time(), "global_step": trainer.global_step,
             "max_steps": trainer.max_steps, "world_size": trainer.world_size,
+            # The groups Megatron actually built, to compare with the plan.
+            "parallel": {
+                "tp": ps.get_tensor_model_parallel_world_size(), "pp": ps.get_pipeline_model_parallel_world_size(),
+                "cp": ps.get_context_parallel_world_size(), "dp": ps.get_data_parallel_world_size(),
+                "sequence_parallel": bool(getattr(pl_module.config, "sequence_parallel", False))},
             "consumed_samples": getattr(sampler, "init_consumed_samples", None),
             "resumed_from": str(trainer.ckpt_path) if trainer.ckpt_path else None,
             "slurm_job": os.environ.get("SLURM_JOB_ID"), "restart_count": os.environ.get("SLURM_RESTART_COUNT"),

@@ -37,6 +37,7 @@ class Verdict:
     checkpoint: Optional[dict[str, Any]] = None
     device: Optional[str] = None
     patches: list[str] = field(default_factory=list)
+    parallel: Optional[dict[str, Any]] = None
 
     @property
     def passed(self) -> bool:
@@ -48,7 +49,9 @@ def _phase(records: list[dict[str, Any]], phase: str, event: str) -> list[dict[s
 
 
 def judge(records: list[dict[str, Any]], *, steps: int, stop_step: int, global_batch_size: int,
-          phases: tuple[str, str] = ("train", "resume")) -> Verdict:
+          layout: Optional[dict[str, Any]] = None, phases: tuple[str, str] = ("train", "resume")) -> Verdict:
+    """`layout`: the parallel sizes the plan asked for ({"tp", "pp", "cp", "dp", "sequence_parallel"}), compared
+    with the groups Megatron built in each phase."""
     first, second = phases
     verdict = Verdict()
     launches = [r for r in records if r.get("event") == "launch"]
@@ -58,6 +61,14 @@ def judge(records: list[dict[str, Any]], *, steps: int, stop_step: int, global_b
     verdict.losses = [(r["step"], r["loss"]) for r in step_records]
     timed = [r["seconds"] for r in step_records[1:] if r.get("seconds") is not None]
     verdict.seconds_per_step = statistics.median(timed) if timed else None
+
+    if layout is not None:
+        built = [r.get("parallel") for r in records if r.get("event") == "start"]
+        verdict.parallel = built[-1] if built else None
+        as_planned = bool(built) and all(b == layout for b in built)
+        verdict.checks.append(Check(
+            "layout as planned", as_planned,
+            f"Megatron built {verdict.parallel}" + ("" if as_planned else f"; the plan asked for {layout}")))
 
     seen = [r["step"] for r in step_records]
     expected = list(range(1, steps + 1))

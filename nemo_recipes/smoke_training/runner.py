@@ -54,7 +54,7 @@ class SmokeReport:
             "losses": [{"step": s, "loss": x} for s, x in v.losses],
             "seconds_per_step": v.seconds_per_step, "phase_seconds": self.phase_seconds,
             "exit_codes": self.exit_codes,
-            "checkpoint": v.checkpoint, "checks": [c.to_dict() for c in v.checks], "patches": v.patches,
+            "parallel": v.parallel, "checkpoint": v.checkpoint, "checks": [c.to_dict() for c in v.checks], "patches": v.patches,
             "directory": self.directory if self.kept else None, "logs": self.logs if self.kept else {},
         }
 
@@ -194,7 +194,7 @@ def smoke(recipe: Union[str, RecipeSpec], overrides: Optional[dict[str, Any]] = 
         if code != 0:
             break
     report.verdict = judge(space.records(), steps=plan.steps, stop_step=plan.stop_step,
-                           global_batch_size=plan.spec.global_batch_size)
+                           global_batch_size=plan.spec.global_batch_size, layout=plan.parallel)
     if report.passed and not keep and not dir:
         shutil.rmtree(space.root, ignore_errors=True)
         report.kept = False

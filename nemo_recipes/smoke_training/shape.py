@@ -15,6 +15,7 @@ from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.plan import Cluster, validate
 
 #: Head dimension, heads and sequence of the scaled-down model: a few hundred thousand parameters, whose steps take
 #: a fraction of a second on a CPU core, big enough for the loss to fall visibly within tens of steps.
@@ -44,6 +45,13 @@ class SmokePlan:
         return (f"TP{s.tensor_parallel} PP{s.pipeline_parallel} CP{s.context_parallel} DP{s.data_parallel_size}"
                 + (f" VP{s.virtual_pipeline}" if s.virtual_pipeline else ""))
 
+    @property
+    def parallel(self) -> dict[str, Any]:
+        """The process groups Megatron should build (as the smoke record reports them)."""
+        s = self.spec
+        return {"tp": s.tensor_parallel, "pp": s.pipeline_parallel, "cp": s.context_parallel,
+                "dp": s.data_parallel_size, "sequence_parallel": s.sequence_parallel_enabled}
+
     def to_dict(self) -> dict[str, Any]:
         return {"processes": self.processes, "steps": self.steps, "stop_step": self.stop_step,
                 "full_size": self.full_size, "layout": self.layout, "spec": self.spec.to_dict()}
@@ -72,10 +80,13 @@ def smoke_plan(spec: RecipeSpec, *, processes: int = 1, steps: int = 20, stop_st
     user can pick the layout or any choice; `full_size` keeps the recipe's shape (for a GPU)."""
     overrides = dict(overrides or {})
     problems = _argument_problems(processes, steps, stop_step)
+    try:
+        spec.replace(**overrides)  # unknown fields and bad values, reported with the arguments' problems
+    except InvalidRecipeError as error:
+        problems += error.problems
     if problems:
         raise InvalidRecipeError(problems, context=f"smoke {spec.name}")
     stop = stop_step if stop_step is not None else steps // 2
-    spec.replace(**overrides)  # unknown fields and bad values are reported here, all at once
     layout = fit_layout(spec, processes, {k: overrides[k] for k in LAYOUT_FIELDS if k in overrides})
     model_parallel = layout["tensor_parallel"] * layout["pipeline_parallel"] * layout["context_parallel"]
     if processes % model_parallel:
@@ -94,8 +105,10 @@ def smoke_plan(spec: RecipeSpec, *, processes: int = 1, steps: int = 20, stop_st
     tokens_per_step = values["global_batch_size"] * values.get("seq_length", spec.seq_length)
     for key, value in _schedule(spec, steps, tokens_per_step).items():
         values.setdefault(key, value)
-    return SmokePlan(spec=spec.replace(**values), processes=processes, steps=steps, stop_step=stop,
-                     full_size=full_size)
+    small = spec.replace(**values)
+    # The planner's rules, before any process starts: a layout Megatron would refuse fails here with the fix.
+    validate(small, Cluster.of(small.num_nodes, small.num_gpus_per_node)).raise_if_invalid()
+    return SmokePlan(spec=small, processes=processes, steps=steps, stop_step=stop, full_size=full_size)
 
 
 def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,208 @@
+"""Smoke training, the parts that need no NeMo: the scaled-down plan, the judge, the progress display, the CPU
+compatibility layer's version rule and the pins it shares with constraints.txt."""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nemo_recipes.catalog import RECIPES, get_recipe
+from nemo_recipes.errors import InvalidRecipeError
+from nemo_recipes.smoke_training.judge import MIN_LOSS_DROP, judge
+from nemo_recipes.smoke_training.runner import Progress
+from nemo_recipes.smoke_training.shape import smoke_plan
+
+REPO = Path(__file__).resolve().parent.parent
+
+# Everything but shape, layout, batch, schedule length and data is the recipe's own choice and must survive.
+KEPT = ("precision", "recompute", "sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
+        "overlap_param_gather", "max_lr", "min_lr_ratio", "adam_beta1", "adam_beta2", "adam_eps", "weight_decay",
+        "clip_grad", "hidden_dropout", "attention_dropout", "share_embeddings", "position_embedding_type",
+        "normalization", "gated_linear_unit", "make_vocab_size_divisible_by", "checkpoint_every_minutes",
+        "checkpoint_async")
+
+
+@pytest.mark.parametrize("name", RECIPES)
+@pytest.mark.parametrize("processes", [1, 2, 4, 8])
+def test_the_plan_scales_the_shape_and_keeps_every_other_choice(name, processes):
+    recipe = get_recipe(name)
+    plan = smoke_plan(recipe, processes=processes)
+    small = plan.spec
+    assert small.num_parameters < 1_000_000 < recipe.num_parameters
+    assert (small.num_nodes, small.num_gpus_per_node) == (1, processes)
+    assert small.ffn_hidden_size / small.hidden_size == recipe.ffn_hidden_size / recipe.hidden_size
+    for field in KEPT:
+        assert getattr(small, field) == getattr(recipe, field), field
+    # TP, then PP, as large as the recipe's and as the processes allow; the rest is data parallel.
+    assert small.tensor_parallel == min(recipe.tensor_parallel, processes)
+    assert small.tensor_parallel * small.pipeline_parallel * small.data_parallel_size == processes
+    assert small.pipeline_parallel <= recipe.pipeline_parallel
+    assert small.sequence_parallel_enabled == (small.tensor_parallel > 1)
+    assert small.num_layers % small.pipeline_parallel == 0
+    assert small.grad_accumulation_steps == 2 * small.pipeline_parallel
+    assert plan.steps == 20 and plan.stop_step == 10 and small.train_steps == 20
+    assert small.checkpoint_every_steps == 5
+
+
+@pytest.mark.parametrize("name", RECIPES)
+def test_the_schedule_keeps_its_shape_over_the_smoke_steps(name):
+    recipe = get_recipe(name)
+    small = smoke_plan(recipe, steps=30).spec
+    assert small.train_steps == 30
+    assert small.warmup_steps == 1  # the recipe's warmup is 0.1 % of its run; never zero steps
+    assert small.decay_steps == round(30 * recipe.decay_tokens / recipe.train_tokens)
+    assert small.max_lr == recipe.max_lr and small.min_lr == recipe.min_lr
+
+
+def test_overrides_win_and_pick_the_layout():
+    plan = smoke_plan(get_recipe("gpt_70b"), processes=2,
+                      overrides={"tensor_parallel": 1, "pipeline_parallel": 2, "hidden_dropout": 0.0,
+                                 "num_layers": 4, "global_batch_size": 8})
+    s = plan.spec
+    assert (s.tensor_parallel, s.pipeline_parallel, s.data_parallel_size) == (1, 2, 1)
+    assert (s.num_layers, s.hidden_dropout, s.global_batch_size) == (4, 0.0, 8)
+    assert plan.layout == "TP1 PP2 CP1 DP1"
+
+
+def test_full_size_keeps_the_recipe_shape_and_batch():
+    plan = smoke_plan(get_recipe("gpt_1_3b"), processes=8, full_size=True, steps=30)
+    s, r = plan.spec, get_recipe("gpt_1_3b")
+    assert (s.num_layers, s.hidden_size, s.seq_length, s.vocab_size) == (r.num_layers, r.hidden_size,
+                                                                          r.seq_length, r.vocab_size)
+    assert s.global_batch_size == r.global_batch_size and s.num_parameters == r.num_parameters
+
+
+def test_every_problem_is_reported_at_once_with_the_fix():
+    with pytest.raises(InvalidRecipeError) as error:
+        smoke_plan(get_recipe("gpt_7b"), processes=0, steps=1, overrides={"tensor_paralel": 2, "precision": "fp9"})
+    fields = [p.field for p in error.value.problems]
+    assert fields == ["processes", "steps", "tensor_paralel", "precision"]
+    assert all(p.fix for p in error.value.problems)
+    assert "did you mean 'tensor_parallel'" in str(error.value)
+
+
+def test_a_layout_the_planner_refuses_never_starts():
+    with pytest.raises(InvalidRecipeError) as error:
+        smoke_plan(get_recipe("gpt_7b"), processes=2, overrides={"pipeline_parallel": 2, "num_layers": 3})
+    assert [p.field for p in error.value.problems if p.severity == "error"] == ["pipeline_parallel"]
+    with pytest.raises(InvalidRecipeError, match="not a multiple of TP x PP x CP = 2"):
+        smoke_plan(get_recipe("gpt_7b"), processes=3, overrides={"tensor_parallel": 2})
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(list(RECIPES)), processes=st.sampled_from([1, 2, 4, 8]),
+       steps=st.integers(2, 200), stop=st.one_of(st.none(), st.integers(1, 199)))
+def test_any_valid_request_gives_a_plan_the_planner_accepts(name, processes, steps, stop):
+    if stop is not None and stop >= steps:
+        with pytest.raises(InvalidRecipeError):
+            smoke_plan(get_recipe(name), processes=processes, steps=steps, stop_step=stop)
+        return
+    plan = smoke_plan(get_recipe(name), processes=processes, steps=steps, stop_step=stop)
+    assert 1 <= plan.stop_step < plan.steps == plan.spec.train_steps
+    assert plan.spec.warmup_steps <= plan.spec.decay_steps <= plan.spec.train_steps
+
+
+# ---- the judge ----
+
+def _records(losses=None, *, stop=10, steps=20, gbs=4, resumed_at=None, consumed_at_start=None, optimizer=True,
+             skip=(), repeat=()):
+    losses = losses or [7.2 - 0.03 * i for i in range(steps)]
+    records = [{"event": "launch", "phase": "train", "device": "cpu", "patches": ["x"]},
+               {"event": "start", "phase": "train", "global_step": 0, "consumed_samples": 0}]
+    for phase, span in (("train", range(1, stop + 1)), ("resume", range(stop + 1, steps + 1))):
+        if phase == "resume":
+            at = stop if resumed_at is None else resumed_at
+            records.append({"event": "start", "phase": "resume", "global_step": at, "resumed_from": "ckpt",
+                            "consumed_samples": at * gbs if consumed_at_start is None else consumed_at_start})
+        for step in span:
+            if step in skip:
+                continue
+            for _ in range(2 if step in repeat else 1):
+                records.append({"event": "step", "phase": phase, "step": step, "loss": losses[step - 1],
+                                "consumed_samples": step * gbs, "seconds": 0.1})
+    records.append({"event": "checkpoints", "phase": "resume", "checkpoints": [
+        {"path": "p", "step": steps - 1, "bytes": 100, "tensors": 19, "optimizer": optimizer}]})
+    return records
+
+
+def _failed(records, **kw):
+    verdict = judge(records, steps=20, stop_step=10, global_batch_size=4, **kw)
+    return [c.name for c in verdict.checks if not c.passed]
+
+
+def test_a_good_record_passes():
+    verdict = judge(_records(), steps=20, stop_step=10, global_batch_size=4)
+    assert verdict.passed and verdict.resumed_at == 10 and verdict.device == "cpu"
+    assert len(verdict.checks) == 6 and verdict.seconds_per_step == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("records, failing", [
+    (_records(resumed_at=0), ["resumed where it stopped"]),
+    (_records(consumed_at_start=0), ["resumed where it stopped"]),
+    (_records(skip={13}), ["every step trained once"]),
+    (_records(repeat={12}), ["every step trained once"]),
+    (_records([7.0] * 19 + [math.nan]), ["loss finite"]),
+    (_records([7.0] * 20), ["loss falling"]),
+    (_records(optimizer=False), ["last checkpoint resumable"]),
+])
+def test_each_defect_fails_its_check(records, failing):
+    assert _failed(records) == failing
+
+
+def test_a_drop_just_below_the_margin_is_not_learning():
+    flat = [7.0 + (MIN_LOSS_DROP * 0.9 if i < 5 else 0.0) for i in range(20)]
+    assert _failed(_records(flat)) == ["loss falling"]
+
+
+def test_inconsistent_data_position_is_caught():
+    records = _records()
+    for r in records:
+        if r.get("event") == "step" and r["step"] == 15:
+            r["consumed_samples"] = 44  # samples re-read after the resume
+    assert _failed(records) == ["data position continuous"]
+
+
+def test_progress_prints_every_fifth_step_when_not_on_a_terminal():
+    stream = io.StringIO()
+    progress = Progress(stream, 20, "smoke gpt_7b")
+    for step in range(1, 21):
+        progress.update([{"event": "step", "step": step, "loss": 7.0, "seconds": 0.1}])
+    lines = stream.getvalue().splitlines()
+    assert [re.search(r"step (\d+)/20", line).group(1) for line in lines] == ["5", "10", "15", "20"]
+
+
+# ---- the CPU compatibility layer's versions ----
+
+def test_the_compatibility_layer_pins_what_constraints_txt_pins():
+    from nemo_recipes.bridge import cpu_compat  # imports no torch at module level
+
+    pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==([^\s#]+)", (REPO / "constraints.txt").read_text(), re.M))
+    for package, version in cpu_compat.PINNED.items():
+        assert pins.get(package) == version, package
+
+
+def test_the_compatibility_layer_refuses_other_releases():
+    from nemo_recipes.bridge import cpu_compat
+
+    ok = dict(cpu_compat.PINNED)
+    assert cpu_compat.version_problems({**ok, "torch": "2.13.0+cpu"}) == []
+    problems = cpu_compat.version_problems({**ok, "megatron-core": "0.16.1", "nemo-toolkit": None})
+    assert problems == ["nemo-toolkit is not installed; the patches were written for 2.7.3",
+                        "megatron-core 0.16.1 is installed; the patches were written for 0.15.3"]
+
+
+def test_a_layout_other_than_planned_fails():
+    planned = {"tp": 2, "pp": 1, "cp": 1, "dp": 1, "sequence_parallel": True}
+    records = _records()
+    for r in records:
+        if r.get("event") == "start":
+            r["parallel"] = dict(planned)
+    assert _failed(records, layout=planned) == []
+    records[1]["parallel"] = {**planned, "tp": 1, "dp": 2}
+    assert _failed(records, layout=planned) == ["layout as planned"]
