@@ -6,7 +6,7 @@ import pytest
 
 from _cli import check_snapshot, cli
 
-VERBS = ["ls", "show", "plan", "diff", "export", "launch", "completion"]
+VERBS = ["ls", "show", "plan", "diff", "export", "launch", "smoke", "completion"]
 
 
 def test_top_level_help_matches_snapshot():
