@@ -36,7 +36,7 @@ def complete(script, line: str) -> list[str]:
 
 
 def test_completes_verbs(script):
-    assert complete(script, "nemo-recipes ") == ["ls", "show", "plan", "diff", "export", "launch", "completion",
+    assert complete(script, "nemo-recipes ") == ["ls", "show", "plan", "diff", "export", "launch", "smoke", "completion",
                                                  "--help", "--version"]
     assert complete(script, "nemo-recipes sh") == ["show"]
 

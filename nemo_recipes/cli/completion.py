@@ -19,7 +19,7 @@ EXAMPLES = """\
 
 SHELLS = ("bash", "zsh", "fish")
 # Verbs whose first positional argument is a recipe name; `diff` also takes files.
-RECIPE_VERBS = ("show", "plan", "export", "launch")
+RECIPE_VERBS = ("show", "plan", "export", "launch", "smoke")
 # Options whose value is a file path.
 FILE_OPTIONS = ("-o", "--output", "--plot")
 
