@@ -53,28 +53,29 @@ from nemo_recipes.plan.validate import raise_if_unstructured
 
 @dataclass(frozen=True)
 class ModelConstants:
-    """The efficiencies the model cannot derive, each one global. Defaults: the refit of
-    benchmarks/planner_accuracy.py on every row of benchmarks/data/calibration.csv (rounded)."""
+    """The efficiencies the model cannot derive, each one global (every GPU, every model). The defaults are the refit
+    of benchmarks/planner_accuracy.py on every row of benchmarks/data/calibration.csv, each within the range its
+    source below gives; the benchmark also prints the values refitted without each source."""
 
     # Fraction of the dense tensor-core peak that the math of a BF16/FP16 GEMM reaches, before its operand traffic
     # (which `_gemm_s` adds): cuBLAS reaches 80-90 % of 312 TFLOP/s on large A100 GEMMs and about 75-80 % of 989 on
     # H100 SXM.
-    matmul: float = 0.80
+    matmul: float = 0.81
     # FP8 GEMMs reach a smaller fraction of their doubled peak (power and clock limits; H100 FP8 cuBLAS GEMMs reach
     # about 1300 of 1979 TFLOP/s).
-    fp8_matmul: float = 0.65
+    fp8_matmul: float = 0.62
     # Fused (flash) attention reaches a smaller fraction of the peak than plain GEMMs: "FlashAttention-2 achieving
     # only 35% utilization on the H100 GPU" (Shah et al. 2024, FlashAttention-3, abstract). On the FLOPs it executes.
-    attention: float = 0.35
+    attention: float = 0.36
     # Fraction of the HBM bandwidth that streaming (element-wise) kernels reach: STREAM-like copies reach 80-90 %.
     hbm: float = 0.80
     # Fraction of the link bandwidth NCCL collectives reach as bus bandwidth for large messages (nccl-tests
     # PERFORMANCE.md: all-reduce bus bandwidth of about 230-240 GB/s on A100 NVLink (300 GB/s per direction)).
-    comm: float = 0.80
+    comm: float = 0.75
     # Fraction of the TP communication hidden behind GEMMs when the program overlaps it (Transformer Engine
     # userbuffers split the all-gather/reduce-scatter of SP into chunks overlapped with the neighbouring GEMM); the
     # first and last chunks and the slowdown of GEMMs sharing the GPU with communication stay exposed.
-    tp_overlap: float = 0.8
+    tp_overlap: float = 0.65
 
     def replace(self, **values: float) -> "ModelConstants":
         return dataclasses.replace(self, **values)
