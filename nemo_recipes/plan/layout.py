@@ -132,11 +132,6 @@ class Layout:
         n = spec.recompute_num_layers or self.layers_per_chunk
         return min(n, self.layers_per_chunk) / self.layers_per_chunk
 
-    def to_dict(self) -> dict:
-        return {"world_size": self.world, "tp": self.tp, "pp": self.pp, "cp": self.cp, "vp": self.vp, "dp": self.dp,
-                "micro_batches": self.microbatches, "layers_per_stage": self.layers_per_stage,
-                "layers_per_chunk": self.layers_per_chunk, "params_per_gpu": round(self.params_per_rank)}
-
 
 def _params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
     """Parameters on one GPU of the most loaded stage (perf-model.md 2.1: `(transformer/p + embedding) / t` plus

@@ -34,7 +34,7 @@ from typing import Any, Optional, Union
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
-from nemo_recipes.plan.layout import LayerParams, Layout, layer_params  # noqa: F401  (re-exported)
+from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.stack import Program, program_for
 
 GIB = float(2**30)

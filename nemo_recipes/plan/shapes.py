@@ -235,4 +235,4 @@ def stack_from_row(row: Mapping[str, Any]) -> tuple[str, list[str]]:
         return "megatron-legacy", ["software stack not stated: FP16 mixed precision taken as Megatron-LM before "
                                    "Transformer Engine (unfused softmax attention, no TP communication overlap)"]
     return "transformer-engine", ["software stack not stated: assumed Megatron-Core with Transformer Engine "
-                                  "(flash attention, TP communication overlap under SP), as NeMo 2"]
+                                  "(fused attention, TP communication overlap where TP > 1 with SP), as NeMo 2"]

@@ -145,6 +145,8 @@ def _tp_overlap(spec: RecipeSpec, gpu: GPU, transformer_engine: bool) -> tuple[b
         return False, "sequence parallelism is off"
     if not transformer_engine:
         return False, "no Transformer Engine"
+    if gpu.compute_capability is None:
+        return False, f"{gpu.name}'s compute capability is unknown (describe it with GPU(compute_capability=...))"
     if not tp_overlap_capable(gpu):
         return False, f"{gpu.name} has no CUDA multicast (needs compute capability 9.0 or newer)"
     return True, f"Transformer Engine userbuffers on {gpu.name}"

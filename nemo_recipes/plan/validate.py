@@ -329,18 +329,13 @@ RULES: tuple[Rule, ...] = (
     pipeline_bubble_rule,
     distributed_optimizer_rule,
 )
-# Without these the job cannot be laid out or run at all (Megatron-Core raises): the throughput model refuses the
-# same ones, so a plan that validates always has an estimate.
-STRUCTURAL_RULES: tuple[Rule, ...] = (
-    world_size_rule,
-    attention_heads_rule,
-    pipeline_layers_rule,
-    interleaved_microbatches_rule,
-    context_parallel_rule,
-    sequence_parallel_rule,
-    global_batch_rule,
-    fp8_rule,
-)
+# Rules about policy or advice rather than feasibility: a job that breaks them still runs (TP across nodes is slow,
+# a data blend is checked when data loads). Every other rule is structural: without it the job cannot be laid out or
+# run at all (Megatron-Core raises), and the throughput model refuses the same plans, so a plan that validates always
+# has an estimate.
+POLICY_RULES = frozenset({tensor_parallel_domain_rule, data_blend_rule, recompute_layers_rule, tp_comm_overlap_rule,
+                          pipeline_bubble_rule, distributed_optimizer_rule})
+STRUCTURAL_RULES: tuple[Rule, ...] = tuple(rule for rule in RULES if rule not in POLICY_RULES)
 
 
 def layout_problems(spec: RecipeSpec, cluster: Cluster, layout: Optional[Layout] = None) -> list[Problem]:
