@@ -133,25 +133,25 @@ def layouts(spec: RecipeSpec, cluster: Cluster, *, space: Space,
             per_replica: Optional[float] = None) -> Iterator[RecipeSpec]:
     """Every (TP, PP, VP, micro batch, distributed optimizer) the space allows on `cluster`, recompute as the recipe's.
     `per_replica` (sequences per data-parallel replica) scales the global batch with DP; None keeps it."""
-    per_node, world, c = cluster.gpus_per_node, cluster.world_size, spec.context_parallel
-    tps = [t for t in _divisors(per_node)
+    tps = [t for t in _divisors(cluster.gpus_per_node)
            if spec.num_attention_heads % t == 0 and spec.kv_groups % t == 0 and spec.ffn_hidden_size % t == 0]
     if spec.sequence_parallel is True:
         tps = [t for t in tps if t > 1]
     distributed = [True] if spec.distributed_optimizer else [False, True]
     for t in tps:
         for p in _pipelines(spec):
-            if world % (t * p * c):
+            grid = Layout.of(_with(spec, tensor_parallel=t, pipeline_parallel=p, virtual_pipeline=None), cluster)
+            if not grid.world_divides:
                 continue
-            dp = world // (t * p * c)
+            dp = grid.dp
             fixed = None if per_replica is not None or spec.global_batch_size % dp else spec.global_batch_size // dp
             for b in _micro_batches(spec, fixed, space):
                 gbs = spec.global_batch_size if per_replica is None else scaled_batch(per_replica, dp, b)
-                if gbs % (b * dp):
-                    continue
                 base = _with(spec, tensor_parallel=t, pipeline_parallel=p, virtual_pipeline=None,
-                                           micro_batch_size=b, global_batch_size=gbs)
+                             micro_batch_size=b, global_batch_size=gbs)
                 layout = Layout.of(base, cluster)
+                if not layout.batch_divides:
+                    continue
                 for v in _virtuals(spec, p, layout.microbatches, layout.pipeline_slots, space):
                     for dist in distributed:
                         yield _with(base, virtual_pipeline=v, distributed_optimizer=dist)
