@@ -1,14 +1,22 @@
-"""How close the planner's step-time model comes to published training measurements.
+"""How close the planner's step-time model comes to published training measurements, in sample and cross-validated.
 
-    python benchmarks/planner_accuracy.py                      # ../shared/perf/calibration.csv
+    python benchmarks/planner_accuracy.py                      # benchmarks/data/calibration.csv
     python benchmarks/planner_accuracy.py --csv my_rows.csv    # any CSV with the same columns
+    python benchmarks/planner_accuracy.py --no-cv              # the per-row table only (no refitting)
     python benchmarks/planner_accuracy.py --recipes            # predicted FP8 speed-up over BF16, five recipes, H100
 
 One line per row: the predicted and the published value (step time for `iteration_time_s` rows, tokens/s per GPU
-otherwise) and the error in %, then the mean and maximum absolute error overall, per source, and on the rows whose id
-starts with `--subset` (default "K22-", Korthikanti et al. 2022). TFLOP/s targets are compared as tokens/s: through
-the `derived_tokens_per_gpu` or `derived_step_s` columns when present, otherwise converted with the FLOP formula that
-the row's `flops_convention` names. Nothing here depends on a particular file or row.
+otherwise) and the error in %, with the constants the planner ships (`throughput.CONSTANTS`); then the mean and
+maximum absolute error overall, per source, and on the rows whose id starts with `--subset`.
+
+Then the honest figure: leave-one-source-out cross-validation. The model's global efficiencies
+(`throughput.ModelConstants`) are refitted by coordinate descent on a grid, minimising the mean absolute error,
+(a) on every row (in sample) and (b) once per source on the rows of all the other sources, and each source is scored
+with the constants fitted without it. A source is a publication (the id prefix: K22, N21, MLM, NeMo24.07, ...): its
+rows share software, hardware and measurement habits, so leaving out single rows would flatter the model.
+
+TFLOP/s targets are compared as tokens/s: through the `derived_tokens_per_gpu` or `derived_step_s` columns when
+present, otherwise converted with the FLOP formula that the row's `flops_convention` names.
 """
 
 from __future__ import annotations
@@ -16,6 +24,7 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -28,9 +37,20 @@ from nemo_recipes.errors import InvalidRecipeError  # noqa: E402
 from nemo_recipes.plan import flops  # noqa: E402
 from nemo_recipes.plan.hardware import Cluster  # noqa: E402
 from nemo_recipes.plan.shapes import is_missing, plan_from_row, stack_from_row  # noqa: E402
-from nemo_recipes.plan.throughput import estimate_throughput  # noqa: E402
+from nemo_recipes.plan.throughput import CONSTANTS, ModelConstants, Throughput, estimate_throughput  # noqa: E402
 
-DEFAULT_CSV = REPO.parent / "shared" / "perf" / "calibration.csv"
+DEFAULT_CSV = REPO / "benchmarks" / "data" / "calibration.csv"
+
+# The grid each efficiency is refitted on (coordinate descent visits every value of one constant at a time).
+GRID: dict[str, tuple[float, ...]] = {
+    "matmul": tuple(round(0.60 + 0.01 * i, 2) for i in range(36)),       # 0.60 .. 0.95
+    "fp8_matmul": tuple(round(0.40 + 0.01 * i, 2) for i in range(51)),   # 0.40 .. 0.90
+    "attention": tuple(round(0.20 + 0.01 * i, 2) for i in range(41)),    # 0.20 .. 0.60
+    "hbm": tuple(round(0.50 + 0.05 * i, 2) for i in range(10)),          # 0.50 .. 0.95
+    "comm": tuple(round(0.40 + 0.05 * i, 2) for i in range(12)),         # 0.40 .. 0.95
+    "tp_overlap": tuple(round(0.05 * i, 2) for i in range(21)),          # 0 .. 1
+}
+MAX_SWEEPS = 8
 
 
 def _number(value: Any) -> Optional[float]:
@@ -54,28 +74,54 @@ def convention_flops_per_token(spec: RecipeSpec, convention: str) -> float:
     return per_token.model
 
 
-def compare(row: dict[str, Any]) -> dict[str, Any]:
-    """Predicted and published value of one row, or the reason it cannot be compared."""
+@dataclass(frozen=True)
+class Case:
+    """One row, parsed once: the plan, what was published and which prediction to compare with it."""
+
+    id: str
+    source: str
+    spec: RecipeSpec
+    cluster: Cluster
+    stack: str
+    metric: str          # "step_s" or "tok/s/gpu"
+    published: float
+    assumptions: tuple[str, ...]
+
+    def predict(self, constants: ModelConstants = CONSTANTS) -> Throughput:
+        return estimate_throughput(self.spec, self.cluster, stack=self.stack, constants=constants)
+
+    def value(self, result: Throughput) -> float:
+        return result.step_time_s if self.metric == "step_s" else result.tokens_per_s_per_gpu
+
+    def error_pct(self, constants: ModelConstants = CONSTANTS) -> float:
+        return 100.0 * (self.value(self.predict(constants)) - self.published) / self.published
+
+
+def source_of(row: dict[str, Any]) -> str:
+    """The publication a row comes from: its id prefix (K22, N21, MLM, NeMo24.07, Bridge25.09, ...)."""
+    return str(row.get("id") or "").split("-")[0] or str(row.get("source") or "unknown")
+
+
+def case(row: dict[str, Any]) -> Case:
+    """The row as a Case, or ValueError/InvalidRecipeError saying why it cannot be compared."""
     spec, cluster, assumptions = plan_from_row(row)
     stack, why = stack_from_row(row)
-    result = estimate_throughput(spec, cluster, stack=stack)
     target = str(row.get("target") or "").strip().lower()
     value = _number(row.get("target_value"))
     if target.startswith("iteration_time") or target.startswith("step_time"):
-        metric, published, predicted = "step_s", value, result.step_time_s
+        metric, published = "step_s", value
     elif target.startswith("tokens"):
-        metric, published, predicted = "tok/s/gpu", value, result.tokens_per_s_per_gpu
+        metric, published = "tok/s/gpu", value
     elif target.startswith("tflops"):
         tokens = _number(row.get("derived_tokens_per_gpu"))
         step = _number(row.get("derived_step_s"))
         if tokens is not None:
-            metric, published, predicted = "tok/s/gpu", tokens, result.tokens_per_s_per_gpu
+            metric, published = "tok/s/gpu", tokens
         elif step is not None:
-            metric, published, predicted = "step_s", step, result.step_time_s
+            metric, published = "step_s", step
         elif value is not None:
             per_token = convention_flops_per_token(spec, str(row.get("flops_convention") or ""))
             metric, published = "tok/s/gpu", value * 1e12 / per_token
-            predicted = result.tokens_per_s_per_gpu
             assumptions = assumptions + [f"TFLOP/s converted with {per_token:.4g} FLOP/token "
                                          f"({row.get('flops_convention') or 'Megatron 72-formula'})"]
         else:
@@ -84,9 +130,18 @@ def compare(row: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"unknown target {row.get('target')!r}")
     if published is None or not published > 0:
         raise ValueError(f"no usable published value ({row.get('target_value')!r})")
-    return {"metric": metric, "published": published, "predicted": predicted,
-            "error_pct": 100.0 * (predicted - published) / published, "mfu": result.mfu,
-            "assumptions": assumptions + why, "result": result}
+    return Case(id=str(row.get("id") or ""), source=source_of(row), spec=spec, cluster=cluster, stack=stack,
+                metric=metric, published=published, assumptions=tuple(assumptions + why))
+
+
+def compare(row: dict[str, Any]) -> dict[str, Any]:
+    """Predicted and published value of one row with the shipped constants, or the reason it cannot be compared."""
+    c = case(row)
+    result = c.predict()
+    predicted = c.value(result)
+    return {"metric": c.metric, "published": c.published, "predicted": predicted,
+            "error_pct": 100.0 * (predicted - c.published) / c.published, "mfu": result.mfu,
+            "assumptions": list(c.assumptions), "result": result}
 
 
 def _summary(label: str, errors: list[float]) -> str:
@@ -97,9 +152,13 @@ def _summary(label: str, errors: list[float]) -> str:
             f"max |error| {max(absolute):.2f} %")
 
 
-def run_csv(path: Path, subset: str, verbose: bool, out=sys.stdout) -> int:
+def _rows(path: Path) -> list[dict[str, Any]]:
     with open(path, newline="") as handle:
-        rows = list(csv.DictReader(handle))
+        return list(csv.DictReader(handle))
+
+
+def run_csv(path: Path, subset: str, verbose: bool, out=sys.stdout) -> int:
+    rows = _rows(path)
     errors: list[float] = []
     by_source: dict[str, list[float]] = {}
     chosen: list[float] = []
@@ -115,8 +174,7 @@ def run_csv(path: Path, subset: str, verbose: bool, out=sys.stdout) -> int:
             print(f"{row_id:44s} skipped: {reason}", file=out)
             continue
         errors.append(c["error_pct"])
-        source = str(row.get("source") or "unknown").split("(")[0].split(",")[0].strip()
-        by_source.setdefault(source, []).append(c["error_pct"])
+        by_source.setdefault(source_of(row), []).append(c["error_pct"])
         if subset and row_id.startswith(subset):
             chosen.append(c["error_pct"])
         print(f"{row_id[:44]:44s} {c['metric']:9s} {c['predicted']:11.4g} {c['published']:11.4g} "
@@ -135,6 +193,88 @@ def run_csv(path: Path, subset: str, verbose: bool, out=sys.stdout) -> int:
         print(_summary(f"rows starting with {subset!r}", chosen), file=out)
     print(_summary("all rows", errors) + (f" ({skipped} skipped)" if skipped else ""), file=out)
     return 0 if errors else 1
+
+
+# ---- refitting and cross-validation ----
+
+def mean_abs_error(cases: list[Case], constants: ModelConstants) -> float:
+    return sum(abs(c.error_pct(constants)) for c in cases) / len(cases)
+
+
+def refit(cases: list[Case], start: ModelConstants = CONSTANTS,
+          grid: Optional[dict[str, tuple[float, ...]]] = None) -> ModelConstants:
+    """The constants minimising the mean absolute error on `cases`: coordinate descent over `grid`, one constant
+    at a time, until a sweep changes nothing. Constants no case depends on keep their starting value."""
+    grid = grid or GRID
+    best, score = start, mean_abs_error(cases, start)
+    for _ in range(MAX_SWEEPS):
+        moved = False
+        for name in grid:
+            for value in grid[name]:
+                if value == getattr(best, name):
+                    continue
+                trial = best.replace(**{name: value})
+                trial_score = mean_abs_error(cases, trial)
+                if trial_score < score - 1e-9:
+                    best, score, moved = trial, trial_score, True
+        if not moved:
+            break
+    return best
+
+
+def _constants_text(constants: ModelConstants) -> str:
+    return ", ".join(f"{f.name} {getattr(constants, f.name):g}" for f in fields(constants))
+
+
+def _mean(values: list[float]) -> float:
+    return sum(abs(v) for v in values) / len(values)
+
+
+def cross_validate(path: Path, out=sys.stdout) -> dict[str, Any]:
+    """In-sample (shipped constants, and refitted on every row) and leave-one-source-out errors, per source."""
+    cases = []
+    for row in _rows(path):
+        try:
+            cases.append(case(row))
+        except (InvalidRecipeError, ValueError):
+            continue
+    sources = list(dict.fromkeys(c.source for c in cases))
+    everything = refit(cases)
+    shipped = {c.id: c.error_pct(CONSTANTS) for c in cases}
+    in_sample = {c.id: c.error_pct(everything) for c in cases}
+    held_out: dict[str, float] = {}
+    folds: dict[str, ModelConstants] = {}
+    for source in sources:
+        folds[source] = refit([c for c in cases if c.source != source], start=everything)
+        for c in cases:
+            if c.source == source:
+                held_out[c.id] = c.error_pct(folds[source])
+
+    print("", file=out)
+    print("Leave-one-source-out cross-validation (mean |error| %; each source scored with constants refitted "
+          "without its rows)", file=out)
+    print(f"shipped constants:        {_constants_text(CONSTANTS)}", file=out)
+    print(f"refitted on every row:    {_constants_text(everything)}", file=out)
+    print(f"{'source':12s} {'n':>3s} {'shipped':>8s} {'refit':>8s} {'held out':>9s} {'max held out':>13s}  "
+          "constants refitted without the source", file=out)
+    table = {}
+    for source in sources:
+        ids = [c.id for c in cases if c.source == source]
+        row = (_mean([shipped[i] for i in ids]), _mean([in_sample[i] for i in ids]),
+               _mean([held_out[i] for i in ids]), max(abs(held_out[i]) for i in ids))
+        table[source] = row
+        changed = {f.name: getattr(folds[source], f.name) for f in fields(ModelConstants)
+                   if getattr(folds[source], f.name) != getattr(everything, f.name)}
+        print(f"{source:12s} {len(ids):3d} {row[0]:8.2f} {row[1]:8.2f} {row[2]:9.2f} {row[3]:13.2f}  "
+              f"{', '.join(f'{k} {v:g}' for k, v in changed.items()) or 'as refitted on every row'}", file=out)
+    ids = [c.id for c in cases]
+    totals = (_mean([shipped[i] for i in ids]), _mean([in_sample[i] for i in ids]), _mean([held_out[i] for i in ids]),
+              max(abs(held_out[i]) for i in ids))
+    print(f"{'all':12s} {len(ids):3d} {totals[0]:8.2f} {totals[1]:8.2f} {totals[2]:9.2f} {totals[3]:13.2f}", file=out)
+    over = [i for i in ids if abs(shipped[i]) > 15.0]
+    print(f"rows beyond 15 % with the shipped constants: "
+          f"{', '.join(f'{i} {shipped[i]:+.1f} %' for i in over) or 'none'}", file=out)
+    return {"sources": table, "all": totals, "refit": everything, "shipped": shipped, "held_out": held_out}
 
 
 def fp8_speedups(out=sys.stdout) -> dict[str, float]:
@@ -158,6 +298,7 @@ def main(argv: Optional[list[str]] = None) -> int:
                         help=f"measurements with the columns of calibration.csv (default: {DEFAULT_CSV})")
     parser.add_argument("--subset", default="K22-", help="also summarise rows whose id starts with this (default K22-)")
     parser.add_argument("--verbose", "-v", action="store_true", help="print each row's assumptions and step breakdown")
+    parser.add_argument("--no-cv", action="store_true", help="skip the refitting and the cross-validation")
     parser.add_argument("--recipes", action="store_true",
                         help="print the predicted FP8 speed-up over BF16 for the five recipes on H100 instead")
     args = parser.parse_args(argv)
@@ -166,7 +307,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
     if not args.csv.is_file():
         parser.error(f"--csv {args.csv}: no such file")
-    return run_csv(args.csv, args.subset, args.verbose)
+    code = run_csv(args.csv, args.subset, args.verbose)
+    if not args.no_cv and code == 0:
+        cross_validate(args.csv)
+    return code
 
 
 if __name__ == "__main__":

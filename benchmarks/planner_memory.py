@@ -1,8 +1,8 @@
 """Memory per GPU of the five recipes on H100 80 GB and H200 clusters of their default size, and whether each fits
 as the seed gives it (the seed names no recomputation: what does each row need?).
 
-    python benchmarks/planner_memory.py            # the tables
-    python benchmarks/planner_memory.py --flash    # the same with flash attention (Transformer Engine build)
+    python benchmarks/planner_memory.py                          # the NeMo container (Transformer Engine)
+    python benchmarks/planner_memory.py --stack megatron-core    # the same without Transformer Engine
 
 Prints figures only; nothing here is asserted. Numbers come from `nemo_recipes.plan.estimate_memory` (GiB).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 
 from nemo_recipes.catalog import RECIPES
-from nemo_recipes.plan import Cluster, estimate_memory, validate
+from nemo_recipes.plan import STACK_CHOICES, Cluster, Layout, estimate_memory, resolve_stack, validate
 
 GPUS = ("h100-80gb", "h200")
 RECOMPUTE = ("none", "selective", "full")
@@ -22,7 +22,7 @@ def _row(cells: list[str], widths: list[int]) -> str:
     return "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
 
 
-def breakdown_table(flash: bool) -> None:
+def breakdown_table(stack) -> None:
     header = ["recipe", "gpu", "layout", "recompute", "weights", "grads", "optim", "activ", "other", "total",
               "capacity", "valid"]
     widths = [9, 10, 24, 9, 7, 7, 7, 7, 6, 7, 8, 5]
@@ -31,7 +31,7 @@ def breakdown_table(flash: bool) -> None:
     for name, spec in RECIPES.items():
         for gpu in GPUS:
             cluster = Cluster.of(spec.num_nodes, spec.num_gpus_per_node, gpu)
-            report = validate(spec, cluster, flash_attention=flash)
+            report = validate(spec, cluster, stack=stack)
             m = report.memory
             layout = (f"{spec.num_nodes}x{spec.num_gpus_per_node} TP{spec.tensor_parallel} PP{spec.pipeline_parallel}"
                       f" DP{report.data_parallel_size} mbs{spec.micro_batch_size}")
@@ -40,7 +40,7 @@ def breakdown_table(flash: bool) -> None:
                         f"{m.capacity:.1f}", "yes" if report.valid else "NO"], widths))
 
 
-def seed_table(flash: bool) -> None:
+def seed_table(stack) -> None:
     print()
     print("Seed rows as given (TP, PP, micro batch, sequence of the seed) under each recompute choice: total GiB "
           "(* = does not fit)")
@@ -53,22 +53,21 @@ def seed_table(flash: bool) -> None:
             cells, needed = [], None
             for recompute in RECOMPUTE:
                 memory = estimate_memory(spec.replace(recompute=recompute, recompute_num_layers=None), cluster,
-                                         flash_attention=flash)
+                                         stack=stack)
                 fits = memory.total <= memory.capacity
                 cells.append(f"{memory.total:.1f}{'' if fits else '*'}")
                 if fits and needed is None:
                     needed = recompute
             if needed == "full":
-                needed = _fewest_full_layers(spec, cluster, flash)
+                needed = _fewest_full_layers(spec, cluster, stack)
             print(_row([name, gpu, *cells, needed or "none fits"], widths))
 
 
-def _fewest_full_layers(spec, cluster, flash: bool) -> str:
-    """Full recompute of only the first k layers of each stage ('block' method): the smallest k that fits."""
-    layers = spec.num_layers // spec.pipeline_parallel
+def _fewest_full_layers(spec, cluster, stack) -> str:
+    """Full recompute of only the first k layers of each chunk ('block' method): the smallest k that fits."""
+    layers = Layout.of(spec, cluster).layers_per_chunk
     for k in range(1, layers + 1):
-        memory = estimate_memory(spec.replace(recompute="full", recompute_num_layers=k), cluster,
-                                 flash_attention=flash)
+        memory = estimate_memory(spec.replace(recompute="full", recompute_num_layers=k), cluster, stack=stack)
         if memory.total <= memory.capacity:
             return f"full, {k} of {layers} layers ({memory.total:.1f})"
     return "full"
@@ -76,11 +75,12 @@ def _fewest_full_layers(spec, cluster, flash: bool) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--flash", action="store_true", help="model flash attention (no stored attention scores)")
+    parser.add_argument("--stack", choices=STACK_CHOICES, default=None,
+                        help="software on the GPUs (default: the NeMo container with Transformer Engine)")
     args = parser.parse_args()
-    print(f"attention: {'flash (Transformer Engine)' if args.flash else 'local layer spec, no flash attention'}")
-    breakdown_table(args.flash)
-    seed_table(args.flash)
+    print(resolve_stack(args.stack)[1])
+    breakdown_table(args.stack)
+    seed_table(args.stack)
 
 
 if __name__ == "__main__":

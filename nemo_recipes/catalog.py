@@ -56,6 +56,7 @@ class RecipeSpec:
     context_parallel: int = 1
     virtual_pipeline: Optional[int] = None
     sequence_parallel: Optional[bool] = None
+    pipeline_counts_embedding_and_loss: bool = False
 
     # Batch.
     micro_batch_size: int
@@ -68,6 +69,7 @@ class RecipeSpec:
     distributed_optimizer: bool = True
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
+    tp_comm_overlap: Optional[bool] = None
 
     # Optimizer: AdamW.
     max_lr: float
@@ -116,6 +118,14 @@ class RecipeSpec:
         return self.sequence_parallel
 
     @property
+    def tp_comm_overlap_enabled(self) -> bool:
+        """TP communication overlap is asked for whenever TP > 1 with sequence parallelism (the only case Transformer
+        Engine's userbuffers overlap) unless switched off; the planner and the job's callback add the conditions of
+        the machine (Transformer Engine, a Hopper or newer GPU)."""
+        wanted = True if self.tp_comm_overlap is None else self.tp_comm_overlap
+        return wanted and self.tensor_parallel > 1 and self.sequence_parallel_enabled
+
+    @property
     def kv_groups(self) -> int:
         return self.num_query_groups or self.num_attention_heads
 
@@ -129,13 +139,19 @@ class RecipeSpec:
 
     @property
     def data_parallel_size(self) -> int:
-        """DP = world size / (TP x PP x CP); exact only when the world size divides (the planner checks)."""
-        return max(1, self.world_size // self.model_parallel_size)
+        """DP = world size / (TP x PP x CP) on the recipe's own cluster; exact only when it divides (the planner
+        checks). Read from the planner's one layout value (imported here, not at the top: the planner imports the
+        catalog)."""
+        from nemo_recipes.plan.layout import Layout
+
+        return Layout.of(self).dp
 
     @property
     def grad_accumulation_steps(self) -> int:
         """GA = global batch / (micro batch x DP); exact only when it divides (the planner checks)."""
-        return max(1, self.global_batch_size // (self.micro_batch_size * self.data_parallel_size))
+        from nemo_recipes.plan.layout import Layout
+
+        return Layout.of(self).microbatches
 
     @property
     def padded_vocab_size(self) -> int:
@@ -346,6 +362,11 @@ SOURCES: dict[str, str] = {
                         "1F1B bubble (p-1)/m below 0.7 %",
     "sequence_parallel": "on whenever TP > 1 (Korthikanti et al. 2022: divides the activations outside attention by TP "
                          "at no extra communication)",
+    "pipeline_counts_embedding_and_loss": "off: every recipe's layers divide evenly over its stages; on, the pipeline "
+                                          "split counts the input embedding and the loss as one layer each "
+                                          "(Megatron-Core account_for_embedding_in_pipeline_split and "
+                                          "account_for_loss_in_pipeline_split, as NeMo's Llama 3.1 405B recipe: 126 "
+                                          "layers + 2 over PP 8 x VP 8)",
     "precision": "BF16 mixed (seed: BF16 or FP8); FP8 is a switch that needs Transformer Engine and Hopper or newer",
     "recompute": "selective (attention core) recomputation, Korthikanti et al. 2022; the 7B row needs full "
                  "recomputation to fit 80 GB at micro batch 2 and sequence 4096 (see `nemo-recipes plan gpt_7b`)",
@@ -353,6 +374,11 @@ SOURCES: dict[str, str] = {
     "distributed_optimizer": "on: shards fp32 master weights and Adam state over DP (Megatron-Core distributed optimizer)",
     "overlap_grad_reduce": "on: overlaps the DP gradient reduce-scatter with the backward pass (Megatron-Core)",
     "overlap_param_gather": "on: overlaps the DP parameter all-gather with the next forward pass (Megatron-Core)",
+    "tp_comm_overlap": "auto (on whenever TP > 1 with sequence parallelism): Transformer Engine's userbuffers overlap "
+                       "the TP all-gathers and reduce-scatters with the GEMMs, as NVIDIA's performance recipes do on "
+                       "H100 and B200 (NeMo gpt3_175b/llama3_70b pretrain_performance_optimizations, "
+                       "scripts/performance/llm/pretrain_gpt3_175b.py); the job's callback does nothing without "
+                       "Transformer Engine, CUDA or a Hopper-or-newer GPU (userbuffers need CUDA multicast)",
     "max_lr": "GPT-3 paper Table 2.1 (1.3B 2.0e-4, 6.7B 1.2e-4, 13B 1.0e-4, 175B 0.6e-4); 70B: 0.8e-4, between the "
               "13B and 175B rows on a log-parameter scale (0.75e-4) rounded towards the 13B value, since our 70B row "
               "has 65B parameters",
@@ -380,6 +406,7 @@ SOURCES: dict[str, str] = {
 
 DERIVED_SOURCES: dict[str, str] = {
     "sequence_parallel_enabled": "on when TP > 1 unless sequence_parallel is set",
+    "tp_comm_overlap_enabled": "on when TP > 1 with sequence parallelism unless tp_comm_overlap is False",
     "data_parallel_size": "world size / (TP x PP x CP)",
     "grad_accumulation_steps": "global batch / (micro batch x DP)",
     "padded_vocab_size": "vocabulary padded to a multiple of 128 x TP",

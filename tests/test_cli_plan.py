@@ -27,8 +27,9 @@ def test_default_plan_is_the_planners_report_with_throughput_and_time_to_train()
     cluster = Cluster.of(4, 8, "h100-80gb")
     throughput = estimate_throughput(spec, cluster)
     expected = assess(spec, cluster).to_dict()
-    assert list(data) == list(expected) + ["plot"]
+    assert list(data) == list(expected) + ["explanation", "plot"]
     assert {k: data[k] for k in expected} == json.loads(json.dumps(expected))
+    assert data["explanation"] is None
     assert data["throughput"]["tokens_per_s_per_gpu"] == pytest.approx(throughput.tokens_per_s_per_gpu)
     assert data["time_to_train"] == pytest.approx(time_to_train(throughput, 300e9))
     assert data["plot"] is None
@@ -167,9 +168,50 @@ def test_plot_of_an_invalid_plan_is_still_drawn_and_marked(tmp_path):
     assert "throughput against cluster size" not in texts  # no throughput for an invalid plan
 
 
-def test_human_report_states_the_assumptions_behind_its_estimates():
+def test_human_report_states_the_program_memory_and_throughput_both_assume():
     lines = cli("plan", "gpt_13b").stdout.splitlines()
     start = lines.index("assumptions")
-    block = " ".join(line.strip() for line in lines[start + 1:start + 8])
-    assert "memory: attention without flash attention" in block
-    assert "throughput: software stack: Megatron-Core with Transformer Engine" in block
+    block = " ".join(line.strip() for line in lines[start + 1:start + 12])
+    assert "software stack: Megatron-Core with Transformer Engine" in block
+    assert "the GPU job runs the NeMo container" in block and "--stack local" in block
+    assert "attention: fused" in block and "TP communication overlap: on" in block
+    code, data = plan_json("gpt_13b")
+    assert data["program"]["attention"] == "fused" and data["memory_detail"]["attention"] == "fused"
+    assert data["program"]["tp_comm_overlap"] is True
+
+
+def test_stack_without_transformer_engine_changes_memory_and_throughput_together():
+    _, container = plan_json("gpt_13b")
+    _, bare = plan_json("gpt_13b", "--stack", "megatron-core")
+    assert bare["program"] == {**bare["program"], "attention": "unfused", "tp_comm_overlap": False}
+    assert bare["memory_gib"]["total"] > container["memory_gib"]["total"]
+    assert bare["throughput"]["step_time_s"] > container["throughput"]["step_time_s"]
+    # On this machine (no Transformer Engine) 'local' is the same program as megatron-core.
+    _, local = plan_json("gpt_13b", "--stack", "local")
+    assert local["program"]["attention"] == "unfused"
+    code, fp8 = plan_json("gpt_13b", "precision=fp8", "--stack", "megatron-core")
+    assert code == 2 and [p["field"] for p in fp8["problems"] if p["severity"] == "error"] == ["precision"]
+
+
+def test_plan_prints_advice_when_a_faster_plan_fits():
+    result = cli("plan", "gpt_7b", "--gpu", "h200")
+    assert result.returncode == 0
+    text = result.stdout
+    assert "\nadvice\n  - recompute=none is predicted " in text and "x faster (" in text and "(see --best)" in text
+    code, data = plan_json("gpt_7b", "--gpu", "h200")
+    assert data["advice"][0]["changes"] == {"recompute": "none"} and data["advice"][0]["speedup"] > 1.03
+
+
+def test_best_shows_the_fastest_plan_and_why():
+    code, data = plan_json("gpt_7b", "--gpu", "b200", "--best")
+    assert code == 0 and data["valid"] and data["advice"] == []
+    assert data["explanation"].startswith("chosen as the fastest of ") and "runner-up" in data["explanation"]
+    fields = {c["field"] for c in data["changes"]}
+    assert "recompute" in fields and "default_gpu" in fields
+    text = cli("plan", "gpt_7b", "--gpu", "b200", "--best").stdout
+    assert "\nchanges made by --best\n" in text
+
+
+def test_fit_and_best_together_is_an_invalid_input():
+    result = cli("plan", "gpt_7b", "--fit", "--best")
+    assert result.returncode == 2 and "best=True: cannot be combined with --fit." in result.stderr

@@ -11,7 +11,10 @@ from hypothesis import strategies as st
 
 from nemo_recipes.catalog import RECIPES, closest_recipe
 from nemo_recipes.errors import InvalidRecipeError
-from nemo_recipes.plan import GPUS, Cluster, fit, fit_closest, smallest_cluster, validate
+from nemo_recipes.plan import GPUS, Cluster, assess, best, fit, fit_closest, smallest_cluster, validate
+from nemo_recipes.plan.fit import ADVICE_MIN_SPEEDUP
+from nemo_recipes.plan.search import TIE, Candidate, rank
+from nemo_recipes.plan.throughput import estimate_throughput
 
 H100 = Cluster.of(1, 8, "h100")
 
@@ -39,10 +42,74 @@ def test_a_valid_recipe_on_its_default_cluster_is_unchanged(name):
 
 def test_fit_makes_the_seed_7b_row_fit_on_80gb():
     seed = RECIPES["gpt_7b"].replace(recompute="selective")
+    as_given = validate(seed, H100).memory.total
     result = fit(seed, H100)
     assert result.report.valid and validate(result.spec, H100).valid
-    assert result.changes and all("93.6 GiB" in c.why for c in result.changes)
+    assert result.changes and all(f"{as_given:.1f} GiB" in c.why for c in result.changes)
     assert_changes_match(seed, result)
+
+
+def test_fit_chooses_the_fastest_valid_plan_and_explains_it_against_the_runner_up():
+    seed = RECIPES["gpt_7b"].replace(recompute="selective")
+    result = fit(seed, H100)
+    ranking = result.ranking
+    assert len(ranking) > 1 and ranking[0].spec == result.spec
+    times = [c.step_time_s for c in ranking]
+    # Fastest first, except that a plan within the 1 % tie may lead on memory headroom.
+    assert times[0] <= min(times) * (1 + TIE)
+    step = estimate_throughput(result.spec, H100).step_time_s
+    assert ranking[0].step_time_s == pytest.approx(step)
+    assert "runner-up" in result.explanation and ranking[1].label() in result.explanation
+    assert all(result.explanation in c.why for c in result.changes)
+
+
+def test_ranking_breaks_near_ties_on_memory_headroom():
+    def candidate(step, total):
+        return Candidate(spec=RECIPES["gpt_7b"], step_time_s=step, total_gib=total, capacity_gib=80.0, breakdown={})
+
+    slower_roomier, faster_tight, faster = candidate(1.005, 50.0), candidate(0.9, 78.0), candidate(1.0, 70.0)
+    ranked = rank([faster, slower_roomier, faster_tight], RECIPES["gpt_7b"])
+    # 78 of 80 GiB leaves under 5 %: it ranks last however fast; 1.005 s is within 1 % of 1.0 s and roomier.
+    assert ranked == [slower_roomier, faster, faster_tight]
+
+
+@pytest.mark.parametrize("gpu", ["h200", "b200"])
+def test_best_drops_the_7b_full_recompute_where_less_fits(gpu):
+    spec, cluster = RECIPES["gpt_7b"], Cluster.of(1, 8, gpu)
+    result = best(spec, cluster)
+    assert result.report.valid and result.spec.recompute != "full"
+    current = estimate_throughput(spec, cluster).step_time_s
+    assert estimate_throughput(result.spec, cluster).step_time_s < current
+    assert "fastest of" in result.explanation
+    assert_changes_match(spec, result)
+
+
+def test_best_is_the_fastest_of_the_space():
+    spec, cluster = RECIPES["gpt_13b"], Cluster.of(1, 8, "h100")
+    result = best(spec, cluster)
+    for candidate in result.ranking[1:]:
+        assert result.ranking[0].step_time_s <= candidate.step_time_s * (1 + TIE) or candidate.tight
+
+
+def test_plan_advice_names_a_faster_plan_with_its_speedup():
+    spec, cluster = RECIPES["gpt_7b"], Cluster.of(1, 8, "h200")
+    report = assess(spec, cluster)
+    assert len(report.advice) == 1
+    advice = report.advice[0]
+    assert advice.changes.get("recompute") in ("none", "selective")
+    faster = spec.replace(**advice.changes)
+    assert validate(faster, cluster).valid
+    assert estimate_throughput(faster, cluster).step_time_s == pytest.approx(advice.step_time_s)
+    assert advice.speedup == pytest.approx(report.throughput["step_time_s"] / advice.step_time_s)
+    assert advice.speedup >= ADVICE_MIN_SPEEDUP and "the plan as given" in advice.why
+    assert report.to_dict()["advice"][0]["changes"] == advice.changes
+
+
+def test_no_advice_when_the_plan_is_already_the_fastest():
+    spec, cluster = RECIPES["gpt_7b"], Cluster.of(1, 8, "h200")
+    fastest = best(spec, cluster).spec
+    assert assess(fastest, cluster).advice == []
+    assert assess(spec, Cluster.of(1, 8)).advice == []  # no GPU type, no estimate, no advice
 
 
 def test_fit_moves_70b_to_fewer_larger_gpus_keeping_tp_within_a_node():

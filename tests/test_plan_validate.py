@@ -177,7 +177,7 @@ WARNED = {
                                             tensor_parallel=2), H100, "recompute_num_layers", "ignored"),
     "recompute_num_layers above the chunk": (_gpt7b(recompute_num_layers=40), H100, "recompute_num_layers",
                                              "larger than"),
-    "little memory headroom": (_gpt7b(recompute="selective", micro_batch_size=1, seq_length=5120), H100, "memory",
+    "little memory headroom": (_gpt7b(recompute="selective", micro_batch_size=1, seq_length=5888), H100, "memory",
                                "under 5%"),
 }
 
@@ -193,7 +193,7 @@ def test_warnings_do_not_invalidate(case):
 
 
 def test_headroom_warning_matches_the_memory_estimate():
-    spec = _gpt7b(recompute="selective", micro_batch_size=1, seq_length=5120)
+    spec = _gpt7b(recompute="selective", micro_batch_size=1, seq_length=5888)
     memory = estimate_memory(spec, H100)
     assert memory.capacity * 0.95 < memory.total <= memory.capacity
 

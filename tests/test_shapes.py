@@ -11,12 +11,10 @@ from nemo_recipes.errors import InvalidRecipeError
 from nemo_recipes.plan.shapes import is_missing, plan_from_row, stack_from_row
 from nemo_recipes.plan.throughput import estimate_throughput
 
-CALIBRATION = Path(__file__).resolve().parents[2] / "shared" / "perf" / "calibration.csv"
+CALIBRATION = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "calibration.csv"
 
 
 def calibration_rows() -> list[dict]:
-    if not CALIBRATION.is_file():
-        return []
     with open(CALIBRATION, newline="") as handle:
         return list(csv.DictReader(handle))
 
@@ -26,7 +24,6 @@ ROW = dict(id="x", model="GPT-20B", layers="48", hidden="6144", heads="48", kv_h
            mbs="2", gbs="512", precision="bf16", recompute="selective", sp="yes", dist_opt="yes")
 
 
-@pytest.mark.skipif(not CALIBRATION.is_file(), reason="../shared/perf/calibration.csv is not present")
 @pytest.mark.parametrize("row", calibration_rows(), ids=lambda r: r["id"])
 def test_every_calibration_row_parses_and_can_be_estimated(row):
     spec, cluster, assumptions = plan_from_row(row)
@@ -88,6 +85,16 @@ def test_llama_shapes_are_gated_with_gqa_and_vp():
     # Without a model name, an FFN that is not 4 x hidden is taken as SwiGLU, and said so.
     spec, _, assumptions = plan_from_row(dict(row, model=""))
     assert spec.gated_linear_unit and any("not 4 x hidden" in line for line in assumptions)
+
+
+def test_layers_that_divide_only_with_embedding_and_loss_are_counted_and_said():
+    row = dict(ROW, model="LLAMA3.1-405B", layers="126", hidden="16384", heads="128", kv_heads="8", ffn="53248",
+               vocab="128256", seq="8192", n_gpus="1024", tp="8", pp="8", cp="2", vp="8", dp="8", mbs="1", gbs="512")
+    spec, _, assumptions = plan_from_row(row)
+    assert spec.pipeline_counts_embedding_and_loss
+    assert any("126 + 2" in line for line in assumptions)
+    spec, _, _ = plan_from_row(dict(row, layers="128"))
+    assert not spec.pipeline_counts_embedding_and_loss
 
 
 def test_small_clusters_and_vp_one():

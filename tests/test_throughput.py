@@ -160,7 +160,7 @@ def test_context_parallel_plan_runs():
 def test_world_size_not_divisible_names_the_field():
     with pytest.raises(InvalidRecipeError) as error:
         estimate_throughput(gpt(), Cluster.of(3, 8, "h100"))
-    assert "num_gpus" in fields(error.value)
+    assert "world_size" in fields(error.value)
     assert "64" in str(error.value)
 
 
@@ -168,7 +168,7 @@ def test_all_layout_problems_are_reported_together():
     spec = gpt(num_attention_heads=96, tensor_parallel=5, pipeline_parallel=1, seq_length=2047, context_parallel=2)
     with pytest.raises(InvalidRecipeError) as error:
         estimate_throughput(spec, Cluster.of(3, 8, "h100"))
-    assert {"num_gpus", "num_attention_heads", "context_parallel"} <= fields(error.value)
+    assert {"world_size", "tensor_parallel", "context_parallel"} <= fields(error.value)
 
 
 def test_batch_not_divisible_names_global_batch_size():
@@ -255,7 +255,7 @@ def test_benchmark_prints_one_line_per_row_and_a_summary(tmp_path):
     spec = gpt(num_layers=24, hidden_size=2048, num_attention_heads=16, ffn_hidden_size=8192, tensor_parallel=1,
                pipeline_parallel=1, num_nodes=1)
     assert float(found["C-tflops"].group(4)) == pytest.approx(400e12 / flops.model_flops_per_token(spec), rel=1e-3)
-    assert re.search(r"D-broken\s+skipped: .*num_gpus.*num_attention_heads", text)
+    assert re.search(r"D-broken\s+skipped: .*world_size.*tensor_parallel", text)
     assert re.search(r"^rows starting with 'A-': n=1 mean \|error\| [\d.]+ % max \|error\| [\d.]+ %$", text, re.M)
     assert re.search(r"^all rows: n=3 mean \|error\| [\d.]+ % max \|error\| [\d.]+ % \(1 skipped\)$", text, re.M)
 

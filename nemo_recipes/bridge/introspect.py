@@ -12,8 +12,10 @@ from typing import Any
 import fiddle as fdl
 
 from nemo_recipes.bridge.model import CONFIG_CLASSES
+from nemo_recipes.bridge.overlap import TensorParallelCommOverlap
 from nemo_recipes.catalog import RECIPES, RecipeSpec, field_names
 from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.plan.layout import Layout
 
 _RECIPE_OF_CLASS = {cls: name for name, cls in CONFIG_CLASSES.items()}
 
@@ -56,6 +58,9 @@ def spec_from_partial(partial: Any) -> RecipeSpec:
         "context_parallel": _get(partial, "trainer.strategy.context_parallel_size", 1),
         "virtual_pipeline": _get(partial, "trainer.strategy.virtual_pipeline_model_parallel_size"),
         "sequence_parallel": bool(_get(partial, "trainer.strategy.sequence_parallel", False)),
+        "pipeline_counts_embedding_and_loss": bool(
+            _get(partial, "trainer.strategy.account_for_embedding_in_pipeline_split", False)
+            and _get(partial, "trainer.strategy.account_for_loss_in_pipeline_split", False)),
         "micro_batch_size": _get(partial, "data.micro_batch_size"),
         "global_batch_size": _get(partial, "data.global_batch_size"),
         "distributed_optimizer": bool(_get(partial, "optim.config.use_distributed_optimizer", False)),
@@ -71,7 +76,10 @@ def spec_from_partial(partial: Any) -> RecipeSpec:
         "num_gpus_per_node": _get(partial, "trainer.devices", 1),
         "precision": _precision(partial),
     }
-    values.update(_recompute(model_config, values))
+    recompute_num_layers = _get(model_config, "recompute_num_layers")
+    values["recompute"] = _get(model_config, "recompute_granularity") or "none"
+    tp_overlap = any(getattr(c, "__fn_or_cls__", None) is TensorParallelCommOverlap
+                     for c in _get(partial, "trainer.callbacks", []) or [])
     if values["tensor_parallel"] == 1 and not values["sequence_parallel"]:
         values["sequence_parallel"] = None  # the catalog's 'auto', so TP=1 does not read as an explicit choice
     elif values["sequence_parallel"] == (values["tensor_parallel"] > 1):
@@ -84,8 +92,20 @@ def spec_from_partial(partial: Any) -> RecipeSpec:
                                                                          "sequence_parallel", "recompute_num_layers")}
     values.update(_checkpoint(partial))
     if base is not None:
-        return base.replace(**{k: v for k, v in values.items() if k in field_names()})
-    return RecipeSpec(name="custom", size_label="custom", max_lr=values.pop("max_lr", 1e-4), **values)
+        spec = base.replace(**{k: v for k, v in values.items() if k in field_names()})
+    else:
+        spec = RecipeSpec(name="custom", size_label="custom", max_lr=values.pop("max_lr", 1e-4), **values)
+    return _normalised(spec, recompute_num_layers, tp_overlap)
+
+
+def _normalised(spec: RecipeSpec, recompute_num_layers: Any, tp_overlap: bool) -> RecipeSpec:
+    """The catalog's spelling of what the bridge writes explicitly: 'every layer of a chunk' is
+    recompute_num_layers=None, and TP overlap where the recipe asks for it by default is tp_comm_overlap=None."""
+    count = None
+    if spec.recompute == "full" and recompute_num_layers != Layout.of(spec).layers_per_chunk:
+        count = recompute_num_layers
+    automatic = spec.replace(tp_comm_overlap=None).tp_comm_overlap_enabled
+    return spec.replace(recompute_num_layers=count, tp_comm_overlap=None if tp_overlap == automatic else tp_overlap)
 
 
 def _precision(partial: Any) -> str:
@@ -93,16 +113,6 @@ def _precision(partial: Any) -> str:
     if _get(plugin, "fp8"):
         return "fp8"
     return "fp16" if _get(plugin, "precision") == "16-mixed" else "bf16"
-
-
-def _recompute(model_config: Any, values: dict[str, Any]) -> dict[str, Any]:
-    granularity = _get(model_config, "recompute_granularity")
-    if granularity != "full":
-        return {"recompute": granularity or "none", "recompute_num_layers": None}
-    layers_per_chunk = values["num_layers"] // values["pipeline_parallel"] // (values["virtual_pipeline"] or 1)
-    count = _get(model_config, "recompute_num_layers")
-    # The bridge writes 'every layer of a stage' as an explicit count; the catalog says it with None.
-    return {"recompute": "full", "recompute_num_layers": None if count in (None, layers_per_chunk) else count}
 
 
 def _checkpoint(partial: Any) -> dict[str, Any]:

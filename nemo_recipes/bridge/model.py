@@ -15,6 +15,7 @@ from nemo.collections.llm.gpt.model import GPTModel
 from nemo.collections.llm.gpt.model.base import GPTConfig
 
 from nemo_recipes.catalog import RECIPES, RecipeSpec
+from nemo_recipes.plan.layout import Layout
 
 
 def model_config_values(spec: RecipeSpec) -> dict[str, Any]:
@@ -40,7 +41,16 @@ def model_config_values(spec: RecipeSpec) -> dict[str, Any]:
         "bias_dropout_fusion": True,
     }
     values.update(recompute_values(spec))
+    values.update(pipeline_comm_values(spec))
     return values
+
+
+def pipeline_comm_values(spec: RecipeSpec) -> dict[str, Any]:
+    """Interleaved schedules overlap their point-to-point sends with compute, as NeMo's MegatronCommOverlapCallback
+    sets for every VP > 1 run; Megatron-Core needs batch_p2p_comm off for that. The planner models the same
+    (`plan.stack.Program.pp_comm_overlap`)."""
+    interleaved = Layout.of(spec).interleaved
+    return {"overlap_p2p_comm": interleaved, "batch_p2p_comm": not interleaved}
 
 
 def recompute_values(spec: RecipeSpec) -> dict[str, Any]:
@@ -48,12 +58,10 @@ def recompute_values(spec: RecipeSpec) -> dict[str, Any]:
     if spec.recompute == "selective":
         return {"recompute_granularity": "selective", "recompute_method": None, "recompute_num_layers": None}
     if spec.recompute == "full":
-        layers_per_stage = spec.num_layers // spec.pipeline_parallel
-        if spec.virtual_pipeline:
-            layers_per_stage //= spec.virtual_pipeline
-        # 'block' recomputes the first N layers of each stage fully; with N = all layers it equals 'uniform' with 1.
+        # 'block' recomputes the first N layers of each model chunk fully; with N = all of them it equals 'uniform'
+        # with 1. The chunk size is the planner's (one formula for bridge, memory and throughput).
         return {"recompute_granularity": "full", "recompute_method": "block",
-                "recompute_num_layers": spec.recompute_num_layers or max(1, layers_per_stage)}
+                "recompute_num_layers": spec.recompute_num_layers or Layout.of(spec).layers_per_chunk}
     return {"recompute_granularity": None, "recompute_method": None, "recompute_num_layers": None}
 
 

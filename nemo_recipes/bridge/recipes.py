@@ -18,6 +18,7 @@ from nemo.collections.llm.api import pretrain
 
 from nemo_recipes.bridge import parts
 from nemo_recipes.bridge.model import model
+from nemo_recipes.bridge.overlap import comm_overlap_callbacks
 from nemo_recipes.catalog import RECIPES, RecipeSpec, get_recipe
 from nemo_recipes.plan import Cluster, validate
 
@@ -28,10 +29,15 @@ _NOT_KNOBS = ("name", "size_label", "default_gpu")
 def build_recipe(spec: RecipeSpec, *, name: str = "default", dir: Optional[str] = None) -> run.Partial:
     """The `run.Partial` of `llm.pretrain` for `spec`, after checking the spec on its own cluster size."""
     validate(spec, Cluster.of(spec.num_nodes, spec.num_gpus_per_node)).raise_if_invalid()
+    trainer = parts.trainer(spec, callbacks=comm_overlap_callbacks(spec))
+    if spec.pipeline_counts_embedding_and_loss:
+        # MegatronStrategy owns the pipeline split (it copies it into the model config at setup).
+        trainer.strategy.account_for_embedding_in_pipeline_split = True
+        trainer.strategy.account_for_loss_in_pipeline_split = True
     return run.Partial(
         pretrain,
         model=model(spec),
-        trainer=parts.trainer(spec),
+        trainer=trainer,
         data=parts.data(spec),
         optim=parts.optim(spec),
         log=parts.log(spec, dir=dir, name=name),

@@ -17,12 +17,15 @@ from nemo_recipes.cli._overrides import apply_overrides
 from nemo_recipes.cli._table import render
 from nemo_recipes.errors import InvalidRecipeError, Problem
 from nemo_recipes.plan.hardware import Cluster, GPUS
+from nemo_recipes.plan.stack import DEFAULT_STACK, STACK_CHOICES
 
 HELP = "check a recipe against your cluster: problems, memory per GPU, throughput, time to train"
 EXAMPLES = """\
   nemo-recipes plan gpt_70b                                  # on its default cluster (4 x 8 H100 80 GB)
   nemo-recipes plan gpt_70b --nodes 16 --gpu h200 --tokens 1T
   nemo-recipes plan gpt_175b --nodes 6 --fit                 # change parallelism and batch until it fits
+  nemo-recipes plan gpt_7b --gpu b200 --best                 # the fastest valid plan, and why it beats the next
+  nemo-recipes plan gpt_13b --stack local                    # for this machine's software (Transformer Engine?)
   nemo-recipes plan gpt_13b tensor_parallel=4 micro_batch_size=2 --plot plan.png
   nemo-recipes plan --custom --layers 48 --hidden 6144 --heads 48 --seq 4096 --tp 4 --pp 2 --gbs 1024 --nodes 4
   nemo-recipes plan gpt_7b --json | jq .memory_gib.total"""
@@ -60,6 +63,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     what = parser.add_argument_group("what to plan")
     what.add_argument("--fit", action="store_true",
                       help="change parallelism and batch until the plan fits the cluster, and show the changes")
+    what.add_argument("--best", action="store_true",
+                      help="search TP, PP, VP, micro batch and recompute for the fastest valid plan on the cluster "
+                           "(ranked by predicted step time, memory headroom breaking ties) and show the changes")
+    what.add_argument("--stack", choices=STACK_CHOICES, default=None,
+                      help=f"software on the GPUs, which decides the attention kernel and the overlaps (default: "
+                           f"{DEFAULT_STACK}, the NeMo container; local: what this machine has)")
     what.add_argument("--scale-global-batch", action="store_true",
                       help="with --fit: keep the recipe's sequences per data-parallel replica, so the global batch "
                            "grows or shrinks with the cluster, and rescale max_lr (see --lr-scaling)")
@@ -69,7 +78,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     what.add_argument("--plot", metavar="FILE", help="draw memory per GPU and tokens/s against GPUs (.png or .svg)")
     what.add_argument("--json", action="store_true",
                       help="print the planner's report as JSON (keys: valid, recipe, cluster, parallelism, problems, "
-                           "memory_gib, memory_detail, throughput, changes, time_to_train, plot)")
+                           "memory_gib, memory_detail, throughput, time_to_train, changes, program, advice, "
+                           "explanation, plot)")
     shape = parser.add_argument_group("custom shape (--custom, or with NAME as overrides)")
     shape.add_argument("--custom", action="store_true",
                        help="plan a GPT shape of your own: needs --layers, --hidden and --heads; everything not "
@@ -117,8 +127,9 @@ def _spec_and_cluster(args: argparse.Namespace) -> tuple[RecipeSpec, Cluster, di
     nodes = args.nodes if args.nodes is not None else base.num_nodes
     gpus_per_node = args.gpus_per_node if args.gpus_per_node is not None else base.num_gpus_per_node
     # The spec's own cluster size follows the planned cluster, so derived values (DP, steps) agree with it; except
-    # with --fit, which moves the recipe onto the cluster itself and scales from the recipe's own data parallelism.
-    if not args.fit:
+    # with --fit and --best, which move the recipe onto the cluster themselves (--fit scales from the recipe's own
+    # data parallelism).
+    if not (args.fit or args.best):
         if isinstance(nodes, int) and nodes >= 1:
             more["num_nodes"] = nodes
         if isinstance(gpus_per_node, int) and gpus_per_node >= 1:
@@ -143,7 +154,7 @@ def _custom_base(shape: dict[str, Any]) -> RecipeSpec:
 
 # ---- scaling: the same plan on more or fewer nodes ----
 
-def _scaling(spec: RecipeSpec, cluster: Cluster) -> list:
+def _scaling(spec: RecipeSpec, cluster: Cluster, stack: Any) -> list:
     """Tokens/s at a few cluster sizes around the plan's (same global batch), where the plan stays valid."""
     from nemo_recipes.plan import assess
     from nemo_recipes.plan.plot import ScalingPoint
@@ -155,42 +166,51 @@ def _scaling(spec: RecipeSpec, cluster: Cluster) -> list:
             sized = spec.replace(num_nodes=nodes)
         except InvalidRecipeError:
             continue
-        throughput = assess(sized, candidate).throughput  # None where the plan is invalid there
+        throughput = assess(sized, candidate, stack=stack, advise=False).throughput  # None where invalid there
         if throughput is not None:
             points.append(ScalingPoint(candidate.world_size, throughput["tokens_per_s"], nodes == cluster.nodes))
     return points
 
 
 def run(args: argparse.Namespace) -> int:
-    from nemo_recipes.plan import fit, validate, with_estimates  # the planner: standard library only
+    from nemo_recipes.plan import best, fit, validate, with_estimates  # the planner: standard library only
 
     if args.plot and os.path.splitext(args.plot)[1].lower() not in (".png", ".svg"):
         raise InvalidRecipeError([Problem("plot", args.plot, "must be a .png or .svg file.",
                                           "name the file plan.png or plan.svg.")])
+    if args.fit and args.best:
+        raise InvalidRecipeError([Problem("best", True, "cannot be combined with --fit.",
+                                          "use --fit to make a plan valid with few changes, or --best for the "
+                                          "fastest valid plan.")])
     spec, cluster, _ = _spec_and_cluster(args)
-    if args.fit:
-        result = fit(spec, cluster, scale_global_batch=args.scale_global_batch,
-                     lr_scaling=None if args.lr_scaling == "none" else args.lr_scaling)
-        spec, report = result.spec, result.report
+    explanation = None
+    if args.fit or args.best:
+        if args.best:
+            result = best(spec, cluster, stack=args.stack)
+        else:
+            result = fit(spec, cluster, scale_global_batch=args.scale_global_batch,
+                         lr_scaling=None if args.lr_scaling == "none" else args.lr_scaling, stack=args.stack)
+        spec, report, explanation = result.spec, result.report, result.explanation or None
     else:
-        report = validate(spec, cluster)
+        report = validate(spec, cluster, stack=args.stack)
 
-    report = with_estimates(report)
+    report = with_estimates(report, stack=args.stack, advise=not args.best)
 
     plotted = None
     if args.plot:
-        plotted = _plot(args.plot, report, spec, cluster, report.throughput)
+        plotted = _plot(args.plot, report, spec, cluster, report.throughput, args.stack)
 
     payload = report.to_dict()
+    payload["explanation"] = explanation
     payload["plot"] = plotted
     if args.json:
         _output.print_json(payload)
     else:
-        print(_human(payload, spec))
+        print(_human(payload, spec, "--best" if args.best else "--fit"))
     return _output.EXIT_OK if report.valid else _output.EXIT_INVALID
 
 
-def _plot(path: str, report: Any, spec: RecipeSpec, cluster: Cluster, throughput: Any) -> str:
+def _plot(path: str, report: Any, spec: RecipeSpec, cluster: Cluster, throughput: Any, stack: Any) -> str:
     try:
         from nemo_recipes.plan.plot import plot_plan
     except ImportError as error:  # matplotlib is an extra
@@ -201,7 +221,7 @@ def _plot(path: str, report: Any, spec: RecipeSpec, cluster: Cluster, throughput
     except ImportError:
         raise _output.CLIError("--plot needs matplotlib; install it with: pip install 'nemo-recipes[plot]'") from None
     memory = report.to_dict()["memory_gib"] or {}
-    scaling = _scaling(spec, cluster) if throughput is not None else []
+    scaling = _scaling(spec, cluster, stack) if throughput is not None else []
     gpu = cluster.gpu.name if cluster.gpu else "GPUs"
     title = (f"{spec.name} on {cluster.nodes} x {cluster.gpus_per_node} {gpu} ({cluster.world_size} GPUs)"
              + ("" if report.valid else ": INVALID"))
@@ -213,7 +233,7 @@ def _plot(path: str, report: Any, spec: RecipeSpec, cluster: Cluster, throughput
 
 # ---- the human report ----
 
-def _human(report: dict, spec: RecipeSpec) -> str:
+def _human(report: dict, spec: RecipeSpec, changed_by: str = "--fit") -> str:
     c, p = report["cluster"], report["parallelism"]
     verdict = "valid" if report["valid"] else "INVALID"
     gpu = c["gpu"] or "GPUs"
@@ -256,9 +276,10 @@ def _human(report: dict, spec: RecipeSpec) -> str:
         lines += ["", "assumptions"] + [_wrapped(text) for text in assumptions]
 
     if report["changes"]:
-        lines += ["", "changes made by --fit"]
-        lines += [_wrapped(f"{ch['field']}: {_output.human_value(ch['from'])} -> {_output.human_value(ch['to'])} "
-                           f"({ch['why']})") for ch in report["changes"]]
+        lines += ["", f"changes made by {changed_by}"]
+        lines += [_wrapped(f"{', '.join(moves)} ({why})") for why, moves in _grouped(report["changes"])]
+    if report.get("advice"):
+        lines += ["", "advice"] + [_wrapped(f"{_advice_text(a)} (see --best)") for a in report["advice"]]
     if report["problems"]:
         lines += ["", "problems"]
         lines += [_wrapped(f"{pr['severity']}: {pr['field']}={pr['value']!r}: {pr['message']} Fix: {pr['fix']}")
@@ -268,16 +289,29 @@ def _human(report: dict, spec: RecipeSpec) -> str:
     return "\n".join(lines)
 
 
+def _grouped(changes: list[dict]) -> list[tuple[str, list[str]]]:
+    """Changes that share one reason, together: 'tensor_parallel: 8 -> 4, micro_batch_size: 1 -> 2 (why)'."""
+    groups: dict[str, list[str]] = {}
+    for ch in changes:
+        move = f"{ch['field']}: {_output.human_value(ch['from'])} -> {_output.human_value(ch['to'])}"
+        groups.setdefault(ch["why"], []).append(move)
+    return list(groups.items())
+
+
+def _advice_text(advice: dict) -> str:
+    changes = " ".join(f"{k}={_output.human_value(v)}" for k, v in advice["changes"].items())
+    memory = "" if advice.get("memory_gib") is None else f", {advice['memory_gib']:.1f} GiB per GPU"
+    return (f"{changes} is predicted {advice['speedup']:.2f}x faster ({advice['current_step_time_s']:.3g} s -> "
+            f"{advice['step_time_s']:.3g} s per step{memory}); {advice['why']}")
+
+
 def _assumptions(report: dict) -> list[str]:
-    """What the estimates take for granted, so a reader can judge them: the attention kernel behind the memory
-    figure (no flash attention is the conservative case) and the throughput model's own list."""
-    texts = []
-    detail = report.get("memory_detail") or {}
-    if "flash_attention" in detail:
-        texts.append("memory: " + ("flash attention (Transformer Engine)" if detail["flash_attention"] else
-                                   "attention without flash attention (Megatron-Core local layer spec), the "
-                                   "conservative case; with Transformer Engine activations are smaller"))
-    texts += [f"throughput: {text}" for text in (report.get("throughput") or {}).get("assumptions", [])]
+    """What the estimates take for granted, so a reader can judge them: the program both memory and throughput
+    describe (stack, attention kernel, overlaps) and the rest of the throughput model's list."""
+    program = report.get("program") or {}
+    texts = list(program.get("notes", []))
+    seen = set(texts)
+    texts += [text for text in (report.get("throughput") or {}).get("assumptions", []) if text not in seen]
     return texts
 
 

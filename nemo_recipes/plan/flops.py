@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.plan.layout import Layout
 
 MODEL_FLOPS_CONVENTION = ("Megatron 72-formula generalised to GQA/SwiGLU (Korthikanti et al. 2022 Eq. 7; Megatron-Core "
                           "r0.8.0 num_floating_point_operations): padded vocabulary, no causal discount of the s^2 "
@@ -60,20 +61,6 @@ def model_flops_per_token(spec: RecipeSpec) -> float:
     return forward_flops_per_token(spec).model
 
 
-def recompute_fraction(spec: RecipeSpec) -> float:
-    """Fraction of a stage's layers whose forward is repeated under full recomputation.
-
-    `recompute_num_layers=None` means every layer (NeMo's uniform method over all layers of a stage); a number n means
-    n layers of every pipeline chunk (Megatron's block method), capped at the chunk size."""
-    if spec.recompute != "full":
-        return 0.0
-    if spec.recompute_num_layers is None:
-        return 1.0
-    chunks = spec.pipeline_parallel * (spec.virtual_pipeline or 1)
-    per_chunk = max(1.0, spec.num_layers / chunks)
-    return min(1.0, spec.recompute_num_layers / per_chunk)
-
-
 def hardware_flops_per_token(spec: RecipeSpec) -> float:
     """FLOPs per token that the GPUs execute, recomputation included (still without a causal discount).
 
@@ -83,7 +70,7 @@ def hardware_flops_per_token(spec: RecipeSpec) -> float:
     f = forward_flops_per_token(spec)
     extra = 0.0
     if spec.recompute == "full":
-        extra = recompute_fraction(spec) * (f.dense + f.attention)
+        extra = Layout.of(spec).recomputed_fraction(spec) * (f.dense + f.attention)
     elif spec.recompute == "selective":
         extra = f.attention
     return f.model + extra

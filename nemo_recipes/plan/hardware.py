@@ -24,6 +24,7 @@ class GPU:
     network_gb_s: float          # inter-node (InfiniBand/RoCE) bandwidth per GPU and direction, GB/s
     nvlink_domain: int           # GPUs that share one NVLink domain (a node, or an NVL72 rack)
     description: str = ""
+    compute_capability: Optional[tuple[int, int]] = None  # CUDA's (major, minor); None: unknown
 
     @property
     def supports_fp8(self) -> bool:
@@ -35,21 +36,27 @@ GPUS: dict[str, GPU] = {
     for gpu in (
         # A100: 312 TFLOP/s BF16 dense, no FP8; NVLink 3 600 GB/s total (300 per direction); HDR 200 Gb/s per GPU.
         GPU(name="a100-40gb", memory_gib=40.0, bf16_tflops=312.0, fp8_tflops=None, hbm_tb_s=1.555,
-            nvlink_gb_s=300.0, network_gb_s=25.0, nvlink_domain=8, description="NVIDIA A100 SXM 40 GB"),
+            nvlink_gb_s=300.0, network_gb_s=25.0, nvlink_domain=8, description="NVIDIA A100 SXM 40 GB",
+            compute_capability=(8, 0)),
         GPU(name="a100-80gb", memory_gib=80.0, bf16_tflops=312.0, fp8_tflops=None, hbm_tb_s=2.039,
-            nvlink_gb_s=300.0, network_gb_s=25.0, nvlink_domain=8, description="NVIDIA A100 SXM 80 GB"),
+            nvlink_gb_s=300.0, network_gb_s=25.0, nvlink_domain=8, description="NVIDIA A100 SXM 80 GB",
+            compute_capability=(8, 0)),
         # H100 SXM: 989 BF16 / 1979 FP8 dense; NVLink 4 900 GB/s total; NDR 400 Gb/s per GPU (DGX H100).
         GPU(name="h100-80gb", memory_gib=79.6, bf16_tflops=989.0, fp8_tflops=1979.0, hbm_tb_s=3.35,
-            nvlink_gb_s=450.0, network_gb_s=50.0, nvlink_domain=8, description="NVIDIA H100 SXM 80 GB"),
+            nvlink_gb_s=450.0, network_gb_s=50.0, nvlink_domain=8, description="NVIDIA H100 SXM 80 GB",
+            compute_capability=(9, 0)),
         # H200: the H100's compute with 141 GB HBM3e at 4.8 TB/s.
         GPU(name="h200", memory_gib=140.4, bf16_tflops=989.0, fp8_tflops=1979.0, hbm_tb_s=4.8,
-            nvlink_gb_s=450.0, network_gb_s=50.0, nvlink_domain=8, description="NVIDIA H200 SXM 141 GB"),
+            nvlink_gb_s=450.0, network_gb_s=50.0, nvlink_domain=8, description="NVIDIA H200 SXM 141 GB",
+            compute_capability=(9, 0)),
         # B200 (HGX, 1000 W): 2250 BF16 / 4500 FP8 dense; NVLink 5 1.8 TB/s total; 400 Gb/s per GPU.
         GPU(name="b200", memory_gib=179.0, bf16_tflops=2250.0, fp8_tflops=4500.0, hbm_tb_s=8.0,
-            nvlink_gb_s=900.0, network_gb_s=50.0, nvlink_domain=8, description="NVIDIA B200 (HGX) 180 GB"),
+            nvlink_gb_s=900.0, network_gb_s=50.0, nvlink_domain=8, description="NVIDIA B200 (HGX) 180 GB",
+            compute_capability=(10, 0)),
         # B200 in GB200 NVL72 (1200 W): 2500 BF16 / 5000 FP8 dense; one NVLink domain of 72 GPUs.
         GPU(name="gb200", memory_gib=184.0, bf16_tflops=2500.0, fp8_tflops=5000.0, hbm_tb_s=8.0,
-            nvlink_gb_s=900.0, network_gb_s=50.0, nvlink_domain=72, description="NVIDIA GB200 NVL72, per GPU"),
+            nvlink_gb_s=900.0, network_gb_s=50.0, nvlink_domain=72, description="NVIDIA GB200 NVL72, per GPU",
+            compute_capability=(10, 0)),
     )
 }
 

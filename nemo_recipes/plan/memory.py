@@ -1,7 +1,7 @@
 """Memory per GPU on the most loaded pipeline stage (the first): weights, gradients, optimizer state, activations and
 an allowance for everything PyTorch does not count as a tensor of the model.
 
-Standard library only. Formulas and sources: `shared/reference/perf-model.md` sections 2.1, 2.3 and 2.4.
+Standard library only. Formulas and sources: `benchmarks/data/perf-model.md` sections 2.1, 2.3 and 2.4.
 
 Model state (Megatron-Core distributed optimizer guide, bf16 row; what our NeMo bridge builds): bf16 weights
 (2 bytes/param), fp32 main gradients (4, `grad_reduce_in_fp32=True`), fp32 master weights plus Adam m and v (12).
@@ -11,9 +11,9 @@ FP8 does not change these numbers: Transformer Engine keeps bf16/fp32 master cop
 the "other" allowance.
 
 Activations (Korthikanti et al. 2022, Table 2 and Section 4), assuming 16-bit activations and 1-byte dropout masks.
-Assumption: no flash attention by default, i.e. Megatron-Core's local layer spec, which is what runs without
-Transformer Engine; pass `flash_attention=True` for a Transformer Engine build, which removes the 5as^2b score term
-the same way selective recomputation does. Generalised per layer, in units of s*b*h bytes:
+The attention kernel is the one the program runs (`stack.Program`): fused attention (Transformer Engine, the NeMo
+container) stores no score matrix, the same saving as selective recomputation; Megatron-Core's local layer spec
+(no Transformer Engine) stores the 5as^2b score term. Generalised per layer, in units of s*b*h bytes:
 
     replicated across TP unless SP: 10    (two LayerNorm inputs 4, QKV and FC1 inputs 2 + 2, two dropout masks 2)
     sharded by TP:                  4 + 4 g/a + F      (Q 2, K and V 2 g/a each, output-projection input 2, MLP F)
@@ -23,16 +23,19 @@ with F = 4 ffn/h for a GeLU MLP (activation input and FC2 input, each ffn wide) 
 fusion, as the bridge builds it (the 2*ffn-wide FC1 output, silu's output and the product). For GPT-3 shapes
 (g = a, ffn = 4h) this is exactly Korthikanti's 34 + 5as/h. The approximation: GQA is counted through the size of K
 and V only, and dropout masks are counted even when a dropout probability is 0 (a slight overestimate).
+
+Layout numbers (DP, micro-batches, layers per stage and chunk, parameters per GPU) come from `layout.Layout`.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
+from nemo_recipes.plan.layout import Layout
+from nemo_recipes.plan.stack import Program, program_for
 
 GIB = float(2**30)
 
@@ -46,6 +49,10 @@ OPTIMIZER_BYTES = 12  # fp32 master weights + Adam first and second moments
 # (fragmentation), so 5 % of the modelled tensors. Both are allowances to calibrate on a GPU, not measurements.
 OTHER_FIXED_GIB = 2.0
 FRAGMENTATION = 0.05
+# Transformer Engine's userbuffers for TP communication overlap (`initialize_ub`): 12 communicators (4 ring-exchange,
+# 2 pipelined, 4 bulk, 2 external), each with a buffer of the [s b / CP, h] layer input. In BF16 that is 24 bytes per
+# s*b*h/CP; with FP8 the 8 all-gather buffers hold 1-byte values (8 x 1 + 4 x 2 = 16).
+TP_OVERLAP_BUFFER_BYTES = {False: 24, True: 16}
 
 # Replicated-under-TP part of a layer's activations, in units of s*b*h bytes (Korthikanti Table 2's "10").
 _REPLICATED_SBH = 10.0
@@ -60,51 +67,9 @@ def state_bytes_per_param(distributed_optimizer: bool, shards: int = 1) -> tuple
     return float(WEIGHT_BYTES), float(GRADIENT_BYTES), optimizer
 
 
-@dataclass(frozen=True)
-class LayerParams:
-    """One transformer layer's parameters, split by how TP stores them."""
-
-    sharded: int      # column/row-parallel weights and column-parallel biases: divided by TP
-    replicated: int   # row-parallel biases and norms: a full copy on every TP rank
-
-
-def layer_params(spec: RecipeSpec) -> LayerParams:
-    """Megatron GPT layer (the model `catalog.parameter_count` counts) split into TP-sharded and replicated parts."""
-    h, ffn = spec.hidden_size, spec.ffn_hidden_size
-    kv = spec.kv_groups * (h // spec.num_attention_heads)
-    fc1_width = (2 if spec.gated_linear_unit else 1) * ffn
-    norm = 2 * h if spec.normalization == "LayerNorm" else h
-    qkv = h * (h + 2 * kv) + (h + 2 * kv)
-    sharded = qkv + h * h + h * fc1_width + fc1_width + ffn * h
-    replicated = h + h + 2 * norm  # output-projection bias, FC2 bias, two norms
-    return LayerParams(sharded=sharded, replicated=replicated)
-
-
-def _norm_params(spec: RecipeSpec) -> int:
-    return 2 * spec.hidden_size if spec.normalization == "LayerNorm" else spec.hidden_size
-
-
-def layers_per_stage(spec: RecipeSpec) -> int:
-    """Layers on the most loaded pipeline stage (rounded up when PP does not divide the layers)."""
-    return math.ceil(spec.num_layers / spec.pipeline_parallel)
-
-
-def params_per_gpu(spec: RecipeSpec) -> float:
-    """Parameters held by one GPU of the first pipeline stage (perf-model.md 2.1: `(transformer/p + embedding) / t`
-    plus replicated norms and biases). The first stage holds the word (and position) embeddings; with PP = 1 it also
-    holds the final norm and, untied, the output layer. CP does not split parameters."""
-    t = spec.tensor_parallel
-    layer = layer_params(spec)
-    stage_layers = layers_per_stage(spec)
-    total = stage_layers * (layer.sharded / t + layer.replicated)
-    total += spec.padded_vocab_size * spec.hidden_size / t  # vocabulary-parallel word embeddings
-    if spec.position_embedding_type == "learned_absolute":
-        total += spec.seq_length * spec.hidden_size  # replicated on every TP rank
-    if spec.pipeline_parallel == 1:
-        total += _norm_params(spec)
-        if not spec.share_embeddings:
-            total += spec.padded_vocab_size * spec.hidden_size / t
-    return total
+def params_per_gpu(spec: RecipeSpec, cluster: Optional[Cluster] = None) -> float:
+    """Parameters held by one GPU of the most loaded pipeline stage (`Layout.params_per_rank`)."""
+    return Layout.of(spec, cluster).params_per_rank
 
 
 # ---- activations ----
@@ -112,7 +77,7 @@ def params_per_gpu(spec: RecipeSpec) -> float:
 def layer_activation_bytes(*, seq: int, micro_batch: int, hidden: int, heads: int, ffn: int, kv_groups: int,
                            gated: bool, tp: int, sequence_parallel: bool, attention_core: bool) -> float:
     """Activation bytes one transformer layer stores for the backward pass (Korthikanti Table 2, generalised as the
-    module docstring states). `attention_core=False` when selective recompute or flash attention drops the score
+    module docstring states). `attention_core=False` when selective recompute or fused attention drops the score
     tensors."""
     sbh = float(seq) * micro_batch * hidden
     mlp = (8.0 if gated else 4.0) * ffn / hidden
@@ -135,44 +100,23 @@ def recomputed_layer_bytes(*, seq: int, micro_batch: int, hidden: int, tp: int, 
     return 2.0 * sbh / tp if sequence_parallel else 2.0 * sbh
 
 
-def in_flight_chunks(pipeline: int, virtual: Optional[int], microbatches: int) -> int:
+def in_flight_chunks(pipeline: int, virtual: int, microbatches: int) -> int:
     """Model-chunk forward passes whose activations the first stage holds at the peak of 1F1B.
 
     Non-interleaved: p micro-batches of the stage (fewer when m < p). Interleaved with v chunks: Megatron's warm-up
     runs 2(p-1) + (v-1)p chunk passes before the first backward, so v p + p - 1 in flight, at most m v. Each chunk
     holds l/(p v) layers, so the first stage holds l (1 + (p-1)/(p v)) layers' worth (Narayanan et al. 2021).
     """
-    v = virtual if virtual and virtual > 1 and pipeline > 1 else 1
     m = max(1, microbatches)
-    if v == 1:
+    if virtual <= 1:
         return min(pipeline, m)
-    return min(v * pipeline + pipeline - 1, m * v)
+    return min(virtual * pipeline + pipeline - 1, m * virtual)
 
 
-def layers_in_flight(spec: RecipeSpec, microbatches: int) -> float:
+def layers_in_flight(layout: Layout) -> float:
     """Layers' worth of activations on the first stage (l for a full 1F1B pipeline, l(1 + (p-1)/(pv)) interleaved)."""
-    v = _virtual(spec)
-    chunks = in_flight_chunks(spec.pipeline_parallel, v, microbatches)
-    return chunks * spec.num_layers / (spec.pipeline_parallel * v)
-
-
-def _virtual(spec: RecipeSpec) -> int:
-    vp = spec.virtual_pipeline
-    return vp if vp and vp > 1 and spec.pipeline_parallel > 1 else 1
-
-
-def _chunk_layers(spec: RecipeSpec) -> int:
-    return max(1, math.ceil(spec.num_layers / (spec.pipeline_parallel * _virtual(spec))))
-
-
-def recomputed_fraction(spec: RecipeSpec) -> float:
-    """Fraction of each model chunk's layers that full recompute covers ('block' method, as the bridge builds it:
-    the first `recompute_num_layers` layers of every chunk; all of them when unset)."""
-    if spec.recompute != "full":
-        return 0.0
-    chunk = _chunk_layers(spec)
-    n = spec.recompute_num_layers or chunk
-    return min(n, chunk) / chunk
+    chunks = in_flight_chunks(layout.pp, layout.vp, layout.microbatches)
+    return chunks * layout.layers_first_stage / layout.vp
 
 
 @dataclass(frozen=True)
@@ -189,50 +133,51 @@ class ActivationBreakdown:
         return self.layers + self.recompute_working + self.embedding + self.output
 
 
-def microbatches(spec: RecipeSpec, world_size: int) -> int:
-    """Micro-batches per pipeline per step, m = B / (b d); at least 1."""
-    dp = max(1, world_size // spec.model_parallel_size)
-    return max(1, spec.global_batch_size // (spec.micro_batch_size * dp))
-
-
-def activation_memory(spec: RecipeSpec, *, world_size: Optional[int] = None,
-                      flash_attention: bool = False) -> ActivationBreakdown:
-    """Activation bytes per GPU of the first pipeline stage; CP divides all of them by c."""
-    world = spec.world_size if world_size is None else world_size
-    m = microbatches(spec, world)
-    s, b, h, t, c = spec.seq_length, spec.micro_batch_size, spec.hidden_size, spec.tensor_parallel, \
-        spec.context_parallel
-    sp = spec.sequence_parallel_enabled and t > 1
+def activation_memory(spec: RecipeSpec, layout: Optional[Layout] = None, *,
+                      fused_attention: bool) -> ActivationBreakdown:
+    """Activation bytes per GPU of the first pipeline stage (on the recipe's own cluster without `layout`); CP
+    divides all of them by c. `fused_attention`: the program's attention kernel stores no score matrix."""
+    layout = layout or Layout.of(spec)
+    s, b, h, t, c = spec.seq_length, layout.micro_batch, spec.hidden_size, layout.tp, layout.cp
+    sp = layout.sequence_parallel
     shape = dict(seq=s, micro_batch=b, hidden=h, heads=spec.num_attention_heads, ffn=spec.ffn_hidden_size,
                  kv_groups=spec.kv_groups, gated=spec.gated_linear_unit, tp=t, sequence_parallel=sp)
     # Selective recompute drops the attention core of every layer; under full recompute the layers not recomputed
     # run as plain layers and keep it.
-    core_stored = spec.recompute != "selective" and not flash_attention
+    core_stored = spec.recompute != "selective" and not fused_attention
     full_layer = layer_activation_bytes(**shape, attention_core=core_stored)
-    held = layers_in_flight(spec, m)
-    fraction = recomputed_fraction(spec)
+    held = layers_in_flight(layout)
+    fraction = layout.recomputed_fraction(spec)
     checkpoint = recomputed_layer_bytes(seq=s, micro_batch=b, hidden=h, tp=t, sequence_parallel=sp)
     layers = held * (fraction * checkpoint + (1.0 - fraction) * full_layer)
 
     # While a layer is recomputed its tensors exist once more: the whole layer under full recompute, the attention
-    # core under selective recompute (unless flash attention never materialises it).
+    # core under selective recompute (unless fused attention never materialises it).
     if spec.recompute == "full":
-        working = layer_activation_bytes(**shape, attention_core=not flash_attention)
-    elif spec.recompute == "selective" and not flash_attention:
+        working = layer_activation_bytes(**shape, attention_core=not fused_attention)
+    elif spec.recompute == "selective" and not fused_attention:
         working = attention_core_bytes(seq=s, micro_batch=b, heads=spec.num_attention_heads, tp=t)
     else:
         working = 0.0
 
     # Embedding extras per micro-batch in flight (Korthikanti Sec. 4.3): int64 token ids 8sb and the embedding
     # dropout mask sbh (sharded by SP); scaled like the layers for the interleaved schedule.
-    stage_microbatches = held * spec.pipeline_parallel / spec.num_layers
+    stage_microbatches = in_flight_chunks(layout.pp, layout.vp, layout.microbatches) / layout.vp
     embedding = stage_microbatches * (8.0 * s * b + s * b * h / (t if sp else 1))
     output = 0.0
-    if spec.pipeline_parallel == 1:
+    if layout.pp == 1:
         # Output-layer input and fp32 logits for the cross-entropy: 4sbh + 4sbV, vocabulary-parallel over TP.
         output = 4.0 * s * b * h / (t if sp else 1) + 4.0 * s * b * spec.padded_vocab_size / t
     return ActivationBreakdown(layers=layers / c, recompute_working=working / c, embedding=embedding / c,
                                output=output / c)
+
+
+def tp_overlap_buffer_bytes(spec: RecipeSpec, layout: Layout, program: Program) -> float:
+    """Userbuffers that Transformer Engine allocates once for TP communication overlap (0 when it is off)."""
+    if not program.tp_comm_overlap:
+        return 0.0
+    per_sbh = TP_OVERLAP_BUFFER_BYTES[spec.precision == "fp8"]
+    return per_sbh * layout.tokens_per_rank * spec.hidden_size
 
 
 # ---- the breakdown ----
@@ -268,45 +213,49 @@ class MemoryBreakdown:
         return out
 
 
-def _resolve(gpu_or_cluster: Union[GPU, Cluster, str, None]) -> tuple[Optional[GPU], Optional[int]]:
+def _resolve(spec: RecipeSpec, gpu_or_cluster: Union[GPU, Cluster, str, None]) -> tuple[Optional[GPU], Cluster]:
     if isinstance(gpu_or_cluster, Cluster):
-        return gpu_or_cluster.gpu, gpu_or_cluster.world_size
-    if gpu_or_cluster is None:
-        return None, None
-    return get_gpu(gpu_or_cluster), None
+        return gpu_or_cluster.gpu, gpu_or_cluster
+    gpu = None if gpu_or_cluster is None else get_gpu(gpu_or_cluster)
+    return gpu, Cluster(nodes=spec.num_nodes, gpus_per_node=spec.num_gpus_per_node, gpu=gpu)
 
 
 def estimate_memory(spec: RecipeSpec, gpu_or_cluster: Union[GPU, Cluster, str, None] = None, *,
-                    flash_attention: bool = False) -> MemoryBreakdown:
-    """Memory per GPU of the first (most loaded) pipeline stage.
+                    stack: Optional[str] = None, layout: Optional[Layout] = None,
+                    program: Optional[Program] = None) -> MemoryBreakdown:
+    """Memory per GPU of the most loaded pipeline stage, for the program that runs (`stack`, see
+    `stack.resolve_stack`; default: the NeMo container with Transformer Engine).
 
     With a `Cluster`, DP comes from its world size; with a GPU (or a GPU name), from the spec's own nodes x GPUs per
     node. Never raises for an inconsistent plan (the validator reports those): DP and the layers per stage round.
+    `layout` and `program`, when the caller has them, are used as they are.
     """
-    gpu, world = _resolve(gpu_or_cluster)
-    world = spec.world_size if world is None else world
-    dp = max(1, world // spec.model_parallel_size)
-    shards = dp * spec.context_parallel
-    params = params_per_gpu(spec)
-    w_bytes, g_bytes, o_bytes = state_bytes_per_param(spec.distributed_optimizer, shards)
-    acts = activation_memory(spec, world_size=world, flash_attention=flash_attention)
+    gpu, cluster = _resolve(spec, gpu_or_cluster)
+    layout = layout or Layout.of(spec, cluster)
+    program = program or program_for(spec, gpu, stack, layout.interleaved)
+    params = layout.params_per_rank
+    w_bytes, g_bytes, o_bytes = state_bytes_per_param(spec.distributed_optimizer, layout.optimizer_shards)
+    acts = activation_memory(spec, layout, fused_attention=program.fused_attention)
     weights, gradients, optimizer = params * w_bytes / GIB, params * g_bytes / GIB, params * o_bytes / GIB
     activations = acts.total / GIB
-    other = OTHER_FIXED_GIB + FRAGMENTATION * (weights + gradients + optimizer + activations)
+    buffers = tp_overlap_buffer_bytes(spec, layout, program) / GIB
+    other = OTHER_FIXED_GIB + buffers + FRAGMENTATION * (weights + gradients + optimizer + activations)
     detail = {
         "params_per_gpu": round(params),
         "bytes_per_param": round(w_bytes + g_bytes + o_bytes, 4),
-        "optimizer_shards": shards if spec.distributed_optimizer else 1,
-        "layers_per_stage": layers_per_stage(spec),
-        "layers_in_flight": round(layers_in_flight(spec, microbatches(spec, world)), 4),
+        "optimizer_shards": layout.optimizer_shards if spec.distributed_optimizer else 1,
+        "layers_per_stage": layout.layers_per_stage,
+        "layers_per_chunk": layout.layers_per_chunk,
+        "layers_in_flight": round(layers_in_flight(layout), 4),
         "activations_layers": round(acts.layers / GIB, 3),
         "activations_recompute_working": round(acts.recompute_working / GIB, 3),
         "activations_embedding": round(acts.embedding / GIB, 3),
         "activations_output": round(acts.output / GIB, 3),
-        "flash_attention": flash_attention,
+        "attention": "fused" if program.fused_attention else "unfused",
+        "stack": program.stack.name,
         "other_fixed": OTHER_FIXED_GIB,
+        "other_tp_overlap_buffers": round(buffers, 3),
         "other_fragmentation": FRAGMENTATION,
     }
     return MemoryBreakdown(weights=weights, gradients=gradients, optimizer=optimizer, activations=activations,
                            other=other, capacity=None if gpu is None else gpu.memory_gib, detail=detail)
-

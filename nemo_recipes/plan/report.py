@@ -2,7 +2,7 @@
 
 The factories, the executor plugin and `nemo-recipes plan` all read this object, so its `to_dict()` keys are an
 interface: `valid`, `recipe`, `cluster`, `parallelism`, `problems`, `memory_gib`, `memory_detail`, `throughput`,
-`changes`. Add keys, never rename them.
+`time_to_train`, `changes`, `program`, `advice`. Add keys, never rename them.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ from typing import Any, Mapping, Optional
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem, jsonable
 from nemo_recipes.plan.hardware import Cluster
+from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.memory import MemoryBreakdown
+from nemo_recipes.plan.stack import Program
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,33 @@ class Change:
 
 
 @dataclass(frozen=True)
+class Advice:
+    """A faster valid plan on the same hardware: what to change, and the predicted step times. JSON keys: changes,
+    step_time_s, current_step_time_s, speedup, memory_gib, why."""
+
+    changes: dict[str, Any]
+    step_time_s: float
+    current_step_time_s: float
+    memory_gib: Optional[float]
+    why: str
+
+    @property
+    def speedup(self) -> float:
+        return self.current_step_time_s / self.step_time_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"changes": {k: jsonable(v) for k, v in self.changes.items()}, "step_time_s": self.step_time_s,
+                "current_step_time_s": self.current_step_time_s, "speedup": self.speedup,
+                "memory_gib": self.memory_gib, "why": self.why}
+
+    def __str__(self) -> str:
+        changes = " ".join(f"{k}={v!r}" for k, v in self.changes.items())
+        memory = "" if self.memory_gib is None else f", {self.memory_gib:.1f} GiB per GPU"
+        return (f"{changes} is predicted {self.speedup:.2f}x faster ({self.current_step_time_s:.3g} s -> "
+                f"{self.step_time_s:.3g} s per step{memory}); {self.why}")
+
+
+@dataclass(frozen=True)
 class PlanReport:
     """What the planner says about `spec` on `cluster`. `valid` means no error-severity problem (warnings allowed)."""
 
@@ -44,6 +73,13 @@ class PlanReport:
     changes: list[Change] = field(default_factory=list)
     throughput: Optional[dict[str, Any]] = None
     time_to_train: Optional[dict[str, float]] = None
+    layout: Optional[Layout] = None
+    program: Optional[Program] = None
+    advice: list[Advice] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.layout is None:
+            object.__setattr__(self, "layout", Layout.of(self.spec, self.cluster))
 
     @property
     def valid(self) -> bool:
@@ -59,11 +95,11 @@ class PlanReport:
 
     @property
     def data_parallel_size(self) -> int:
-        return max(1, self.cluster.world_size // self.spec.model_parallel_size)
+        return self.layout.dp
 
     @property
     def grad_accumulation_steps(self) -> int:
-        return max(1, self.spec.global_batch_size // (self.spec.micro_batch_size * self.data_parallel_size))
+        return self.layout.microbatches
 
     def with_throughput(self, throughput: Any) -> "PlanReport":
         """A copy carrying a throughput estimate: a mapping, or an object with `to_dict()` (the throughput
@@ -77,6 +113,9 @@ class PlanReport:
 
     def with_changes(self, changes: list[Change]) -> "PlanReport":
         return dataclasses.replace(self, changes=list(changes))
+
+    def with_advice(self, advice: list[Advice]) -> "PlanReport":
+        return dataclasses.replace(self, advice=list(advice))
 
     def raise_if_invalid(self) -> "PlanReport":
         """Raise InvalidRecipeError carrying every problem (warnings too) when any error is present."""
@@ -112,6 +151,8 @@ class PlanReport:
             "throughput": None if self.throughput is None else jsonable(self.throughput),
             "time_to_train": None if self.time_to_train is None else dict(self.time_to_train),
             "changes": [c.to_dict() for c in self.changes],
+            "program": None if self.program is None else self.program.to_dict(),
+            "advice": [a.to_dict() for a in self.advice],
         }
 
     def _title(self) -> str:
@@ -142,6 +183,7 @@ class PlanReport:
             lines.append(f"  throughput: {shown}")
         lines += [f"  {p}" for p in self.problems]
         lines += [f"  changed {c}" for c in self.changes]
+        lines += [f"  advice: {a}" for a in self.advice]
         return "\n".join(lines)
 
     def __str__(self) -> str:

@@ -194,6 +194,13 @@ def plan_from_row(row: Mapping[str, Any]) -> tuple[RecipeSpec, Cluster, list[str
 
     name = str(row.get("id") or model or "custom")
     overrides: dict[str, Any] = {}
+    chunks = (pp or 1) * (vp or 1)
+    if layers and chunks > 1 and layers % chunks and (layers + 2) % chunks == 0:
+        overrides["pipeline_counts_embedding_and_loss"] = True
+        r.assumptions.append(f"{layers} layers do not divide over PP x VP = {chunks}, but {layers} + 2 do: assumed "
+                             "the embedding and the loss count as one layer each in the pipeline split "
+                             "(Megatron-Core account_for_embedding/loss_in_pipeline_split, as NeMo's Llama 3.1 405B "
+                             "recipe)")
     if gated:
         overrides.update(gated_linear_unit=True, position_embedding_type="rope", normalization="RMSNorm",
                          share_embeddings=False, hidden_dropout=0.0, attention_dropout=0.0)
@@ -228,4 +235,4 @@ def stack_from_row(row: Mapping[str, Any]) -> tuple[str, list[str]]:
         return "megatron-legacy", ["software stack not stated: FP16 mixed precision taken as Megatron-LM before "
                                    "Transformer Engine (unfused softmax attention, no TP communication overlap)"]
     return "transformer-engine", ["software stack not stated: assumed Megatron-Core with Transformer Engine "
-                                  "(flash attention, TP communication overlap under SP), as NeMo 2"]
+                                  "(fused attention, TP communication overlap where TP > 1 with SP), as NeMo 2"]

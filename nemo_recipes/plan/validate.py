@@ -1,7 +1,9 @@
 """Validate a recipe against a cluster: every problem at once, each with severity, field, value, message and fix.
 
 Standard library only. `validate` never raises for a bad plan; `PlanReport.raise_if_invalid()` does. Each rule is a
-small function `(spec, cluster) -> list[Problem]`; `RULES` lists them in report order. Without a GPU
+small function `(spec, layout) -> list[Problem]` that reads the one `Layout` (DP, micro-batches, layers per stage and
+chunk); `RULES` lists them in report order. `STRUCTURAL_RULES` are the ones without which the job cannot be laid out
+or run at all: the throughput model refuses exactly those, so validation and estimates agree. Without a GPU
 (`cluster.gpu is None`) the hardware rules (NVLink, FP8, memory) are skipped or reduced to warnings.
 """
 
@@ -11,10 +13,12 @@ import math
 from typing import Callable, Iterable, Optional
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.errors import ERROR, WARNING, Problem
+from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem
 from nemo_recipes.plan.hardware import GPUS, Cluster
+from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.memory import MemoryBreakdown, estimate_memory
 from nemo_recipes.plan.report import PlanReport
+from nemo_recipes.plan.stack import Program, program_for
 
 # Warn when the predicted total is within this fraction of capacity: the activation model is exact for the paper's
 # analytic values, but the "other" allowance is an estimate of a few GiB.
@@ -22,7 +26,7 @@ TIGHT_MEMORY_FRACTION = 0.05
 # Warn when the pipeline bubble (p-1)/(v m) (Narayanan et al. 2021, Sec. 2.2) costs half of the ideal step time or more.
 BUBBLE_WARNING = 0.5
 
-Rule = Callable[[RecipeSpec, Cluster], list[Problem]]
+Rule = Callable[[RecipeSpec, Layout], list[Problem]]
 
 
 def _divisors(n: int) -> list[int]:
@@ -35,17 +39,11 @@ def _listing(values: Iterable[int], limit: int = 8) -> str:
     return shown + (", ..." if len(values) > limit else "")
 
 
-def _data_parallel(spec: RecipeSpec, cluster: Cluster) -> Optional[int]:
-    """DP when the world size divides by TP x PP x CP, else None (that rule reports it)."""
-    world, mp = cluster.world_size, spec.model_parallel_size
-    return world // mp if world % mp == 0 else None
-
-
 # ---- parallel layout ----
 
-def world_size_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
-    world, mp = cluster.world_size, spec.model_parallel_size
-    if world % mp == 0:
+def world_size_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
+    cluster, world, mp = layout.cluster, layout.world, layout.model_parallel
+    if layout.world_divides:
         return []
     step = mp // math.gcd(mp, cluster.gpus_per_node)
     nodes = max(step, math.ceil(cluster.nodes / step) * step)
@@ -60,9 +58,9 @@ def world_size_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
         f"(a product in {_listing(layouts)}).")]
 
 
-def tensor_parallel_domain_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
+def tensor_parallel_domain_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     """TP all-reduces run every layer, so TP stays on NVLink: within a node, or an NVL72 domain."""
-    t, per_node, gpu = spec.tensor_parallel, cluster.gpus_per_node, cluster.gpu
+    t, per_node, gpu = layout.tp, layout.gpus_per_node, layout.cluster.gpu
     if t <= per_node and per_node % t == 0:
         return []
     within_node = [d for d in _divisors(per_node) if spec.num_attention_heads % d == 0]
@@ -87,8 +85,10 @@ def tensor_parallel_domain_rule(spec: RecipeSpec, cluster: Cluster) -> list[Prob
                     fix)]
 
 
-def attention_heads_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
-    t, heads, groups = spec.tensor_parallel, spec.num_attention_heads, spec.kv_groups
+def attention_heads_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
+    """Megatron-Core splits heads and query groups over TP (`num_query_groups % tensor_model_parallel_size` must be
+    0, TransformerConfig) and the MLP column-wise."""
+    t, heads, groups = layout.tp, spec.num_attention_heads, spec.kv_groups
     problems = []
     if spec.hidden_size % heads:
         problems.append(Problem(
@@ -103,7 +103,7 @@ def attention_heads_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
             f"{heads} attention heads cannot be split into {groups} query groups.",
             f"use num_query_groups in {_listing(_divisors(heads))}.",
         ))
-    ok = [d for d in _divisors(cluster.gpus_per_node) if heads % d == 0 and groups % d == 0]
+    ok = [d for d in _divisors(layout.gpus_per_node) if heads % d == 0 and groups % d == 0]
     if heads % t:
         problems.append(Problem(
             "tensor_parallel", t, f"num_attention_heads={heads} is not divisible by tensor_parallel={t}.",
@@ -124,13 +124,17 @@ def attention_heads_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
     return problems
 
 
-def pipeline_layers_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
-    l, p, vp = spec.num_layers, spec.pipeline_parallel, spec.virtual_pipeline
+def pipeline_layers_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
+    """Megatron-Core divides the layers evenly over the stages and, interleaved, over each stage's chunks
+    (TransformerConfig); with pipeline_counts_embedding_and_loss the embedding and the loss take a slot each."""
+    l, p, vp = spec.num_layers, layout.pp, spec.virtual_pipeline
+    slots, counted = layout.pipeline_slots, layout.pipeline_slots != l
+    what = f"num_layers={l}" + (" + embedding + loss" if counted else "")
     problems = []
-    if l % p:
+    if slots % p:
         problems.append(Problem(
-            "pipeline_parallel", p, f"num_layers={l} is not divisible by pipeline_parallel={p}.",
-            f"use pipeline_parallel in {_listing(_divisors(l))}.",
+            "pipeline_parallel", p, f"{what} = {slots} is not divisible by pipeline_parallel={p}.",
+            f"use pipeline_parallel in {_listing(d for d in _divisors(slots))}.",
         ))
     if vp is not None and vp > 1:
         if p == 1:
@@ -138,26 +142,30 @@ def pipeline_layers_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
                 "virtual_pipeline", vp, "an interleaved schedule (virtual_pipeline) needs pipeline_parallel > 1.",
                 "unset virtual_pipeline, or use pipeline_parallel > 1.",
             ))
-        elif l % (p * vp):
-            good = [v for v in _divisors(l // p) if v > 1] if l % p == 0 else []
+        elif slots % (p * vp):
+            good = [v for v in _divisors(slots // p) if v > 1] if slots % p == 0 else []
             problems.append(Problem(
                 "virtual_pipeline", vp,
+                f"{what} = {slots} is not divisible by pipeline_parallel x virtual_pipeline = {p} x {vp} = "
+                f"{p * vp}." if counted else
                 f"num_layers={l} is not divisible by pipeline_parallel x virtual_pipeline = {p} x {vp} = {p * vp}.",
                 f"use virtual_pipeline in {_listing(good)} or unset it." if good else "unset virtual_pipeline.",
             ))
+    if spec.pipeline_counts_embedding_and_loss and p == 1:
+        problems.append(Problem(
+            "pipeline_counts_embedding_and_loss", True, "ignored: there is no pipeline to split (PP = 1).",
+            "set pipeline_counts_embedding_and_loss=False, or use pipeline_parallel > 1.", WARNING))
     return problems
 
 
-def interleaved_microbatches_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
+def interleaved_microbatches_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     """Megatron-Core's interleaved schedule groups micro-batches by PP and raises unless m is a multiple of p."""
-    vp, p = spec.virtual_pipeline, spec.pipeline_parallel
-    dp = _data_parallel(spec, cluster)
-    if not vp or vp < 2 or p < 2 or dp is None:
+    vp, p, m = spec.virtual_pipeline, layout.pp, layout.microbatches
+    if not layout.interleaved or not layout.world_divides:
         return []
-    m = spec.global_batch_size // (spec.micro_batch_size * dp)
     if m >= p and m % p == 0:
         return []
-    step = spec.micro_batch_size * dp * p
+    step = layout.micro_batch * layout.dp * p
     return [Problem(
         "virtual_pipeline", vp,
         f"the interleaved schedule needs the micro-batches per step (m = {m}) to be a multiple of "
@@ -166,8 +174,9 @@ def interleaved_microbatches_rule(spec: RecipeSpec, cluster: Cluster) -> list[Pr
     )]
 
 
-def context_parallel_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
-    c, s = spec.context_parallel, spec.seq_length
+def context_parallel_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
+    """Megatron-Core splits each sequence into 2c chunks and gives rank r chunks r and 2c-1-r (causal balance)."""
+    c, s = layout.cp, spec.seq_length
     if c == 1 or s % (2 * c) == 0:
         return []
     good = [d for d in _divisors(s) if d > 1 and s % (2 * d) == 0 and d <= 64]
@@ -179,26 +188,42 @@ def context_parallel_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
     )]
 
 
-def sequence_parallel_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
-    if spec.sequence_parallel is True and spec.tensor_parallel == 1:
+def sequence_parallel_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
+    t, c, s = layout.tp, layout.cp, spec.seq_length
+    if spec.sequence_parallel is True and t == 1:
         return [Problem(
             "sequence_parallel", True, "sequence parallelism splits activations over TP ranks and needs "
             "tensor_parallel > 1 (tensor_parallel is 1).",
             "set sequence_parallel to None (automatic: on when TP > 1) or False, or use tensor_parallel > 1.",
         )]
+    if layout.sequence_parallel and s % c == 0 and (s // c) % t:
+        return [Problem(
+            "seq_length", s,
+            f"sequence parallelism scatters each rank's {s // c} tokens (seq_length / CP) over tensor_parallel={t} "
+            "ranks, which needs them to divide.",
+            f"use a seq_length that is a multiple of {t * c} (TP x CP), or sequence_parallel=False.",
+        )]
     return []
+
+
+def tp_comm_overlap_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
+    if spec.tp_comm_overlap is not True or spec.tp_comm_overlap_enabled:
+        return []
+    why = "TP is 1" if layout.tp == 1 else "sequence parallelism is off"
+    return [Problem("tp_comm_overlap", True,
+                    f"ignored: {why}, and Transformer Engine overlaps TP communication only under sequence "
+                    "parallelism with TP > 1.",
+                    "set tp_comm_overlap to None (automatic) or False, or use TP > 1 with sequence parallelism.",
+                    WARNING)]
 
 
 # ---- batch ----
 
-def global_batch_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
-    dp = _data_parallel(spec, cluster)
-    if dp is None:
+def global_batch_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
+    if not layout.world_divides or layout.batch_divides:
         return []
-    b, gbs = spec.micro_batch_size, spec.global_batch_size
+    dp, b, gbs = layout.dp, layout.micro_batch, layout.global_batch
     step = b * dp
-    if gbs % step == 0:
-        return []
     lower, upper = (gbs // step) * step, (gbs // step + 1) * step
     near = " or ".join(str(v) for v in (lower, upper) if v > 0)
     mbs = [d for d in _divisors(b) if gbs % (d * dp) == 0]
@@ -206,17 +231,15 @@ def global_batch_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
     return [Problem(
         "global_batch_size", gbs,
         f"global_batch_size={gbs} is not divisible by micro batch x DP = {b} x {dp} = {step} "
-        f"(DP = {cluster.world_size} GPUs / TP x PP x CP {spec.model_parallel_size}).",
+        f"(DP = {layout.world} GPUs / TP x PP x CP {layout.model_parallel}).",
         f"use global_batch_size {near}{alt}; or fit(..., scale_global_batch=True) to scale it with DP.",
     )]
 
 
-def pipeline_bubble_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
-    p, dp = spec.pipeline_parallel, _data_parallel(spec, cluster)
-    if p == 1 or dp is None:
+def pipeline_bubble_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
+    p, v, m = layout.pp, layout.vp, layout.microbatches
+    if p == 1 or not layout.world_divides:
         return []
-    v = spec.virtual_pipeline if spec.virtual_pipeline and spec.virtual_pipeline > 1 else 1
-    m = max(1, spec.global_batch_size // (spec.micro_batch_size * dp))
     bubble = (p - 1) / (v * m)
     if bubble < BUBBLE_WARNING:
         return []
@@ -229,9 +252,8 @@ def pipeline_bubble_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
     )]
 
 
-def distributed_optimizer_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
-    dp = _data_parallel(spec, cluster)
-    if not spec.distributed_optimizer or dp is None or dp * spec.context_parallel > 1:
+def distributed_optimizer_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
+    if not spec.distributed_optimizer or not layout.world_divides or layout.optimizer_shards > 1:
         return []
     return [Problem(
         "distributed_optimizer", True,
@@ -241,15 +263,14 @@ def distributed_optimizer_rule(spec: RecipeSpec, cluster: Cluster) -> list[Probl
     )]
 
 
-def recompute_layers_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
+def recompute_layers_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     n = spec.recompute_num_layers
     if n is None:
         return []
     if spec.recompute != "full":
         return [Problem("recompute_num_layers", n, f"ignored: recompute is {spec.recompute!r}, not 'full'.",
                         "set recompute='full', or unset recompute_num_layers.", WARNING)]
-    v = spec.virtual_pipeline if spec.virtual_pipeline and spec.pipeline_parallel > 1 else 1
-    chunk = math.ceil(spec.num_layers / (spec.pipeline_parallel * v))
+    chunk = layout.layers_per_chunk
     if n > chunk:
         return [Problem("recompute_num_layers", n,
                         f"larger than the {chunk} layers of a model chunk; all of them are recomputed.",
@@ -259,8 +280,8 @@ def recompute_layers_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
 
 # ---- precision and data ----
 
-def fp8_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
-    gpu = cluster.gpu
+def fp8_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
+    gpu = layout.cluster.gpu
     if spec.precision != "fp8" or gpu is None or gpu.supports_fp8:
         return []
     with_fp8 = [name for name, g in GPUS.items() if g.supports_fp8]
@@ -270,7 +291,7 @@ def fp8_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
     )]
 
 
-def data_blend_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
+def data_blend_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     paths, weights = spec.data_paths, spec.data_weights
     problems = []
     if weights and not paths:
@@ -304,17 +325,46 @@ RULES: tuple[Rule, ...] = (
     fp8_rule,
     data_blend_rule,
     recompute_layers_rule,
+    tp_comm_overlap_rule,
     pipeline_bubble_rule,
     distributed_optimizer_rule,
 )
+# Rules about policy or advice rather than feasibility: a job that breaks them still runs (TP across nodes is slow,
+# a data blend is checked when data loads). Every other rule is structural: without it the job cannot be laid out or
+# run at all (Megatron-Core raises), and the throughput model refuses the same plans, so a plan that validates always
+# has an estimate.
+POLICY_RULES = frozenset({tensor_parallel_domain_rule, data_blend_rule, recompute_layers_rule, tp_comm_overlap_rule,
+                          pipeline_bubble_rule, distributed_optimizer_rule})
+STRUCTURAL_RULES: tuple[Rule, ...] = tuple(rule for rule in RULES if rule not in POLICY_RULES)
 
 
-def layout_problems(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
-    """Every problem except memory."""
+def layout_problems(spec: RecipeSpec, cluster: Cluster, layout: Optional[Layout] = None) -> list[Problem]:
+    """Every problem except memory and the software stack."""
+    layout = layout or Layout.of(spec, cluster)
     problems: list[Problem] = []
     for rule in RULES:
-        problems += rule(spec, cluster)
+        problems += rule(spec, layout)
     return problems
+
+
+def structural_errors(spec: RecipeSpec, layout: Layout) -> list[Problem]:
+    """The errors of `STRUCTURAL_RULES`: what makes a layout impossible to run."""
+    return [p for rule in STRUCTURAL_RULES for p in rule(spec, layout) if p.severity == ERROR]
+
+
+def raise_if_unstructured(spec: RecipeSpec, layout: Layout, context: str) -> None:
+    errors = structural_errors(spec, layout)
+    if errors:
+        raise InvalidRecipeError(errors, context=context)
+
+
+def program_problems(spec: RecipeSpec, program: Program) -> list[Problem]:
+    """What the software stack cannot run: FP8 needs Transformer Engine."""
+    if spec.precision == "fp8" and not program.stack.transformer_engine:
+        return [Problem("precision", "fp8",
+                        f"FP8 needs Transformer Engine, which the '{program.stack.name}' stack does not have.",
+                        "plan for the NeMo container (--stack transformer-engine), or set precision='bf16'.")]
+    return []
 
 
 # ---- memory ----
@@ -323,7 +373,7 @@ def _error_fields(problems: list[Problem]) -> set[str]:
     return {p.field for p in problems if p.severity == ERROR}
 
 
-def memory_fixes(spec: RecipeSpec, cluster: Cluster, *, flash_attention: bool = False) -> list[str]:
+def memory_fixes(spec: RecipeSpec, cluster: Cluster, *, stack: Optional[str] = None) -> list[str]:
     """Single changes that make `spec` fit on `cluster` without adding another error: recompute, a larger TP or
     PP, a smaller micro batch, the distributed optimizer. Each as 'field=value (total GiB)'."""
     baseline = _error_fields(layout_problems(spec, cluster))
@@ -332,7 +382,7 @@ def memory_fixes(spec: RecipeSpec, cluster: Cluster, *, flash_attention: bool = 
     def fits(candidate: RecipeSpec) -> Optional[float]:
         if _error_fields(layout_problems(candidate, cluster)) - baseline:
             return None
-        total = estimate_memory(candidate, cluster, flash_attention=flash_attention).total
+        total = estimate_memory(candidate, cluster, stack=stack).total
         return total if total <= cluster.gpu.memory_gib else None
 
     def first(candidates: Iterable[tuple[str, RecipeSpec]]) -> None:
@@ -346,25 +396,23 @@ def memory_fixes(spec: RecipeSpec, cluster: Cluster, *, flash_attention: bool = 
         first([("recompute='selective'", spec.replace(recompute="selective"))])
     if spec.recompute != "full" or spec.recompute_num_layers:
         if not fixes:  # selective is cheaper; name full only when selective is not enough
-            v = spec.virtual_pipeline if spec.virtual_pipeline and spec.pipeline_parallel > 1 else 1
-            chunk = math.ceil(spec.num_layers / (spec.pipeline_parallel * v))
+            chunk = Layout.of(spec, cluster).layers_per_chunk
             first(((f"recompute='full', recompute_num_layers={k}" if k < chunk else "recompute='full'",
-                                 spec.replace(recompute="full", recompute_num_layers=k if k < chunk else None))
-                                for k in range(1, chunk + 1)))
+                    spec.replace(recompute="full", recompute_num_layers=k if k < chunk else None))
+                   for k in range(1, chunk + 1)))
     tps = [t for t in range(spec.tensor_parallel + 1, cluster.gpus_per_node + 1) if cluster.gpus_per_node % t == 0]
     first(((f"tensor_parallel={t}", spec.replace(tensor_parallel=t)) for t in tps))
     pps = [p for p in range(spec.pipeline_parallel + 1, spec.num_layers + 1) if spec.num_layers % p == 0]
-    first(((f"pipeline_parallel={p}", spec.replace(pipeline_parallel=p, virtual_pipeline=None))
-                 for p in pps))
+    first(((f"pipeline_parallel={p}", spec.replace(pipeline_parallel=p, virtual_pipeline=None)) for p in pps))
     first(((f"micro_batch_size={b}", spec.replace(micro_batch_size=b))
-                  for b in range(spec.micro_batch_size - 1, 0, -1)))
+           for b in range(spec.micro_batch_size - 1, 0, -1)))
     if not spec.distributed_optimizer:
         first([("distributed_optimizer=True", spec.replace(distributed_optimizer=True))])
     return fixes
 
 
 def memory_problems(spec: RecipeSpec, cluster: Cluster, memory: MemoryBreakdown, *,
-                    flash_attention: bool = False) -> list[Problem]:
+                    stack: Optional[str] = None) -> list[Problem]:
     gpu = cluster.gpu
     if gpu is None:
         return []
@@ -372,7 +420,7 @@ def memory_problems(spec: RecipeSpec, cluster: Cluster, memory: MemoryBreakdown,
              f"activations {memory.activations:.1f}, other {memory.other:.1f} GiB")
     total = round(memory.total, 1)
     if memory.total > gpu.memory_gib:
-        fixes = memory_fixes(spec, cluster, flash_attention=flash_attention)
+        fixes = memory_fixes(spec, cluster, stack=stack)
         if fixes:
             fix = "any one of: " + "; ".join(fixes) + "; or let nemo_recipes.plan.fit(spec, cluster) choose."
         else:
@@ -391,15 +439,17 @@ def memory_problems(spec: RecipeSpec, cluster: Cluster, memory: MemoryBreakdown,
     return []
 
 
-def validate(spec: RecipeSpec, cluster: Cluster, *, flash_attention: bool = False) -> PlanReport:
+def validate(spec: RecipeSpec, cluster: Cluster, *, stack: Optional[str] = None) -> PlanReport:
     """Check `spec` on `cluster` and report every problem; never raises for a bad plan.
 
-    `flash_attention=True` models a Transformer Engine build (no stored attention scores); the default models
-    Megatron-Core's local layer spec, which is what runs without Transformer Engine.
+    `stack` names the software the GPUs run (`stack.resolve_stack`): by default the NeMo container with Transformer
+    Engine; "local" plans for this machine. Memory and the report's program follow from it.
     """
-    problems = layout_problems(spec, cluster)
+    layout = Layout.of(spec, cluster)
+    program = program_for(spec, cluster.gpu, stack, layout.interleaved)
+    problems = layout_problems(spec, cluster, layout) + program_problems(spec, program)
     memory = None
     if cluster.gpu is not None:
-        memory = estimate_memory(spec, cluster, flash_attention=flash_attention)
-        problems += memory_problems(spec, cluster, memory, flash_attention=flash_attention)
-    return PlanReport(spec=spec, cluster=cluster, problems=problems, memory=memory)
+        memory = estimate_memory(spec, cluster, layout=layout, program=program)
+        problems += memory_problems(spec, cluster, memory, stack=stack)
+    return PlanReport(spec=spec, cluster=cluster, problems=problems, memory=memory, layout=layout, program=program)

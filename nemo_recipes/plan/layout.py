@@ -1,0 +1,152 @@
+"""The parallel layout of a recipe on a cluster: every derived size, computed once and read everywhere.
+
+Standard library only. Validation, memory, throughput, fit, the catalog's derived values and the NeMo bridge all read
+`Layout.of(spec, cluster)` (DESIGN.md: "one truth per number"), so data-parallel size, micro-batches per step, layers
+per pipeline stage and per model chunk, and parameters per GPU have one formula each.
+
+`Layout.of` never raises: when the world size or the batch does not divide, the sizes round (DP and micro-batches
+down, at least 1; layers per stage and chunk up) and `world_divides`, `batch_divides` and `layers_divide` say so; the
+validator's rules turn those flags into problems with a field and a fix.
+
+Pipeline split (Megatron-Core `TransformerConfig`): the layers divide evenly over PP stages and, interleaved, over
+VP chunks per stage. With `pipeline_counts_embedding_and_loss` the input embedding and the loss count as one layer
+each (`account_for_embedding_in_pipeline_split`, `account_for_loss_in_pipeline_split`): `l + 2` slots divide over
+the stages, and the first and last stages hold one transformer layer fewer.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.plan.hardware import Cluster
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """One transformer layer's parameters, split by how TP stores them."""
+
+    sharded: int      # column/row-parallel weights and column-parallel biases: divided by TP
+    replicated: int   # row-parallel biases and norms: a full copy on every TP rank
+
+    def per_rank(self, tp: int) -> float:
+        return self.sharded / tp + self.replicated
+
+
+def layer_params(spec: RecipeSpec) -> LayerParams:
+    """Megatron GPT layer (the model `catalog.parameter_count` counts) split into TP-sharded and replicated parts."""
+    h, ffn = spec.hidden_size, spec.ffn_hidden_size
+    kv = spec.kv_groups * (h // spec.num_attention_heads)
+    fc1_width = (2 if spec.gated_linear_unit else 1) * ffn
+    qkv = h * (h + 2 * kv) + (h + 2 * kv)
+    sharded = qkv + h * h + h * fc1_width + fc1_width + ffn * h
+    replicated = h + h + 2 * norm_params(spec)  # output-projection bias, FC2 bias, two norms
+    return LayerParams(sharded=sharded, replicated=replicated)
+
+
+def norm_params(spec: RecipeSpec) -> int:
+    return 2 * spec.hidden_size if spec.normalization == "LayerNorm" else spec.hidden_size
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Sizes of `spec` laid out on `cluster`. Read it; never recompute one of these numbers elsewhere."""
+
+    cluster: Cluster
+    tp: int
+    pp: int
+    cp: int
+    vp: int                    # model chunks per pipeline rank: 1 without an interleaved schedule
+    dp: int                    # data-parallel replicas, world / (TP x PP x CP); exact only when world_divides
+    world_divides: bool
+    micro_batch: int
+    global_batch: int
+    microbatches: int          # per pipeline and step, B / (b x DP); exact only when batch_divides
+    batch_divides: bool
+    sequence_parallel: bool
+    tokens_per_rank: float     # tokens of one micro-batch on one GPU of a CP group: b x s / CP
+    pipeline_slots: int        # layers the pipeline split divides (embedding and loss included when counted)
+    layers_divide: bool        # the slots divide over PP stages and VP chunks (Megatron-Core's rule)
+    layers_first_stage: int    # transformer layers on the first stage (the one holding the most activations)
+    layers_per_stage: int      # transformer layers on the most loaded stage
+    layers_last_stage: int     # transformer layers on the last stage (which also runs the output layer)
+    layers_per_chunk: int      # per model chunk; recompute_num_layers counts in these
+    params_per_rank: float     # parameters held by one GPU of the most loaded stage
+
+    @classmethod
+    def of(cls, spec: RecipeSpec, cluster: Optional[Cluster] = None) -> "Layout":
+        """The layout of `spec` on `cluster`; without one, on the recipe's own nodes x GPUs per node."""
+        if cluster is None:
+            cluster = Cluster(nodes=spec.num_nodes, gpus_per_node=spec.num_gpus_per_node)
+        t, p, c = spec.tensor_parallel, spec.pipeline_parallel, spec.context_parallel
+        v = spec.virtual_pipeline if spec.virtual_pipeline and spec.virtual_pipeline > 1 and p > 1 else 1
+        world, model_parallel = cluster.world_size, t * p * c
+        dp = max(1, world // model_parallel)
+        b, gbs = spec.micro_batch_size, spec.global_batch_size
+        counted = spec.pipeline_counts_embedding_and_loss and p > 1
+        slots = spec.num_layers + (2 if counted else 0)
+        stage_slots = math.ceil(slots / p)
+        end_layers = stage_slots - (1 if counted else 0)  # the first and last stages give a slot to embedding/loss
+        most = stage_slots if (p > 2 or not counted) else end_layers
+        layout = cls(
+            cluster=cluster, tp=t, pp=p, cp=c, vp=v, dp=dp, world_divides=world % model_parallel == 0,
+            micro_batch=b, global_batch=gbs, microbatches=max(1, gbs // (b * dp)),
+            batch_divides=gbs % (b * dp) == 0, sequence_parallel=spec.sequence_parallel_enabled and t > 1,
+            tokens_per_rank=b * spec.seq_length / c, pipeline_slots=slots,
+            layers_divide=slots % p == 0 and (slots // p) % v == 0,
+            layers_first_stage=end_layers if p > 1 else spec.num_layers, layers_per_stage=most,
+            layers_last_stage=end_layers if p > 1 else spec.num_layers,
+            layers_per_chunk=max(1, math.ceil(slots / (p * v))), params_per_rank=0.0)
+        object.__setattr__(layout, "params_per_rank", _params_per_rank(spec, layout))
+        return layout
+
+    @property
+    def world(self) -> int:
+        return self.cluster.world_size
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.cluster.gpus_per_node
+
+    @property
+    def model_parallel(self) -> int:
+        return self.tp * self.pp * self.cp
+
+    @property
+    def interleaved(self) -> bool:
+        return self.vp > 1
+
+    @property
+    def optimizer_shards(self) -> int:
+        """Ranks that share the distributed optimizer's state: Megatron-Core builds its shards on the data-parallel
+        group that includes the CP ranks."""
+        return self.dp * self.cp
+
+    def recomputed_fraction(self, spec: RecipeSpec) -> float:
+        """Fraction of each model chunk's layers that full recompute covers: the first `recompute_num_layers`
+        layers of every chunk (Megatron's 'block' method, as the bridge builds it), all of them when unset."""
+        if spec.recompute != "full":
+            return 0.0
+        n = spec.recompute_num_layers or self.layers_per_chunk
+        return min(n, self.layers_per_chunk) / self.layers_per_chunk
+
+
+def _params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
+    """Parameters on one GPU of the most loaded stage (perf-model.md 2.1: `(transformer/p + embedding) / t` plus
+    replicated norms and biases). The first stage holds the word embeddings (and learned positions, replicated over
+    TP); the last holds the final norm and the output layer, which with tied embeddings and PP > 1 is a second copy
+    of the word embeddings (Megatron keeps one on the last stage and all-reduces their gradients). CP does not split
+    parameters."""
+    t = layout.tp
+    per_layer = layer_params(spec).per_rank(t)
+    vocab = spec.padded_vocab_size * spec.hidden_size / t
+    positions = spec.seq_length * spec.hidden_size if spec.position_embedding_type == "learned_absolute" else 0
+    if layout.pp == 1:
+        return (spec.num_layers * per_layer + vocab * (1 if spec.share_embeddings else 2) + positions
+                + norm_params(spec))
+    first = layout.layers_first_stage * per_layer + vocab + positions
+    last = layout.layers_last_stage * per_layer + vocab + norm_params(spec)
+    middle = layout.layers_per_stage * per_layer if layout.pp > 2 else 0.0
+    return max(first, last, middle)

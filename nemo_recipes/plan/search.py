@@ -1,0 +1,272 @@
+"""The valid plans of a recipe on a cluster, ranked by predicted step time: what `fit`, `plan --best` and the advice
+line of `plan` choose from.
+
+Standard library only. A plan is a choice of TP (divisors of a node that divide the heads, query groups and FFN),
+PP (divisors of the pipeline split), VP, micro batch, recomputation and the distributed optimizer; it is valid when no
+rule of `validate` reports an error for it and, with a GPU, its memory fits. Valid plans are ranked by the step time
+of the throughput model (`throughput.estimate_throughput`, on the same program: same stack, same overlaps). Step times
+within `TIE` count as equal, and then the plan with more memory headroom wins; plans that leave under 5 % headroom
+(validate warns on those) rank after all others. Recomputation, when full, covers as few layers per chunk as fit.
+
+Two search spaces:
+- `Space.FIT` (what `fit` changes when the recipe does not validate): the micro batch only shrinks, recomputation
+  never drops below 'selective' unless the recipe has 'none', an interleaved schedule is kept when it still divides
+  and never added.
+- `Space.BEST` (`plan --best`, and the advice of `plan`): every micro batch up to `MAX_MICRO_BATCH` that divides the
+  batch per replica, recomputation from 'none', and interleaved schedules of every VP that divides a stage's layers.
+Both keep the global batch (unless `fit` scales it), precision, context parallelism and sequence length.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Optional
+
+from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.errors import ERROR, InvalidRecipeError
+from nemo_recipes.plan.hardware import Cluster
+from nemo_recipes.plan.layout import Layout
+from nemo_recipes.plan.memory import estimate_memory
+from nemo_recipes.plan.stack import program_for
+from nemo_recipes.plan.throughput import estimate_throughput
+from nemo_recipes.plan.validate import TIGHT_MEMORY_FRACTION, layout_problems, program_problems
+
+# Step times closer than this are a tie (the model cannot tell them apart): more memory headroom wins.
+TIE = 0.01
+# The largest micro batch the BEST space tries: beyond it GEMMs gain nothing and activations only grow.
+MAX_MICRO_BATCH = 8
+# Fields that describe a plan's layout; a candidate differs from the recipe only in these (and the batch).
+PLAN_FIELDS = ("tensor_parallel", "pipeline_parallel", "virtual_pipeline", "micro_batch_size", "recompute",
+               "recompute_num_layers", "distributed_optimizer", "global_batch_size")
+_RECOMPUTE_ORDER = ("none", "selective", "full")
+
+
+class Space(enum.Enum):
+    FIT = "fit"
+    BEST = "best"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One valid plan and what the models predict for it."""
+
+    spec: RecipeSpec
+    step_time_s: float
+    total_gib: Optional[float]       # None without a GPU type
+    capacity_gib: Optional[float]
+    breakdown: dict[str, float]
+
+    @property
+    def headroom_gib(self) -> Optional[float]:
+        return None if self.capacity_gib is None else self.capacity_gib - self.total_gib
+
+    @property
+    def tight(self) -> bool:
+        return self.capacity_gib is not None and self.headroom_gib < TIGHT_MEMORY_FRACTION * self.capacity_gib
+
+    def label(self) -> str:
+        s = self.spec
+        parts = [f"TP {s.tensor_parallel}", f"PP {s.pipeline_parallel}"]
+        if s.virtual_pipeline:
+            parts.append(f"VP {s.virtual_pipeline}")
+        parts.append(f"micro batch {s.micro_batch_size}")
+        recompute = s.recompute
+        if s.recompute == "full" and s.recompute_num_layers:
+            recompute += f" ({s.recompute_num_layers} layers/chunk)"
+        parts.append(f"recompute {recompute}")
+        return ", ".join(parts)
+
+
+def _with(spec: RecipeSpec, **changes: object) -> RecipeSpec:
+    """`spec` with plan fields changed, skipping the catalog's type checks: the search only writes positive ints,
+    None and booleans into fields that already hold valid values (the checks would cost most of the search)."""
+    copy = object.__new__(RecipeSpec)
+    copy.__dict__.update(spec.__dict__)
+    copy.__dict__.update(changes)
+    return copy
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _errors(spec: RecipeSpec, cluster: Cluster, layout: Layout) -> bool:
+    return any(p.severity == ERROR for p in layout_problems(spec, cluster, layout))
+
+
+def scaled_batch(per_replica: float, dp: int, micro_batch: int) -> int:
+    """The global batch keeping `per_replica` sequences per data-parallel replica, rounded to a multiple of
+    micro batch x DP."""
+    step = micro_batch * dp
+    return max(1, round(per_replica * dp / step)) * step
+
+
+def _virtuals(spec: RecipeSpec, p: int, m: int, slots: int, space: Space) -> list[Optional[int]]:
+    """Interleaving choices for PP = p with m micro-batches: Megatron needs m a multiple of p."""
+    if p < 2 or m % p or slots % p:
+        return [None]
+    divides = [v for v in _divisors(slots // p) if v > 1]
+    if space is Space.BEST:
+        return [None, *divides]
+    kept = [v for v in range(spec.virtual_pipeline or 1, 1, -1) if v in divides]
+    return [kept[0] if kept else None]
+
+
+def _micro_batches(spec: RecipeSpec, per_replica_batch: Optional[int], space: Space) -> list[int]:
+    """Micro batches to try, largest first; `per_replica_batch` (sequences per replica and step) when it is fixed."""
+    if space is Space.FIT or per_replica_batch is None:
+        return list(range(spec.micro_batch_size, 0, -1))
+    top = max(MAX_MICRO_BATCH, spec.micro_batch_size)
+    return [b for b in reversed(_divisors(per_replica_batch)) if b <= top]
+
+
+def _pipelines(spec: RecipeSpec) -> list[int]:
+    layers = spec.num_layers
+    sizes = set(_divisors(layers))
+    if spec.pipeline_counts_embedding_and_loss:
+        sizes |= {d for d in _divisors(layers + 2) if d > 1}
+    return sorted(sizes)
+
+
+def layouts(spec: RecipeSpec, cluster: Cluster, *, space: Space,
+            per_replica: Optional[float] = None) -> Iterator[RecipeSpec]:
+    """Every (TP, PP, VP, micro batch, distributed optimizer) the space allows on `cluster`, recompute as the recipe's.
+    `per_replica` (sequences per data-parallel replica) scales the global batch with DP; None keeps it."""
+    tps = [t for t in _divisors(cluster.gpus_per_node)
+           if spec.num_attention_heads % t == 0 and spec.kv_groups % t == 0 and spec.ffn_hidden_size % t == 0]
+    if spec.sequence_parallel is True:
+        tps = [t for t in tps if t > 1]
+    distributed = [True] if spec.distributed_optimizer else [False, True]
+    for t in tps:
+        for p in _pipelines(spec):
+            grid = Layout.of(_with(spec, tensor_parallel=t, pipeline_parallel=p, virtual_pipeline=None), cluster)
+            if not grid.world_divides:
+                continue
+            dp = grid.dp
+            fixed = None if per_replica is not None or spec.global_batch_size % dp else spec.global_batch_size // dp
+            for b in _micro_batches(spec, fixed, space):
+                gbs = spec.global_batch_size if per_replica is None else scaled_batch(per_replica, dp, b)
+                base = _with(spec, tensor_parallel=t, pipeline_parallel=p, virtual_pipeline=None,
+                             micro_batch_size=b, global_batch_size=gbs)
+                layout = Layout.of(base, cluster)
+                if not layout.batch_divides:
+                    continue
+                for v in _virtuals(spec, p, layout.microbatches, layout.pipeline_slots, space):
+                    for dist in distributed:
+                        yield _with(base, virtual_pipeline=v, distributed_optimizer=dist)
+
+
+def _memory(spec: RecipeSpec, cluster: Cluster, stack: Optional[str]) -> Optional[float]:
+    """Total GiB when `spec` has no error and fits (0.0 without a GPU type), else None."""
+    layout = Layout.of(spec, cluster)
+    if _errors(spec, cluster, layout):
+        return None
+    program = program_for(spec, cluster.gpu, stack, layout.interleaved)
+    if program_problems(spec, program):
+        return None
+    if cluster.gpu is None:
+        return 0.0
+    total = estimate_memory(spec, cluster, layout=layout, program=program).total
+    return total if total <= cluster.gpu.memory_gib else None
+
+
+def recompute_options(spec: RecipeSpec, base: RecipeSpec, cluster: Cluster, *, space: Space,
+                      stack: Optional[str]) -> Iterator[tuple[RecipeSpec, float]]:
+    """Each recompute mode that fits `base`'s layout, with full covering the fewest layers per chunk that fit."""
+    floor = "none" if space is Space.BEST or spec.recompute == "none" else "selective"
+    for mode in _RECOMPUTE_ORDER[_RECOMPUTE_ORDER.index(floor):]:
+        if mode != "full":
+            candidate = _with(base, recompute=mode, recompute_num_layers=None)
+            total = _memory(candidate, cluster, stack)
+            if total is not None:
+                yield candidate, total
+                if mode == "none":
+                    return  # recomputing more of the same layout only adds time
+            continue
+        everything = _with(base, recompute="full", recompute_num_layers=None)
+        if _memory(everything, cluster, stack) is None:
+            return
+        chunk = Layout.of(base, cluster).layers_per_chunk
+        low, high = 1, chunk  # memory falls as more layers are recomputed: find the fewest that fit
+        while low < high:
+            mid = (low + high) // 2
+            trial = _with(base, recompute="full", recompute_num_layers=mid)
+            if _memory(trial, cluster, stack) is None:
+                low = mid + 1
+            else:
+                high = mid
+        best = everything if low == chunk else _with(base, recompute="full", recompute_num_layers=low)
+        yield best, _memory(best, cluster, stack)
+
+
+def valid_plans(spec: RecipeSpec, cluster: Cluster, *, space: Space, stack: Optional[str] = None,
+                per_replica: Optional[float] = None) -> Iterator[tuple[RecipeSpec, float]]:
+    """Every valid plan of the space, with its total GiB (0.0 without a GPU type)."""
+    for base in layouts(spec, cluster, space=space, per_replica=per_replica):
+        yield from recompute_options(spec, base, cluster, space=space, stack=stack)
+
+
+def evaluate(spec: RecipeSpec, cluster: Cluster, total: Optional[float], stack: Optional[str]) -> Candidate:
+    throughput = estimate_throughput(spec, cluster, stack=stack)
+    return Candidate(spec=spec, step_time_s=throughput.step_time_s,
+                     total_gib=None if cluster.gpu is None else total,
+                     capacity_gib=None if cluster.gpu is None else cluster.gpu.memory_gib,
+                     breakdown=dict(throughput.breakdown_s))
+
+
+def changed_fields(a: RecipeSpec, b: RecipeSpec) -> dict[str, object]:
+    """The plan fields whose values differ, with `b`'s values."""
+    return {f: getattr(b, f) for f in PLAN_FIELDS if getattr(a, f) != getattr(b, f)}
+
+
+def rank(candidates: Iterable[Candidate], reference: RecipeSpec) -> list[Candidate]:
+    """Fastest first; within `TIE` of the fastest, more headroom first (then fewer changes from `reference`); plans
+    with under 5 % headroom after all others."""
+    ordered = sorted(candidates, key=lambda c: (c.tight, c.step_time_s))
+    if not ordered:
+        return []
+    lead = ordered[0]
+    ties = [c for c in ordered if c.tight == lead.tight and c.step_time_s <= lead.step_time_s * (1 + TIE)]
+    ties.sort(key=lambda c: (-(c.headroom_gib or 0.0), len(changed_fields(reference, c.spec)),
+                             -c.spec.micro_batch_size))
+    rest = [c for c in ordered if c not in ties]
+    return ties + rest
+
+
+def ranked_plans(spec: RecipeSpec, cluster: Cluster, *, space: Space, stack: Optional[str] = None,
+                 per_replica: Optional[float] = None) -> list[Candidate]:
+    """The valid plans of the space, ranked (see `rank`)."""
+    candidates = []
+    for candidate, total in valid_plans(spec, cluster, space=space, stack=stack, per_replica=per_replica):
+        try:
+            candidates.append(evaluate(candidate, cluster, total, stack))
+        except InvalidRecipeError:  # a plan the throughput model refuses is not valid either
+            continue
+    return rank(candidates, spec)
+
+
+def summary(candidate: Candidate) -> str:
+    """'1.23 s per step, 71.2 of 79.6 GiB'."""
+    text = f"{candidate.step_time_s:.3g} s per step"
+    if candidate.total_gib is not None:
+        text += f", {candidate.total_gib:.1f} of {candidate.capacity_gib:g} GiB"
+    return text
+
+
+def explain(winner: Candidate, other: Optional[Candidate], *, other_name: str = "runner-up") -> str:
+    """Why `winner` beats `other`: the other's step time and the parts of the step that differ most."""
+    if other is None:
+        return "the only valid plan in the search"
+    slower = 100.0 * (other.step_time_s / winner.step_time_s - 1.0)
+    deltas = sorted(((other.breakdown.get(k, 0.0) - winner.breakdown.get(k, 0.0), k)
+                     for k in set(winner.breakdown) | set(other.breakdown)), key=lambda d: (-abs(d[0]), d[1]))
+    parts = [f"{k.replace('_', ' ')} {d:+.3g} s" for d, k in deltas[:3] if abs(d) > 1e-4 * other.step_time_s]
+    memory = "" if other.total_gib is None else f", {other.total_gib:.1f} GiB"
+    text = f"{other_name} ({other.label()}) takes {other.step_time_s:.3g} s per step ({slower:+.1f} %){memory}"
+    if parts:
+        text += f", spending {', '.join(parts)}"
+    if winner.headroom_gib is not None and other.headroom_gib is not None and abs(slower) < 100 * TIE:
+        text += (f"; a tie within {100 * TIE:g} %, decided by memory headroom ({winner.headroom_gib:.1f} against "
+                 f"{other.headroom_gib:.1f} GiB)")
+    return text
