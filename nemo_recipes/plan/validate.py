@@ -14,7 +14,7 @@ from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import ERROR, WARNING, Problem
 from nemo_recipes.plan.hardware import GPUS, Cluster
 from nemo_recipes.plan.memory import MemoryBreakdown, estimate_memory
-from nemo_recipes.plan.report import PlanReport
+from nemo_recipes.plan.report import PlanReport, check_inputs
 
 # Warn when the predicted total is within this fraction of capacity: the activation model is exact for the paper's
 # analytic values, but the "other" allowance is an estimate of a few GiB.
@@ -186,7 +186,25 @@ def sequence_parallel_rule(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
             "tensor_parallel > 1 (tensor_parallel is 1).",
             "set sequence_parallel to None (automatic: on when TP > 1) or False, or use tensor_parallel > 1.",
         )]
-    return []
+    return _sequence_split_problems(spec)
+
+
+def _sequence_split_problems(spec: RecipeSpec) -> list[Problem]:
+    """Sequence parallelism splits each rank's sequence (seq_length / CP tokens) into TP equal parts; Megatron-Core
+    asserts that they divide (`tensor_parallel/mappings.py`, first forward step)."""
+    t, c, s = spec.tensor_parallel, spec.context_parallel, spec.seq_length
+    if not spec.sequence_parallel_enabled or s % (t * c) == 0:
+        return []
+    multiple = t * c if c == 1 else math.lcm(t * c, 2 * c)
+    what = "each sequence" if c == 1 else f"each rank's share of a sequence (seq_length / CP {c})"
+    product = f"TP = {t}" if c == 1 else f"TP x CP = {t * c}"
+    return [Problem(
+        "seq_length", s,
+        f"sequence parallelism (on when TP > 1) splits {what} over tensor_parallel={t} ranks, so seq_length must be "
+        f"divisible by {product}; Megatron-Core asserts it at the first step.",
+        f"use a seq_length that is a multiple of {multiple} (e.g. {max(multiple, s // multiple * multiple)}), or "
+        "set sequence_parallel=False.",
+    )]
 
 
 # ---- batch ----
@@ -397,6 +415,7 @@ def validate(spec: RecipeSpec, cluster: Cluster, *, flash_attention: bool = Fals
     `flash_attention=True` models a Transformer Engine build (no stored attention scores); the default models
     Megatron-Core's local layer spec, which is what runs without Transformer Engine.
     """
+    check_inputs(spec, cluster)
     problems = layout_problems(spec, cluster)
     memory = None
     if cluster.gpu is not None:
