@@ -81,9 +81,22 @@ def shown(value: Any) -> str:
         text = repr(value)
     except Exception:  # an object whose repr fails is still named by its type
         text = f"<{type(value).__name__}>"
+    if looks_secret(text):
+        return REDACTED_VALUE
     if len(text) > _SHOWN_CHARS:
         text = f"{text[:_SHOWN_CHARS - 40]}...{text[-30:]} ({len(text)} characters)"
     return text
+
+
+# A value that looks like a credential (a token given where a number or a name belongs) is never quoted back:
+# messages end up in terminals, CI logs and issue reports.
+REDACTED_VALUE = "<redacted: looks like a secret>"
+
+
+def looks_secret(text: str) -> bool:
+    from nemo_recipes.executors.secrets import token_like  # standard library only; imported late (it imports us)
+
+    return token_like(text) is not None
 
 
 def jsonable(value: Any) -> Any:
@@ -93,6 +106,8 @@ def jsonable(value: Any) -> Any:
         return shown(value)
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)
+    if isinstance(value, str) and looks_secret(value):
+        return REDACTED_VALUE
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (list, tuple)):
