@@ -297,3 +297,39 @@ def test_every_plan_json_answer_has_the_plan_keys(cli_in_process, argv):
     data = json.loads(out)
     assert code == 2
     assert data["valid"] is False and data["problems"] is not None and "memory_gib" in data
+
+
+def test_an_unreadable_file_to_diff_is_a_message(cli_in_process, tmp_path, monkeypatch):
+    from nemo_recipes.cli import diff
+
+    path = tmp_path / "mine.yaml"
+    path.write_text("a: 1\n")
+
+    def unreadable(*args, **kwargs):  # as chmod 0 would be, for any user (root reads everything)
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(diff, "open", unreadable, raising=False)
+    code, _, err = cli_in_process("diff", "gpt_7b", str(path))
+    assert code == 2 and "cannot be read: Permission denied" in err
+
+
+@pytest.mark.nemo
+def test_a_job_the_scheduler_refuses_is_one_message_in_the_example(monkeypatch, capsys, tmp_path):
+    """An unknown partition is known only to the scheduler: sbatch refuses it when NeMo-Run submits."""
+    import nemo_run
+
+    sys.path.insert(0, str(EXAMPLE.parent))
+    try:
+        import pretrain_gpt
+    finally:
+        sys.path.pop(0)
+
+    def refuse(self, *args, **kwargs):
+        raise RuntimeError("sbatch: error: invalid partition specified: nope")
+
+    monkeypatch.setattr(nemo_run.Experiment, "run", refuse)
+    monkeypatch.chdir(tmp_path)
+    assert pretrain_gpt.main(["--recipe", "gpt_1_3b", "--executor", "local", "--devices", "8"]) == 1
+    err = capsys.readouterr().err
+    assert "the job was not submitted: RuntimeError: sbatch: error: invalid partition specified: nope" in err
+    assert "Fix: check the account, partition" in err and "Traceback" not in err
