@@ -189,8 +189,8 @@ def _scaling(spec: RecipeSpec, cluster: Cluster) -> list:
 
     points = []
     for nodes in sorted({max(1, int(cluster.nodes * f)) for f in (0.25, 0.5, 1, 2, 4, 8)}):
-        candidate = Cluster.of(nodes, cluster.gpus_per_node, cluster.gpu)
-        try:
+        try:  # beyond the bounds of a cluster, no point
+            candidate = Cluster.of(nodes, cluster.gpus_per_node, cluster.gpu)
             sized = spec.replace(num_nodes=nodes)
         except InvalidRecipeError:
             continue
