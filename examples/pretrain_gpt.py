@@ -8,11 +8,11 @@
 --dryrun prints what would be submitted (sbatch script, TrainJob manifest or torchrun command) and submits nothing.
 --check submits examples/dist_check.py under torchrun instead of training, on the same executor, after validating
 the recipe on that hardware: a CPU-friendly way to prove a cluster setup (NeMo's training loop needs CUDA).
---set KEY=VALUE overrides a recipe field (e.g. --set global_batch_size=2048); repeat it for more.
+--set KEY=VALUE overrides a recipe field (e.g. --set global_batch_size=2048), read as `nemo-recipes show NAME
+KEY=VALUE` reads it; repeat it for more. A flag the executor does not take (--devices for Slurm) is refused.
 """
 
 import argparse
-import ast
 import os
 import sys
 import time
@@ -31,7 +31,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--nodes", type=int, help="slurm/kubernetes: nodes")
     p.add_argument("--gpus-per-node", type=int, help="slurm/kubernetes: GPUs per node (0: CPU-only Slurm)")
     p.add_argument("--processes-per-node", type=int, help="slurm/kubernetes: ranks per node (default: GPUs)")
-    p.add_argument("--account", default=os.environ.get("SBATCH_ACCOUNT"), help="slurm: account")
+    p.add_argument("--account", help="slurm: account (default: $SBATCH_ACCOUNT)")
     p.add_argument("--partition", help="slurm: partition")
     p.add_argument("--time", help="slurm: time limit")
     p.add_argument("--no-container", action="store_true", help="slurm: run on the nodes' own Python")
@@ -45,44 +45,93 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _value(text: str):
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
+# The executor flags each preset takes: flag attribute -> preset argument.
+PRESET_FLAGS = {
+    "local": {"devices": "devices", "gpu": "gpu"},
+    "slurm": {"nodes": "nodes", "gpus_per_node": "gpus_per_node", "processes_per_node": "processes_per_node",
+              "account": "account", "partition": "partition", "time": "time", "gpu": "gpu",
+              "no_container": "container_image"},
+    "kubernetes": {"nodes": "nodes", "gpus_per_node": "gpus_per_node", "processes_per_node": "processes_per_node",
+                   "namespace": "namespace", "gpu": "gpu", "trainer_version": "trainer_version"},
+}
 
 
 def executor_arguments(args: argparse.Namespace) -> dict:
-    names = {
-        "local": {"devices": "devices", "gpu": "gpu"},
-        "slurm": {"nodes": "nodes", "gpus_per_node": "gpus_per_node", "processes_per_node": "processes_per_node",
-                  "account": "account", "partition": "partition", "time": "time", "gpu": "gpu"},
-        "kubernetes": {"nodes": "nodes", "gpus_per_node": "gpus_per_node", "processes_per_node": "processes_per_node",
-                       "namespace": "namespace", "gpu": "gpu", "trainer_version": "trainer_version"},
-    }
+    """The preset arguments the flags give. A flag the executor's preset does not take is refused rather than
+    dropped (`--devices 8` means nothing to Slurm), and Slurm's account comes from --account, $SBATCH_ACCOUNT or
+    the profile, or is reported missing."""
+    from nemo_recipes.errors import InvalidRecipeError, Problem
     from nemo_recipes.executors.profiles import PRESET_NAMES, get_profile
 
-    preset = args.executor if args.executor in PRESET_NAMES else get_profile(args.executor).preset
-    kwargs = {key: getattr(args, attr) for attr, key in names[preset].items() if getattr(args, attr) is not None}
-    if preset == "slurm" and args.no_container:
-        kwargs["container_image"] = None
-    if preset == "slurm" and args.check:  # the job must find this Python (and its torchrun)
-        kwargs["env"] = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    profile = None if args.executor in PRESET_NAMES else get_profile(args.executor)
+    preset = profile.preset if profile else args.executor
+    names = PRESET_FLAGS[preset]
+    where = f" (profile {args.executor})" if profile else ""
+    problems = [Problem(f"--{attr.replace('_', '-')}", value, f"does not apply to the {preset} executor{where}.",
+                        f"drop it; the {preset} executor takes "
+                        f"{', '.join('--' + a.replace('_', '-') for a in names)}.")
+                for attr, value in vars(args).items()
+                if attr in _EXECUTOR_FLAGS and attr not in names and value is not None and value is not False]
+    kwargs = {key: getattr(args, attr) for attr, key in names.items()
+              if attr != "no_container" and getattr(args, attr) is not None}
+    if preset == "slurm":
+        if args.no_container:
+            kwargs["container_image"] = None
+        if "account" not in kwargs and os.environ.get("SBATCH_ACCOUNT"):
+            kwargs["account"] = os.environ["SBATCH_ACCOUNT"]
+        if "account" not in kwargs and not (profile and "account" in profile.args):
+            problems.append(Problem("--account", None, "the slurm executor needs a Slurm account.",
+                                    "give --account NAME or export SBATCH_ACCOUNT=NAME (sacctmgr show assoc "
+                                    "user=$USER lists yours)."))
+        if args.check:  # the job must find this Python (and its torchrun)
+            kwargs["env"] = {"PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    if problems:
+        raise InvalidRecipeError(problems, context="executor flags")
     return kwargs
+
+
+_EXECUTOR_FLAGS = {attr for names in PRESET_FLAGS.values() for attr in names}
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    try:
+        return pretrain(args)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as error:  # one message, never a traceback (NEMO_RECIPES_DEBUG=1 shows it)
+        if os.environ.get("NEMO_RECIPES_DEBUG", "") not in ("", "0"):
+            raise
+        print(f"{Path(__file__).name}: internal error ({type(error).__name__}: {error}); run again with "
+              "NEMO_RECIPES_DEBUG=1 for the traceback.", file=sys.stderr)
+        return 1
+
+
+def pretrain(args: argparse.Namespace) -> int:
     import nemo_run as run
 
     import nemo_recipes
-    from nemo_recipes.errors import RecipeError
+    from nemo_recipes.catalog import get_recipe, plain_name_problems
+    from nemo_recipes.errors import InvalidRecipeError, RecipeError
     from nemo_recipes.executors import RecipePlugin, executor_for
+    from nemo_recipes.overrides import apply_overrides, parse_overrides
 
     try:
-        overrides = dict(item.split("=", 1) for item in args.set)
-        recipe = getattr(nemo_recipes, args.recipe)(**{k: _value(v) for k, v in overrides.items()})
-        executor, gpu = executor_for(args.executor, **executor_arguments(args))
+        problems = plain_name_problems("name", args.name) if args.name is not None else []
+        try:
+            spec, _ = apply_overrides(get_recipe(args.recipe), args.set)
+        except InvalidRecipeError as error:
+            problems, spec = problems + error.problems, None
+            if error.problems[0].field == "recipe":  # the items were not read: no recipe to apply them to
+                problems += parse_overrides(args.set)[1]
+        try:
+            executor_kwargs = executor_arguments(args)
+        except InvalidRecipeError as error:
+            problems, executor_kwargs = problems + error.problems, {}
+        if problems:
+            raise InvalidRecipeError(problems, context=f"{Path(__file__).name}")
+        recipe = nemo_recipes.build_recipe(spec)
+        executor, gpu = executor_for(args.executor, **executor_kwargs)
         plugin = RecipePlugin(gpu=gpu)
         if args.check:
             # Validate the recipe on this hardware exactly as a training submission would, then run the CPU check.
@@ -99,7 +148,13 @@ def main(argv=None) -> int:
             return 0
         with run.Experiment(args.name or args.recipe, executor=executor) as exp:
             job = exp.add(task, executor=executor, name=args.recipe, plugins=plugins)
-            exp.run(detach=True)
+            try:
+                exp.run(detach=True)
+            except Exception as error:  # the scheduler refusing the job (account, partition, ...), in its words
+                print(f"{args.executor}: the job was not submitted: {type(error).__name__}: {error}\nFix: check the "
+                      "account, partition, QoS and time limit the cluster accepts (sinfo -s; sacctmgr show assoc "
+                      "user=$USER).", file=sys.stderr)
+                return 1
     except RecipeError as error:
         print(error, file=sys.stderr)
         return 2

@@ -287,6 +287,42 @@ _POSITIVE_INTS = {"num_layers", "hidden_size", "num_attention_heads", "ffn_hidde
                   "micro_batch_size", "global_batch_size", "num_nodes", "num_gpus_per_node", "warmup_tokens",
                   "decay_tokens", "train_tokens"}
 
+# Upper bounds of integer fields. Each lies far beyond any model or cluster trained so far, so a value above it is a
+# typo (an extra zero, a unit); the bounds also keep the planner's searches, which step through divisors, layers and
+# micro batches, instant, and every count inside the 64-bit integers Megatron, PyTorch and NumPy compute with.
+INT64_MAX = 2**63 - 1
+_COUNT_MAX = 4096      # layers, heads, parallel sizes, micro batch, GPUs per node: the deepest models have ~1000 layers
+_NODES_MAX = 2**17     # 131,072 nodes: over a million GPUs at 8 per node; the largest clusters have ~100,000 GPUs
+_SIZE_MAX = 2**24      # hidden, FFN, vocabulary, sequence, global batch: largest used ~10^5 (context: 10^7 tokens)
+INT_BOUNDS: dict[str, int] = {
+    **dict.fromkeys(("num_layers", "num_attention_heads", "num_query_groups", "tensor_parallel", "pipeline_parallel",
+                     "context_parallel", "virtual_pipeline", "recompute_num_layers", "micro_batch_size",
+                     "num_gpus_per_node"), _COUNT_MAX),
+    "num_nodes": _NODES_MAX,
+    **dict.fromkeys(("hidden_size", "ffn_hidden_size", "vocab_size", "make_vocab_size_divisible_by", "seq_length",
+                     "global_batch_size"), _SIZE_MAX),
+    **dict.fromkeys(("warmup_tokens", "decay_tokens", "train_tokens", "checkpoint_every_steps"), INT64_MAX),
+}
+# Characters that may not appear in a recipe name: it becomes a directory name (NeMo's log directory, NeMo-Run's
+# experiment directory), so a separator or '..' would write outside the directory it belongs in.
+_NAME_FORBIDDEN = ("/", "\\")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_finite(value: Any) -> bool:
+    """True for a number that is neither NaN nor infinite; an int too large for a float counts as infinite."""
+    try:
+        return _is_number(value) and math.isfinite(value)
+    except OverflowError:
+        return False
+
 
 def _type_problems(spec: RecipeSpec) -> list[Problem]:
     problems = []
@@ -297,23 +333,109 @@ def _type_problems(spec: RecipeSpec) -> list[Problem]:
                                     f"set {name} to {_describe(hint)}."))
         elif name in _POSITIVE_INTS and value < 1:
             problems.append(Problem(name, value, "must be at least 1.", f"set {name} to a positive integer."))
+        elif _is_number(value) and name not in INT_BOUNDS and not is_finite(value):
+            problems.append(Problem(name, value, "must be a finite number.", f"set {name} to a finite number."))
     for name in ("virtual_pipeline", "num_query_groups", "recompute_num_layers", "checkpoint_every_steps"):
         value = getattr(spec, name)
-        if isinstance(value, int) and not isinstance(value, bool) and value < 1:
+        if _is_int(value) and value < 1:
             problems.append(Problem(name, value, "must be at least 1 or unset.",
                                     f"set {name} to a positive integer or None."))
+    problems += _bound_problems(spec)
     value = spec.checkpoint_every_minutes
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 < value < math.inf:
+    if is_finite(value) and not value > 0:
         problems.append(Problem("checkpoint_every_minutes", value, "must be a positive, finite number of minutes "
                                 "or unset.", "set checkpoint_every_minutes to e.g. 15, or None for no time interval."))
-    for name in ("max_lr", "adam_eps", "clip_grad"):
-        value = getattr(spec, name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and not value > 0:
-            problems.append(Problem(name, value, "must be positive.", f"set {name} to a number above 0."))
+    problems += _optimizer_problems(spec)
     for name in ("min_lr_ratio", "adam_beta1", "adam_beta2", "hidden_dropout", "attention_dropout"):
         value = getattr(spec, name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0 <= value < 1:
+        if _is_number(value) and not 0 <= value < 1:
             problems.append(Problem(name, value, "must be in [0, 1).", f"set {name} between 0 and 1."))
+    if isinstance(spec.name, str):  # otherwise reported as a type problem above
+        problems += plain_name_problems("name", spec.name)
+    if not problems:  # cross-field checks need every field to be of its type
+        problems += _schedule_problems(spec)
+    return problems
+
+
+def _bound_problems(spec: RecipeSpec) -> list[Problem]:
+    problems = []
+    for name, bound in INT_BOUNDS.items():
+        value = getattr(spec, name)
+        if _is_int(value) and value > bound:
+            why = ("Megatron, PyTorch and NumPy count it in 64-bit integers" if bound == INT64_MAX
+                   else "far beyond any model or cluster trained so far: most likely a typo")
+            problems.append(Problem(name, value, f"is larger than {bound:,} ({why}).",
+                                    f"set {name} to at most {bound:,}."))
+    return problems
+
+
+def _optimizer_problems(spec: RecipeSpec) -> list[Problem]:
+    problems = []
+    for name in ("max_lr", "adam_eps", "clip_grad"):
+        value = getattr(spec, name)
+        if is_finite(value) and not value > 0:
+            problems.append(Problem(name, value, "must be positive.", f"set {name} to a number above 0."))
+    # An AdamW step moves each weight by about the learning rate; weights start near 0.006-0.02, so a rate of 1 or
+    # more changes every weight by more than its own size and training diverges at once (published rates: 1e-5-1e-2).
+    if is_finite(spec.max_lr) and spec.max_lr >= 1:
+        problems.append(Problem("max_lr", spec.max_lr, "must be below 1: AdamW moves each weight by about max_lr per "
+                                "step, more than the weights' own size.", "set max_lr to e.g. 3e-4."))
+    # Adam divides by sqrt(v) + eps, where sqrt(v) is about a gradient's size (1e-3 and less): an eps of 1 or more
+    # drowns it and leaves momentum SGD with a learning rate divided by eps.
+    if is_finite(spec.adam_eps) and spec.adam_eps >= 1:
+        problems.append(Problem("adam_eps", spec.adam_eps, "must be below 1: it would drown the gradient statistics "
+                                "Adam divides by.", "set adam_eps to e.g. 1e-8."))
+    wd = spec.weight_decay
+    if is_finite(wd) and wd < 0:
+        problems.append(Problem("weight_decay", wd, "must be 0 or more (a negative decay grows the weights).",
+                                "set weight_decay to e.g. 0.1, or 0 for none."))
+    # Decoupled weight decay multiplies every weight by (1 - lr x wd) each step: at 1 or more it zeroes or flips them.
+    elif is_finite(wd) and is_finite(spec.max_lr) and 0 < spec.max_lr < 1 and spec.max_lr * wd >= 1:
+        problems.append(Problem("weight_decay", wd, f"max_lr x weight_decay = {spec.max_lr * wd:g} is 1 or more: "
+                                "AdamW would zero or flip the sign of every weight each step.",
+                                f"set weight_decay below {1 / spec.max_lr:g} (GPT-3: 0.1)."))
+    return problems
+
+
+def plain_name_problems(field: str, name: Any) -> list[Problem]:
+    """Problems unless `name` can be one directory name (a recipe, experiment or log name): NeMo-Run and NeMo make
+    directories of them, so a separator or '..' would write outside the directory they belong in."""
+    if not isinstance(name, str):
+        return [Problem(field, name, "must be a string.", f"give {field} as a name.")]
+    if (not name.strip() or name in (".", "..") or any(c in name for c in _NAME_FORBIDDEN)
+            or any(ord(c) < 32 or ord(c) == 127 for c in name)):
+        return [Problem(field, name, "must be a plain name: it becomes a directory name, so no '/' or '\\', "
+                        "not '.' or '..', no control characters.", f"use letters, digits, '_', '-' and '.', e.g. "
+                        f"{field}=gpt_7b_run1.")]
+    return []
+
+
+def _schedule_problems(spec: RecipeSpec) -> list[Problem]:
+    """The token budgets must nest: warmup <= decay <= train, and one step no larger than the run. NeMo's
+    CosineAnnealing would otherwise run another schedule than the spec says, without a word: a decay beyond the run is
+    cut to the run, a warmup beyond the decay drops to min LR right after warmup, a step beyond the run trains more
+    tokens than asked for."""
+    problems = []
+    warmup, decay, train, step = spec.warmup_tokens, spec.decay_tokens, spec.train_tokens, spec.tokens_per_step
+    if step > train:
+        problems.append(Problem(
+            "global_batch_size", spec.global_batch_size,
+            f"one step (global batch x seq_length = {step:,} tokens) holds more than the whole run "
+            f"(train_tokens={train:,}).", f"lower global_batch_size to at most {max(1, train // spec.seq_length):,}, "
+            "or raise train_tokens."))
+    if warmup > train:
+        problems.append(Problem("warmup_tokens", warmup, f"the warmup is longer than the whole run "
+                                f"(train_tokens={train:,}).", "set warmup_tokens to a small share of train_tokens "
+                                "(GPT-3: 375M of 300B), or raise train_tokens."))
+    elif warmup > decay:
+        problems.append(Problem("warmup_tokens", warmup, f"the warmup outlasts the cosine decay, which ends at "
+                                f"decay_tokens={decay:,}: the learning rate would drop to min LR right after warmup.",
+                                "set warmup_tokens below decay_tokens, or raise decay_tokens."))
+    if decay > train:
+        problems.append(Problem("decay_tokens", decay, f"the cosine decay ends after the run (train_tokens={train:,}); "
+                                "NeMo would silently decay to min LR by the end of the run instead.",
+                                f"set decay_tokens to at most train_tokens (GPT-3: 260B of 300B), e.g. "
+                                f"decay_tokens={train * 13 // 15:,}, or raise train_tokens."))
     return problems
 
 
@@ -419,6 +541,14 @@ DERIVED_SOURCES: dict[str, str] = {
 }
 
 
+def not_a_spec(value: Any, field: str = "spec") -> list[Problem]:
+    """The problem of passing something else where a RecipeSpec belongs (the Python API's wrong types)."""
+    if isinstance(value, RecipeSpec):
+        return []
+    return [Problem(field, value, "must be a RecipeSpec.",
+                    "pass nemo_recipes.get_recipe(name), or a RecipeSpec made from one with .replace().")]
+
+
 def field_names() -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(RecipeSpec))
 
@@ -429,6 +559,9 @@ def recipe_names() -> tuple[str, ...]:
 
 def get_recipe(name: str) -> RecipeSpec:
     """The table row called `name`, or an error listing the known names."""
+    if not isinstance(name, str):
+        raise InvalidRecipeError([Problem("recipe", name, "must be a recipe name (a string).",
+                                          f"use one of: {', '.join(RECIPES)}.")])
     try:
         return RECIPES[name]
     except KeyError:
@@ -440,7 +573,9 @@ def get_recipe(name: str) -> RecipeSpec:
 
 def closest_recipe(num_parameters: float) -> RecipeSpec:
     """The recipe whose parameter count is closest to `num_parameters` on a log scale."""
-    if not num_parameters > 0:
-        raise InvalidRecipeError([Problem("num_parameters", num_parameters, "must be positive.",
+    if not is_finite(num_parameters) or not num_parameters > 0:
+        raise InvalidRecipeError([Problem("num_parameters", num_parameters, "must be a positive, finite number.",
                                           "give a parameter count such as 30e9.")])
-    return min(RECIPES.values(), key=lambda s: abs(math.log(s.num_parameters / num_parameters)))
+    # Compared as logarithms, so that no ratio of two counts can overflow or vanish.
+    target = math.log(num_parameters)
+    return min(RECIPES.values(), key=lambda s: abs(math.log(s.num_parameters) - target))

@@ -6,6 +6,7 @@ Standard library only: the catalog, the planner and the fast CLI verbs raise the
 from __future__ import annotations
 
 import difflib
+import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -33,7 +34,7 @@ class Problem:
         }
 
     def __str__(self) -> str:
-        return f"{self.severity}: {self.field}={self.value!r}: {self.message} Fix: {self.fix}"
+        return f"{self.severity}: {self.field}={shown(self.value)}: {self.message} Fix: {self.fix}"
 
 
 class RecipeError(ValueError):
@@ -53,14 +54,60 @@ class InvalidRecipeError(RecipeError):
         super().__init__("\n".join(lines))
 
 
+def raise_if_any(problems: Iterable[Problem], *, context: str = "") -> None:
+    """Raise one InvalidRecipeError carrying `problems`, when there are any."""
+    problems = list(problems)
+    if problems:
+        raise InvalidRecipeError(problems, context=context)
+
+
 def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     """' (did you mean 'x'?)' for the closest candidate, or '' when none is close."""
-    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+# Longest repr of a value quoted in a message: a pasted file or a runaway number must not flood the terminal.
+_SHOWN_CHARS = 200
+# Integers beyond this many bits are quoted by their size: Python refuses to print integers of over 4300 digits.
+_SHOWN_BITS = 256
+
+
+def shown(value: Any) -> str:
+    """`repr(value)` for a message: a huge integer by its number of digits, a long repr cut in the middle."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > _SHOWN_BITS:
+        return f"<an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits>"
+    try:
+        text = repr(value)
+    except Exception:  # an object whose repr fails is still named by its type
+        text = f"<{type(value).__name__}>"
+    if looks_secret(text):
+        return REDACTED_VALUE
+    if len(text) > _SHOWN_CHARS:
+        text = f"{text[:_SHOWN_CHARS - 40]}...{text[-30:]} ({len(text)} characters)"
+    return text
+
+
+# A value that looks like a credential (a token given where a number or a name belongs) is never quoted back:
+# messages end up in terminals, CI logs and issue reports.
+REDACTED_VALUE = "<redacted: looks like a secret>"
+
+
+def looks_secret(text: str) -> bool:
+    from nemo_recipes.executors.secrets import token_like  # standard library only; imported late (it imports us)
+
+    return token_like(text) is not None
+
+
 def jsonable(value: Any) -> Any:
-    """`value` as plain JSON data: containers recursively, anything else unknown as its repr."""
+    """`value` as plain JSON data: containers recursively, anything else unknown (or a number JSON cannot carry:
+    NaN, infinity, a huge integer) as its repr."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > _SHOWN_BITS:
+        return shown(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)
+    if isinstance(value, str) and looks_secret(value):
+        return REDACTED_VALUE
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (list, tuple)):

@@ -93,6 +93,10 @@ def test_to_yaml_round_trips(tmp_path):
     ("gpt_13b(tensor_parallel=3)", "tensor_parallel", "num_attention_heads"),
     ("gpt_13b(micro_batch_sise=2)", "micro_batch_sise", "did you mean 'micro_batch_size'?"),
     ("gpt_13b(precision=fp9)", "precision", "one of 'bf16', 'fp16', 'fp8'"),
+    # Issue 13: a positional argument was taken as the name; "four" got NeMo-Run's nested "Failed to parse".
+    ("gpt_7b(4)", "positional argument", "takes keyword arguments only"),
+    ("gpt_7b(num_nodes=four)", "num_nodes='four'", "must be an integer. Fix: set num_nodes"),
+    ("gpt_7b(max_lr=inf)", "max_lr=inf", "must be a finite number"),
 ])
 def test_bad_input_gets_one_clear_message(tmp_path, factory, field, expected):
     done = subprocess.run([NEMO, "llm", "pretrain", "--factory", factory, "--dryrun", "--yes"],

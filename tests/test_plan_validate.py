@@ -318,6 +318,8 @@ def test_validate_never_crashes_and_agrees_with_the_divisibility_rules(shape):
         "global_batch_size": world % mp == 0 and spec.global_batch_size % (spec.micro_batch_size * world // mp) != 0,
         "context_parallel": spec.context_parallel > 1 and spec.seq_length % (2 * spec.context_parallel) != 0,
         "sequence_parallel": spec.sequence_parallel is True and spec.tensor_parallel == 1,
+        "seq_length": spec.sequence_parallel_enabled and spec.tensor_parallel > 1
+        and spec.seq_length % (spec.tensor_parallel * spec.context_parallel) != 0,
     }
     error_fields = {p.field for p in report.errors}
     for field, is_broken in broken.items():

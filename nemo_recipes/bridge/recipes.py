@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import nemo_run as run
 from nemo.collections.llm.api import pretrain
@@ -19,15 +19,23 @@ from nemo.collections.llm.api import pretrain
 from nemo_recipes.bridge import parts
 from nemo_recipes.bridge.model import model
 from nemo_recipes.bridge.overlap import comm_overlap_callbacks
-from nemo_recipes.catalog import RECIPES, RecipeSpec, get_recipe
+from nemo_recipes.catalog import RECIPES, RecipeSpec, get_recipe, not_a_spec, plain_name_problems
+from nemo_recipes.errors import Problem, raise_if_any
+from nemo_recipes.overrides import read_value
 from nemo_recipes.plan import Cluster, validate
 
 # Catalog fields that describe the row itself rather than a knob a user turns.
 _NOT_KNOBS = ("name", "size_label", "default_gpu")
+_POSITIONAL = "_positional"
 
 
 def build_recipe(spec: RecipeSpec, *, name: str = "default", dir: Optional[str] = None) -> run.Partial:
     """The `run.Partial` of `llm.pretrain` for `spec`, after checking the spec on its own cluster size."""
+    problems = not_a_spec(spec) + plain_name_problems("name", name)
+    if dir is not None and (not isinstance(dir, str) or not dir.strip() or "\0" in dir):
+        problems.append(Problem("dir", dir, "must be a directory path or None.", "give dir='/results', or leave it "
+                                "unset for NeMo's default."))
+    raise_if_any(problems, context="build_recipe")
     validate(spec, Cluster.of(spec.num_nodes, spec.num_gpus_per_node)).raise_if_invalid()
     trainer = parts.trainer(spec, callbacks=comm_overlap_callbacks(spec))
     if spec.pipeline_counts_embedding_and_loss:
@@ -50,24 +58,48 @@ def knob_names() -> tuple[str, ...]:
 
 
 def _cli_annotation(hint: Any) -> Any:
-    # The catalog keeps lists as tuples (hashable, frozen); on the command line they are lists.
-    if typing.get_origin(hint) is tuple:
-        return Optional[list[typing.get_args(hint)[0]]]
-    # Choices reach the catalog as plain strings, so that a wrong one gets the catalog's one-line message
-    # (field, allowed values, fix) rather than NeMo-Run's nested parse error.
-    if typing.get_origin(hint) is Literal:
+    """What NeMo-Run parses a factory argument as. A value that is not of the field's type must reach the catalog
+    as text, so that it gets the catalog's one-line message (field, value, fix) rather than NeMo-Run's nested
+    "Failed to parse" error: choices are plain strings, and every other type also accepts a string."""
+    origin = typing.get_origin(hint)
+    if origin is Literal:
         return str
-    return hint
+    if origin is tuple:  # the catalog keeps lists as tuples (hashable, frozen); on the command line they are lists
+        return Optional[Union[list[typing.get_args(hint)[0]], str]]
+    if hint is str or hint == Optional[str]:
+        return hint
+    return Union[hint, str]
+
+
+def _lists_from_text(overrides: dict[str, Any], hints: dict[str, Any]) -> dict[str, Any]:
+    """NeMo-Run hands over a list it cannot parse (`data_paths=[/a/web, /a/code]`, unquoted) as its text; it is read
+    as `nemo-recipes show key=[a,b]` reads it. Other text is left for the catalog to judge."""
+    return {key: read_value(value, hints[key]) if (key in hints and typing.get_origin(hints[key]) is tuple
+                                                   and isinstance(value, str) and value.startswith("[")
+                                                   and value.endswith("]")) else value
+            for key, value in overrides.items()}
+
+
+def _positional_problems(recipe_name: str, positional: tuple) -> list[Problem]:
+    return [Problem("positional argument", value, f"{recipe_name}() takes keyword arguments only.",
+                    f"name the field, e.g. {recipe_name}(num_nodes={value!r}) (fields: `nemo-recipes show "
+                    f"{recipe_name}`).") for value in positional]
 
 
 def _make_factory(recipe_name: str):
     row = get_recipe(recipe_name)
     hints = typing.get_type_hints(RecipeSpec)
 
-    def factory(name: str = "default", dir: Optional[str] = None, **overrides: Any) -> run.Partial:
-        return build_recipe(row.replace(**overrides), name=name, dir=dir)
+    def factory(*positional: Any, name: str = "default", dir: Optional[str] = None, **overrides: Any) -> run.Partial:
+        if _POSITIONAL in overrides:  # NeMo-Run passes `gpt_7b(4)` this way (see below)
+            positional += (overrides.pop(_POSITIONAL),)
+        raise_if_any(_positional_problems(recipe_name, positional), context=f"recipe {recipe_name!r}")
+        return build_recipe(row.replace(**_lists_from_text(overrides, hints)), name=name, dir=dir)
 
     parameters = [
+        # NeMo-Run gives a positional argument (`--factory "gpt_7b(4)"`) to the first parameter, whatever its kind;
+        # this one receives it, so that the factory refuses it instead of taking it as the experiment name.
+        inspect.Parameter(_POSITIONAL, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Any),
         inspect.Parameter("name", inspect.Parameter.KEYWORD_ONLY, default="default", annotation=str),
         inspect.Parameter("dir", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[str]),
     ] + [

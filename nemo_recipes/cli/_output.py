@@ -5,9 +5,13 @@ Standard library only, because `ls`, `show` and `plan` must answer without impor
 
 from __future__ import annotations
 
+import decimal
+import errno
+import io
 import json
+import os
 import sys
-from typing import Any, Iterable, Optional, TextIO
+from typing import Any, Callable, Iterable, Optional, TextIO
 
 from nemo_recipes.errors import Problem
 
@@ -57,7 +61,16 @@ def _default(value: Any) -> Any:
     return repr(value)
 
 
-def report_error(verb: str, message: str, problems: list[Problem], *, as_json: bool) -> None:
+def error_payload(message: str, problems: list[Problem], *, json_shape: Optional[Callable[..., dict]] = None,
+                  args: Any = None) -> dict:
+    """The JSON of an error: {error, problems}, or the verb's own shape (`plan` answers with every key of a plan)."""
+    if json_shape is not None:
+        return json_shape(message, problems, args)
+    return {"error": message, "problems": [p.to_dict() for p in problems]}
+
+
+def report_error(verb: str, message: str, problems: list[Problem], *, as_json: bool,
+                 json_shape: Optional[Callable[..., dict]] = None, args: Any = None) -> None:
     """One clear message on stderr; with --json, the same content as a JSON object on stdout."""
     where = f"{PROG} {verb}" if verb else PROG
     if not problems:
@@ -68,7 +81,47 @@ def report_error(verb: str, message: str, problems: list[Problem], *, as_json: b
         lines = [f"{where}: {message}"] + [f"  - {p}" for p in problems]
     print("\n".join(lines), file=sys.stderr)
     if as_json:
-        print_json({"error": message or str(problems[0]), "problems": [p.to_dict() for p in problems]})
+        print_json(error_payload(message or str(problems[0]), problems, json_shape=json_shape, args=args))
+
+
+# ---- the standard streams ----
+
+# Errors of writing to a file descriptor: a full disk, an I/O error, a descriptor the shell closed.
+_OUTPUT_ERRNOS = {errno.ENOSPC, errno.EIO, errno.EBADF, errno.EFBIG, errno.EDQUOT}
+
+
+class _ClosedStream(io.TextIOBase):
+    """Stands for a standard stream the shell closed (`>&-`): writing fails as writing to a closed descriptor does."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise OSError(errno.EBADF, "it is closed")
+
+
+def tolerant_streams() -> None:
+    """Output never fails for its characters (PYTHONIOENCODING=ascii: non-ASCII is written as escapes), and a closed
+    stdout fails as an OSError when written, like a full disk; a closed stderr swallows what is written to it."""
+    if sys.stdout is None:
+        sys.stdout = _ClosedStream()
+    if sys.stderr is None:
+        sys.stderr = open(os.devnull, "w")
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
+
+
+def is_output_error(error: OSError) -> bool:
+    return error.filename is None and error.errno in _OUTPUT_ERRNOS
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null, so that Python's final flush of what is left in its buffer fails no more."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        sys.stdout = open(os.devnull, "w")
 
 
 # ---- numbers people read ----
@@ -86,20 +139,27 @@ def human_count(n: float) -> str:
     return f"{n:g}"
 
 
+# Counts with more digits are not read as numbers (Python refuses to print integers of over 4300 digits).
+_COUNT_DIGITS = 4000
+
+
 def parse_count(text: str) -> int:
-    """'300B' -> 300_000_000_000; also '1.5T', '375M', '2K', '1e9', '1_000'. ValueError when not a count."""
+    """'300B' -> 300_000_000_000; also '1.5T', '375M', '2K', '1e9', '1_000', exactly (no float rounding).
+    ValueError when not a finite whole number."""
     cleaned = text.strip().replace("_", "").replace(",", "")
     scale = 1
     if cleaned and cleaned[-1].upper() in dict(_SUFFIXES):
         scale = dict(_SUFFIXES)[cleaned[-1].upper()]
         cleaned = cleaned[:-1]
     try:
-        return int(cleaned) * scale
-    except ValueError:
-        value = float(cleaned) * scale  # '1.5T' or '1e9'; raises ValueError for anything else
-        if value != int(value):
-            raise ValueError(f"{text!r} is not a whole number") from None
-        return int(value)
+        value = decimal.Decimal(cleaned) * scale
+    except (ArithmeticError, ValueError):  # decimal signals (invalid, overflow) are ArithmeticErrors
+        raise ValueError(f"{text!r} is not a number") from None
+    if not value.is_finite() or value.adjusted() >= _COUNT_DIGITS:
+        raise ValueError(f"{text!r} is not a finite number")
+    if value != value.to_integral_value():
+        raise ValueError(f"{text!r} is not a whole number")
+    return int(value)
 
 
 def human_value(value: Any) -> str:

@@ -98,8 +98,12 @@ def load_config_file(path: str) -> dict[str, Any]:
     if suffix not in CONFIG_SUFFIXES:
         raise InvalidRecipeError([Problem("file", path, f"has an unknown extension {suffix!r}.",
                                           "use a .yaml, .yml, .json or .toml file.")])
-    with open(path, "rb") as handle:
-        raw = handle.read()
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as error:
+        raise InvalidRecipeError([Problem("file", path, f"cannot be read: {error.strerror or error}.",
+                                          "give a readable file written by `nemo-recipes export`.")]) from None
     try:
         if suffix == ".json":
             data = json.loads(raw)

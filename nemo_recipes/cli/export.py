@@ -13,10 +13,10 @@ import os
 import sys
 from typing import Any, Optional
 
-from nemo_recipes.catalog import RecipeSpec, get_recipe
+from nemo_recipes.catalog import RecipeSpec, get_recipe, plain_name_problems
 from nemo_recipes.cli import _output
-from nemo_recipes.cli._overrides import apply_overrides
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.overrides import apply_overrides
+from nemo_recipes.errors import InvalidRecipeError, Problem, raise_if_any
 
 HELP = "write the resolved recipe as NeMo-Run configuration (YAML, JSON or TOML), loadable again"
 EXAMPLES = """\
@@ -115,6 +115,8 @@ def run(args: argparse.Namespace) -> int:
                                               f"use --format {implied} or name the file *.{fmt}.")])
     fmt = fmt or "yaml"
 
+    if args.name is not None:
+        raise_if_any(plain_name_problems("name", args.name), context="export")
     spec, overrides = apply_overrides(get_recipe(args.recipe), args.overrides)
     partial = build_partial(spec, name=args.name, dir=args.dir)
     with _quiet_stdout():

@@ -12,10 +12,10 @@ import contextlib
 import sys
 from typing import Any
 
-from nemo_recipes.catalog import get_recipe
+from nemo_recipes.catalog import get_recipe, plain_name_problems
 from nemo_recipes.cli import _output
-from nemo_recipes.cli._overrides import apply_overrides
 from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.overrides import apply_overrides, read_yaml_values
 
 HELP = "run a recipe through a NeMo-Run executor (a preset or a cluster profile); --dryrun submits nothing"
 EXAMPLES = """\
@@ -52,30 +52,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def executor_args(items: list[str]) -> dict[str, Any]:
     """-E key=value items, values read as YAML scalars/lists (8 -> int, [a, b] -> list, true -> bool)."""
-    import yaml
+    return read_yaml_values(items, field="executor-arg", flag="-E ", example="nodes=4")
 
-    args: dict[str, Any] = {}
+
+def _hardware_problems(overrides: dict[str, Any], executor: Any, name: str) -> list[Problem]:
+    """The recipe plugin sets the trainer's nodes and devices from the executor, so a recipe override of either
+    that the executor does not match would be dropped without a word."""
     problems = []
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            problems.append(Problem("executor-arg", item, "is not of the form key=value.",
-                                    "write it as -E key=value, for example -E nodes=4."))
-            continue
-        try:
-            args[key.strip()] = yaml.safe_load(value) if value.strip() else ""
-        except yaml.YAMLError:
-            args[key.strip()] = value
-    if problems:
-        raise InvalidRecipeError(problems, context="executor arguments")
-    return args
+    for field, actual, option in (("num_nodes", executor.nnodes(), "nodes"),
+                                  ("num_gpus_per_node", executor.nproc_per_node(), "devices or gpus_per_node")):
+        if field in overrides and overrides[field] != actual:
+            problems.append(Problem(
+                field, overrides[field], f"differs from the {actual} the {name} executor gives, and the executor "
+                "decides the job's hardware (the recipe plugin sets the trainer from it).",
+                f"set it on the executor instead (-E {option.split()[0]}=...), or drop {field}=..."))
+    return problems
 
 
 def run(args: argparse.Namespace) -> int:
     from nemo_recipes.cli.export import build_partial
 
-    spec, overrides = apply_overrides(get_recipe(args.recipe), args.overrides)
-    executor_args_ = executor_args(args.executor_arg)
+    # Everything the command line says is checked before NeMo and NeMo-Run are imported (seconds).
+    problems = plain_name_problems("name", args.name) if args.name is not None else []
+    try:
+        spec, overrides = apply_overrides(get_recipe(args.recipe), args.overrides)
+    except InvalidRecipeError as error:
+        problems, spec, overrides = problems + error.problems, None, {}
+    try:
+        executor_kwargs = executor_args(args.executor_arg)
+    except InvalidRecipeError as error:
+        problems, executor_kwargs = problems + error.problems, {}
+    if problems:
+        raise InvalidRecipeError(problems, context=f"launch {args.recipe}")
     # NeMo and NeMo-Run print progress on stdout; with --json, stdout must hold only the JSON.
     quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with quiet:
@@ -87,7 +95,10 @@ def run(args: argparse.Namespace) -> int:
         except ImportError as error:
             raise _output.CLIError(f"launch needs NeMo-Run and the executor presets ({error}); install them with: "
                                    "pip install nemo-recipes") from None
-        executor, gpu = executor_for(args.executor, args.clusters, **executor_args_)
+        executor, gpu = executor_for(args.executor, args.clusters, **executor_kwargs)
+        problems = _hardware_problems(overrides, executor, args.executor)
+        if problems:
+            raise InvalidRecipeError(problems, context=f"launch {spec.name} on {args.executor}")
         partial = build_partial(spec, name=args.name)
         plugin = RecipePlugin(gpu=gpu)
         name = args.name or spec.name

@@ -7,9 +7,11 @@ Only argparse and the standard library are imported at start-up; verbs that need
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import sys
+import traceback
 from typing import NoReturn, Optional, Sequence
 
 from nemo_recipes import __version__
@@ -17,6 +19,7 @@ from nemo_recipes.cli import _output, completion, diff, export, launch, ls, plan
 from nemo_recipes.errors import InvalidRecipeError, RecipeError, did_you_mean
 
 VERB_MODULES = (ls, show, plan, diff, export, launch, smoke, completion)
+DEBUG_ENV = "NEMO_RECIPES_DEBUG"
 
 DESCRIPTION = """\
 GPT pretraining recipes for NVIDIA NeMo 2 / Megatron: browse them, check them against your cluster before you spend
@@ -35,21 +38,33 @@ EXAMPLES = """\
 Run `nemo-recipes VERB --help` for the options and examples of each verb."""
 
 
+class UsageError(Exception):
+    """A command line argparse cannot read; reported by `main` (with JSON where --json was asked for)."""
+
+    def __init__(self, parser: argparse.ArgumentParser, message: str):
+        super().__init__(message)
+        self.parser = parser
+        self.message = message
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with "did you mean" for a mistyped verb or choice (Python 3.11's argparse has none)."""
+    """argparse with "did you mean" for a mistyped verb or choice (Python 3.11's argparse has none), whose errors
+    return to `main` instead of exiting, so that they are reported like every other error."""
 
     def error(self, message: str) -> NoReturn:
         match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if match:
             choices = re.findall(r"'([^']*)'", match.group(2))
             message += did_you_mean(match.group(1), choices)
-        super().error(message)
+        raise UsageError(self, message)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=_output.PROG, description=DESCRIPTION, epilog=_output.epilog(EXAMPLES),
                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"{_output.PROG} {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help=f"show the Python traceback of an error (also: {DEBUG_ENV}=1)")
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     verbs.required = True
     for module in VERB_MODULES:
@@ -84,29 +99,65 @@ def _verb_parsers(parser: argparse.ArgumentParser) -> dict:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = parse(build_parser(), argv)
-    as_json = getattr(args, "json", False)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    _output.tolerant_streams()
+    debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    try:
+        args = parse(build_parser(), argv)
+    except UsageError as error:
+        return _usage_error(error, as_json="--json" in argv, debug=debug)
     try:
         code = args.run(args)
-        sys.stdout.flush()  # a closed pipe shows up here, inside the try, rather than at interpreter exit
+        sys.stdout.flush()  # a closed pipe or a full disk shows up here, inside the try, not at interpreter exit
         return code
-    except InvalidRecipeError as error:
-        head = str(error).splitlines()[0]
-        _output.report_error(args.verb, head, error.problems, as_json=as_json)
-        return _output.EXIT_INVALID
-    except RecipeError as error:
-        _output.report_error(args.verb, str(error), [], as_json=as_json)
-        return _output.EXIT_INVALID
-    except _output.CLIError as error:
-        _output.report_error(args.verb, error.message, error.problems, as_json=as_json)
-        return error.code
-    except BrokenPipeError:
-        # `nemo-recipes show gpt_70b | head -1`: the reader left; not an error worth a traceback. Point stdout at
-        # /dev/null so that Python's final flush does not complain either.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except BaseException as error:  # noqa: B036  (every outcome gets its exit code; none a traceback)
+        return _failed(error, args, debug)
+
+
+def _failed(error: BaseException, args: argparse.Namespace, debug: bool) -> int:
+    """Report `error` as one message (JSON too with --json) and return its exit code: 2 for invalid input, 1 for a
+    failure outside it; with --debug also the traceback."""
+    if isinstance(error, BrokenPipeError):
+        # `nemo-recipes show gpt_70b | head -1`: the reader left; not an error worth a message.
+        _output.silence_stdout()
         return _output.EXIT_OK
-    except KeyboardInterrupt:
+    if isinstance(error, KeyboardInterrupt):
         return 130
+    if not isinstance(error, Exception):
+        raise error  # SystemExit and the like keep their meaning
+    if debug:
+        traceback.print_exception(error, file=sys.stderr)
+    json_shape = getattr(args, "json_error", None)
+    as_json = getattr(args, "json", False)
+    report = functools.partial(_output.report_error, args.verb, as_json=as_json, json_shape=json_shape, args=args)
+    if isinstance(error, InvalidRecipeError):
+        report(str(error).splitlines()[0], error.problems)
+        return _output.EXIT_INVALID
+    if isinstance(error, RecipeError):
+        report(str(error), [])
+        return _output.EXIT_INVALID
+    if isinstance(error, _output.CLIError):
+        report(error.message, error.problems)
+        return error.code
+    if isinstance(error, OSError) and _output.is_output_error(error):
+        _output.silence_stdout()
+        report(f"cannot write to standard output: {error.strerror or error}", [])
+        return _output.EXIT_FAILURE
+    report(f"internal error ({type(error).__name__}: {error}); this is a bug: run again with --debug or "
+           f"{DEBUG_ENV}=1 for the traceback, and report it.", [])
+    return _output.EXIT_FAILURE
+
+
+def _usage_error(error: UsageError, *, as_json: bool, debug: bool) -> int:
+    """argparse's own report (usage line, then `PROG VERB: error: ...`), and with --json the verb's JSON error."""
+    if debug:
+        traceback.print_exception(error, file=sys.stderr)
+    error.parser.print_usage(sys.stderr)
+    print(f"{error.parser.prog}: error: {error.message}", file=sys.stderr)
+    if as_json:
+        shape = error.parser.get_default("json_error")
+        _output.print_json(_output.error_payload(error.message, [], json_shape=shape, args=None))
+    return _output.EXIT_INVALID
 
 
 if __name__ == "__main__":

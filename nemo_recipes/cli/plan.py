@@ -9,14 +9,14 @@ import argparse
 import os
 import shutil
 import textwrap
-from typing import Any
+from typing import Any, Optional
 
-from nemo_recipes.catalog import RECIPES, RecipeSpec, closest_recipe, get_recipe
+from nemo_recipes.catalog import INT64_MAX, RECIPES, RecipeSpec, closest_recipe, get_recipe
 from nemo_recipes.cli import _output
-from nemo_recipes.cli._overrides import apply_overrides
+from nemo_recipes.overrides import apply_overrides
 from nemo_recipes.cli._table import render
 from nemo_recipes.errors import InvalidRecipeError, Problem
-from nemo_recipes.plan.hardware import Cluster, GPUS
+from nemo_recipes.plan.hardware import GPUS, Cluster, get_gpu
 from nemo_recipes.plan.stack import DEFAULT_STACK, STACK_CHOICES
 
 HELP = "check a recipe against your cluster: problems, memory per GPU, throughput, time to train"
@@ -74,7 +74,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                            "grows or shrinks with the cluster, and rescale max_lr (see --lr-scaling)")
     what.add_argument("--lr-scaling", choices=("sqrt", "linear", "none"), default="sqrt",
                       help="with --fit --scale-global-batch: how max_lr follows the global batch (default: sqrt)")
-    what.add_argument("--tokens", metavar="COUNT", help="training tokens for the time to train, e.g. 300B, 1.5T")
+    what.add_argument("--tokens", metavar="COUNT", help="tokens to estimate the time to train for, e.g. 300B, 1.5T "
+                      "(default: the recipe's train_tokens; the schedule is unchanged)")
     what.add_argument("--plot", metavar="FILE", help="draw memory per GPU and tokens/s against GPUs (.png or .svg)")
     what.add_argument("--json", action="store_true",
                       help="print the planner's report as JSON (keys: valid, recipe, cluster, parallelism, problems, "
@@ -86,12 +87,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                             "given comes from the recipe closest in size")
     for flag, field, text in SHAPE_FLAGS:
         shape.add_argument(f"--{flag}", type=int, dest=f"shape_{field}", metavar="N", help=text)
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run, json_error=json_error)
+
+
+def json_error(message: str, problems: list[Problem], args: Any) -> dict[str, Any]:
+    """Input that cannot be planned answers with the keys of a plan that is not valid (nothing computed), plus the
+    error, so that `plan --json` has one shape whatever went wrong."""
+    recipe = getattr(args, "recipe", None)
+    return {"valid": False, "recipe": recipe if isinstance(recipe, str) and "=" not in recipe else None,
+            "cluster": None, "parallelism": None, "problems": [p.to_dict() for p in problems], "memory_gib": None,
+            "memory_detail": None, "throughput": None, "time_to_train": None, "changes": [], "plot": None,
+            "error": message}
 
 
 # ---- building the plan ----
 
-def _spec_and_cluster(args: argparse.Namespace) -> tuple[RecipeSpec, Cluster, dict[str, Any]]:
+CLUSTER_FLAGS = (("nodes", "num_nodes"), ("gpus_per_node", "num_gpus_per_node"))
+
+
+def _spec_and_cluster(args: argparse.Namespace) -> tuple[RecipeSpec, Cluster, Optional[int]]:
+    """The recipe with the command line's changes, the cluster to plan on, and the tokens to time (every problem
+    with them at once)."""
     overrides = list(args.overrides)
     recipe = args.recipe
     if recipe is not None and "=" in recipe:  # `plan --custom ... tensor_parallel=2`: no name, only overrides
@@ -99,8 +115,53 @@ def _spec_and_cluster(args: argparse.Namespace) -> tuple[RecipeSpec, Cluster, di
         recipe = None
     shape = {field: getattr(args, f"shape_{field}") for _, field, _ in SHAPE_FLAGS
              if getattr(args, f"shape_{field}") is not None}
+    base = _base(recipe, shape, args.custom)
 
-    if args.custom:
+    # Flags are spellings of recipe fields: the cluster flags of num_nodes and num_gpus_per_node, the shape flags of
+    # theirs. A field given both ways with two values is reported, and `num_nodes=4` plans on 4 nodes as --nodes 4.
+    flags = {field: (f"--{flag}", shape[field]) for flag, field, _ in SHAPE_FLAGS if field in shape}
+    flags.update({field: (f"--{option.replace('_', '-')}", getattr(args, option)) for option, field in CLUSTER_FLAGS
+                  if getattr(args, option) is not None})
+    problems: list[Problem] = []
+    spec = gpu = tokens = None
+    try:
+        spec, _ = apply_overrides(base, overrides, flags)
+    except InvalidRecipeError as error:
+        problems += error.problems
+    try:
+        gpu = get_gpu(args.gpu or base.default_gpu)
+    except InvalidRecipeError as error:
+        problems += error.problems
+    try:
+        tokens = _tokens(args.tokens)
+    except InvalidRecipeError as error:
+        problems += error.problems
+    if problems:
+        raise InvalidRecipeError(problems, context=f"recipe {base.name!r}")
+    cluster = Cluster.of(spec.num_nodes, spec.num_gpus_per_node, gpu)
+    if args.fit or args.best:
+        # --fit and --best move the recipe onto the cluster themselves (--fit scales the batch from the recipe's own
+        # data parallelism).
+        spec = spec.replace(num_nodes=base.num_nodes, num_gpus_per_node=base.num_gpus_per_node)
+    return spec, cluster, tokens
+
+
+def _tokens(text: Optional[str]) -> Optional[int]:
+    """--tokens: the token count the time to train is estimated for (the recipe's train_tokens when not given)."""
+    if text is None:
+        return None
+    try:
+        tokens = _output.parse_count(text)
+    except ValueError:
+        tokens = 0
+    if not 1 <= tokens <= INT64_MAX:
+        raise InvalidRecipeError([Problem("tokens", text, "is not a token count.",
+                                          "write it like 300B, 1.5T or 3e11.")])
+    return tokens
+
+
+def _base(recipe: Optional[str], shape: dict[str, Any], custom: bool) -> RecipeSpec:
+    if custom:
         if recipe is not None:
             raise InvalidRecipeError([Problem("recipe", recipe, "cannot be combined with --custom.",
                                               "give either a recipe name or --custom with shape flags.")])
@@ -110,33 +171,11 @@ def _spec_and_cluster(args: argparse.Namespace) -> tuple[RecipeSpec, Cluster, di
             raise InvalidRecipeError([Problem("custom", " ".join(missing), "is required with --custom.",
                                               "give --layers, --hidden and --heads (e.g. --layers 48 --hidden 6144 "
                                               "--heads 48).")])
-        base = _custom_base(shape)
-    elif recipe is None:
+        return _custom_base(shape)
+    if recipe is None:
         raise InvalidRecipeError([Problem("recipe", None, "is missing.",
                                           f"give a recipe name ({', '.join(RECIPES)}) or --custom with shape flags.")])
-    else:
-        base = get_recipe(recipe)
-
-    more: dict[str, Any] = dict(shape)
-    if args.tokens is not None:
-        try:
-            more["train_tokens"] = _output.parse_count(args.tokens)
-        except ValueError:
-            raise InvalidRecipeError([Problem("tokens", args.tokens, "is not a token count.",
-                                              "write it like 300B, 1.5T or 3e11.")]) from None
-    nodes = args.nodes if args.nodes is not None else base.num_nodes
-    gpus_per_node = args.gpus_per_node if args.gpus_per_node is not None else base.num_gpus_per_node
-    # The spec's own cluster size follows the planned cluster, so derived values (DP, steps) agree with it; except
-    # with --fit and --best, which move the recipe onto the cluster themselves (--fit scales from the recipe's own
-    # data parallelism).
-    if not (args.fit or args.best):
-        if isinstance(nodes, int) and nodes >= 1:
-            more["num_nodes"] = nodes
-        if isinstance(gpus_per_node, int) and gpus_per_node >= 1:
-            more["num_gpus_per_node"] = gpus_per_node
-    cluster = Cluster.of(nodes, gpus_per_node, args.gpu or base.default_gpu)
-    spec, applied = apply_overrides(base, overrides, **more)
-    return spec, cluster, applied
+    return get_recipe(recipe)
 
 
 def _custom_base(shape: dict[str, Any]) -> RecipeSpec:
@@ -161,8 +200,8 @@ def _scaling(spec: RecipeSpec, cluster: Cluster, stack: Any) -> list:
 
     points = []
     for nodes in sorted({max(1, int(cluster.nodes * f)) for f in (0.25, 0.5, 1, 2, 4, 8)}):
-        candidate = Cluster.of(nodes, cluster.gpus_per_node, cluster.gpu)
-        try:
+        try:  # beyond the bounds of a cluster, no point
+            candidate = Cluster.of(nodes, cluster.gpus_per_node, cluster.gpu)
             sized = spec.replace(num_nodes=nodes)
         except InvalidRecipeError:
             continue
@@ -182,7 +221,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidRecipeError([Problem("best", True, "cannot be combined with --fit.",
                                           "use --fit to make a plan valid with few changes, or --best for the "
                                           "fastest valid plan.")])
-    spec, cluster, _ = _spec_and_cluster(args)
+    spec, cluster, tokens = _spec_and_cluster(args)
     explanation = None
     if args.fit or args.best:
         if args.best:
@@ -194,7 +233,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         report = validate(spec, cluster, stack=args.stack)
 
-    report = with_estimates(report, stack=args.stack, advise=not args.best)
+    report = with_estimates(report, tokens=tokens, stack=args.stack, advise=not args.best)
 
     plotted = None
     if args.plot:

@@ -6,7 +6,7 @@ import argparse
 
 from nemo_recipes.catalog import DERIVED_SOURCES, SOURCES, field_names, get_recipe
 from nemo_recipes.cli import _output
-from nemo_recipes.cli._overrides import apply_overrides
+from nemo_recipes.overrides import apply_overrides
 from nemo_recipes.cli._table import render
 
 HELP = "every value of one recipe, derived ones included, with the source of each choice"

@@ -6,11 +6,11 @@ Standard library only; every check returns Problems so that a preset reports all
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from nemo_recipes import __version__
-from nemo_recipes.errors import InvalidRecipeError, Problem
-from nemo_recipes.plan.hardware import get_gpu
+from nemo_recipes.errors import InvalidRecipeError, Problem, raise_if_any
+from nemo_recipes.plan.hardware import MAX_GPUS_PER_NODE, MAX_NODES, get_gpu
 
 #: The image that `docker/Dockerfile` builds (`docker build -t nemo-recipes:0.1.0 -f docker/Dockerfile .`).
 DEFAULT_IMAGE = f"nemo-recipes:{__version__}"
@@ -19,9 +19,14 @@ DEFAULT_IMAGE = f"nemo-recipes:{__version__}"
 GPU_ENV = "NEMO_RECIPES_GPU"
 
 
-def positive_int(field: str, value: Any, *, minimum: int = 1) -> list[Problem]:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        what = "a positive integer" if minimum == 1 else f"an integer >= {minimum}"
+#: Largest node, GPU and process count a preset takes: the catalog's bound of num_nodes and num_gpus_per_node (beyond
+#: any cluster built; a larger number is a typo that the scheduler would refuse only at submission).
+MAX_COUNT = MAX_NODES
+
+
+def positive_int(field: str, value: Any, *, minimum: int = 1, maximum: int = MAX_COUNT) -> list[Problem]:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        what = f"an integer from {minimum} to {maximum:,}"
         return [Problem(field, value, f"must be {what}.", f"set {field} to {what}.")]
     return []
 
@@ -29,14 +34,51 @@ def positive_int(field: str, value: Any, *, minimum: int = 1) -> list[Problem]:
 def non_empty_str(field: str, value: Any, fix: str) -> list[Problem]:
     if not isinstance(value, str) or not value.strip():
         return [Problem(field, value, "must be a non-empty string.", fix)]
+    return single_line(field, value)
+
+
+def single_line(field: str, value: Any) -> list[Problem]:
+    """A value written into one line of a job script or manifest (`#SBATCH --account=...`): a newline or another
+    control character would end that line and start another, breaking the header or injecting a command."""
+    if value is None:
+        return []
+    if not isinstance(value, str):
+        return [Problem(field, value, "must be a string.", f"quote the value of {field}.")]
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        return [Problem(field, value, "contains a newline or another control character, which would break the line "
+                        "of the job script it is written to.", f"remove it from {field}.")]
     return []
 
 
-_SLURM_TIME = re.compile(r"^(\d+-)?\d+(:\d{1,2}){0,2}$")
+def optional_bool(field: str, value: Any) -> list[Problem]:
+    if value is not None and not isinstance(value, bool):
+        return [Problem(field, value, "must be true, false or unset.", f"set {field} to True or False.")]
+    return []
+
+
+def mapping(field: str, value: Any, example: str) -> tuple[dict, list[Problem]]:
+    """`value` (None: empty) as a dict, or the problem that it is not a mapping."""
+    if value is None:
+        return {}, []
+    if not isinstance(value, Mapping):
+        return {}, [Problem(field, value, "must be a mapping.", f"give {field} as a dict, e.g. {example}.")]
+    return dict(value), []
+
+
+def mapping_list(field: str, value: Any, example: str) -> list[Problem]:
+    """Problems unless `value` is a list of mappings (pod volumes, mounts, tolerations)."""
+    if isinstance(value, (str, Mapping)) or not isinstance(value, Iterable) or not all(
+            isinstance(item, Mapping) for item in value):
+        return [Problem(field, value, "must be a list of mappings.", f"give {field} as a list of dicts, e.g. "
+                        f"[{example}].")]
+    return []
+
+
+_SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d{1,2}){0,2}", re.ASCII)
 
 
 def slurm_time(field: str, value: Any) -> list[Problem]:
-    if not isinstance(value, str) or not _SLURM_TIME.match(value):
+    if not isinstance(value, str) or not _SLURM_TIME.fullmatch(value):  # fullmatch: '$' would allow a final newline
         return [Problem(field, value, "is not a Slurm time limit.",
                         "use minutes, HH:MM:SS or D-HH:MM:SS, e.g. '04:00:00'.")]
     return []
@@ -53,11 +95,11 @@ def gpu_env(gpu: Optional[str]) -> tuple[dict[str, str], list[Problem]]:
 
 
 def str_list(field: str, value: Any) -> list[Problem]:
-    if isinstance(value, str) or not isinstance(value, Iterable) or not all(isinstance(v, str) for v in value):
+    if (isinstance(value, (str, Mapping)) or not isinstance(value, Iterable)
+            or not all(isinstance(v, str) for v in value)):
         return [Problem(field, value, "must be a list of strings.", f"give {field} as a list, e.g. ['a', 'b'].")]
-    return []
+    return [p for v in value for p in single_line(field, v)]
 
 
 def raise_if(problems: list[Problem], context: str) -> None:
-    if problems:
-        raise InvalidRecipeError(problems, context=context)
+    raise_if_any(problems, context=context)

@@ -12,8 +12,9 @@ Each returns a `run.Config` of the stock executor, so NeMo-Run's `executor.FIELD
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Optional
+from typing import Optional, Union
 
 import nemo_run as run
 
@@ -26,7 +27,13 @@ from nemo_recipes.executors.slurm import slurm as _slurm
 _REGISTERED: set[str] = set()
 
 
-def local(devices: int = 1, gpu: Optional[str] = None) -> run.Config[run.LocalExecutor]:
+# Numbers are annotated `int | str`: NeMo-Run parses a factory's arguments by their annotations, and a value that is
+# not a number (`slurm(nodes=four)`) must reach the preset as text, to get its one-line message (field, value, fix)
+# rather than NeMo-Run's nested "Failed to parse".
+Count = Union[int, str]
+
+
+def local(devices: Count = 1, gpu: Optional[str] = None) -> run.Config[run.LocalExecutor]:
     """torchrun on this machine with `devices` processes."""
     return _local(devices, gpu=gpu).to_config()
 
@@ -34,8 +41,8 @@ def local(devices: int = 1, gpu: Optional[str] = None) -> run.Config[run.LocalEx
 def slurm(
     account: Optional[str] = None,
     partition: Optional[str] = None,
-    nodes: int = 1,
-    gpus_per_node: int = 8,
+    nodes: Count = 1,
+    gpus_per_node: Count = 8,
     gpu: Optional[str] = None,
     container_image: Optional[str] = None,
     time: str = "04:00:00",
@@ -44,7 +51,7 @@ def slurm(
     user: Optional[str] = None,
     job_dir: Optional[str] = None,
     identity: Optional[str] = None,
-    retries: int = 0,
+    retries: Count = 0,
 ) -> run.Config[run.SlurmExecutor]:
     """sbatch with one torchrun rank per GPU; container_image defaults to the nemo-recipes image.
 
@@ -65,8 +72,8 @@ def slurm(
 
 def kubernetes(
     namespace: str = "default",
-    nodes: int = 1,
-    gpus_per_node: int = 8,
+    nodes: Count = 1,
+    gpus_per_node: Count = 8,
     gpu: Optional[str] = None,
     image: Optional[str] = None,
     runtime: str = "torch-distributed",
@@ -102,6 +109,42 @@ def _profile_factory(name: str):
     return factory
 
 
+def dry_runs_apply_recipe_plugins() -> None:
+    """`nemo llm pretrain ... run.plugins=recipe_plugin --dryrun` must refuse what the submission refuses. NeMo-Run
+    0.11's dry run of a task prints it without calling any plugin (`RunContext._execute_task` calls
+    `run.dryrun_fn` directly), so a plan the recipe plugin refuses would dry-run fine and exit 0. During such a dry
+    run, our plugins first set up the task and executor exactly as a submission does (`run.run` calls them for a
+    non-direct run with an executor, and so do we); other plugins are left alone, as NeMo-Run leaves them."""
+    from nemo_run.cli.api import RunContext
+
+    from nemo_recipes.executors.plugin import RecipePlugin
+
+    original = RunContext._execute_task
+    if getattr(original, "_applies_recipe_plugins", False):
+        return
+
+    @functools.wraps(original)
+    def execute_task(self: RunContext, fn, task_args):
+        ours = [p for p in (getattr(self, "plugins", None) or []) if isinstance(p, RecipePlugin)]
+        if not (getattr(self, "dryrun", False) and ours and self.executor is not None and not self.direct):
+            return original(self, fn, task_args)
+        plain = run.dryrun_fn
+
+        def dryrun_after_plugins(task, executor=None, build=False):
+            for plugin in ours:
+                plugin.setup(task, executor)
+            return plain(task, executor=executor, build=build)
+
+        run.dryrun_fn = dryrun_after_plugins
+        try:
+            return original(self, fn, task_args)
+        finally:
+            run.dryrun_fn = plain
+
+    execute_task._applies_recipe_plugins = True
+    RunContext._execute_task = execute_task
+
+
 def register(profiles: bool = True) -> list[str]:
     """Register the presets, the plugin and (unless profiles=False) every profile; returns the names registered.
 
@@ -132,3 +175,4 @@ def register(profiles: bool = True) -> list[str]:
 
 
 register()
+dry_runs_apply_recipe_plugins()

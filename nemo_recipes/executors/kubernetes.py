@@ -3,20 +3,36 @@ release the cluster runs (`trainer_version`; see kubeflow_trainer.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
-from typing import Any, Mapping, Optional, Sequence
+import traceback
+from typing import Any, Iterator, Mapping, Optional, Sequence
 
 from nemo_recipes.errors import InvalidRecipeError, Problem
-from nemo_recipes.executors._common import DEFAULT_IMAGE, gpu_env, non_empty_str, positive_int, raise_if, str_list
+from nemo_recipes.executors._common import (
+    DEFAULT_IMAGE,
+    MAX_GPUS_PER_NODE,
+    gpu_env,
+    mapping,
+    mapping_list,
+    non_empty_str,
+    positive_int,
+    raise_if,
+    single_line,
+    str_list,
+)
 from nemo_recipes.executors.kubeflow_trainer import (DEFAULT_TRAINER_VERSION, normalise_version, pod_settings,
                                                      trainer_volume_mounts)
 from nemo_recipes.executors.secrets import SECRET_NAME, env_problems, kubernetes_secret_refs, token_like, token_problem
 
 SECRET_HOW = ("create a Kubernetes Secret (kubectl create secret generic NAME --from-literal=KEY=...) and pass "
               "secrets={'ENV_NAME': 'NAME/KEY'}: the pod reads it through secretKeyRef.")
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # fullmatch: "$" would let a final newline through
+_LIST_EXAMPLES = {"volumes": "{'name': 'data', 'nfs': {...}}",
+                  "volume_mounts": "{'name': 'data', 'mountPath': '/data'}",
+                  "tolerations": "{'key': 'nvidia.com/gpu', 'operator': 'Exists'}"}
 _EXAMPLES = {"node_selector": "{'nvidia.com/gpu.product': 'NVIDIA-H100-80GB-HBM3'}",
              "affinity": "{'nodeAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': {...}}}"}
 
@@ -83,19 +99,31 @@ def kubernetes(
     A missing `kubernetes` package or kubeconfig is reported with what to install or set: NeMo-Run's executor loads
     the kubeconfig when it is built (no API call).
     """
-    env = dict(env or {})
-    secrets = dict(secrets or {})
-    pvcs = dict(pvcs or {})
-    recorded, problems = gpu_env(gpu)
+    env, problems = mapping("env", env, "{'NCCL_DEBUG': 'WARN'}")
+    secrets, found = mapping("secrets", secrets, "{'WANDB_API_KEY': 'wandb/key'}")
+    problems += found
+    pvcs, found = mapping("pvcs", pvcs, "{'datasets': '/data'}")
+    problems += found
+    lists = {"volumes": volumes, "volume_mounts": volume_mounts, "tolerations": tolerations}
+    for field, example in _LIST_EXAMPLES.items():
+        found = mapping_list(field, lists[field], example)
+        problems += found
+        if found:  # reported; the checks below read each of them as a list of mappings
+            lists[field] = ()
+    volumes, volume_mounts, tolerations = lists["volumes"], lists["volume_mounts"], lists["tolerations"]
+    recorded, found = gpu_env(gpu)
+    problems += found
     problems += non_empty_str("image", image, "set image to the image built from docker/Dockerfile.")
-    if not isinstance(namespace, str) or not _DNS_LABEL.match(namespace):
+    for field, value in (("runtime", runtime), ("cpu", cpu), ("memory", memory), ("shm_size", shm_size)):
+        problems += single_line(field, value)
+    if not isinstance(namespace, str) or not _DNS_LABEL.fullmatch(namespace):
         problems.append(Problem("namespace", namespace, "is not a Kubernetes namespace name.",
                                 "use lower-case letters, digits and '-'."))
     problems += positive_int("nodes", nodes)
-    problems += positive_int("gpus_per_node", gpus_per_node, minimum=0)
+    problems += positive_int("gpus_per_node", gpus_per_node, minimum=0, maximum=MAX_GPUS_PER_NODE)
     if processes_per_node is None:
         processes_per_node = gpus_per_node if isinstance(gpus_per_node, int) and gpus_per_node > 0 else 1
-    problems += positive_int("processes_per_node", processes_per_node)
+    problems += positive_int("processes_per_node", processes_per_node, maximum=MAX_GPUS_PER_NODE)
     version, version_problems = normalise_version(trainer_version)
     problems += version_problems
     problems += env_problems(env, secrets, SECRET_HOW)
@@ -107,7 +135,7 @@ def kubernetes(
     secret_env, secret_problems = kubernetes_secret_refs(secrets)
     problems += secret_problems
     for claim, path in pvcs.items():
-        if not isinstance(claim, str) or not _DNS_LABEL.match(claim):
+        if not isinstance(claim, str) or not _DNS_LABEL.fullmatch(claim):
             problems.append(Problem(f"pvcs.{claim}", claim, "is not a PersistentVolumeClaim name.",
                                     "use the claim's name as `kubectl get pvc` shows it."))
         if not isinstance(path, str) or not path.startswith("/"):
@@ -141,21 +169,57 @@ def kubernetes(
     if shm_size:
         all_volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}})
         mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
-    return run.KubeflowExecutor(
-        image=image,
-        namespace=namespace,
-        runtime_ref=runtime,
-        num_nodes=nodes,
-        gpus_per_node=gpus_per_node or None,
-        nprocs_per_node=processes_per_node,
-        cpu_requests=cpu,
-        memory_requests=memory,
-        env_vars={**env, **recorded},
-        env_list=secret_env,
-        **pod_settings(version, volumes=all_volumes, volume_mounts=mounts, tolerations=[dict(t) for t in tolerations],
-                       node_selector=dict(node_selector or {}), affinity=dict(affinity or {}),
-                       image_pull_secrets=list(image_pull_secrets)),
-    )
+    settings = pod_settings(version, volumes=all_volumes, volume_mounts=mounts,
+                            tolerations=[dict(t) for t in tolerations], node_selector=dict(node_selector or {}),
+                            affinity=dict(affinity or {}), image_pull_secrets=list(image_pull_secrets))
+    with _kubeconfig_errors_reported():
+        return run.KubeflowExecutor(
+            image=image,
+            namespace=namespace,
+            runtime_ref=runtime,
+            num_nodes=nodes,
+            gpus_per_node=gpus_per_node or None,
+            nprocs_per_node=processes_per_node,
+            cpu_requests=cpu,
+            memory_requests=memory,
+            env_vars={**env, **recorded},
+            env_list=secret_env,
+            **settings,
+        )
+
+
+@contextlib.contextmanager
+def _kubeconfig_errors_reported() -> Iterator[None]:
+    """NeMo-Run's executor loads the kubeconfig when it is built; a file that exists but cannot be read (bad YAML,
+    no current context, a missing cluster) becomes one problem naming the file. The loader's own words are kept only
+    where they cannot hold a credential: kubeconfigs carry tokens and keys."""
+    try:
+        yield
+    except Exception as error:
+        if not _raised_by_the_kubeconfig_loader(error):
+            raise
+        paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p] or ["~/.kube/config"]
+        detail = _kubeconfig_error_detail(error)
+        raise InvalidRecipeError([Problem(
+            "kubeconfig", ", ".join(paths), f"cannot be loaded ({type(error).__name__}{detail}).",
+            "fix or regenerate it (e.g. `gcloud container clusters get-credentials ...`, `aws eks update-kubeconfig "
+            "...`), or point KUBECONFIG at a working one; `kubectl config view` shows what is wrong.")],
+            context="kubernetes executor") from None
+
+
+def _raised_by_the_kubeconfig_loader(error: Exception) -> bool:
+    """Whether the kubernetes client's config loader raised `error`: its own ConfigException, and any error (not
+    UTF-8, `clusters: 5`) from reading the file, which it lets through as it is."""
+    frames = traceback.extract_tb(error.__traceback__)
+    return any(f"{os.sep}kubernetes{os.sep}config{os.sep}" in frame.filename for frame in frames)
+
+
+def _kubeconfig_error_detail(error: Exception) -> str:
+    mark = getattr(error, "problem_mark", None)  # YAML errors: where, never what (the line may hold a token)
+    if mark is not None:
+        return f" at line {mark.line + 1}, column {mark.column + 1}"
+    text = str(error).splitlines()[0] if str(error) else ""
+    return f": {text}" if text and token_like(text) is None and len(text) < 200 else ""
 
 
 def pull_secret_problems(names: Any) -> list[Problem]:
@@ -191,7 +255,7 @@ def shared_home(claim: Optional[str]) -> tuple[Optional[dict], Optional[dict], l
     home = get_nemorun_home()
     name, slash, sub_path = claim.partition("/") if isinstance(claim, str) else ("", "", "")
     problems = []
-    if not _DNS_LABEL.match(name):
+    if not _DNS_LABEL.fullmatch(name):
         problems.append(Problem("shared_home_pvc", claim, "is not a PersistentVolumeClaim name (or CLAIM/sub/path).",
                                 "use the claim's name as `kubectl get pvc` shows it."))
     parts = sub_path.split("/") if sub_path else []

@@ -6,8 +6,16 @@ from typing import Iterable, Mapping, Optional
 
 import nemo_run as run
 
-from nemo_recipes.executors._common import gpu_env, positive_int, raise_if
-from nemo_recipes.executors.secrets import env_problems
+from nemo_recipes.executors._common import (
+    MAX_GPUS_PER_NODE,
+    gpu_env,
+    mapping,
+    optional_bool,
+    positive_int,
+    raise_if,
+    str_list,
+)
+from nemo_recipes.executors.secrets import env_problems, secret_name_problems
 
 
 def local(
@@ -27,10 +35,15 @@ def local(
         secrets: more names to treat as secrets (besides WANDB_API_KEY, HF_TOKEN, ...).
         torchrun: launch through torchrun (one process per device); False runs the task as one plain process.
     """
-    env = dict(env or {})
-    recorded, problems = gpu_env(gpu)
-    problems += positive_int("devices", devices)
-    problems += env_problems(env, secrets, "export it in this shell: local jobs inherit the environment.")
+    env, problems = mapping("env", env, "{'NCCL_DEBUG': 'WARN'}")
+    secret_problems = str_list("secrets", secrets)
+    problems += secret_problems or secret_name_problems(secrets)
+    recorded, gpu_problems = gpu_env(gpu)
+    problems += gpu_problems
+    problems += positive_int("devices", devices, maximum=MAX_GPUS_PER_NODE)
+    problems += optional_bool("torchrun", torchrun)
+    problems += env_problems(env, [] if secret_problems else secrets,
+                             "export it in this shell: local jobs inherit the environment.")
     raise_if(problems, "local executor")
     return run.LocalExecutor(
         ntasks_per_node=devices,

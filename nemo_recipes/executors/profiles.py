@@ -27,7 +27,7 @@ import inspect
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from nemo_recipes.errors import InvalidRecipeError, Problem, did_you_mean
 from nemo_recipes.executors.kubeflow_trainer import normalise_version
@@ -72,10 +72,7 @@ class ClusterProfile:
         args = {**self.args, **overrides}
         if self.gpu is not None and "gpu" not in overrides:
             args["gpu"] = self.gpu
-        try:
-            return preset_function(self.preset)(**args)
-        except InvalidRecipeError as error:
-            raise InvalidRecipeError(error.problems, context=f"cluster profile {self.name!r} ({self.source})") from None
+        return call_preset(self.preset, args, context=f"cluster profile {self.name!r} ({self.source})")
 
     def plugin(self, **kwargs: Any) -> Any:
         """The recipe plugin planning for this cluster's GPU type."""
@@ -84,36 +81,114 @@ class ClusterProfile:
         return RecipePlugin(gpu=self.gpu, **kwargs)
 
 
+def call_preset(preset: str, args: dict[str, Any], *, context: str) -> Any:
+    """`preset(**args)`, with an unknown or missing argument reported as a problem (with "did you mean") rather
+    than Python's TypeError, and every problem of the preset under `context`."""
+    function = preset_function(preset)
+    parameters = inspect.signature(function).parameters
+    allowed = list(parameters)
+    problems = [Problem(str(key), value, f"is not an argument of the {preset} preset{did_you_mean(str(key), allowed)}.",
+                        f"use one of: {', '.join(allowed)}.") for key, value in args.items() if key not in allowed]
+    problems += [Problem(name, None, f"is required by the {preset} preset.", f"give {name} (e.g. -E {name}=..., or in "
+                         "the cluster profile).") for name in _required(parameters) if name not in args]
+    if problems:
+        raise InvalidRecipeError(problems, context=context)
+    try:
+        return function(**args)
+    except InvalidRecipeError as error:
+        raise InvalidRecipeError(error.problems, context=context) from None
+
+
+def _required(parameters: Mapping[str, inspect.Parameter]) -> list[str]:
+    return [p.name for p in parameters.values()
+            if p.default is inspect.Parameter.empty and p.kind is not inspect.Parameter.VAR_KEYWORD]
+
+
 def load_profiles(path: "str | os.PathLike[str] | None" = None) -> dict[str, ClusterProfile]:
     """All profiles of the file, checked; {} when the file does not exist."""
     file = Path(path) if path is not None else profiles_path()
     if not file.exists():
         return {}
-    import yaml
-
-    try:
-        data = yaml.safe_load(file.read_text()) or {}
-    except yaml.YAMLError as error:
-        raise InvalidRecipeError([Problem("clusters", str(file), f"is not valid YAML: {error}",
-                                          "fix the syntax (a mapping of profile names to settings).")]) from None
-    if not isinstance(data, dict):
-        raise InvalidRecipeError([Problem("clusters", str(file), "must be a mapping of profile names to settings.",
-                                          "write `my_cluster: {preset: slurm, account: ...}`.")])
+    data = _read_profiles_file(file)
     problems: list[Problem] = []
     profiles: dict[str, ClusterProfile] = {}
     for name, settings in data.items():
-        profile, found = _check(str(name), settings, str(file))
+        if not isinstance(name, str) or not name.strip() or name in PRESET_NAMES:
+            problems.append(_name_problem(name))
+            continue
+        profile, found = _check(name, settings, str(file))
         problems += found
         if profile is not None:
-            profiles[str(name)] = profile
+            profiles[name] = profile
     if problems:
         raise InvalidRecipeError(problems, context=f"cluster profiles in {file}")
     return profiles
 
 
+def _name_problem(name: Any) -> Problem:
+    if name in PRESET_NAMES:
+        # `--executor slurm` always means the preset, so such a profile could never be used.
+        return Problem("profile", name, "has the name of a preset, which always means the preset itself.",
+                       f"rename the profile (e.g. my_{name}); the presets are {', '.join(PRESET_NAMES)}.")
+    return Problem("profile", name, "is not a profile name (a non-empty string).", "name it, e.g. my_cluster:.")
+
+
+def _read_profiles_file(file: Path) -> dict:
+    """The file's top-level mapping; YAML errors, duplicate keys (which YAML would resolve silently, last one
+    winning), text that is not UTF-8 and unreadable files are problems naming the file."""
+    import yaml
+
+    def refuse(message: str, fix: str) -> InvalidRecipeError:
+        return InvalidRecipeError([Problem("clusters", str(file), message, fix)])
+
+    try:
+        text = file.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise refuse(f"is not UTF-8 text (byte {error.start}).", "save the file as UTF-8.") from None
+    except OSError as error:
+        raise refuse(f"cannot be read: {error.strerror or error}.", "give a readable YAML file "
+                     f"(--clusters FILE or ${ENV_VAR}).") from None
+    try:
+        data = yaml.load(text, Loader=_unique_key_loader()) or {}
+    except _DuplicateKeyError as error:
+        raise refuse(str(error), "keep one of the two entries.") from None
+    except yaml.YAMLError as error:
+        raise refuse(f"is not valid YAML: {error}", "fix the syntax (a mapping of profile names to settings).") from None
+    if not isinstance(data, dict):
+        raise refuse("must be a mapping of profile names to settings.",
+                     "write `my_cluster: {preset: slurm, account: ...}`.")
+    return data
+
+
+class _DuplicateKeyError(Exception):
+    pass
+
+
+def _unique_key_loader() -> type:
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        """PyYAML's safe loader, refusing a key given twice in one mapping."""
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    line = seen.setdefault(key, key_node.start_mark.line + 1)
+                except TypeError:  # an unhashable key: PyYAML reports it below
+                    continue
+                if line != key_node.start_mark.line + 1:
+                    raise _DuplicateKeyError(f"has {key!r} twice (lines {line} and {key_node.start_mark.line + 1}); "
+                                             "YAML would silently keep the second.")
+            return super().construct_mapping(node, deep=deep)
+
+    return Loader
+
+
 def get_profile(name: str, path: "str | os.PathLike[str] | None" = None) -> ClusterProfile:
     profiles = load_profiles(path)
-    if name not in profiles:
+    if not isinstance(name, str) or name not in profiles:
         file = Path(path) if path is not None else profiles_path()
         known = ", ".join(profiles) if profiles else ("none" if file.exists() else f"none, the file does not exist")
         raise InvalidRecipeError([Problem(
@@ -144,6 +219,9 @@ def _check(name: str, settings: Any, source: str) -> tuple[Optional[ClusterProfi
             problems += [Problem(f"{where}.gpu", p.value, p.message, p.fix) for p in error.problems]
     parameters = inspect.signature(preset_function(preset)).parameters
     allowed = [p for p in parameters if p != "gpu"]
+    problems += [Problem(f"{where}.{key}", key, "is not a setting name (a string).", "name the setting, e.g. nodes:.")
+                 for key in settings if not isinstance(key, str)]
+    settings = {k: v for k, v in settings.items() if isinstance(k, str)}
     for key in settings:
         if key not in allowed:
             problems.append(Problem(f"{where}.{key}", settings[key],
@@ -155,9 +233,7 @@ def _check(name: str, settings: Any, source: str) -> tuple[Optional[ClusterProfi
         problems += found
         if version is not None:
             settings["trainer_version"] = version
-    required = [p.name for p in parameters.values()
-                if p.default is inspect.Parameter.empty and p.kind is not inspect.Parameter.VAR_KEYWORD]
-    for key in required:
+    for key in _required(parameters):
         if key not in settings:
             problems.append(Problem(f"{where}.{key}", None, f"is required by the {preset} preset.",
                                     f"add `{key}: ...` to profile {name!r}."))
@@ -167,7 +243,6 @@ def _check(name: str, settings: Any, source: str) -> tuple[Optional[ClusterProfi
 def executor_for(name: str, path: "str | os.PathLike[str] | None" = None, **overrides: Any) -> tuple[Any, Optional[str]]:
     """(executor, GPU type) for a preset name (with `overrides` as its arguments) or a profile name."""
     if name in PRESET_NAMES:
-        gpu = overrides.get("gpu")
-        return preset_function(name)(**overrides), gpu
+        return call_preset(name, overrides, context=f"{name} executor"), overrides.get("gpu")
     profile = get_profile(name, path)
     return profile.executor(**overrides), profile.gpu

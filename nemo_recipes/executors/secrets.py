@@ -31,7 +31,7 @@ DEFAULT_SECRETS = frozenset({
 })
 
 REDACTED = "<redacted>"
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch: "$" would let a final newline through
 BEGIN = "# >>> nemo-recipes environment (quoted: NeMo-Run leaves env_vars unquoted, issue #234)"
 END = "# <<< nemo-recipes environment"
 
@@ -45,8 +45,28 @@ def name_problems(field: str, names: Iterable[Any]) -> list[Problem]:
         Problem(f"{field}.{name}" if isinstance(name, str) else field, name,
                 "is not a valid environment variable name.",
                 "use letters, digits and underscores, not starting with a digit.")
-        for name in names if not isinstance(name, str) or not _NAME.match(name)
+        for name in names if not isinstance(name, str) or not _NAME.fullmatch(name)
     ]
+
+
+def secret_name_problems(names: Iterable[Any]) -> list[Problem]:
+    """Names of secrets are written into job scripts (`--export=ALL,NAME`); a secret's value given where its name
+    belongs is refused without being echoed."""
+    problems = []
+    for name in names:
+        reason = token_like(name) if isinstance(name, str) else None
+        if reason:
+            problems.append(token_problem_for_name(reason))
+        else:
+            problems += name_problems("secrets", [name])
+    return problems
+
+
+def token_problem_for_name(reason: str) -> Problem:
+    return Problem("secrets", REDACTED, f"looks like a secret value, not the name of an environment variable: it "
+                   f"{reason}. Written here it would be stored in the job script.",
+                   "list the variable's NAME (e.g. WANDB_API_KEY) in secrets and export its value in the submitting "
+                   "environment. If the value was shared (a profile, a shell history), revoke it and issue a new one.")
 
 
 def env_problems(env: Mapping[str, Any], secrets: Iterable[str], how: str, field: str = "env") -> list[Problem]:
@@ -54,7 +74,7 @@ def env_problems(env: Mapping[str, Any], secrets: Iterable[str], how: str, field
     if not isinstance(env, Mapping):
         return [Problem(field, env, "must be a mapping of names to values.", f"give {field} as a dict.")]
     problems = name_problems(field, env)
-    secret = secret_names(secrets)
+    secret = secret_names(s for s in secrets if isinstance(s, str))
     for name, value in env.items():
         if name in secret:
             problems.append(Problem(

@@ -10,14 +10,24 @@ import nemo_run as run
 from nemo_recipes.errors import Problem
 from nemo_recipes.executors._common import (
     DEFAULT_IMAGE,
+    MAX_GPUS_PER_NODE,
     gpu_env,
+    mapping,
     non_empty_str,
+    optional_bool,
     positive_int,
     raise_if,
+    single_line,
     slurm_time,
     str_list,
 )
-from nemo_recipes.executors.secrets import add_setup_exports, env_problems, export_names, split_for_slurm
+from nemo_recipes.executors.secrets import (
+    add_setup_exports,
+    env_problems,
+    export_names,
+    secret_name_problems,
+    split_for_slurm,
+)
 
 SECRET_HOW = ("list its name in secrets=[...] and export it in the environment that runs sbatch: "
               "Slurm copies it into the job (--export), never into the script.")
@@ -70,15 +80,29 @@ def slurm(
         setup_lines: shell lines run in the batch script before srun.
         packager: how code reaches the cluster; default none (the image holds nemo-recipes).
     """
-    env = dict(env or {})
-    secrets = list(secrets)
-    recorded, problems = gpu_env(gpu)
+    env, problems = mapping("env", env, "{'NCCL_DEBUG': 'WARN'}")
+    secret_problems = str_list("secrets", secrets)  # before list(): a string would become a list of letters
+    problems += secret_problems or secret_name_problems(secrets)
+    secrets = [] if secret_problems else list(secrets)
+    recorded, gpu_problems = gpu_env(gpu)
+    problems += gpu_problems
     problems += non_empty_str("account", account, "set account to your Slurm account (sacctmgr show assoc user=$USER).")
     problems += positive_int("nodes", nodes)
-    problems += positive_int("gpus_per_node", gpus_per_node, minimum=0)
+    problems += positive_int("gpus_per_node", gpus_per_node, minimum=0, maximum=MAX_GPUS_PER_NODE)
     if processes_per_node is None:
         processes_per_node = gpus_per_node if isinstance(gpus_per_node, int) and gpus_per_node > 0 else 1
-    problems += positive_int("processes_per_node", processes_per_node)
+    problems += positive_int("processes_per_node", processes_per_node, maximum=MAX_GPUS_PER_NODE)
+    # Each of these becomes one `#SBATCH` line or one argument of the script.
+    for field, value in (("partition", partition), ("qos", qos), ("constraint", constraint), ("mem", mem),
+                         ("container_image", container_image), ("job_dir", job_dir)):
+        problems += single_line(field, value)
+    problems += optional_bool("exclusive", exclusive)
+    if setup_lines is not None and not isinstance(setup_lines, str):
+        problems.append(Problem("setup_lines", setup_lines, "must be a string of shell lines.",
+                                "give setup_lines as one string, lines separated by newlines."))
+    if packager is not None and not isinstance(packager, run.Packager):
+        problems.append(Problem("packager", packager, "must be a NeMo-Run Packager.",
+                                "pass e.g. run.GitArchivePackager(), or leave packager unset."))
     if (isinstance(gpus_per_node, int) and gpus_per_node > 0 and isinstance(processes_per_node, int)
             and processes_per_node != gpus_per_node):
         problems.append(Problem("processes_per_node", processes_per_node,
@@ -87,12 +111,12 @@ def slurm(
     problems += slurm_time("time", time)
     problems += positive_int("retries", retries, minimum=0)
     problems += str_list("container_mounts", container_mounts)
-    problems += str_list("secrets", secrets)
     problems += env_problems(env, secrets, SECRET_HOW)
     if tunnel == "ssh":
         for field, value in (("host", host), ("user", user), ("job_dir", job_dir)):
             problems += non_empty_str(field, value, f"set {field} for the SSH tunnel (tunnel='ssh').")
-        if identity is not None and not os.path.exists(os.path.expanduser(identity)):
+        if identity is not None and (not isinstance(identity, str)
+                                     or not os.path.exists(os.path.expanduser(identity))):
             problems.append(Problem("identity", identity, "no such file.", "give the path of your SSH private key."))
     elif tunnel != "local":
         problems.append(Problem("tunnel", tunnel, "unknown tunnel.", "use 'local' or 'ssh'."))

@@ -26,7 +26,7 @@ from nemo_recipes.catalog import RecipeSpec, closest_recipe
 from nemo_recipes.errors import ERROR, InvalidRecipeError, Problem
 from nemo_recipes.plan.hardware import GPUS, Cluster
 from nemo_recipes.plan.layout import Layout
-from nemo_recipes.plan.report import Advice, Change, PlanReport
+from nemo_recipes.plan.report import Advice, Change, PlanReport, check_inputs
 from nemo_recipes.plan.search import (
     Candidate,
     Space,
@@ -142,6 +142,7 @@ def fit(spec: RecipeSpec, cluster: Cluster, *, scale_global_batch: bool = False,
     ('sqrt', 'linear' or None). Raises InvalidRecipeError naming the smallest cluster that would work when nothing
     fits, or the problems fit cannot change (precision, data, CP).
     """
+    check_inputs(spec, cluster)
     if lr_scaling not in LR_RULES:
         raise InvalidRecipeError([Problem("lr_scaling", lr_scaling, "unknown learning-rate scaling rule.",
                                           "use 'sqrt', 'linear' or None.")], context="fit")

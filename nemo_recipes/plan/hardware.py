@@ -5,10 +5,16 @@ Standard library only. Peaks are dense (no sparsity) tensor-core figures; source
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
 from nemo_recipes.errors import InvalidRecipeError, Problem, did_you_mean
+
+# Cluster bounds, as the catalog's num_nodes and num_gpus_per_node (beyond any cluster built; they also keep the
+# planner's divisor searches over the world size instant).
+MAX_NODES = 2**17
+MAX_GPUS_PER_NODE = 4096
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -26,9 +32,41 @@ class GPU:
     description: str = ""
     compute_capability: Optional[tuple[int, int]] = None  # CUDA's (major, minor); None: unknown
 
+    def __post_init__(self) -> None:
+        problems = gpu_problems(self)
+        if problems:
+            raise InvalidRecipeError(problems, context=f"GPU {self.name!r}")
+
     @property
     def supports_fp8(self) -> bool:
         return self.fp8_tflops is not None
+
+
+def _positive_finite(value: object) -> bool:
+    try:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < math.inf
+    except OverflowError:
+        return False
+
+
+def gpu_problems(gpu: GPU) -> list[Problem]:
+    """A GPU described by the user: every figure positive and finite (the planner divides by them)."""
+    problems = []
+    if not isinstance(gpu.name, str) or not gpu.name.strip():
+        problems.append(Problem("name", gpu.name, "must be a non-empty string.", "name the GPU, e.g. 'my-gpu'."))
+    for field in ("memory_gib", "bf16_tflops", "hbm_tb_s", "nvlink_gb_s", "network_gb_s"):
+        value = getattr(gpu, field)
+        if not _positive_finite(value):
+            problems.append(Problem(field, value, "must be a positive, finite number.",
+                                    f"set {field} from the GPU's data sheet."))
+    if gpu.fp8_tflops is not None and not _positive_finite(gpu.fp8_tflops):
+        problems.append(Problem("fp8_tflops", gpu.fp8_tflops, "must be a positive, finite number or None.",
+                                "set fp8_tflops from the data sheet, or None where the GPU has no FP8."))
+    domain = gpu.nvlink_domain
+    if isinstance(domain, bool) or not isinstance(domain, int) or not 1 <= domain <= MAX_GPUS_PER_NODE:
+        problems.append(Problem("nvlink_domain", domain, f"must be an integer from 1 to {MAX_GPUS_PER_NODE}.",
+                                "set nvlink_domain to the GPUs sharing one NVLink domain (8 in a DGX)."))
+    return problems
 
 
 GPUS: dict[str, GPU] = {
@@ -106,10 +144,15 @@ class Cluster:
     @classmethod
     def of(cls, nodes: int, gpus_per_node: int, gpu: "str | GPU | None" = None) -> "Cluster":
         problems = [
-            Problem(field, value, "must be a positive integer.", f"set {field} to 1 or more.")
-            for field, value in (("nodes", nodes), ("gpus_per_node", gpus_per_node))
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1
+            Problem(field, value, f"must be an integer from 1 to {bound:,}.", f"set {field} to 1 or more.")
+            for field, value, bound in (("nodes", nodes, MAX_NODES), ("gpus_per_node", gpus_per_node,
+                                                                       MAX_GPUS_PER_NODE))
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= bound
         ]
+        try:
+            resolved = None if gpu is None else get_gpu(gpu)
+        except InvalidRecipeError as error:
+            problems += error.problems
         if problems:
             raise InvalidRecipeError(problems, context="cluster")
-        return cls(nodes=nodes, gpus_per_node=gpus_per_node, gpu=None if gpu is None else get_gpu(gpu))
+        return cls(nodes=nodes, gpus_per_node=gpus_per_node, gpu=resolved)

@@ -11,12 +11,23 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.catalog import RecipeSpec, not_a_spec
 from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem, jsonable
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.memory import MemoryBreakdown
 from nemo_recipes.plan.stack import Program
+
+
+def check_inputs(spec: Any, cluster: Any) -> None:
+    """Raise one InvalidRecipeError naming each argument of a planner call that is not what the planner takes
+    (a `RecipeSpec` and a `Cluster`), rather than an AttributeError from deep inside."""
+    problems = not_a_spec(spec)
+    if not isinstance(cluster, Cluster):
+        problems.append(Problem("cluster", cluster, "must be a Cluster.",
+                                "pass nemo_recipes.plan.Cluster.of(nodes, gpus_per_node, gpu)."))
+    if problems:
+        raise InvalidRecipeError(problems, context="planner")
 
 
 @dataclass(frozen=True)

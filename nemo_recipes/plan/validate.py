@@ -17,7 +17,7 @@ from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem
 from nemo_recipes.plan.hardware import GPUS, Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.memory import MemoryBreakdown, estimate_memory
-from nemo_recipes.plan.report import PlanReport
+from nemo_recipes.plan.report import PlanReport, check_inputs
 from nemo_recipes.plan.stack import Program, program_for
 
 # Warn when the predicted total is within this fraction of capacity: the activation model is exact for the paper's
@@ -445,6 +445,7 @@ def validate(spec: RecipeSpec, cluster: Cluster, *, stack: Optional[str] = None)
     `stack` names the software the GPUs run (`stack.resolve_stack`): by default the NeMo container with Transformer
     Engine; "local" plans for this machine. Memory and the report's program follow from it.
     """
+    check_inputs(spec, cluster)
     layout = Layout.of(spec, cluster)
     program = program_for(spec, cluster.gpu, stack, layout.interleaved)
     problems = layout_problems(spec, cluster, layout) + program_problems(spec, program)

@@ -1,0 +1,127 @@
+"""`key=value` items from a command line: the one parser behind recipe overrides (`nemo-recipes show|plan|export|
+launch NAME key=value`, `examples/pretrain_gpt.py --set key=value`) and executor arguments (`launch -E key=value`).
+
+Splitting is shared: an item without '=' or without a key, and a key given twice with different values, are
+problems (field, value, fix), never a silent choice. Values are then read by what they are for:
+
+* recipe fields by the field's type (so `tensor_parallel=4` is an int and `tokenizer_path=4` stays a string); a value
+  that cannot be read is passed on as text, so that `RecipeSpec.replace` reports it with the field, the expected
+  type and the fix, in the same words as every other invalid value. Unknown keys pass through the same way and get
+  the catalog's "did you mean";
+* executor arguments as YAML scalars and lists (8 -> int, [a, b] -> list, true -> bool), as a profile file reads.
+
+Standard library only (PyYAML is imported for executor arguments alone), so the fast CLI verbs stay fast.
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+from typing import Any, Literal, Mapping, Optional, Sequence
+
+from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.cli._output import parse_count
+from nemo_recipes.errors import InvalidRecipeError, Problem
+
+_TRUE = {"true", "yes", "on", "1"}
+_FALSE = {"false", "no", "off", "0"}
+_NONE = {"none", "null", "~"}
+
+
+def split_key_values(items: Sequence[str], *, field: str = "override", flag: str = "",
+                     example: str = "tensor_parallel=4") -> tuple[dict[str, str], list[Problem]]:
+    """['tensor_parallel=4', 'oops'] -> ({'tensor_parallel': '4'}, [problem with 'oops']).
+
+    `field` names a malformed item in its problem, `flag` is what precedes each item on the command line ('-E ')
+    and `example` one well-formed item, for the fix. Repeating a key with the same value is harmless and accepted.
+    """
+    raw: dict[str, str] = {}
+    problems = []
+    for item in items:
+        key, sep, value = str(item).partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            problems.append(Problem(field, item, "is not of the form key=value.",
+                                    f"write it as {flag}key=value, for example {flag}{example}."))
+        elif key in raw and raw[key] != value:
+            problems.append(Problem(key, value, f"is given twice, as {flag}{key}={raw[key]} and {flag}{key}={value}.",
+                                    f"give {key} once."))
+        else:
+            raw[key] = value
+    return raw, problems
+
+
+def parse_overrides(items: Sequence[str]) -> tuple[dict[str, Any], list[Problem]]:
+    """Typed override values keyed by field name (unknown keys kept, for `replace` to report), and malformed items."""
+    hints = typing.get_type_hints(RecipeSpec)
+    raw, problems = split_key_values(items)
+    return {key: read_value(value, hints[key]) if key in hints else value for key, value in raw.items()}, problems
+
+
+def apply_overrides(spec: RecipeSpec, items: Sequence[str], flags: Optional[Mapping[str, tuple[str, Any]]] = None,
+                    **more: Any) -> tuple[RecipeSpec, dict[str, Any]]:
+    """`spec` with the command line's `key=value` items applied, and the values of option flags: `flags` maps a
+    field to (the flag as typed, its value), e.g. {'tensor_parallel': ('--tp', 8)}; `more` are further field values.
+    A field set both by a flag and by an item, to different values, is a problem. Every problem at once."""
+    overrides, problems = parse_overrides(items)
+    given = {field: (f"{field}={value}", value) for field, value in more.items()}
+    given.update({field: (f"{flag} {value}", value) for field, (flag, value) in (flags or {}).items()})
+    for field, (text, value) in given.items():
+        if field in overrides and overrides[field] != value:
+            problems.append(Problem(field, overrides[field], f"is given twice, as {field}={overrides[field]} and "
+                                    f"{text}.", f"give {field} once."))
+        overrides[field] = value
+    try:
+        changed = spec.replace(**overrides) if overrides else spec
+    except InvalidRecipeError as error:
+        problems += error.problems
+    if problems:
+        raise InvalidRecipeError(problems, context=f"recipe {spec.name!r}")
+    return changed, overrides
+
+
+def read_yaml_values(items: Sequence[str], *, field: str, flag: str, example: str) -> dict[str, Any]:
+    """`key=value` items with YAML values (8 -> int, [a, b] -> list, true -> bool; text that is not YAML stays
+    text); every malformed or repeated item in one InvalidRecipeError."""
+    import yaml
+
+    raw, problems = split_key_values(items, field=field, flag=flag, example=example)
+    if problems:
+        raise InvalidRecipeError(problems, context=f"{field}s")
+    values: dict[str, Any] = {}
+    for key, text in raw.items():
+        try:
+            values[key] = yaml.safe_load(text) if text else ""
+        except yaml.YAMLError:
+            values[key] = text
+    return values
+
+
+def read_value(text: str, hint: Any) -> Any:
+    """`text` as a value of type `hint` (a RecipeSpec field's type), or `text` itself when it is not one."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        if text.lower() in _NONE:
+            return None
+        for arg in args:
+            if arg is not type(None):
+                value = read_value(text, arg)
+                if value is not text or arg is str:
+                    return value
+        return text
+    if origin is tuple:
+        parts = [p.strip() for p in text.strip("[]()").split(",") if p.strip()]
+        return tuple(read_value(p, args[0]) for p in parts)
+    if origin is Literal:
+        return text
+    try:
+        if hint is bool:
+            low = text.lower()
+            return True if low in _TRUE else False if low in _FALSE else text
+        if hint is int:
+            return parse_count(text)  # 300B, 1_000, 4
+        if hint is float:
+            return float(text)  # 'inf' and 'nan' are read, and refused by the catalog as not finite
+    except ValueError:
+        return text  # reported by RecipeSpec with the expected type
+    return text
