@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -41,6 +42,10 @@ def local_processes(config: dict[str, Any], processes: int, log: Path, poll: Cal
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
         "--nproc-per-node", str(processes), *worker]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if processes == 1:
+        # One process rendezvous with itself through MASTER_PORT; an inherited or fixed port may be held by another
+        # run on a shared machine (a CI run once failed on EADDRINUSE), so each phase takes a port that is free now.
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     with open(log, "w", encoding="utf-8") as out:
         process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         deadline = time.monotonic() + timeout
@@ -57,6 +62,13 @@ def local_processes(config: dict[str, Any], processes: int, log: Path, poll: Cal
             raise
     poll()
     return process.returncode
+
+
+def free_port() -> int:
+    """A TCP port on the loopback interface that nothing listens on at this moment."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def _stop(process: subprocess.Popen) -> None:
