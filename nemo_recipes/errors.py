@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from nemo_recipes.credentials import token_like
+
 ERROR = "error"
 WARNING = "warning"
 
@@ -94,8 +96,6 @@ REDACTED_VALUE = "<redacted: looks like a secret>"
 
 
 def looks_secret(text: str) -> bool:
-    from nemo_recipes.executors.secrets import token_like  # standard library only; imported late (it imports us)
-
     return token_like(text) is not None
 
 
