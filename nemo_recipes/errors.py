@@ -56,6 +56,11 @@ class InvalidRecipeError(RecipeError):
         super().__init__("\n".join(lines))
 
 
+class InvalidConfigError(InvalidRecipeError):
+    """Configuration around a recipe that is wrong: an executor's arguments, a cluster profile, a kubeconfig, a
+    YAML file. A subclass of InvalidRecipeError, so that callers catching that (and the CLI's exit code 2) see it."""
+
+
 def raise_if_any(problems: Iterable[Problem], *, context: str = "") -> None:
     """Raise one InvalidRecipeError carrying `problems`, when there are any."""
     problems = list(problems)

@@ -81,7 +81,7 @@ def test_kubernetes_without_kubeconfig_says_what_to_set(tmp_path, monkeypatch):
 
 
 def test_kubernetes_without_the_package_says_what_to_install(monkeypatch):
-    from nemo_recipes.executors.kubernetes import kubernetes
+    from nemo_recipes.executors.presets.kubernetes import kubernetes
 
     monkeypatch.setitem(sys.modules, "kubernetes", None)  # how Python marks a module as not importable
     with pytest.raises(InvalidRecipeError, match=r"pip install 'nemo-recipes\[kubernetes\]'"):
@@ -234,13 +234,12 @@ def test_cli_kubernetes_factory_passes_the_shared_home_claim(kubeconfig_file, mo
     import fiddle as fdl
     from nemo_run.config import get_nemorun_home
 
-    from nemo_recipes.executors import cli
-
     from nemo_recipes.executors.kubeflow_trainer import pod_volumes, trainer_volume_mounts
+    from nemo_recipes.executors.presets.kubernetes import cli_factory
 
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig_file))
     for version in ("v2.1", "v2.3"):
-        executor = fdl.build(cli.kubernetes(nodes=2, shared_home_pvc="nemo-run-home", trainer_version=version))
+        executor = fdl.build(cli_factory(nodes=2, shared_home_pvc="nemo-run-home", trainer_version=version))
         claims = [v["persistentVolumeClaim"]["claimName"] for v in pod_volumes(executor)
                   if "persistentVolumeClaim" in v]
         assert "nemo-run-home" in claims

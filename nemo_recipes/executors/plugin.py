@@ -15,9 +15,9 @@ from typing import Any, Optional
 import nemo_run as run
 
 from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem
+from nemo_recipes.executors import registry
 from nemo_recipes.executors._common import GPU_ENV
 from nemo_recipes.executors.kubeflow_trainer import mixed_pod_settings
-from nemo_recipes.executors.secrets import REDACTED, secret_names, secure_slurm
 
 #: GPUs of compute capability 10 (Blackwell) use 32 hardware queues with TP/CP overlap, older ones 1
 #: (as NeMo's PerfEnvPlugin does).
@@ -78,27 +78,8 @@ class RecipePlugin(run.Plugin):
                                                        "not submitted")
 
     def _secure(self, task: Any, executor: run.Executor) -> list[Problem]:
-        task_env = task.env if isinstance(task, run.Script) else None
-        if isinstance(executor, run.SlurmExecutor):
-            return secure_slurm(executor, task_env, self.secrets)
-        marked = secret_names(self.secrets)
-        problems = []
-        if isinstance(executor, run.KubeflowExecutor):
-            for source in (executor.env_vars, task_env or {}):
-                for name in [n for n in source if n in marked]:
-                    problems.append(Problem(
-                        f"env.{name}", REDACTED, "is a secret and would be written into the TrainJob manifest.",
-                        f"create a Kubernetes Secret and pass secrets={{'{name}': 'secret-name/key'}} to the "
-                        "kubernetes preset (secretKeyRef)."))
-            return problems
-        # Local (and other executors): the job inherits this process's environment; keep values off the disk.
-        for source in (executor.env_vars, task_env or {}):
-            for name in [n for n in source if n in marked]:
-                value = source.pop(name)
-                if os.environ.get(name) != value:
-                    problems.append(Problem(f"env.{name}", REDACTED, "is a secret: it is not written into job files.",
-                                            f"export {name}=... in the environment that starts the job."))
-        return problems
+        # Every executor gets its preset's secret policy (registry.py); one no preset returns, the generic one.
+        return registry.secure(executor, task.env if isinstance(task, run.Script) else None, self.secrets)
 
 
 def _warn_if_config_unreadable(executor: run.KubeflowExecutor) -> None:
@@ -109,7 +90,7 @@ def _warn_if_config_unreadable(executor: run.KubeflowExecutor) -> None:
     class)."""
     from nemo_run.config import get_nemorun_home
 
-    from nemo_recipes.executors.kubernetes import SHARED_HOME_HOW, reads_configs_from
+    from nemo_recipes.executors.presets.kubernetes import SHARED_HOME_HOW, reads_configs_from
 
     if reads_configs_from(executor) is not None:
         return

@@ -30,24 +30,16 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from nemo_recipes.errors import InvalidRecipeError, Problem, did_you_mean
+from nemo_recipes.executors import registry
 from nemo_recipes.executors.kubeflow_trainer import normalise_version
 
 ENV_VAR = "NEMO_RECIPES_CLUSTERS"
-PRESET_NAMES = ("local", "slurm", "kubernetes")
+PRESET_NAMES = registry.NAMES
 
 
 def preset_function(name: str) -> Callable[..., Any]:
     """The preset function called `name` (imported lazily: the Kubernetes one may lack its package)."""
-    if name == "local":
-        from nemo_recipes.executors.local import local as fn
-    elif name == "slurm":
-        from nemo_recipes.executors.slurm import slurm as fn
-    elif name == "kubernetes":
-        from nemo_recipes.executors.kubernetes import kubernetes as fn
-    else:
-        raise InvalidRecipeError([Problem("preset", name, f"unknown preset{did_you_mean(name, PRESET_NAMES)}.",
-                                          f"use one of: {', '.join(PRESET_NAMES)}.")])
-    return fn
+    return registry.function(name)
 
 
 def profiles_path() -> Path:

@@ -8,10 +8,13 @@ import importlib.util
 import os
 import re
 import traceback
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+
+import nemo_run as run
 
 from nemo_recipes.errors import InvalidRecipeError, Problem
 from nemo_recipes.executors._common import (
+    Count,
     DEFAULT_IMAGE,
     MAX_GPUS_PER_NODE,
     gpu_env,
@@ -25,7 +28,15 @@ from nemo_recipes.executors._common import (
 )
 from nemo_recipes.executors.kubeflow_trainer import (DEFAULT_TRAINER_VERSION, normalise_version, pod_settings,
                                                      trainer_volume_mounts)
-from nemo_recipes.executors.secrets import SECRET_NAME, env_problems, kubernetes_secret_refs, token_like, token_problem
+from nemo_recipes.executors.secrets import (
+    REDACTED,
+    SECRET_NAME,
+    env_problems,
+    kubernetes_secret_refs,
+    secret_names,
+    token_like,
+    token_problem,
+)
 
 SECRET_HOW = ("create a Kubernetes Secret (kubectl create secret generic NAME --from-literal=KEY=...) and pass "
               "secrets={'ENV_NAME': 'NAME/KEY'}: the pod reads it through secretKeyRef.")
@@ -317,3 +328,45 @@ def check_environment() -> None:
     problems = environment_problems()
     if problems:
         raise InvalidRecipeError(problems, context="kubernetes executor")
+
+
+# ---- the preset interface (registry.py) ----
+
+EXECUTOR = "KubeflowExecutor"
+
+
+def cli_factory(
+    namespace: str = "default",
+    nodes: Count = 1,
+    gpus_per_node: Count = 8,
+    gpu: Optional[str] = None,
+    image: Optional[str] = None,
+    runtime: str = "torch-distributed",
+    shared_home_pvc: Optional[str] = None,
+    trainer_version: str = DEFAULT_TRAINER_VERSION,
+) -> run.Config[run.KubeflowExecutor]:
+    """A Kubeflow Trainer TrainJob; image defaults to the nemo-recipes image. `shared_home_pvc` names the claim that
+    holds this machine's NEMORUN_HOME, mounted at the same path in the pods so they can read the job's config.
+    `trainer_version` (v2.1, v2.2, v2.3) is the cluster's Kubeflow Trainer release, which decides the TrainJob's
+    shape; a cluster profile can set it too."""
+    kwargs = {} if image is None else {"image": image}
+    return kubernetes(namespace=namespace, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, runtime=runtime,
+                      shared_home_pvc=shared_home_pvc, trainer_version=trainer_version, **kwargs).to_config()
+
+
+def secure(executor: Any, task_env: Optional[dict[str, str]], secrets: Iterable[str]) -> list[Problem]:
+    """A secret in the env would be written into the TrainJob manifest: refused; pods read secrets through
+    secretKeyRef (the preset's `secrets=`)."""
+    marked = secret_names(list(secrets))
+    return [Problem(f"env.{name}", REDACTED, "is a secret and would be written into the TrainJob manifest.",
+                    f"create a Kubernetes Secret and pass secrets={{'{name}': 'secret-name/key'}} to the "
+                    "kubernetes preset (secretKeyRef).")
+            for source in (executor.env_vars, task_env or {}) for name in source if name in marked]
+
+
+def render(request: Any, executor: Any) -> str:
+    """The TrainJob manifest, as YAML."""
+    import yaml
+
+    body = executor.get_job_body(executor._trainjob_name(request.name), request.cmd)
+    return yaml.safe_dump(body, sort_keys=False, width=10_000)
