@@ -311,9 +311,3 @@ def _follow_kubeconfig_env() -> None:
         from kubernetes.config import kube_config
 
         kube_config.KUBE_CONFIG_DEFAULT_LOCATION = os.pathsep.join(paths)
-
-
-def check_environment() -> None:
-    problems = environment_problems()
-    if problems:
-        raise InvalidRecipeError(problems, context="kubernetes executor")
