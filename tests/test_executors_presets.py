@@ -274,6 +274,18 @@ def test_plugin_sets_trainer_from_executor_and_plan_env(recipes):
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in one_gpu.env_vars  # TP 1
 
 
+@pytest.mark.parametrize("gpu, connections", [("b200-180gb", "32"), ("GB200-NVL72", "32"), ("b200", "32"),
+                                              ("h100-sxm", "1"), ("h200-141gb", "1")])
+def test_plugin_reads_blackwell_through_the_gpu_table(recipes, gpu, connections):
+    # The plugin is given the user's spelling, not the preset's canonical name: an alias of a Blackwell GPU must get
+    # Blackwell's 32 hardware queues, as the GPU it names does.
+    from nemo_recipes.executors import RecipePlugin, slurm
+
+    executor = slurm(account="a", nodes=8)
+    RecipePlugin(gpu=gpu).setup(recipes.gpt_70b(), executor)
+    assert executor.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == connections
+
+
 def test_plugin_refuses_an_invalid_plan_and_nothing_is_submitted(recipes, tmp_path):
     import nemo_run as run
     from nemo_recipes.executors import RecipePlugin, slurm
