@@ -54,6 +54,12 @@ class InvalidRecipeError(RecipeError):
         super().__init__("\n".join(lines))
 
 
+class InvalidConfigError(InvalidRecipeError):
+    """A problem with the machine's or cluster's configuration rather than with a recipe: a kubeconfig, a cluster
+    profile file, its YAML. A subclass of InvalidRecipeError so that every `except InvalidRecipeError` that gathers
+    problems, and the CLI's exit code 2, treat it as before."""
+
+
 def raise_if_any(problems: Iterable[Problem], *, context: str = "") -> None:
     """Raise one InvalidRecipeError carrying `problems`, when there are any."""
     problems = list(problems)

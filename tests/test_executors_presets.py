@@ -80,6 +80,26 @@ def test_kubernetes_without_kubeconfig_says_what_to_set(tmp_path, monkeypatch):
         kubernetes(nodes=2)
 
 
+@pytest.mark.parametrize("text, message", [("a: [unclosed\n", "is not valid YAML"),
+                                           ("- a list\n", "must be a mapping of profile names")])
+def test_configuration_problems_are_config_errors_not_recipe_errors(tmp_path, monkeypatch, text, message):
+    # A kubeconfig or a cluster profile file is not a recipe: its errors say so by their class, and stay
+    # InvalidRecipeErrors so that every handler (and the CLI's exit code 2) treats them as before.
+    from nemo_recipes.errors import InvalidConfigError
+    from nemo_recipes.executors import kubernetes
+    from nemo_recipes.executors.profiles import load_profiles
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(InvalidConfigError, match="no kubeconfig file") as kubeconfig:
+        kubernetes(nodes=2)
+    profiles = tmp_path / "clusters.yaml"
+    profiles.write_text(text)
+    with pytest.raises(InvalidConfigError, match=message) as profile:
+        load_profiles(profiles)
+    assert isinstance(kubeconfig.value, InvalidRecipeError) and isinstance(profile.value, InvalidRecipeError)
+
+
 def test_kubernetes_without_the_package_says_what_to_install(monkeypatch):
     from nemo_recipes.executors.kubernetes import kubernetes
 

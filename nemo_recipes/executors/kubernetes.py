@@ -10,7 +10,7 @@ import re
 import traceback
 from typing import Any, Iterator, Mapping, Optional, Sequence
 
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.executors._common import (
     DEFAULT_IMAGE,
     MAX_GPUS_PER_NODE,
@@ -153,7 +153,9 @@ def kubernetes(
             problems.append(Problem("volumes", SHARED_HOME_VOLUME, "is the name of the shared_home_pvc volume.",
                                     "rename your volume (or claim in pvcs)."))
     raise_if(problems, "kubernetes executor")
-    raise_if(environment_problems(), "kubernetes executor")
+    problems = environment_problems()
+    if problems:
+        raise InvalidConfigError(problems, context="kubernetes executor")
 
     import nemo_run as run
 
@@ -200,7 +202,7 @@ def _kubeconfig_errors_reported() -> Iterator[None]:
             raise
         paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p] or ["~/.kube/config"]
         detail = _kubeconfig_error_detail(error)
-        raise InvalidRecipeError([Problem(
+        raise InvalidConfigError([Problem(
             "kubeconfig", ", ".join(paths), f"cannot be loaded ({type(error).__name__}{detail}).",
             "fix or regenerate it (e.g. `gcloud container clusters get-credentials ...`, `aws eks update-kubeconfig "
             "...`), or point KUBECONFIG at a working one; `kubectl config view` shows what is wrong.")],
