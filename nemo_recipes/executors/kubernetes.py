@@ -238,7 +238,7 @@ def _kubeconfig_errors_reported() -> Iterator[None]:
     except Exception as error:
         if not _raised_by_the_kubeconfig_loader(error):
             raise
-        paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p] or ["~/.kube/config"]
+        paths = _kubeconfig_paths() or ["~/.kube/config"]
         detail = _kubeconfig_error_detail(error)
         raise InvalidConfigError([Problem(
             "kubeconfig", ", ".join(paths), f"cannot be loaded ({type(error).__name__}{detail}).",
@@ -333,7 +333,7 @@ def environment_problems() -> list[Problem]:
                         "pip install 'nemo-recipes[kubernetes]' (or: pip install kubernetes).")]
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         return []  # in-cluster configuration
-    paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    paths = _kubeconfig_paths()
     where = "KUBECONFIG" if paths else "~/.kube/config"
     paths = paths or [os.path.expanduser("~/.kube/config")]
     if not any(os.path.isfile(p) for p in paths):
@@ -346,8 +346,13 @@ def environment_problems() -> list[Problem]:
 def _follow_kubeconfig_env() -> None:
     """The kubernetes client reads KUBECONFIG once, when imported; NeMo-Run's executor then loads that default.
     Point the default at the current KUBECONFIG so that the file we checked is the file it loads."""
-    paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    paths = _kubeconfig_paths()
     if paths:
         from kubernetes.config import kube_config
 
         kube_config.KUBE_CONFIG_DEFAULT_LOCATION = os.pathsep.join(paths)
+
+
+def _kubeconfig_paths() -> list[str]:
+    """The files KUBECONFIG names, in order (the kubernetes client merges them); [] when it is unset."""
+    return [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
