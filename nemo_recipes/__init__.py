@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from nemo_recipes.catalog import RECIPES, RecipeSpec, closest_recipe, config_class_name, get_recipe, recipe_names
-from nemo_recipes.errors import InvalidRecipeError, Problem, RecipeError
+from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem, RecipeError
 
 __version__ = "0.1.0"
 
@@ -23,7 +23,7 @@ _LAZY = {
 }
 
 __all__ = sorted(["RECIPES", "RecipeSpec", "closest_recipe", "get_recipe", "recipe_names", "InvalidRecipeError",
-                  "Problem", "RecipeError", *_LAZY])
+                  "InvalidConfigError", "Problem", "RecipeError", *_LAZY])
 
 
 def __getattr__(name: str) -> Any:

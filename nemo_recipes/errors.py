@@ -57,8 +57,9 @@ class InvalidRecipeError(RecipeError):
 
 
 class InvalidConfigError(InvalidRecipeError):
-    """Configuration around a recipe that is wrong: an executor's arguments, a cluster profile, a kubeconfig, a
-    YAML file. A subclass of InvalidRecipeError, so that callers catching that (and the CLI's exit code 2) see it."""
+    """Configuration around a recipe that is wrong: an executor's arguments, a cluster profile file and its YAML, a
+    kubeconfig. A subclass of InvalidRecipeError, so that every `except InvalidRecipeError` that gathers problems,
+    and the CLI's exit code 2, treat it as before."""
 
 
 def raise_if_any(problems: Iterable[Problem], *, context: str = "") -> None:

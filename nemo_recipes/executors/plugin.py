@@ -18,10 +18,11 @@ from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem
 from nemo_recipes.executors import registry
 from nemo_recipes.executors._common import GPU_ENV
 from nemo_recipes.executors.kubeflow_trainer import mixed_pod_settings
+from nemo_recipes.plan.hardware import get_gpu
 
 #: GPUs of compute capability 10 (Blackwell) use 32 hardware queues with TP/CP overlap, older ones 1
 #: (as NeMo's PerfEnvPlugin does).
-_BLACKWELL = ("b200", "gb200")
+_BLACKWELL_MAJOR = 10
 #: Larger P2P chunks for pipeline-parallel sends across nodes (NeMo's performance recipes use 2 MiB).
 PP_CHUNK_SIZE = "2097152"
 
@@ -113,10 +114,22 @@ def plan_env(spec: Any, nodes: int, gpu: Optional[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     if spec.tensor_parallel > 1 or spec.context_parallel > 1:
         # Megatron's TP/sequence-parallel and CP communication overlap relies on kernels being queued in order.
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32" if (gpu or "").lower() in _BLACKWELL else "1"
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32" if _is_blackwell(gpu) else "1"
     if spec.distributed_optimizer and (spec.overlap_grad_reduce or spec.overlap_param_gather):
         # Overlapped collectives on side streams: free buffers when the collective ends, not at the next sync.
         env["TORCH_NCCL_AVOID_RECORD_STREAMS"] = "1"
     if spec.pipeline_parallel > 1 and nodes > 1:
         env["NCCL_P2P_NET_CHUNKSIZE"] = PP_CHUNK_SIZE
     return env
+
+
+def _is_blackwell(gpu: Optional[str]) -> bool:
+    """Through the planner's GPU table, so that an alias ("b200-180gb", "gb200-nvl72") counts as its GPU. An unknown
+    or missing GPU is not Blackwell: validation reports the unknown name."""
+    if not gpu:
+        return False
+    try:
+        capability = get_gpu(gpu).compute_capability
+    except InvalidRecipeError:
+        return False
+    return capability is not None and capability[0] == _BLACKWELL_MAJOR
