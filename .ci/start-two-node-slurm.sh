@@ -91,7 +91,10 @@ install -d -o "$SLURM_USER" -m 0755 "$LOG" "$SPOOL/slurmctld"
 install -d -m 0755 /etc/slurm   # the bind-mount target inside the namespaces
 
 # ---- 2. network: the bridge, one namespace per machine, a veth pair into each ----
-ip link show "$BRIDGE" >/dev/null 2>&1 || { log "creating bridge $BRIDGE ($NET.1/24)"; ip link add "$BRIDGE" type bridge; }
+if ! ip link show "$BRIDGE" >/dev/null 2>&1; then
+    log "creating bridge $BRIDGE ($NET.1/24)"
+    ip link add "$BRIDGE" type bridge
+fi
 ip -4 addr show dev "$BRIDGE" | grep -F "inet $NET.1/24" >/dev/null || ip addr add "$NET.1/24" dev "$BRIDGE"
 ip link set "$BRIDGE" up
 hosts=$(printf '127.0.0.1 localhost\n'; for ns in "$HEAD" "${NODES[@]}"; do printf '%s %s\n' "${ADDR[$ns]}" "$ns"; done)
@@ -195,7 +198,7 @@ JobAcctGatherFrequency=30
 JobCompType=jobcomp/none
 ${node_lines}
 # Test jobs share the machine's few cores instead of queueing behind each other.
-PartitionName=${PARTITION} Nodes=$(IFS=,; echo "${NODES[*]}") Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
+PartitionName=${PARTITION} Nodes=${NODES[0]},${NODES[1]} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 EOF
 )
 [ -f "$ETC/plugstack.conf" ] || : >"$ETC/plugstack.conf"   # else Slurm reads the single-node one from /etc/slurm

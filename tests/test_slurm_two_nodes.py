@@ -27,7 +27,14 @@ import pytest
 
 from conftest import ci
 
-pytestmark = [pytest.mark.slurm2, pytest.mark.slurm, pytest.mark.slow]
+
+
+def on_two_nodes(test):
+    """Marks a test that needs the two-node cluster (the continuity check's own test needs none)."""
+    for mark in (pytest.mark.slurm2, pytest.mark.slurm, pytest.mark.slow):
+        test = mark(test)
+    return test
+
 
 REPO = Path(__file__).resolve().parent.parent
 START_SCRIPT = REPO / ".ci" / "start-two-node-slurm.sh"
@@ -43,7 +50,8 @@ STEPS, EVERY = 40, 5
 
 def slurm(*args: str, check: bool = True) -> str:
     """A Slurm client command against the two-node cluster."""
-    result = subprocess.run(list(args), capture_output=True, text=True, env={**os.environ, "SLURM_CONF": str(SLURM2_CONF)})
+    result = subprocess.run(list(args), capture_output=True, text=True,
+                            env={**os.environ, "SLURM_CONF": str(SLURM2_CONF)})
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(args)} failed: {result.stderr.strip()}")
     return result.stdout
@@ -138,6 +146,7 @@ def job_fields(slurm_id: str) -> dict[str, str]:
 
 # ---- 1. the distributed check across two hosts ----
 
+@on_two_nodes
 def test_dist_check_runs_one_rank_on_each_of_two_hosts(cluster, tmp_path):
     import nemo_run as run
 
@@ -162,6 +171,7 @@ def _explain(report) -> str:
     return "\n".join([report.format(), *tails])
 
 
+@on_two_nodes
 @pytest.mark.parametrize("overrides, layout", [
     ({"tensor_parallel": 1, "pipeline_parallel": 2}, "TP1 PP2 CP1 DP1"),
     ({"tensor_parallel": 1, "pipeline_parallel": 1}, "TP1 PP1 CP1 DP2"),
@@ -227,7 +237,8 @@ def _complete_checkpoints(space) -> list[int]:
     found = []
     for path in space.root.glob("**/checkpoints/*"):
         match = re.search(r"step=(\d+)", path.name)
-        if match and path.is_dir() and "unfinished" not in path.name and not list(path.parent.glob(f"{path.name}*unfinished")):
+        unfinished = list(path.parent.glob(f"{path.name}*unfinished"))
+        if match and path.is_dir() and "unfinished" not in path.name and not unfinished:
             found.append(int(match.group(1)) + 1)
     return sorted(set(found))
 
@@ -279,7 +290,8 @@ def assert_resumed_without_loss(records: list[dict[str, Any]], *, steps: int, gl
     assert second == list(range(checkpoint_step + 1, steps + 1)), second
     # NeMo logs consumed_samples from the second step of a run on: step 1 has none to compare.
     off = [(r["step"], r["consumed_samples"]) for a in attempts for r in a["steps"]
-           if r["consumed_samples"] != r["step"] * global_batch and not (r["step"] == 1 and r["consumed_samples"] is None)]
+           if r["consumed_samples"] != r["step"] * global_batch
+           and not (r["step"] == 1 and r["consumed_samples"] is None)]
     assert not off, f"consumed samples != step x global batch at {off[:3]}"
     return {"trained_before": first[-1], "resumed_at": start["global_step"], "first_after": second[0],
             "final": second[-1]}
@@ -291,6 +303,7 @@ def _restore_node(node: str) -> None:
     assert node_states().get(node) in ("idle", "mixed"), node_states()
 
 
+@on_two_nodes
 def test_a_node_lost_mid_job_requeues_it_to_finish_on_the_other_from_its_checkpoint(cluster, tmp_path):
     steps, every = STEPS, EVERY
     ex = executor(1, tmp_path)
@@ -322,6 +335,7 @@ def test_a_node_lost_mid_job_requeues_it_to_finish_on_the_other_from_its_checkpo
     print(f"node {lost} lost at step >= {last}; states {end['seen']}; resumed on {survivor} at {summary}")
 
 
+@on_two_nodes
 def test_a_preempted_two_node_job_is_requeued_and_resumes(cluster, tmp_path):
     steps, every = STEPS, EVERY
     ex = executor(2, tmp_path)
@@ -337,3 +351,35 @@ def test_a_preempted_two_node_job_is_requeued_and_resumes(cluster, tmp_path):
     summary = assert_resumed_without_loss(space.records(), steps=steps, global_batch=plan.spec.global_batch_size,
                                           checkpoint_step=checkpoint, interrupted_at=last)
     print(f"preempted at step >= {last}; states {end['seen']}; resumed {summary}")
+
+
+def _record(attempts: list[tuple[int, list[int]]], global_batch: int = 4, restart_count: str = "1") -> list[dict]:
+    """A record as SmokeMetrics writes it: per attempt (resumed global step, steps trained)."""
+    records: list[dict] = []
+    for n, (resumed, steps) in enumerate(attempts):
+        records.append({"event": "start", "global_step": resumed, "consumed_samples": resumed * global_batch,
+                        "resumed_from": f"/run/checkpoints/x-step={resumed - 1}-last/weights" if resumed else None,
+                        "restart_count": restart_count if n else None})
+        records += [{"event": "step", "step": s, "consumed_samples": s * global_batch} for s in steps]
+    return records
+
+
+def test_the_continuity_check_finds_lost_repeated_and_misplaced_steps():
+    ok = _record([(0, list(range(1, 8))), (5, list(range(6, 13)))])
+    assert assert_resumed_without_loss(ok, steps=12, global_batch=4, checkpoint_step=5, interrupted_at=7) == {
+        "trained_before": 7, "resumed_at": 5, "first_after": 6, "final": 12}
+    bad = {
+        "a step lost after the resume": _record([(0, list(range(1, 8))), (5, [6, 7, 9, 10, 11, 12])]),
+        "a step repeated after the resume": _record([(0, list(range(1, 8))), (5, [6, 6, 7, 8, 9, 10, 11, 12])]),
+        "resumed from an older checkpoint": _record([(0, list(range(1, 8))), (0, list(range(1, 13)))]),
+        "stopped short of the end": _record([(0, list(range(1, 8))), (5, list(range(6, 12)))]),
+        "never restarted": _record([(0, list(range(1, 13)))]),
+        "not Slurm's restart": _record([(0, list(range(1, 8))), (5, list(range(6, 13)))], restart_count="0"),
+    }
+    shifted = _record([(0, list(range(1, 8))), (5, list(range(6, 13)))])
+    shifted[-1]["consumed_samples"] += 4
+    bad["data position off by a batch"] = shifted
+    for why, record in bad.items():
+        with pytest.raises(AssertionError):
+            assert_resumed_without_loss(record, steps=12, global_batch=4, checkpoint_step=5, interrupted_at=7)
+            pytest.fail(f"not caught: {why}")
