@@ -23,6 +23,30 @@ def pytest_sessionfinish(session, exitstatus):
 REPO = Path(__file__).resolve().parent.parent
 
 
+def ci() -> bool:
+    """CI sets CI=true: there a missing Slurm cluster is a failure, elsewhere a skip."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="module")
+def nemorun_home(tmp_path_factory):
+    """A fresh NEMORUN_HOME for the module, also where NeMo-Run keeps its Slurm job index (shared by the Slurm
+    test modules, single- and two-node)."""
+    import importlib
+
+    import nemo_run.config
+
+    slurm_scheduler = importlib.import_module("nemo_run.run.torchx_backend.schedulers.slurm")
+
+    home = tmp_path_factory.mktemp("nemorun-home")
+    previous = (nemo_run.config.get_nemorun_home(), slurm_scheduler.SLURM_JOB_DIRS)
+    nemo_run.config.set_nemorun_home(str(home))
+    slurm_scheduler.SLURM_JOB_DIRS = str(home / ".slurm_jobs")
+    yield home
+    nemo_run.config.set_nemorun_home(previous[0])
+    slurm_scheduler.SLURM_JOB_DIRS = previous[1]
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO

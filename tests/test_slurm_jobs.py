@@ -57,24 +57,6 @@ def slurm_cluster():
         pytest.skip(problem)
 
 
-@pytest.fixture(scope="module")
-def nemorun_home(tmp_path_factory):
-    """A fresh NEMORUN_HOME for this module, also where NeMo-Run keeps its Slurm job index."""
-    import importlib
-
-    import nemo_run.config
-
-    slurm_scheduler = importlib.import_module("nemo_run.run.torchx_backend.schedulers.slurm")
-
-    home = tmp_path_factory.mktemp("nemorun-home")
-    previous = (nemo_run.config.get_nemorun_home(), slurm_scheduler.SLURM_JOB_DIRS)
-    nemo_run.config.set_nemorun_home(str(home))
-    slurm_scheduler.SLURM_JOB_DIRS = str(home / ".slurm_jobs")
-    yield home
-    nemo_run.config.set_nemorun_home(previous[0])
-    slurm_scheduler.SLURM_JOB_DIRS = previous[1]
-
-
 @pytest.fixture
 def cluster(slurm_cluster, nemorun_home, monkeypatch):
     # NeMo-Run runs sbatch/sacct through invoke, which reads stdin; pytest's captured stdin refuses reads.
