@@ -44,8 +44,13 @@ def measure(command: list[str], runs: int) -> dict:
         if result.returncode != 0:
             raise SystemExit(f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr[-2000:]}")
         times.append(seconds)
-    return {"command": " ".join(Path(command[0]).name if i == 0 else c for i, c in enumerate(command)),
-            "runs": runs, "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times)}
+    return {
+        "command": " ".join(Path(command[0]).name if i == 0 else c for i, c in enumerate(command)),
+        "runs": runs,
+        "median_s": statistics.median(times),
+        "min_s": min(times),
+        "max_s": max(times),
+    }
 
 
 def baseline_command() -> tuple[list[str], str]:
@@ -55,8 +60,15 @@ def baseline_command() -> tuple[list[str], str]:
     _, probe = timed(ours)
     if probe.returncode == 0 and "No matching factory" not in probe.stdout + probe.stderr:
         return ours, "gpt_70b"
-    return [nemo, "llm", "pretrain", "--factory", "gpt3_175b", "--dryrun", "--yes"], \
-        "gpt3_175b (gpt_70b is not registered with NeMo-Run yet)"
+    return [
+        nemo,
+        "llm",
+        "pretrain",
+        "--factory",
+        "gpt3_175b",
+        "--dryrun",
+        "--yes",
+    ], "gpt3_175b (gpt_70b is not registered with NeMo-Run yet)"
 
 
 def main() -> int:
@@ -80,13 +92,19 @@ def main() -> int:
         print(json.dumps({"baseline": {**base, "factory": factory}, "fast": fast, "targets_met": ok}, indent=2))
         return 0 if ok else 1
     print(f"baseline: {base['command']}  (factory {factory})")
-    print(f"  median {base['median_s']:.2f} s over {base['runs']} runs (min {base['min_s']:.2f}, "
-          f"max {base['max_s']:.2f})\n")
-    print(f"{'command':<32} {'median s':>9} {'min s':>7} {'max s':>7} {'x faster':>9}  target (<= {FAST_LIMIT_S} s, "
-          f">= {MIN_RATIO:.0f}x)")
+    print(
+        f"  median {base['median_s']:.2f} s over {base['runs']} runs (min {base['min_s']:.2f}, "
+        f"max {base['max_s']:.2f})\n"
+    )
+    print(
+        f"{'command':<32} {'median s':>9} {'min s':>7} {'max s':>7} {'x faster':>9}  target (<= {FAST_LIMIT_S} s, "
+        f">= {MIN_RATIO:.0f}x)"
+    )
     for row in fast:
-        print(f"{row['command']:<32} {row['median_s']:>9.3f} {row['min_s']:>7.3f} {row['max_s']:>7.3f} "
-              f"{row['ratio']:>8.0f}x  {'met' if row['ok'] else 'MISSED'}")
+        print(
+            f"{row['command']:<32} {row['median_s']:>9.3f} {row['min_s']:>7.3f} {row['max_s']:>7.3f} "
+            f"{row['ratio']:>8.0f}x  {'met' if row['ok'] else 'MISSED'}"
+        )
     return 0 if ok else 1
 
 

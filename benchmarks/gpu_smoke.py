@@ -25,7 +25,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from nemo_recipes.catalog import get_recipe  # noqa: E402
 from nemo_recipes.plan import Cluster, assess, get_gpu  # noqa: E402
 from nemo_recipes.plan.flops import model_flops_per_token  # noqa: E402
 
@@ -58,9 +57,13 @@ def predicted(spec, gpus: int, gpu_name: str | None) -> dict:
         return {}
     report = assess(spec, Cluster.of(1, gpus, gpu_name)).to_dict()
     throughput = report.get("throughput") or {}
-    return {"valid": report["valid"], "memory_gib": (report.get("memory_gib") or {}).get("total"),
-            "step_time_s": throughput.get("step_time_s"), "tokens_per_s": throughput.get("tokens_per_s"),
-            "mfu": throughput.get("mfu")}
+    return {
+        "valid": report["valid"],
+        "memory_gib": (report.get("memory_gib") or {}).get("total"),
+        "step_time_s": throughput.get("step_time_s"),
+        "tokens_per_s": throughput.get("tokens_per_s"),
+        "mfu": throughput.get("mfu"),
+    }
 
 
 def main(argv=None) -> int:
@@ -85,13 +88,28 @@ def main(argv=None) -> int:
     overrides = {"global_batch_size": args.global_batch, "checkpoint_every_steps": None}
     if args.scaled_down:
         overrides = {}
-    report = smoke(args.recipe, overrides, processes=gpus, steps=args.steps, full_size=not args.scaled_down,
-                   dir=args.dir or tempfile.mkdtemp(prefix="gpu-smoke-"), progress=sys.stderr)
+    report = smoke(
+        args.recipe,
+        overrides,
+        processes=gpus,
+        steps=args.steps,
+        full_size=not args.scaled_down,
+        dir=args.dir or tempfile.mkdtemp(prefix="gpu-smoke-"),
+        progress=sys.stderr,
+    )
     print(report.format())
-    figures = {"recipe": args.recipe, "full_size": not args.scaled_down, "gpus": gpus, "gpu": gpu_name,
-               "passed": report.passed, "layout": report.plan.layout,
-               "global_batch_size": report.plan.spec.global_batch_size, "seq_length": report.plan.spec.seq_length,
-               "measured": measured(report, gpus, gpu_name), "predicted": predicted(report.plan.spec, gpus, gpu_name)}
+    figures = {
+        "recipe": args.recipe,
+        "full_size": not args.scaled_down,
+        "gpus": gpus,
+        "gpu": gpu_name,
+        "passed": report.passed,
+        "layout": report.plan.layout,
+        "global_batch_size": report.plan.spec.global_batch_size,
+        "seq_length": report.plan.spec.seq_length,
+        "measured": measured(report, gpus, gpu_name),
+        "predicted": predicted(report.plan.spec, gpus, gpu_name),
+    }
     _print_side_by_side(figures)
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
@@ -100,8 +118,14 @@ def main(argv=None) -> int:
 
 def _planner_gpu(device_name: str) -> str | None:
     name = device_name.lower()
-    for key, planner in (("h200", "h200"), ("h100", "h100-80gb"), ("gb200", "gb200"), ("b200", "b200"),
-                         ("a100-sxm4-40gb", "a100-40gb"), ("a100", "a100-80gb")):
+    for key, planner in (
+        ("h200", "h200"),
+        ("h100", "h100-80gb"),
+        ("gb200", "gb200"),
+        ("b200", "b200"),
+        ("a100-sxm4-40gb", "a100-40gb"),
+        ("a100", "a100-80gb"),
+    ):
         if key in name:
             return planner
     return None
@@ -109,18 +133,26 @@ def _planner_gpu(device_name: str) -> str | None:
 
 def _print_side_by_side(figures: dict) -> None:
     m, p = figures["measured"], figures["predicted"]
-    print(f"\n{figures['recipe']} ({'full size' if figures['full_size'] else 'scaled down'}) on {figures['gpus']} x "
-          f"{figures['gpu'] or 'CPU'}, {figures['layout']}, global batch {figures['global_batch_size']} x "
-          f"{figures['seq_length']} tokens")
+    print(
+        f"\n{figures['recipe']} ({'full size' if figures['full_size'] else 'scaled down'}) on {figures['gpus']} x "
+        f"{figures['gpu'] or 'CPU'}, {figures['layout']}, global batch {figures['global_batch_size']} x "
+        f"{figures['seq_length']} tokens"
+    )
     print(f"{'':22}{'measured':>14}{'planner':>14}{'ratio':>8}")
-    for label, key, scale in (("step time (s)", "step_time_s", 1), ("tokens/s", "tokens_per_s", 1),
-                              ("MFU (%)", "mfu", 100)):
+    for label, key, scale in (
+        ("step time (s)", "step_time_s", 1),
+        ("tokens/s", "tokens_per_s", 1),
+        ("MFU (%)", "mfu", 100),
+    ):
         a, b = m.get(key), p.get(key)
         ratio = f"{a / b:8.2f}" if a and b else ""
         print(f"{label:22}{_fmt(a, scale):>14}{_fmt(b, scale):>14}{ratio}")
     a, b = m.get("peak_allocated_gib"), p.get("memory_gib")
-    print(f"{'peak memory (GiB)':22}{_fmt(a, 1):>14}{_fmt(b, 1):>14}"
-          + (f"{a / b:8.2f}" if a and b else "") + "   (measured: allocated on rank 0; planner: total with allowance)")
+    print(
+        f"{'peak memory (GiB)':22}{_fmt(a, 1):>14}{_fmt(b, 1):>14}"
+        + (f"{a / b:8.2f}" if a and b else "")
+        + "   (measured: allocated on rank 0; planner: total with allowance)"
+    )
 
 
 def _fmt(value, scale) -> str:

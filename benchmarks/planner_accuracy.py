@@ -43,12 +43,12 @@ DEFAULT_CSV = REPO / "benchmarks" / "data" / "calibration.csv"
 
 # The grid each efficiency is refitted on (coordinate descent visits every value of one constant at a time).
 GRID: dict[str, tuple[float, ...]] = {
-    "matmul": tuple(round(0.60 + 0.01 * i, 2) for i in range(36)),       # 0.60 .. 0.95
-    "fp8_matmul": tuple(round(0.40 + 0.01 * i, 2) for i in range(51)),   # 0.40 .. 0.90
-    "attention": tuple(round(0.20 + 0.01 * i, 2) for i in range(41)),    # 0.20 .. 0.60
-    "hbm": tuple(round(0.50 + 0.05 * i, 2) for i in range(10)),          # 0.50 .. 0.95
-    "comm": tuple(round(0.40 + 0.05 * i, 2) for i in range(12)),         # 0.40 .. 0.95
-    "tp_overlap": tuple(round(0.05 * i, 2) for i in range(21)),          # 0 .. 1
+    "matmul": tuple(round(0.60 + 0.01 * i, 2) for i in range(36)),  # 0.60 .. 0.95
+    "fp8_matmul": tuple(round(0.40 + 0.01 * i, 2) for i in range(51)),  # 0.40 .. 0.90
+    "attention": tuple(round(0.20 + 0.01 * i, 2) for i in range(41)),  # 0.20 .. 0.60
+    "hbm": tuple(round(0.50 + 0.05 * i, 2) for i in range(10)),  # 0.50 .. 0.95
+    "comm": tuple(round(0.40 + 0.05 * i, 2) for i in range(12)),  # 0.40 .. 0.95
+    "tp_overlap": tuple(round(0.05 * i, 2) for i in range(21)),  # 0 .. 1
 }
 MAX_SWEEPS = 8
 
@@ -83,7 +83,7 @@ class Case:
     spec: RecipeSpec
     cluster: Cluster
     stack: str
-    metric: str          # "step_s" or "tok/s/gpu"
+    metric: str  # "step_s" or "tok/s/gpu"
     published: float
     assumptions: tuple[str, ...]
 
@@ -122,16 +122,26 @@ def case(row: dict[str, Any]) -> Case:
         elif value is not None:
             per_token = convention_flops_per_token(spec, str(row.get("flops_convention") or ""))
             metric, published = "tok/s/gpu", value * 1e12 / per_token
-            assumptions = assumptions + [f"TFLOP/s converted with {per_token:.4g} FLOP/token "
-                                         f"({row.get('flops_convention') or 'Megatron 72-formula'})"]
+            assumptions = assumptions + [
+                f"TFLOP/s converted with {per_token:.4g} FLOP/token "
+                f"({row.get('flops_convention') or 'Megatron 72-formula'})"
+            ]
         else:
             raise ValueError("no published value")
     else:
         raise ValueError(f"unknown target {row.get('target')!r}")
     if published is None or not published > 0:
         raise ValueError(f"no usable published value ({row.get('target_value')!r})")
-    return Case(id=str(row.get("id") or ""), source=source_of(row), spec=spec, cluster=cluster, stack=stack,
-                metric=metric, published=published, assumptions=tuple(assumptions + why))
+    return Case(
+        id=str(row.get("id") or ""),
+        source=source_of(row),
+        spec=spec,
+        cluster=cluster,
+        stack=stack,
+        metric=metric,
+        published=published,
+        assumptions=tuple(assumptions + why),
+    )
 
 
 def compare(row: dict[str, Any]) -> dict[str, Any]:
@@ -139,17 +149,24 @@ def compare(row: dict[str, Any]) -> dict[str, Any]:
     c = case(row)
     result = c.predict()
     predicted = c.value(result)
-    return {"metric": c.metric, "published": c.published, "predicted": predicted,
-            "error_pct": 100.0 * (predicted - c.published) / c.published, "mfu": result.mfu,
-            "assumptions": list(c.assumptions), "result": result}
+    return {
+        "metric": c.metric,
+        "published": c.published,
+        "predicted": predicted,
+        "error_pct": 100.0 * (predicted - c.published) / c.published,
+        "mfu": result.mfu,
+        "assumptions": list(c.assumptions),
+        "result": result,
+    }
 
 
 def _summary(label: str, errors: list[float]) -> str:
     if not errors:
         return f"{label}: no rows"
     absolute = [abs(e) for e in errors]
-    return (f"{label}: n={len(errors)} mean |error| {sum(absolute) / len(absolute):.2f} % "
-            f"max |error| {max(absolute):.2f} %")
+    return (
+        f"{label}: n={len(errors)} mean |error| {sum(absolute) / len(absolute):.2f} % max |error| {max(absolute):.2f} %"
+    )
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
@@ -177,8 +194,11 @@ def run_csv(path: Path, subset: str, verbose: bool, out=sys.stdout) -> int:
         by_source.setdefault(source_of(row), []).append(c["error_pct"])
         if subset and row_id.startswith(subset):
             chosen.append(c["error_pct"])
-        print(f"{row_id[:44]:44s} {c['metric']:9s} {c['predicted']:11.4g} {c['published']:11.4g} "
-              f"{c['error_pct']:+7.1f}%  {c['mfu']:.3f}", file=out)
+        print(
+            f"{row_id[:44]:44s} {c['metric']:9s} {c['predicted']:11.4g} {c['published']:11.4g} "
+            f"{c['error_pct']:+7.1f}%  {c['mfu']:.3f}",
+            file=out,
+        )
         if verbose:
             for line in c["assumptions"]:
                 print(f"    assumed: {line}", file=out)
@@ -197,12 +217,14 @@ def run_csv(path: Path, subset: str, verbose: bool, out=sys.stdout) -> int:
 
 # ---- refitting and cross-validation ----
 
+
 def mean_abs_error(cases: list[Case], constants: ModelConstants) -> float:
     return sum(abs(c.error_pct(constants)) for c in cases) / len(cases)
 
 
-def refit(cases: list[Case], start: ModelConstants = CONSTANTS,
-          grid: Optional[dict[str, tuple[float, ...]]] = None) -> ModelConstants:
+def refit(
+    cases: list[Case], start: ModelConstants = CONSTANTS, grid: Optional[dict[str, tuple[float, ...]]] = None
+) -> ModelConstants:
     """The constants minimising the mean absolute error on `cases`: coordinate descent over `grid`, one constant
     at a time, until a sweep changes nothing. Constants no case depends on keep their starting value."""
     grid = grid or GRID
@@ -251,29 +273,51 @@ def cross_validate(path: Path, out=sys.stdout) -> dict[str, Any]:
                 held_out[c.id] = c.error_pct(folds[source])
 
     print("", file=out)
-    print("Leave-one-source-out cross-validation (mean |error| %; each source scored with constants refitted "
-          "without its rows)", file=out)
+    print(
+        "Leave-one-source-out cross-validation (mean |error| %; each source scored with constants refitted "
+        "without its rows)",
+        file=out,
+    )
     print(f"shipped constants:        {_constants_text(CONSTANTS)}", file=out)
     print(f"refitted on every row:    {_constants_text(everything)}", file=out)
-    print(f"{'source':12s} {'n':>3s} {'shipped':>8s} {'refit':>8s} {'held out':>9s} {'max held out':>13s}  "
-          "constants refitted without the source", file=out)
+    print(
+        f"{'source':12s} {'n':>3s} {'shipped':>8s} {'refit':>8s} {'held out':>9s} {'max held out':>13s}  "
+        "constants refitted without the source",
+        file=out,
+    )
     table = {}
     for source in sources:
         ids = [c.id for c in cases if c.source == source]
-        row = (_mean([shipped[i] for i in ids]), _mean([in_sample[i] for i in ids]),
-               _mean([held_out[i] for i in ids]), max(abs(held_out[i]) for i in ids))
+        row = (
+            _mean([shipped[i] for i in ids]),
+            _mean([in_sample[i] for i in ids]),
+            _mean([held_out[i] for i in ids]),
+            max(abs(held_out[i]) for i in ids),
+        )
         table[source] = row
-        changed = {f.name: getattr(folds[source], f.name) for f in fields(ModelConstants)
-                   if getattr(folds[source], f.name) != getattr(everything, f.name)}
-        print(f"{source:12s} {len(ids):3d} {row[0]:8.2f} {row[1]:8.2f} {row[2]:9.2f} {row[3]:13.2f}  "
-              f"{', '.join(f'{k} {v:g}' for k, v in changed.items()) or 'as refitted on every row'}", file=out)
+        changed = {
+            f.name: getattr(folds[source], f.name)
+            for f in fields(ModelConstants)
+            if getattr(folds[source], f.name) != getattr(everything, f.name)
+        }
+        print(
+            f"{source:12s} {len(ids):3d} {row[0]:8.2f} {row[1]:8.2f} {row[2]:9.2f} {row[3]:13.2f}  "
+            f"{', '.join(f'{k} {v:g}' for k, v in changed.items()) or 'as refitted on every row'}",
+            file=out,
+        )
     ids = [c.id for c in cases]
-    totals = (_mean([shipped[i] for i in ids]), _mean([in_sample[i] for i in ids]), _mean([held_out[i] for i in ids]),
-              max(abs(held_out[i]) for i in ids))
+    totals = (
+        _mean([shipped[i] for i in ids]),
+        _mean([in_sample[i] for i in ids]),
+        _mean([held_out[i] for i in ids]),
+        max(abs(held_out[i]) for i in ids),
+    )
     print(f"{'all':12s} {len(ids):3d} {totals[0]:8.2f} {totals[1]:8.2f} {totals[2]:9.2f} {totals[3]:13.2f}", file=out)
     over = [i for i in ids if abs(shipped[i]) > 15.0]
-    print(f"rows beyond 15 % with the shipped constants: "
-          f"{', '.join(f'{i} {shipped[i]:+.1f} %' for i in over) or 'none'}", file=out)
+    print(
+        f"rows beyond 15 % with the shipped constants: {', '.join(f'{i} {shipped[i]:+.1f} %' for i in over) or 'none'}",
+        file=out,
+    )
     return {"sources": table, "all": totals, "refit": everything, "shipped": shipped, "held_out": held_out}
 
 
@@ -286,21 +330,32 @@ def fp8_speedups(out=sys.stdout) -> dict[str, float]:
         bf16 = estimate_throughput(spec.replace(precision="bf16"), cluster)
         fp8 = estimate_throughput(spec.replace(precision="fp8"), cluster)
         speedups[name] = fp8.tokens_per_s_per_gpu / bf16.tokens_per_s_per_gpu
-        print(f"{name:10s} {cluster.world_size:5d} {bf16.tokens_per_s_per_gpu:15.0f} "
-              f"{fp8.tokens_per_s_per_gpu:14.0f} {speedups[name]:8.2f}x", file=out)
+        print(
+            f"{name:10s} {cluster.world_size:5d} {bf16.tokens_per_s_per_gpu:15.0f} "
+            f"{fp8.tokens_per_s_per_gpu:14.0f} {speedups[name]:8.2f}x",
+            file=out,
+        )
     return speedups
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--csv", type=Path, default=DEFAULT_CSV,
-                        help=f"measurements with the columns of calibration.csv (default: {DEFAULT_CSV})")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--csv",
+        type=Path,
+        default=DEFAULT_CSV,
+        help=f"measurements with the columns of calibration.csv (default: {DEFAULT_CSV})",
+    )
     parser.add_argument("--subset", default="K22-", help="also summarise rows whose id starts with this (default K22-)")
     parser.add_argument("--verbose", "-v", action="store_true", help="print each row's assumptions and step breakdown")
     parser.add_argument("--no-cv", action="store_true", help="skip the refitting and the cross-validation")
-    parser.add_argument("--recipes", action="store_true",
-                        help="print the predicted FP8 speed-up over BF16 for the five recipes on H100 instead")
+    parser.add_argument(
+        "--recipes",
+        action="store_true",
+        help="print the predicted FP8 speed-up over BF16 for the five recipes on H100 instead",
+    )
     args = parser.parse_args(argv)
     if args.recipes:
         fp8_speedups()

@@ -42,10 +42,10 @@ class MegatronEstimate:
     params_most_loaded: float
     bytes_per_param: float
     weight_and_optimizer_gib: float
-    layers_gib: float        # transformer layers, after the pipeline factors
-    embedding_gib: float     # token ids and embedding dropout of the p micro-batches in flight
-    output_gib: float        # output layer and loss inputs (PP = 1)
-    overhead_gib: float      # the 5 % of the no-SP branch
+    layers_gib: float  # transformer layers, after the pipeline factors
+    embedding_gib: float  # token ids and embedding dropout of the p micro-batches in flight
+    output_gib: float  # output layer and loss inputs (PP = 1)
+    overhead_gib: float  # the 5 % of the no-SP branch
     branch: str
 
     @property
@@ -99,10 +99,15 @@ def megatron_theoretical_memory(spec: RecipeSpec, layout: Layout) -> MegatronEst
     else:
         overhead = 0.05 * (layers + extras + output)
     return MegatronEstimate(
-        params_most_loaded=most_loaded, bytes_per_param=bytes_per_param,
-        weight_and_optimizer_gib=weight_and_optimizer / MIB / 1024, layers_gib=layers / MIB / 1024,
-        embedding_gib=extras / MIB / 1024, output_gib=output / MIB / 1024, overhead_gib=overhead / MIB / 1024,
-        branch="SP + selective (Table 2, 34 sbh/t)" if sp_selective else "without SP (10 + 24/t) x 1.05")
+        params_most_loaded=most_loaded,
+        bytes_per_param=bytes_per_param,
+        weight_and_optimizer_gib=weight_and_optimizer / MIB / 1024,
+        layers_gib=layers / MIB / 1024,
+        embedding_gib=extras / MIB / 1024,
+        output_gib=output / MIB / 1024,
+        overhead_gib=overhead / MIB / 1024,
+        branch="SP + selective (Table 2, 34 sbh/t)" if sp_selective else "without SP (10 + 24/t) x 1.05",
+    )
 
 
 def compare(name: str, gpu: str) -> list[str]:
@@ -130,14 +135,17 @@ def compare(name: str, gpu: str) -> list[str]:
         _line("activations: 5 % overhead (no-SP branch)", theirs.overhead_gib, 0.0),
         _line("other: CUDA context, NCCL, workspaces", 0.0, d["other_fixed"]),
         _line("other: TP-overlap userbuffers", 0.0, d["other_tp_overlap_buffers"]),
-        _line("other: fragmentation (5 % of tensors)", 0.0,
-              ours.other - d["other_fixed"] - d["other_tp_overlap_buffers"]),
+        _line(
+            "other: fragmentation (5 % of tensors)", 0.0, ours.other - d["other_fixed"] - d["other_tp_overlap_buffers"]
+        ),
         _line("total", theirs.total_gib, ours.total),
         "  why the layers differ: " + _why_layers(spec, layout, theirs, d),
     ]
     if abs(d["activations_output"] - theirs.output_gib) > 0.01:
-        lines.append("  why the output layer differs: the planner counts the fp32 logits Megatron-Core's cross entropy "
-                     "keeps (4 sbV/t); the formula's no-SP branch counts them in bf16 (2 sbV/t)")
+        lines.append(
+            "  why the output layer differs: the planner counts the fp32 logits Megatron-Core's cross entropy "
+            "keeps (4 sbV/t); the formula's no-SP branch counts them in bf16 (2 sbV/t)"
+        )
     return lines
 
 
@@ -147,23 +155,31 @@ def _line(term: str, megatron: float, planner: float) -> str:
 
 def _why_layers(spec: RecipeSpec, layout: Layout, theirs: MegatronEstimate, d: dict) -> str:
     if spec.recompute == "full":
-        return (f"the formula ignores full recomputation and charges all {spec.num_layers} layers in full; the "
-                "planner keeps only each recomputed layer's input (2 sbh) and adds the one layer being "
-                "re-materialised")
+        return (
+            f"the formula ignores full recomputation and charges all {spec.num_layers} layers in full; the "
+            "planner keeps only each recomputed layer's input (2 sbh) and adds the one layer being "
+            "re-materialised"
+        )
     if theirs.branch.startswith("without SP"):
-        return ("TP = 1, so the formula takes its no-SP branch, 10 + 24/t = 34 sbh per layer, the same as the "
-                "planner's 34 sbh with fused attention (no stored scores) and selective recompute")
+        return (
+            "TP = 1, so the formula takes its no-SP branch, 10 + 24/t = 34 sbh per layer, the same as the "
+            "planner's 34 sbh with fused attention (no stored scores) and selective recompute"
+        )
     gap = d["activations_layers"] - theirs.layers_gib
-    return (f"both count 34 sbh/t per layer for GPT-3 shapes (fused attention or selective recompute drop the "
-            f"scores); the remaining {gap:+.2f} GiB is the interleaving/micro-batch factor and rounding")
+    return (
+        f"both count 34 sbh/t per layer for GPT-3 shapes (fused attention or selective recompute drop the "
+        f"scores); the remaining {gap:+.2f} GiB is the interleaving/micro-batch factor and rounding"
+    )
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpu", default="h100-80gb", help="GPU of the default clusters (default h100-80gb)")
     args = parser.parse_args(argv)
-    print(f"Memory per GPU (GiB) of the five recipes on their default clusters of {args.gpu}: Megatron-LM's "
-          "theoretical formula vs the planner (NeMo container program)")
+    print(
+        f"Memory per GPU (GiB) of the five recipes on their default clusters of {args.gpu}: Megatron-LM's "
+        "theoretical formula vs the planner (NeMo container program)"
+    )
     totals = []
     for name in RECIPES:
         lines = compare(name, args.gpu)
@@ -172,7 +188,7 @@ def main(argv=None) -> int:
         totals.append(next(line for line in lines if line.lstrip().startswith("total ")))
     print()
     print("Totals (Megatron, planner, difference):")
-    for name, line in zip(RECIPES, totals):
+    for name, line in zip(RECIPES, totals, strict=True):
         print(f"  {name:9s}{line.split('total', 1)[1]}")
     return 0
 

@@ -64,10 +64,20 @@ def problems(requirements: list[Requirement], skip: set[str], require: list[str]
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("constraints", type=Path)
-    parser.add_argument("--skip", action="append", default=[], metavar="NAME",
-                        help="a pin this environment provides otherwise (repeatable)")
-    parser.add_argument("--require", action="append", default=[], metavar="NAME",
-                        help="a package that must be installed although no pin names it (repeatable)")
+    parser.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a pin this environment provides otherwise (repeatable)",
+    )
+    parser.add_argument(
+        "--require",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a package that must be installed although no pin names it (repeatable)",
+    )
     args = parser.parse_args(argv)
     if not args.constraints.is_file():
         print(f"check_stack: {args.constraints}: no such file; pass the project's constraints.txt", file=sys.stderr)
@@ -77,9 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     for line in found:
         print(f"check_stack: {line}", file=sys.stderr)
     if found:
-        print(f"check_stack: {len(found)} package(s) differ from {args.constraints}: install exactly the pins "
-              f"(pip install -c {args.constraints} ...) or update the pins with the tests that prove them",
-              file=sys.stderr)
+        print(
+            f"check_stack: {len(found)} package(s) differ from {args.constraints}: install exactly the pins "
+            f"(pip install -c {args.constraints} ...) or update the pins with the tests that prove them",
+            file=sys.stderr,
+        )
         return 1
     checked = [r.name for r in requirements if canonicalize_name(r.name) not in args.skip] + args.require
     print(f"check_stack: {len(checked)} package(s) as pinned: {', '.join(checked)}")

@@ -43,8 +43,10 @@ def main() -> int:
         "rank_sum": int(total.item()),
         "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", 0) or 0),
         "echo": {name: os.environ.get(name) for name in args.echo},
-        "sha256": {name: hashlib.sha256(os.environ[name].encode()).hexdigest() if name in os.environ else None
-                   for name in args.digest},
+        "sha256": {
+            name: hashlib.sha256(os.environ[name].encode()).hexdigest() if name in os.environ else None
+            for name in args.digest
+        },
     }
     print("DIST_CHECK " + json.dumps(report, sort_keys=True), flush=True)
     dist.barrier()

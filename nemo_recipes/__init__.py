@@ -22,8 +22,19 @@ _LAZY = {
     "smoke": "nemo_recipes.smoke_training.runner",
 }
 
-__all__ = sorted(["RECIPES", "RecipeSpec", "closest_recipe", "get_recipe", "recipe_names", "InvalidRecipeError",
-                  "InvalidConfigError", "Problem", "RecipeError", *_LAZY])
+__all__ = [
+    "RECIPES",
+    "RecipeSpec",
+    "closest_recipe",
+    "config_class_name",
+    "get_recipe",
+    "recipe_names",
+    "InvalidConfigError",
+    "InvalidRecipeError",
+    "Problem",
+    "RecipeError",
+    *_LAZY,
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -23,7 +23,9 @@ Recompute = Literal["none", "selective", "full"]
 PositionEmbedding = Literal["learned_absolute", "rope"]
 Normalization = Literal["LayerNorm", "RMSNorm"]
 
-GPT2_VOCAB_SIZE = 50257  # GPT-2 byte-level BPE (Radford et al. 2019), the tokenizer of GPT-3 and Megatron's GPT examples
+GPT2_VOCAB_SIZE = (
+    50257  # GPT-2 byte-level BPE (Radford et al. 2019), the tokenizer of GPT-3 and Megatron's GPT examples
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -282,25 +284,61 @@ def _matches(value: Any, hint: Any) -> bool:
     return isinstance(value, hint)
 
 
-_POSITIVE_INTS = {"num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length", "vocab_size",
-                  "make_vocab_size_divisible_by", "tensor_parallel", "pipeline_parallel", "context_parallel",
-                  "micro_batch_size", "global_batch_size", "num_nodes", "num_gpus_per_node", "warmup_tokens",
-                  "decay_tokens", "train_tokens"}
+_POSITIVE_INTS = {
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "ffn_hidden_size",
+    "seq_length",
+    "vocab_size",
+    "make_vocab_size_divisible_by",
+    "tensor_parallel",
+    "pipeline_parallel",
+    "context_parallel",
+    "micro_batch_size",
+    "global_batch_size",
+    "num_nodes",
+    "num_gpus_per_node",
+    "warmup_tokens",
+    "decay_tokens",
+    "train_tokens",
+}
 
 # Upper bounds of integer fields. Each lies far beyond any model or cluster trained so far, so a value above it is a
 # typo (an extra zero, a unit); the bounds also keep the planner's searches, which step through divisors, layers and
 # micro batches, instant, and every count inside the 64-bit integers Megatron, PyTorch and NumPy compute with.
 INT64_MAX = 2**63 - 1
-_COUNT_MAX = 4096      # layers, heads, parallel sizes, micro batch, GPUs per node: the deepest models have ~1000 layers
-_NODES_MAX = 2**17     # 131,072 nodes: over a million GPUs at 8 per node; the largest clusters have ~100,000 GPUs
-_SIZE_MAX = 2**24      # hidden, FFN, vocabulary, sequence, global batch: largest used ~10^5 (context: 10^7 tokens)
+_COUNT_MAX = 4096  # layers, heads, parallel sizes, micro batch, GPUs per node: the deepest models have ~1000 layers
+_NODES_MAX = 2**17  # 131,072 nodes: over a million GPUs at 8 per node; the largest clusters have ~100,000 GPUs
+_SIZE_MAX = 2**24  # hidden, FFN, vocabulary, sequence, global batch: largest used ~10^5 (context: 10^7 tokens)
 INT_BOUNDS: dict[str, int] = {
-    **dict.fromkeys(("num_layers", "num_attention_heads", "num_query_groups", "tensor_parallel", "pipeline_parallel",
-                     "context_parallel", "virtual_pipeline", "recompute_num_layers", "micro_batch_size",
-                     "num_gpus_per_node"), _COUNT_MAX),
+    **dict.fromkeys(
+        (
+            "num_layers",
+            "num_attention_heads",
+            "num_query_groups",
+            "tensor_parallel",
+            "pipeline_parallel",
+            "context_parallel",
+            "virtual_pipeline",
+            "recompute_num_layers",
+            "micro_batch_size",
+            "num_gpus_per_node",
+        ),
+        _COUNT_MAX,
+    ),
     "num_nodes": _NODES_MAX,
-    **dict.fromkeys(("hidden_size", "ffn_hidden_size", "vocab_size", "make_vocab_size_divisible_by", "seq_length",
-                     "global_batch_size"), _SIZE_MAX),
+    **dict.fromkeys(
+        (
+            "hidden_size",
+            "ffn_hidden_size",
+            "vocab_size",
+            "make_vocab_size_divisible_by",
+            "seq_length",
+            "global_batch_size",
+        ),
+        _SIZE_MAX,
+    ),
     **dict.fromkeys(("warmup_tokens", "decay_tokens", "train_tokens", "checkpoint_every_steps"), INT64_MAX),
 }
 # Characters that may not appear in a recipe name: it becomes a directory name (NeMo's log directory, NeMo-Run's
@@ -329,8 +367,7 @@ def _type_problems(spec: RecipeSpec) -> list[Problem]:
     for name, hint in _hints().items():
         value = getattr(spec, name)
         if not _matches(value, hint):
-            problems.append(Problem(name, value, f"must be {_describe(hint)}.",
-                                    f"set {name} to {_describe(hint)}."))
+            problems.append(Problem(name, value, f"must be {_describe(hint)}.", f"set {name} to {_describe(hint)}."))
         elif name in _POSITIVE_INTS and value < 1:
             problems.append(Problem(name, value, "must be at least 1.", f"set {name} to a positive integer."))
         elif _is_number(value) and name not in INT_BOUNDS and not is_finite(value):
@@ -338,13 +375,20 @@ def _type_problems(spec: RecipeSpec) -> list[Problem]:
     for name in ("virtual_pipeline", "num_query_groups", "recompute_num_layers", "checkpoint_every_steps"):
         value = getattr(spec, name)
         if _is_int(value) and value < 1:
-            problems.append(Problem(name, value, "must be at least 1 or unset.",
-                                    f"set {name} to a positive integer or None."))
+            problems.append(
+                Problem(name, value, "must be at least 1 or unset.", f"set {name} to a positive integer or None.")
+            )
     problems += _bound_problems(spec)
     value = spec.checkpoint_every_minutes
     if is_finite(value) and not value > 0:
-        problems.append(Problem("checkpoint_every_minutes", value, "must be a positive, finite number of minutes "
-                                "or unset.", "set checkpoint_every_minutes to e.g. 15, or None for no time interval."))
+        problems.append(
+            Problem(
+                "checkpoint_every_minutes",
+                value,
+                "must be a positive, finite number of minutes or unset.",
+                "set checkpoint_every_minutes to e.g. 15, or None for no time interval.",
+            )
+        )
     problems += _optimizer_problems(spec)
     for name in ("min_lr_ratio", "adam_beta1", "adam_beta2", "hidden_dropout", "attention_dropout"):
         value = getattr(spec, name)
@@ -362,10 +406,14 @@ def _bound_problems(spec: RecipeSpec) -> list[Problem]:
     for name, bound in INT_BOUNDS.items():
         value = getattr(spec, name)
         if _is_int(value) and value > bound:
-            why = ("Megatron, PyTorch and NumPy count it in 64-bit integers" if bound == INT64_MAX
-                   else "far beyond any model or cluster trained so far: most likely a typo")
-            problems.append(Problem(name, value, f"is larger than {bound:,} ({why}).",
-                                    f"set {name} to at most {bound:,}."))
+            why = (
+                "Megatron, PyTorch and NumPy count it in 64-bit integers"
+                if bound == INT64_MAX
+                else "far beyond any model or cluster trained so far: most likely a typo"
+            )
+            problems.append(
+                Problem(name, value, f"is larger than {bound:,} ({why}).", f"set {name} to at most {bound:,}.")
+            )
     return problems
 
 
@@ -378,22 +426,46 @@ def _optimizer_problems(spec: RecipeSpec) -> list[Problem]:
     # An AdamW step moves each weight by about the learning rate; weights start near 0.006-0.02, so a rate of 1 or
     # more changes every weight by more than its own size and training diverges at once (published rates: 1e-5-1e-2).
     if is_finite(spec.max_lr) and spec.max_lr >= 1:
-        problems.append(Problem("max_lr", spec.max_lr, "must be below 1: AdamW moves each weight by about max_lr per "
-                                "step, more than the weights' own size.", "set max_lr to e.g. 3e-4."))
+        problems.append(
+            Problem(
+                "max_lr",
+                spec.max_lr,
+                "must be below 1: AdamW moves each weight by about max_lr per step, more than the weights' own size.",
+                "set max_lr to e.g. 3e-4.",
+            )
+        )
     # Adam divides by sqrt(v) + eps, where sqrt(v) is about a gradient's size (1e-3 and less): an eps of 1 or more
     # drowns it and leaves momentum SGD with a learning rate divided by eps.
     if is_finite(spec.adam_eps) and spec.adam_eps >= 1:
-        problems.append(Problem("adam_eps", spec.adam_eps, "must be below 1: it would drown the gradient statistics "
-                                "Adam divides by.", "set adam_eps to e.g. 1e-8."))
+        problems.append(
+            Problem(
+                "adam_eps",
+                spec.adam_eps,
+                "must be below 1: it would drown the gradient statistics Adam divides by.",
+                "set adam_eps to e.g. 1e-8.",
+            )
+        )
     wd = spec.weight_decay
     if is_finite(wd) and wd < 0:
-        problems.append(Problem("weight_decay", wd, "must be 0 or more (a negative decay grows the weights).",
-                                "set weight_decay to e.g. 0.1, or 0 for none."))
+        problems.append(
+            Problem(
+                "weight_decay",
+                wd,
+                "must be 0 or more (a negative decay grows the weights).",
+                "set weight_decay to e.g. 0.1, or 0 for none.",
+            )
+        )
     # Decoupled weight decay multiplies every weight by (1 - lr x wd) each step: at 1 or more it zeroes or flips them.
     elif is_finite(wd) and is_finite(spec.max_lr) and 0 < spec.max_lr < 1 and spec.max_lr * wd >= 1:
-        problems.append(Problem("weight_decay", wd, f"max_lr x weight_decay = {spec.max_lr * wd:g} is 1 or more: "
-                                "AdamW would zero or flip the sign of every weight each step.",
-                                f"set weight_decay below {1 / spec.max_lr:g} (GPT-3: 0.1)."))
+        problems.append(
+            Problem(
+                "weight_decay",
+                wd,
+                f"max_lr x weight_decay = {spec.max_lr * wd:g} is 1 or more: "
+                "AdamW would zero or flip the sign of every weight each step.",
+                f"set weight_decay below {1 / spec.max_lr:g} (GPT-3: 0.1).",
+            )
+        )
     return problems
 
 
@@ -402,11 +474,21 @@ def plain_name_problems(field: str, name: Any) -> list[Problem]:
     directories of them, so a separator or '..' would write outside the directory they belong in."""
     if not isinstance(name, str):
         return [Problem(field, name, "must be a string.", f"give {field} as a name.")]
-    if (not name.strip() or name in (".", "..") or any(c in name for c in _NAME_FORBIDDEN)
-            or any(ord(c) < 32 or ord(c) == 127 for c in name)):
-        return [Problem(field, name, "must be a plain name: it becomes a directory name, so no '/' or '\\', "
-                        "not '.' or '..', no control characters.", f"use letters, digits, '_', '-' and '.', e.g. "
-                        f"{field}=gpt_7b_run1.")]
+    if (
+        not name.strip()
+        or name in (".", "..")
+        or any(c in name for c in _NAME_FORBIDDEN)
+        or any(ord(c) < 32 or ord(c) == 127 for c in name)
+    ):
+        return [
+            Problem(
+                field,
+                name,
+                "must be a plain name: it becomes a directory name, so no '/' or '\\', "
+                "not '.' or '..', no control characters.",
+                f"use letters, digits, '_', '-' and '.', e.g. {field}=gpt_7b_run1.",
+            )
+        ]
     return []
 
 
@@ -418,36 +500,78 @@ def _schedule_problems(spec: RecipeSpec) -> list[Problem]:
     problems = []
     warmup, decay, train, step = spec.warmup_tokens, spec.decay_tokens, spec.train_tokens, spec.tokens_per_step
     if step > train:
-        problems.append(Problem(
-            "global_batch_size", spec.global_batch_size,
-            f"one step (global batch x seq_length = {step:,} tokens) holds more than the whole run "
-            f"(train_tokens={train:,}).", f"lower global_batch_size to at most {max(1, train // spec.seq_length):,}, "
-            "or raise train_tokens."))
+        problems.append(
+            Problem(
+                "global_batch_size",
+                spec.global_batch_size,
+                f"one step (global batch x seq_length = {step:,} tokens) holds more than the whole run "
+                f"(train_tokens={train:,}).",
+                f"lower global_batch_size to at most {max(1, train // spec.seq_length):,}, or raise train_tokens.",
+            )
+        )
     if warmup > train:
-        problems.append(Problem("warmup_tokens", warmup, f"the warmup is longer than the whole run "
-                                f"(train_tokens={train:,}).", "set warmup_tokens to a small share of train_tokens "
-                                "(GPT-3: 375M of 300B), or raise train_tokens."))
+        problems.append(
+            Problem(
+                "warmup_tokens",
+                warmup,
+                f"the warmup is longer than the whole run (train_tokens={train:,}).",
+                "set warmup_tokens to a small share of train_tokens (GPT-3: 375M of 300B), or raise train_tokens.",
+            )
+        )
     elif warmup > decay:
-        problems.append(Problem("warmup_tokens", warmup, f"the warmup outlasts the cosine decay, which ends at "
-                                f"decay_tokens={decay:,}: the learning rate would drop to min LR right after warmup.",
-                                "set warmup_tokens below decay_tokens, or raise decay_tokens."))
+        problems.append(
+            Problem(
+                "warmup_tokens",
+                warmup,
+                f"the warmup outlasts the cosine decay, which ends at "
+                f"decay_tokens={decay:,}: the learning rate would drop to min LR right after warmup.",
+                "set warmup_tokens below decay_tokens, or raise decay_tokens.",
+            )
+        )
     if decay > train:
-        problems.append(Problem("decay_tokens", decay, f"the cosine decay ends after the run (train_tokens={train:,}); "
-                                "NeMo would silently decay to min LR by the end of the run instead.",
-                                f"set decay_tokens to at most train_tokens (GPT-3: 260B of 300B), e.g. "
-                                f"decay_tokens={train * 13 // 15:,}, or raise train_tokens."))
+        problems.append(
+            Problem(
+                "decay_tokens",
+                decay,
+                f"the cosine decay ends after the run (train_tokens={train:,}); "
+                "NeMo would silently decay to min LR by the end of the run instead.",
+                f"set decay_tokens to at most train_tokens (GPT-3: 260B of 300B), e.g. "
+                f"decay_tokens={train * 13 // 15:,}, or raise train_tokens.",
+            )
+        )
     return problems
 
 
 # ---- the table ----
 
-def _gpt3_row(name: str, label: str, layers: int, hidden: int, heads: int, tp: int, pp: int, mbs: int, gbs: int,
-              seq: int, **choices: Any) -> RecipeSpec:
+
+def _gpt3_row(
+    name: str,
+    label: str,
+    layers: int,
+    hidden: int,
+    heads: int,
+    tp: int,
+    pp: int,
+    mbs: int,
+    gbs: int,
+    seq: int,
+    **choices: Any,
+) -> RecipeSpec:
     """One seed row, in the seed's column order; FFN is 4 x hidden as in GPT-3."""
     return RecipeSpec(
-        name=name, size_label=label, num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-        tensor_parallel=tp, pipeline_parallel=pp, micro_batch_size=mbs, global_batch_size=gbs, seq_length=seq,
-        ffn_hidden_size=4 * hidden, **choices,
+        name=name,
+        size_label=label,
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        micro_batch_size=mbs,
+        global_batch_size=gbs,
+        seq_length=seq,
+        ffn_hidden_size=4 * hidden,
+        **choices,
     )
 
 
@@ -463,8 +587,16 @@ RECIPES: dict[str, RecipeSpec] = {
     )
 }
 
-SEED_COLUMNS = ("num_layers", "hidden_size", "num_attention_heads", "tensor_parallel", "pipeline_parallel",
-                "micro_batch_size", "global_batch_size", "seq_length")
+SEED_COLUMNS = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "tensor_parallel",
+    "pipeline_parallel",
+    "micro_batch_size",
+    "global_batch_size",
+    "seq_length",
+)
 
 SEED = "seed table (megatron-recipes.txt, Common Model Configurations)"
 SOURCES: dict[str, str] = {
@@ -476,34 +608,36 @@ SOURCES: dict[str, str] = {
     "normalization": "LayerNorm, as GPT-3 and NeMo's GPTConfig",
     "gated_linear_unit": "GeLU MLP without gating, as GPT-3",
     "share_embeddings": "input and output embeddings tied, as GPT-3 and NeMo's GPTConfig",
-    "hidden_dropout": "0.1, NeMo GPTConfig default; the activation-memory model (Korthikanti et al. 2022) counts its masks",
+    "hidden_dropout": "0.1, NeMo GPTConfig default; the activation-memory model (Korthikanti et al. 2022) "
+    "counts its masks",
     "attention_dropout": "0.1, NeMo GPTConfig default",
     "num_query_groups": "multi-head attention (no GQA), as GPT-3",
     "context_parallel": "1: the seed names no CP; sequences of 2048-4096 fit without it",
     "virtual_pipeline": "none: the seed names no interleaving; with DP=1 the micro-batch count (>= 1024) makes the "
-                        "1F1B bubble (p-1)/m below 0.7 %",
+    "1F1B bubble (p-1)/m below 0.7 %",
     "sequence_parallel": "on whenever TP > 1 (Korthikanti et al. 2022: divides the activations outside attention by TP "
-                         "at no extra communication)",
+    "at no extra communication)",
     "pipeline_counts_embedding_and_loss": "off: every recipe's layers divide evenly over its stages; on, the pipeline "
-                                          "split counts the input embedding and the loss as one layer each "
-                                          "(Megatron-Core account_for_embedding_in_pipeline_split and "
-                                          "account_for_loss_in_pipeline_split, as NeMo's Llama 3.1 405B recipe: 126 "
-                                          "layers + 2 over PP 8 x VP 8)",
+    "split counts the input embedding and the loss as one layer each "
+    "(Megatron-Core account_for_embedding_in_pipeline_split and "
+    "account_for_loss_in_pipeline_split, as NeMo's Llama 3.1 405B recipe: 126 "
+    "layers + 2 over PP 8 x VP 8)",
     "precision": "BF16 mixed (seed: BF16 or FP8); FP8 is a switch that needs Transformer Engine and Hopper or newer",
     "recompute": "selective (attention core) recomputation, Korthikanti et al. 2022; the 7B row needs full "
-                 "recomputation to fit 80 GB at micro batch 2 and sequence 4096 (see `nemo-recipes plan gpt_7b`)",
+    "recomputation to fit 80 GB at micro batch 2 and sequence 4096 (see `nemo-recipes plan gpt_7b`)",
     "recompute_num_layers": "all layers of a stage when recompute is full",
-    "distributed_optimizer": "on: shards fp32 master weights and Adam state over DP (Megatron-Core distributed optimizer)",
+    "distributed_optimizer": "on: shards fp32 master weights and Adam state over DP "
+    "(Megatron-Core distributed optimizer)",
     "overlap_grad_reduce": "on: overlaps the DP gradient reduce-scatter with the backward pass (Megatron-Core)",
     "overlap_param_gather": "on: overlaps the DP parameter all-gather with the next forward pass (Megatron-Core)",
     "tp_comm_overlap": "auto (on whenever TP > 1 with sequence parallelism): Transformer Engine's userbuffers overlap "
-                       "the TP all-gathers and reduce-scatters with the GEMMs, as NVIDIA's performance recipes do on "
-                       "H100 and B200 (NeMo gpt3_175b/llama3_70b pretrain_performance_optimizations, "
-                       "scripts/performance/llm/pretrain_gpt3_175b.py); the job's callback does nothing without "
-                       "Transformer Engine, CUDA or a Hopper-or-newer GPU (userbuffers need CUDA multicast)",
+    "the TP all-gathers and reduce-scatters with the GEMMs, as NVIDIA's performance recipes do on "
+    "H100 and B200 (NeMo gpt3_175b/llama3_70b pretrain_performance_optimizations, "
+    "scripts/performance/llm/pretrain_gpt3_175b.py); the job's callback does nothing without "
+    "Transformer Engine, CUDA or a Hopper-or-newer GPU (userbuffers need CUDA multicast)",
     "max_lr": "GPT-3 paper Table 2.1 (1.3B 2.0e-4, 6.7B 1.2e-4, 13B 1.0e-4, 175B 0.6e-4); 70B: 0.8e-4, between the "
-              "13B and 175B rows on a log-parameter scale (0.75e-4) rounded towards the 13B value, since our 70B row "
-              "has 65B parameters",
+    "13B and 175B rows on a log-parameter scale (0.75e-4) rounded towards the 13B value, since our 70B row "
+    "has 65B parameters",
     "min_lr_ratio": "min LR = 10 % of max LR, as GPT-3 (cosine decay down to 10 %)",
     "adam_beta1": "AdamW beta1 0.9 (seed; GPT-3)",
     "adam_beta2": "AdamW beta2 0.95 (seed; GPT-3)",
@@ -513,12 +647,13 @@ SOURCES: dict[str, str] = {
     "warmup_tokens": "linear warmup over the first 375M tokens (GPT-3 paper, Appendix B); steps derived from the batch",
     "decay_tokens": "cosine decay to min LR over 260B tokens, then constant (GPT-3 paper, Appendix B)",
     "train_tokens": "300B tokens, as GPT-3 (Brown et al. 2020, Table 2.1)",
-    "checkpoint_every_steps": "every 1000 steps or 15 minutes, whichever comes first: the step interval bounds the work "
-                              "lost by fast (small or scaled-down) runs, where 15 minutes is many steps",
+    "checkpoint_every_steps": "every 1000 steps or 15 minutes, whichever comes first: the step interval "
+    "bounds the work lost by fast (small or scaled-down) runs, where 15 minutes is many steps",
     "checkpoint_every_minutes": "every 15 minutes, as NeMo's own pretraining recipes (a 175B step takes seconds)",
-    "checkpoint_async": "asynchronous distributed-checkpoint saves, as NeMo's recipes; the job falls back to synchronous "
-                        "saves (with a warning) where the installed NeMo/Megatron-Core cannot save asynchronously",
-    "data_paths": "none: mock data with NeMo's NullTokenizer (no download); give Megatron .bin/.idx prefixes for real data",
+    "checkpoint_async": "asynchronous distributed-checkpoint saves, as NeMo's recipes; the job falls back "
+    "to synchronous saves (with a warning) where the installed NeMo/Megatron-Core cannot save asynchronously",
+    "data_paths": "none: mock data with NeMo's NullTokenizer (no download); "
+    "give Megatron .bin/.idx prefixes for real data",
     "data_weights": "blend weights, one positive weight per path (equal when empty)",
     "tokenizer_path": "a local Hugging Face tokenizer directory or SentencePiece .model (no download)",
     "num_nodes": "the smallest node count that holds one model replica (TP x PP GPUs) on 8-GPU nodes",
@@ -545,8 +680,14 @@ def not_a_spec(value: Any, field: str = "spec") -> list[Problem]:
     """The problem of passing something else where a RecipeSpec belongs (the Python API's wrong types)."""
     if isinstance(value, RecipeSpec):
         return []
-    return [Problem(field, value, "must be a RecipeSpec.",
-                    "pass nemo_recipes.get_recipe(name), or a RecipeSpec made from one with .replace().")]
+    return [
+        Problem(
+            field,
+            value,
+            "must be a RecipeSpec.",
+            "pass nemo_recipes.get_recipe(name), or a RecipeSpec made from one with .replace().",
+        )
+    ]
 
 
 def field_names() -> tuple[str, ...]:
@@ -566,22 +707,37 @@ def recipe_names() -> tuple[str, ...]:
 def get_recipe(name: str) -> RecipeSpec:
     """The table row called `name`, or an error listing the known names."""
     if not isinstance(name, str):
-        raise InvalidRecipeError([Problem("recipe", name, "must be a recipe name (a string).",
-                                          f"use one of: {', '.join(RECIPES)}.")])
+        raise InvalidRecipeError(
+            [Problem("recipe", name, "must be a recipe name (a string).", f"use one of: {', '.join(RECIPES)}.")]
+        )
     try:
         return RECIPES[name]
     except KeyError:
         raise InvalidRecipeError(
-            [Problem("recipe", name, f"unknown recipe{did_you_mean(name, RECIPES)}.",
-                     f"use one of: {', '.join(RECIPES)}.")]
+            [
+                Problem(
+                    "recipe",
+                    name,
+                    f"unknown recipe{did_you_mean(name, RECIPES)}.",
+                    f"use one of: {', '.join(RECIPES)}.",
+                )
+            ]
         ) from None
 
 
 def closest_recipe(num_parameters: float) -> RecipeSpec:
     """The recipe whose parameter count is closest to `num_parameters` on a log scale."""
     if not is_finite(num_parameters) or not num_parameters > 0:
-        raise InvalidRecipeError([Problem("num_parameters", num_parameters, "must be a positive, finite number.",
-                                          "give a parameter count such as 30e9.")])
+        raise InvalidRecipeError(
+            [
+                Problem(
+                    "num_parameters",
+                    num_parameters,
+                    "must be a positive, finite number.",
+                    "give a parameter count such as 30e9.",
+                )
+            ]
+        )
     # Compared as logarithms, so that no ratio of two counts can overflow or vanish.
     target = math.log(num_parameters)
     return min(RECIPES.values(), key=lambda s: abs(math.log(s.num_parameters) - target))

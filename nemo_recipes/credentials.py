@@ -12,10 +12,21 @@ from typing import Optional
 
 #: Prefixes that start API tokens and no Secret name or key: {prefix: whose token}. Errors name the prefix only.
 _TOKEN_PREFIXES = {
-    "hf_": "a Hugging Face token", "ghp_": "a GitHub token", "gho_": "a GitHub token", "ghu_": "a GitHub token",
-    "ghs_": "a GitHub token", "ghr_": "a GitHub token", "github_pat_": "a GitHub token", "glpat-": "a GitLab token",
-    "sk-": "an OpenAI-style API key", "sk_live_": "a Stripe key", "xoxb-": "a Slack token", "xoxp-": "a Slack token",
-    "nvapi-": "an NVIDIA API key", "AKIA": "an AWS access key id", "ASIA": "an AWS access key id",
+    "hf_": "a Hugging Face token",
+    "ghp_": "a GitHub token",
+    "gho_": "a GitHub token",
+    "ghu_": "a GitHub token",
+    "ghs_": "a GitHub token",
+    "ghr_": "a GitHub token",
+    "github_pat_": "a GitHub token",
+    "glpat-": "a GitLab token",
+    "sk-": "an OpenAI-style API key",
+    "sk_live_": "a Stripe key",
+    "xoxb-": "a Slack token",
+    "xoxp-": "a Slack token",
+    "nvapi-": "an NVIDIA API key",
+    "AKIA": "an AWS access key id",
+    "ASIA": "an AWS access key id",
 }
 #: Runs of letters and digits (no separator) at least this long are checked for randomness: names are shorter words.
 _RANDOM_RUN = 20
@@ -29,7 +40,7 @@ def token_like(text: str) -> Optional[str]:
     with a vendor prefix (W&B keys are 40 hexadecimal digits). The reason never quotes the text."""
     for prefix, kind in _TOKEN_PREFIXES.items():
         # A random run after the prefix: "sk-team-secrets" is a Secret name, "sk-proj-Zq8Wm3Xn5Vb7Lk2J..." is not.
-        if text.startswith(prefix) and re.search(r"[A-Za-z0-9]{16,}", text[len(prefix):]):
+        if text.startswith(prefix) and re.search(r"[A-Za-z0-9]{16,}", text[len(prefix) :]):
             return f"starts like {kind} ({prefix}...)"
     hex_run = _HEX_RUN.search(text)
     if hex_run:

@@ -92,7 +92,7 @@ def shown(value: Any) -> str:
     if looks_secret(text):
         return REDACTED_VALUE
     if len(text) > _SHOWN_CHARS:
-        text = f"{text[:_SHOWN_CHARS - 40]}...{text[-30:]} ({len(text)} characters)"
+        text = f"{text[: _SHOWN_CHARS - 40]}...{text[-30:]} ({len(text)} characters)"
     return text
 
 

@@ -28,8 +28,9 @@ _FALSE = {"false", "no", "off", "0"}
 _NONE = {"none", "null", "~"}
 
 
-def split_key_values(items: Sequence[str], *, field: str = "override", flag: str = "",
-                     example: str = "tensor_parallel=4") -> tuple[dict[str, str], list[Problem]]:
+def split_key_values(
+    items: Sequence[str], *, field: str = "override", flag: str = "", example: str = "tensor_parallel=4"
+) -> tuple[dict[str, str], list[Problem]]:
     """['tensor_parallel=4', 'oops'] -> ({'tensor_parallel': '4'}, [problem with 'oops']).
 
     `field` names a malformed item in its problem, `flag` is what precedes each item on the command line ('-E ')
@@ -41,11 +42,23 @@ def split_key_values(items: Sequence[str], *, field: str = "override", flag: str
         key, sep, value = str(item).partition("=")
         key, value = key.strip(), value.strip()
         if not sep or not key:
-            problems.append(Problem(field, item, "is not of the form key=value.",
-                                    f"write it as {flag}key=value, for example {flag}{example}."))
+            problems.append(
+                Problem(
+                    field,
+                    item,
+                    "is not of the form key=value.",
+                    f"write it as {flag}key=value, for example {flag}{example}.",
+                )
+            )
         elif key in raw and raw[key] != value:
-            problems.append(Problem(key, value, f"is given twice, as {flag}{key}={raw[key]} and {flag}{key}={value}.",
-                                    f"give {key} once."))
+            problems.append(
+                Problem(
+                    key,
+                    value,
+                    f"is given twice, as {flag}{key}={raw[key]} and {flag}{key}={value}.",
+                    f"give {key} once.",
+                )
+            )
         else:
             raw[key] = value
     return raw, problems
@@ -58,8 +71,9 @@ def parse_overrides(items: Sequence[str]) -> tuple[dict[str, Any], list[Problem]
     return {key: read_value(value, hints[key]) if key in hints else value for key, value in raw.items()}, problems
 
 
-def apply_overrides(spec: RecipeSpec, items: Sequence[str], flags: Optional[Mapping[str, tuple[str, Any]]] = None,
-                    **more: Any) -> tuple[RecipeSpec, dict[str, Any]]:
+def apply_overrides(
+    spec: RecipeSpec, items: Sequence[str], flags: Optional[Mapping[str, tuple[str, Any]]] = None, **more: Any
+) -> tuple[RecipeSpec, dict[str, Any]]:
     """`spec` with the command line's `key=value` items applied, and the values of option flags: `flags` maps a
     field to (the flag as typed, its value), e.g. {'tensor_parallel': ('--tp', 8)}; `more` are further field values.
     A field set both by a flag and by an item, to different values, is a problem. Every problem at once."""
@@ -68,8 +82,14 @@ def apply_overrides(spec: RecipeSpec, items: Sequence[str], flags: Optional[Mapp
     given.update({field: (f"{flag} {value}", value) for field, (flag, value) in (flags or {}).items()})
     for field, (text, value) in given.items():
         if field in overrides and overrides[field] != value:
-            problems.append(Problem(field, overrides[field], f"is given twice, as {field}={overrides[field]} and "
-                                    f"{text}.", f"give {field} once."))
+            problems.append(
+                Problem(
+                    field,
+                    overrides[field],
+                    f"is given twice, as {field}={overrides[field]} and {text}.",
+                    f"give {field} once.",
+                )
+            )
         overrides[field] = value
     try:
         changed = spec.replace(**overrides) if overrides else spec

@@ -18,8 +18,7 @@ ENV = {**os.environ, "COLUMNS": "100", "LINES": "50", "NO_COLOR": "1", "PYTHONWA
 
 
 def cli(*args: str, timeout: float = 60, cwd: "str | Path | None" = None, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd,
-                          env={**ENV, **env})
+    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env={**ENV, **env})
 
 
 def check_snapshot(name: str, text: str) -> None:
@@ -33,4 +32,3 @@ def check_snapshot(name: str, text: str) -> None:
     if text != expected:
         diff = "".join(difflib.unified_diff(expected.splitlines(True), text.splitlines(True), str(path), "now"))
         raise AssertionError(f"output differs from {path} (UPDATE_SNAPSHOTS=1 to accept):\n{diff}")
-

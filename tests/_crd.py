@@ -25,11 +25,25 @@ CRD_DIRS = {"v2.1": "v2.1.0", "v2.2": "v2.2.1", "v2.3": "v2.3.0"}
 
 #: ObjectMeta's fields (k8s.io/apimachinery metav1.ObjectMeta): the server keeps these under the root `metadata`,
 #: whatever the CRD's schema says of it.
-OBJECT_META = frozenset({
-    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation", "creationTimestamp",
-    "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences", "finalizers",
-    "managedFields",
-})
+OBJECT_META = frozenset(
+    {
+        "name",
+        "generateName",
+        "namespace",
+        "selfLink",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+        "managedFields",
+    }
+)
 
 
 @lru_cache(maxsize=None)
@@ -86,8 +100,10 @@ def schema_errors(manifest: dict, openapi: dict) -> list[str]:
     """Validation errors the server returns for `manifest` (empty: it is accepted)."""
     import jsonschema
 
-    errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
-              for e in jsonschema.Draft7Validator(openapi).iter_errors(manifest)]
+    errors = [
+        f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in jsonschema.Draft7Validator(openapi).iter_errors(manifest)
+    ]
     return errors + _list_errors(manifest, openapi, "")
 
 
@@ -123,7 +139,7 @@ def manager_errors(manifest: dict) -> list[str]:
     for patch in manifest.get("spec", {}).get("runtimePatches", []):
         host, slash, path = patch.get("manager", "").partition("/")
         if not (slash and host and path):
-            errors.append(f"manager {patch.get('manager')!r}: must be a domain-prefixed path (such as \"acme.io/foo\")")
+            errors.append(f'manager {patch.get("manager")!r}: must be a domain-prefixed path (such as "acme.io/foo")')
         elif len(host) > 253 or not _DNS1123_SUBDOMAIN.match(host) or not _HTTP_PATH.match(path):
             errors.append(f"manager {patch['manager']!r}: invalid host or path")
     return errors
@@ -145,5 +161,7 @@ def patched_jobs_and_containers(manifest: dict) -> list[tuple[str, list[str]]]:
 
 def runtime_jobs(runtime_manifest: dict) -> dict[str, list[str]]:
     """{replicated job: its containers} of a ClusterTrainingRuntime."""
-    return {job["name"]: [c["name"] for c in job["template"]["spec"]["template"]["spec"]["containers"]]
-            for job in runtime_manifest["spec"]["template"]["spec"]["replicatedJobs"]}
+    return {
+        job["name"]: [c["name"] for c in job["template"]["spec"]["template"]["spec"]["containers"]]
+        for job in runtime_manifest["spec"]["template"]["spec"]["replicatedJobs"]
+    }

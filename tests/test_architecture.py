@@ -55,7 +55,7 @@ def _imports(relative: str, source: str) -> list[str]:
             found += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
-                base = package[:len(package) - node.level + 1]
+                base = package[: len(package) - node.level + 1]
                 found.append(".".join(base + ([node.module] if node.module else [])))
             else:
                 found.append(node.module or "")
@@ -70,9 +70,14 @@ def _own_unit(relative: str) -> str:
 def layer_violations(relative: str, source: str) -> list[str]:
     """Modules of ours that `relative` imports against the layers."""
     own = _own_unit(relative)
-    return [module for module in _imports(relative, source)
-            if (unit := _unit(module)) is not None and unit != own and unit not in ALLOWED[own]
-            and (relative, unit) not in EXCEPTIONS]
+    return [
+        module
+        for module in _imports(relative, source)
+        if (unit := _unit(module)) is not None
+        and unit != own
+        and unit not in ALLOWED[own]
+        and (relative, unit) not in EXCEPTIONS
+    ]
 
 
 def heavy_imports(relative: str, source: str) -> list[str]:
@@ -94,7 +99,9 @@ def test_every_unit_has_a_place_in_the_layers():
 def test_imports_follow_the_layers(relative):
     wrong = layer_violations(relative, SOURCES[relative])
     own = _own_unit(relative)
-    assert not wrong, f"{relative} ({own}) imports {wrong}; ARCHITECTURE.md says {own} may import {sorted(ALLOWED[own])}"
+    assert not wrong, (
+        f"{relative} ({own}) imports {wrong}; ARCHITECTURE.md says {own} may import {sorted(ALLOWED[own])}"
+    )
 
 
 @pytest.mark.parametrize("relative", [r for r in SOURCES if _own_unit(r) in LIGHT])

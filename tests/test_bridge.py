@@ -54,17 +54,24 @@ def test_parts_build_into_nemo_objects_with_the_table_values(name, no_network):
 
     config = fdl.build(recipe.model.config)
     assert type(config) is CONFIG_CLASSES[name]
-    assert (config.num_layers, config.hidden_size, config.num_attention_heads, config.ffn_hidden_size,
-            config.seq_length) == (spec.num_layers, spec.hidden_size, spec.num_attention_heads,
-                                   4 * spec.hidden_size, spec.seq_length)
+    assert (
+        config.num_layers,
+        config.hidden_size,
+        config.num_attention_heads,
+        config.ffn_hidden_size,
+        config.seq_length,
+    ) == (spec.num_layers, spec.hidden_size, spec.num_attention_heads, 4 * spec.hidden_size, spec.seq_length)
     assert config.recompute_granularity == ("selective" if spec.recompute == "selective" else "full")
 
     # Lightning refuses accelerator="gpu" without a GPU; everything else is built as the recipe says.
     recipe.trainer.accelerator = "cpu"
     trainer = fdl.build(recipe.trainer)
     strategy = trainer.strategy
-    assert (strategy.tensor_model_parallel_size, strategy.pipeline_model_parallel_size,
-            strategy.context_parallel_size) == (spec.tensor_parallel, spec.pipeline_parallel, 1)
+    assert (
+        strategy.tensor_model_parallel_size,
+        strategy.pipeline_model_parallel_size,
+        strategy.context_parallel_size,
+    ) == (spec.tensor_parallel, spec.pipeline_parallel, 1)
     assert strategy.sequence_parallel == (spec.tensor_parallel > 1)
     assert strategy.ddp_config.use_distributed_optimizer and strategy.ddp_config.grad_reduce_in_fp32
     assert strategy.ddp_config.overlap_grad_reduce and strategy.ddp_config.overlap_param_gather
@@ -83,7 +90,10 @@ def test_parts_build_into_nemo_objects_with_the_table_values(name, no_network):
     data = fdl.build(recipe.data)
     assert type(data).__name__ == "MockDataModule"
     assert (data.seq_length, data.micro_batch_size, data.global_batch_size) == (
-        spec.seq_length, spec.micro_batch_size, spec.global_batch_size)
+        spec.seq_length,
+        spec.micro_batch_size,
+        spec.global_batch_size,
+    )
     assert type(data.tokenizer).__name__ == "NullTokenizer"
     assert type(fdl.build(recipe.log)).__name__ == "NeMoLogger"
     assert type(fdl.build(recipe.resume)).__name__ == "AutoResume"
@@ -129,8 +139,16 @@ def test_megatron_model_has_exactly_the_catalog_parameter_count(name, single_ran
 
 
 def test_overrides_reach_every_part():
-    recipe = nemo_recipes.gpt_7b(num_nodes=2, tensor_parallel=2, micro_batch_size=1, global_batch_size=256,
-                                 seq_length=2048, max_lr=3e-4, name="run7", dir="/tmp/out")
+    recipe = nemo_recipes.gpt_7b(
+        num_nodes=2,
+        tensor_parallel=2,
+        micro_batch_size=1,
+        global_batch_size=256,
+        seq_length=2048,
+        max_lr=3e-4,
+        name="run7",
+        dir="/tmp/out",
+    )
     assert recipe.trainer.num_nodes == 2
     assert recipe.trainer.strategy.tensor_model_parallel_size == 2 and recipe.trainer.strategy.sequence_parallel
     assert recipe.model.config.seq_length == recipe.data.seq_length == 2048
@@ -162,8 +180,9 @@ def test_bad_overrides_are_all_reported_with_field_and_fix():
 
 
 def test_custom_architecture_starts_from_the_closest_recipe():
-    spec = nemo_recipes.closest_recipe(3e9).replace(num_layers=16, hidden_size=3072, num_attention_heads=24,
-                                                    ffn_hidden_size=12288)
+    spec = nemo_recipes.closest_recipe(3e9).replace(
+        num_layers=16, hidden_size=3072, num_attention_heads=24, ffn_hidden_size=12288
+    )
     recipe = nemo_recipes.build_recipe(spec)
     config = fdl.build(recipe.model.config)
     assert (config.num_layers, config.hidden_size, config.num_attention_heads) == (16, 3072, 24)
@@ -174,8 +193,11 @@ def test_custom_architecture_starts_from_the_closest_recipe():
 
 
 def test_real_data_blend_and_local_tokenizer_build_without_reading_files(no_network):
-    recipe = nemo_recipes.gpt_1_3b(data_paths=["/data/web_text_document", "/data/code_text_document"],
-                                   data_weights=[0.7, 0.3], tokenizer_path="/models/tok.model")
+    recipe = nemo_recipes.gpt_1_3b(
+        data_paths=["/data/web_text_document", "/data/code_text_document"],
+        data_weights=[0.7, 0.3],
+        tokenizer_path="/models/tok.model",
+    )
     assert type(recipe.data).__name__ == "Config" and recipe.data.__fn_or_cls__.__name__ == "PreTrainingDataModule"
     assert recipe.data.paths == [0.7, "/data/web_text_document", 0.3, "/data/code_text_document"]
     assert recipe.data.tokenizer.__fn_or_cls__.__name__ == "SentencePieceTokenizer"
@@ -198,8 +220,7 @@ def test_real_blend_builds_into_a_pretraining_data_module(tmp_path):
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(f"sentence number {i} about pretraining recipes" for i in range(200)))
-    spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / "tok"), vocab_size=40,
-                                   minloglevel=2)
+    spm.SentencePieceTrainer.train(input=str(corpus), model_prefix=str(tmp_path / "tok"), vocab_size=40, minloglevel=2)
     prefixes = []
     for shard in ("web", "code"):
         prefix = tmp_path / f"{shard}_text_document"
@@ -208,8 +229,9 @@ def test_real_blend_builds_into_a_pretraining_data_module(tmp_path):
             builder.add_document(torch.arange(i, i + 40, dtype=torch.int32), [40])
         builder.finalize(f"{prefix}.idx")
         prefixes.append(str(prefix))
-    recipe = nemo_recipes.gpt_1_3b(data_paths=prefixes, data_weights=[3.0, 1.0],
-                                   tokenizer_path=str(tmp_path / "tok.model"), seq_length=32)
+    recipe = nemo_recipes.gpt_1_3b(
+        data_paths=prefixes, data_weights=[3.0, 1.0], tokenizer_path=str(tmp_path / "tok.model"), seq_length=32
+    )
     data = fdl.build(recipe.data)
     assert type(data).__name__ == "PreTrainingDataModule"
     assert data.build_kwargs["blend"] == [prefixes, [3.0, 1.0]]

@@ -68,12 +68,16 @@ def test_recompute_layers_per_chunk_come_from_the_layout():
     assert spec_from_partial(nemo_recipes.gpt_175b(recompute="full", virtual_pipeline=3)) == spec
 
 
-@pytest.mark.parametrize("overrides", [
-    dict(tp_comm_overlap=False),
-    dict(tensor_parallel=4, recompute="full", recompute_num_layers=2),
-    dict(pipeline_parallel=8, virtual_pipeline=2, pipeline_counts_embedding_and_loss=True, num_layers=78,
-         num_nodes=8),
-])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        dict(tp_comm_overlap=False),
+        dict(tensor_parallel=4, recompute="full", recompute_num_layers=2),
+        dict(
+            pipeline_parallel=8, virtual_pipeline=2, pipeline_counts_embedding_and_loss=True, num_layers=78, num_nodes=8
+        ),
+    ],
+)
 def test_new_fields_read_back_from_the_built_recipe(overrides):
     spec = RECIPES["gpt_70b"].replace(**overrides)
     recipe = nemo_recipes.gpt_70b(**overrides)

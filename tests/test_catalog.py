@@ -102,8 +102,10 @@ def test_replace_accepts_lists_and_keeps_the_row_unchanged():
     assert RECIPES["gpt_7b"].num_layers == 32
 
 
-@pytest.mark.parametrize("field,value", [("num_layers", 0), ("max_lr", -1.0), ("adam_beta2", 1.5),
-                                         ("virtual_pipeline", 0), ("sequence_parallel", "yes")])
+@pytest.mark.parametrize(
+    "field,value",
+    [("num_layers", 0), ("max_lr", -1.0), ("adam_beta2", 1.5), ("virtual_pipeline", 0), ("sequence_parallel", "yes")],
+)
 def test_out_of_range_values_name_the_field(field, value):
     with pytest.raises(InvalidRecipeError) as error:
         RECIPES["gpt_1_3b"].replace(**{field: value})

@@ -7,11 +7,10 @@ import shutil
 import subprocess
 
 import pytest
+from _cli import cli
 
 from nemo_recipes.catalog import RECIPES
 from nemo_recipes.plan.hardware import GPUS
-
-from _cli import cli
 
 pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
 
@@ -28,16 +27,28 @@ def script(tmp_path_factory):
 def complete(script, line: str) -> list[str]:
     """What Tab offers after `line` (the last word is the one being completed)."""
     words = line.split(" ")
-    program = (f'source "{script}"; COMP_WORDS=({" ".join(repr(w) for w in words)}); '
-               f"COMP_CWORD={len(words) - 1}; _nemo_recipes; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
+    program = (
+        f'source "{script}"; COMP_WORDS=({" ".join(repr(w) for w in words)}); '
+        f"COMP_CWORD={len(words) - 1}; _nemo_recipes; printf '%s\\n' \"${{COMPREPLY[@]}}\""
+    )
     result = subprocess.run(["bash", "--norc", "-c", program], capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
     return [w for w in result.stdout.splitlines() if w]
 
 
 def test_completes_verbs(script):
-    assert complete(script, "nemo-recipes ") == ["ls", "show", "plan", "diff", "export", "launch", "smoke", "completion",
-                                                 "--help", "--version"]
+    assert complete(script, "nemo-recipes ") == [
+        "ls",
+        "show",
+        "plan",
+        "diff",
+        "export",
+        "launch",
+        "smoke",
+        "completion",
+        "--help",
+        "--version",
+    ]
     assert complete(script, "nemo-recipes sh") == ["show"]
 
 

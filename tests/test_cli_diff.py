@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from _cli import cli
 
 
@@ -35,12 +34,18 @@ def test_a_recipe_has_no_difference_with_itself():
 @pytest.mark.parametrize("suffix", [".yaml", ".json", ".toml"])
 def test_diff_of_two_files_compares_dotted_paths(tmp_path, suffix):
     texts = {
-        ".yaml": ("trainer:\n  num_nodes: 4\n  strategy:\n    tensor_model_parallel_size: 8\n",
-                  "trainer:\n  num_nodes: 8\n  strategy:\n    tensor_model_parallel_size: 8\n"),
-        ".json": ('{"trainer": {"num_nodes": 4, "strategy": {"tensor_model_parallel_size": 8}}}',
-                  '{"trainer": {"num_nodes": 8, "strategy": {"tensor_model_parallel_size": 8}}}'),
-        ".toml": ("[trainer]\nnum_nodes = 4\n[trainer.strategy]\ntensor_model_parallel_size = 8\n",
-                  "[trainer]\nnum_nodes = 8\n[trainer.strategy]\ntensor_model_parallel_size = 8\n"),
+        ".yaml": (
+            "trainer:\n  num_nodes: 4\n  strategy:\n    tensor_model_parallel_size: 8\n",
+            "trainer:\n  num_nodes: 8\n  strategy:\n    tensor_model_parallel_size: 8\n",
+        ),
+        ".json": (
+            '{"trainer": {"num_nodes": 4, "strategy": {"tensor_model_parallel_size": 8}}}',
+            '{"trainer": {"num_nodes": 8, "strategy": {"tensor_model_parallel_size": 8}}}',
+        ),
+        ".toml": (
+            "[trainer]\nnum_nodes = 4\n[trainer.strategy]\ntensor_model_parallel_size = 8\n",
+            "[trainer]\nnum_nodes = 8\n[trainer.strategy]\ntensor_model_parallel_size = 8\n",
+        ),
     }[suffix]
     a, b = tmp_path / f"a{suffix}", tmp_path / f"b{suffix}"
     a.write_text(texts[0])
@@ -57,4 +62,5 @@ def test_diff_with_a_missing_file_says_so(tmp_path):
     assert result.returncode == 2
     assert result.stderr == (
         f"nemo-recipes diff: error: file={missing!r}: does not exist. Fix: give a recipe name (gpt_1_3b, gpt_7b, "
-        "gpt_13b, gpt_70b, gpt_175b) or an existing file written by `nemo-recipes export`.\n")
+        "gpt_13b, gpt_70b, gpt_175b) or an existing file written by `nemo-recipes export`.\n"
+    )

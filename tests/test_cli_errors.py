@@ -12,7 +12,8 @@ def test_unknown_verb_suggests_the_closest():
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.splitlines()[-1] == (
         "nemo-recipes: error: argument VERB: invalid choice: 'lss' (choose from 'ls', 'show', 'plan', 'diff', "
-        "'export', 'launch', 'smoke', 'completion') (did you mean 'ls'?)")
+        "'export', 'launch', 'smoke', 'completion') (did you mean 'ls'?)"
+    )
 
 
 def test_unknown_recipe_suggests_the_closest():
@@ -20,7 +21,8 @@ def test_unknown_recipe_suggests_the_closest():
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr == (
         "nemo-recipes show: error: recipe='gpt70b': unknown recipe (did you mean 'gpt_70b'?). "
-        "Fix: use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b.\n")
+        "Fix: use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b.\n"
+    )
 
 
 def test_every_bad_override_is_reported_at_once():
@@ -32,7 +34,8 @@ def test_every_bad_override_is_reported_at_once():
         "Fix: write it as key=value, for example tensor_parallel=4.\n"
         "  - error: tensor_paralel='4': unknown recipe field (did you mean 'tensor_parallel'?). "
         "Fix: use one of the fields listed by `nemo-recipes show gpt_70b`.\n"
-        "  - error: pipeline_parallel='x': must be an integer. Fix: set pipeline_parallel to an integer.\n")
+        "  - error: pipeline_parallel='x': must be an integer. Fix: set pipeline_parallel to an integer.\n"
+    )
     assert "Traceback" not in result.stderr
 
 
@@ -41,9 +44,15 @@ def test_errors_with_json_also_print_json():
     assert result.returncode == 2
     data = json.loads(result.stdout)
     assert list(data) == ["error", "problems"]
-    assert data["problems"] == [{"severity": "error", "field": "recipe", "value": "gpt70b",
-                                 "message": "unknown recipe (did you mean 'gpt_70b'?).",
-                                 "fix": "use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b."}]
+    assert data["problems"] == [
+        {
+            "severity": "error",
+            "field": "recipe",
+            "value": "gpt70b",
+            "message": "unknown recipe (did you mean 'gpt_70b'?).",
+            "fix": "use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b.",
+        }
+    ]
 
 
 def test_missing_argument_is_a_usage_error():
@@ -58,8 +67,7 @@ def test_a_reader_that_leaves_early_is_not_an_error():
 
     from _cli import ENV, SCRIPT
 
-    process = subprocess.Popen([SCRIPT, "completion", "fish"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               env=ENV)
+    process = subprocess.Popen([SCRIPT, "completion", "fish"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=ENV)
     process.stdout.close()
     assert process.wait(timeout=60) == 0
     assert process.stderr.read() == b""

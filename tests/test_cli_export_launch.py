@@ -10,22 +10,32 @@ import sys
 import textwrap
 
 import pytest
-
 from _cli import ENV, cli
 
 # ---- fast: refused before NeMo is imported ----
 
-@pytest.mark.parametrize("args, message", [
-    (("gpt_70b", "-o", "out.txt"),
-     "nemo-recipes export: error: output='out.txt': has no known extension (.txt). "
-     "Fix: end it in .yaml, .json or .toml, or give --format.\n"),
-    (("gpt_70b", "--format", "json", "-o", "out.yaml"),
-     "nemo-recipes export: error: format='json': disagrees with the extension of 'out.yaml'. "
-     "Fix: use --format yaml or name the file *.json.\n"),
-    (("gpt_70", "-o", "out.yaml"),
-     "nemo-recipes export: error: recipe='gpt_70': unknown recipe (did you mean 'gpt_70b'?). "
-     "Fix: use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b.\n"),
-], ids=["extension", "format-mismatch", "recipe"])
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ("gpt_70b", "-o", "out.txt"),
+            "nemo-recipes export: error: output='out.txt': has no known extension (.txt). "
+            "Fix: end it in .yaml, .json or .toml, or give --format.\n",
+        ),
+        (
+            ("gpt_70b", "--format", "json", "-o", "out.yaml"),
+            "nemo-recipes export: error: format='json': disagrees with the extension of 'out.yaml'. "
+            "Fix: use --format yaml or name the file *.json.\n",
+        ),
+        (
+            ("gpt_70", "-o", "out.yaml"),
+            "nemo-recipes export: error: recipe='gpt_70': unknown recipe (did you mean 'gpt_70b'?). "
+            "Fix: use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b.\n",
+        ),
+    ],
+    ids=["extension", "format-mismatch", "recipe"],
+)
 def test_export_input_errors(args, message, tmp_path):
     result = cli("export", *args, cwd=tmp_path)
     assert result.returncode == 2 and result.stdout == ""
@@ -36,11 +46,13 @@ def test_export_input_errors(args, message, tmp_path):
 def test_launch_needs_an_executor():
     result = cli("launch", "gpt_1_3b", "--dryrun")
     assert result.returncode == 2
-    assert result.stderr.splitlines()[-1] == ("nemo-recipes launch: error: the following arguments are required: "
-                                              "--executor")
+    assert result.stderr.splitlines()[-1] == (
+        "nemo-recipes launch: error: the following arguments are required: --executor"
+    )
 
 
 # ---- with NeMo ----
+
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory):
@@ -57,12 +69,18 @@ def exported(tmp_path_factory):
 def test_export_writes_a_checked_nemo_run_file(exported):
     path, result = exported
     assert result.returncode == 0, result.stderr[-3000:]
-    assert json.loads(result.stdout) == {"recipe": "gpt_1_3b", "format": "yaml", "output": str(path),
-                                         "bytes": path.stat().st_size, "overrides": {"num_nodes": 2},
-                                         "round_trip": True}
+    assert json.loads(result.stdout) == {
+        "recipe": "gpt_1_3b",
+        "format": "yaml",
+        "output": str(path),
+        "bytes": path.stat().st_size,
+        "overrides": {"num_nodes": 2},
+        "round_trip": True,
+    }
     text = path.read_text()
     assert text.startswith("_partial_: true\n_target_: nemo.collections.llm.api.pretrain\n")
     assert "  num_nodes: 2\n" in text
+
 
 ROUND_TRIP = textwrap.dedent("""
     import sys, tempfile, os
@@ -89,8 +107,9 @@ ROUND_TRIP = textwrap.dedent("""
 def test_exported_files_load_back_equal_in_every_format(exported):
     path, result = exported
     assert result.returncode == 0
-    run = subprocess.run([sys.executable, "-c", ROUND_TRIP, str(path)], capture_output=True, text=True,
-                         timeout=300, env=ENV)
+    run = subprocess.run(
+        [sys.executable, "-c", ROUND_TRIP, str(path)], capture_output=True, text=True, timeout=300, env=ENV
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     line = [l for l in run.stdout.splitlines() if l.startswith("RESULT ")][-1]
     assert line == "RESULT {'cli_yaml': True, 'json': True, 'toml': True, 'control': False}"
@@ -112,13 +131,31 @@ def test_diff_of_a_recipe_and_its_exported_override_shows_only_the_override(expo
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("nemo_run") is None, reason="needs NeMo-Run")
 def test_launch_dryrun_hands_recipe_executor_and_plugin_to_nemo_run(tmp_path):
-    result = cli("launch", "gpt_1_3b", "--executor", "local", "-E", "devices=8", "--dryrun", "--json",
-                 timeout=300, cwd=tmp_path, NEMORUN_HOME=str(tmp_path / "nemo_run"))
+    result = cli(
+        "launch",
+        "gpt_1_3b",
+        "--executor",
+        "local",
+        "-E",
+        "devices=8",
+        "--dryrun",
+        "--json",
+        timeout=300,
+        cwd=tmp_path,
+        NEMORUN_HOME=str(tmp_path / "nemo_run"),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(result.stdout)
     assert {k: v for k, v in data.items() if k != "experiment_id"} == {
-        "recipe": "gpt_1_3b", "executor": "local", "executor_class": "LocalExecutor", "gpu": None, "nodes": 1,
-        "devices": 8, "dryrun": True, "overrides": {}}
+        "recipe": "gpt_1_3b",
+        "executor": "local",
+        "executor_class": "LocalExecutor",
+        "gpu": None,
+        "nodes": 1,
+        "devices": 8,
+        "dryrun": True,
+        "overrides": {},
+    }
     assert data["experiment_id"].startswith("gpt_1_3b_")
     assert "torchrun" in result.stderr  # NeMo-Run's dry run shows the command it would start
 
@@ -127,10 +164,20 @@ def test_launch_dryrun_hands_recipe_executor_and_plugin_to_nemo_run(tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("nemo_run") is None, reason="needs NeMo-Run")
 def test_launch_refuses_a_plan_the_executor_cannot_hold(tmp_path):
-    result = cli("launch", "gpt_70b", "--executor", "local", "--dryrun", timeout=300, cwd=tmp_path,
-                 NEMORUN_HOME=str(tmp_path / "nemo_run"))
+    result = cli(
+        "launch",
+        "gpt_70b",
+        "--executor",
+        "local",
+        "--dryrun",
+        timeout=300,
+        cwd=tmp_path,
+        NEMORUN_HOME=str(tmp_path / "nemo_run"),
+    )
     assert result.returncode == 2
     assert "not submitted" in result.stderr
-    assert "error: world_size=1: 1 GPUs (1 node(s) x 1) are not divisible by TP x PP x CP = 8 x 4 x 1 = 32" \
+    assert (
+        "error: world_size=1: 1 GPUs (1 node(s) x 1) are not divisible by TP x PP x CP = 8 x 4 x 1 = 32"
         in result.stderr
+    )
     assert "Traceback" not in result.stderr

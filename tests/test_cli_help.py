@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from _cli import check_snapshot, cli
 
 VERBS = ["ls", "show", "plan", "diff", "export", "launch", "smoke", "completion"]
@@ -33,8 +32,11 @@ def test_every_help_has_examples_exit_codes_and_json(verb):
 def test_snapshots_cover_every_verb():
     # A new verb without a snapshot would otherwise go unreviewed.
     text = cli("--help").stdout
-    listed = [line.split()[0] for line in text.split("positional arguments:")[1].split("options:")[0].splitlines()
-              if line.startswith("    ") and not line.startswith("      ")]
+    listed = [
+        line.split()[0]
+        for line in text.split("positional arguments:")[1].split("options:")[0].splitlines()
+        if line.startswith("    ") and not line.startswith("      ")
+    ]
     assert listed == VERBS
 
 

@@ -10,8 +10,22 @@ import sys
 
 import pytest
 
-HEAVY = {"nemo", "torch", "megatron", "nemo_run", "lightning", "pytorch_lightning", "matplotlib", "rich", "numpy",
-         "fiddle", "omegaconf", "transformers", "typer", "yaml"}
+HEAVY = {
+    "nemo",
+    "torch",
+    "megatron",
+    "nemo_run",
+    "lightning",
+    "pytorch_lightning",
+    "matplotlib",
+    "rich",
+    "numpy",
+    "fiddle",
+    "omegaconf",
+    "transformers",
+    "typer",
+    "yaml",
+}
 
 PROBE = f"""
 import contextlib, io, json, sys
@@ -29,12 +43,21 @@ def imported(*args: str) -> dict:
     return json.loads(result.stdout.splitlines()[-1])
 
 
-@pytest.mark.parametrize("args", [
-    ("ls",), ("ls", "--json"), ("show", "gpt_70b"), ("show", "gpt_70b", "tensor_parallel=4", "--json"),
-    ("plan", "gpt_70b"), ("plan", "gpt_175b", "--nodes", "2", "--fit", "--json"),
-    ("plan", "--custom", "--layers", "48", "--hidden", "6144", "--heads", "48", "--nodes", "4", "--tp", "4"),
-    ("diff", "gpt_13b", "gpt_70b"), ("completion", "bash"),
-], ids=lambda a: " ".join(a))
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("ls",),
+        ("ls", "--json"),
+        ("show", "gpt_70b"),
+        ("show", "gpt_70b", "tensor_parallel=4", "--json"),
+        ("plan", "gpt_70b"),
+        ("plan", "gpt_175b", "--nodes", "2", "--fit", "--json"),
+        ("plan", "--custom", "--layers", "48", "--hidden", "6144", "--heads", "48", "--nodes", "4", "--tp", "4"),
+        ("diff", "gpt_13b", "gpt_70b"),
+        ("completion", "bash"),
+    ],
+    ids=lambda a: " ".join(a),
+)
 def test_fast_verbs_import_nothing_heavy(args):
     probe = imported(*args)
     assert probe["heavy"] == [], f"`nemo-recipes {' '.join(args)}` imported {probe['heavy']}"

@@ -4,21 +4,49 @@ from __future__ import annotations
 
 import json
 
-from nemo_recipes.catalog import DERIVED_SOURCES, RECIPES, SOURCES, field_names
-
 from _cli import cli
+
+from nemo_recipes.catalog import DERIVED_SOURCES, RECIPES, SOURCES, field_names
 
 
 def test_ls_prints_one_row_per_recipe_with_the_seed_columns():
     result = cli("ls")
     assert result.returncode == 0 and result.stderr == ""
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["recipe", "parameters", "layers", "hidden", "heads", "TP", "PP", "micro", "BS",
-                                "global", "BS", "seq", "default", "GPUs"]
+    assert lines[0].split() == [
+        "recipe",
+        "parameters",
+        "layers",
+        "hidden",
+        "heads",
+        "TP",
+        "PP",
+        "micro",
+        "BS",
+        "global",
+        "BS",
+        "seq",
+        "default",
+        "GPUs",
+    ]
     assert [line.split()[0] for line in lines[1:]] == list(RECIPES)
     # The seed's 70B row, and its derived size and default cluster.
-    assert lines[4].split() == ["gpt_70b", "64.9B", "80", "8192", "64", "8", "4", "1", "1024", "4096",
-                                "4", "x", "8", "h100-80gb"]
+    assert lines[4].split() == [
+        "gpt_70b",
+        "64.9B",
+        "80",
+        "8192",
+        "64",
+        "8",
+        "4",
+        "1",
+        "1024",
+        "4096",
+        "4",
+        "x",
+        "8",
+        "h100-80gb",
+    ]
 
 
 def test_ls_names_is_one_name_per_line():
@@ -29,9 +57,22 @@ def test_ls_json_has_stable_keys_and_catalog_values():
     data = json.loads(cli("ls", "--json").stdout)
     assert list(data) == ["recipes"]
     first = data["recipes"][0]
-    assert list(first) == ["name", "size_label", "num_parameters", "num_layers", "hidden_size",
-                           "num_attention_heads", "tensor_parallel", "pipeline_parallel", "micro_batch_size",
-                           "global_batch_size", "seq_length", "num_nodes", "num_gpus_per_node", "default_gpu"]
+    assert list(first) == [
+        "name",
+        "size_label",
+        "num_parameters",
+        "num_layers",
+        "hidden_size",
+        "num_attention_heads",
+        "tensor_parallel",
+        "pipeline_parallel",
+        "micro_batch_size",
+        "global_batch_size",
+        "seq_length",
+        "num_nodes",
+        "num_gpus_per_node",
+        "default_gpu",
+    ]
     for row in data["recipes"]:
         spec = RECIPES[row["name"]]
         assert row["num_parameters"] == spec.num_parameters
@@ -42,8 +83,9 @@ def test_show_lists_every_field_and_derived_value_with_its_source():
     result = cli("show", "gpt_13b")
     assert result.returncode == 0 and result.stderr == ""
     out = result.stdout
-    assert out.splitlines()[0] == ("gpt_13b: GPT 13B, 12.9B parameters (12,864,768,000), "
-                                   "default cluster 1 x 8 h100-80gb")
+    assert out.splitlines()[0] == (
+        "gpt_13b: GPT 13B, 12.9B parameters (12,864,768,000), default cluster 1 x 8 h100-80gb"
+    )
     rows = {line.split()[0]: line for line in out.splitlines()[2:] if line and not line.startswith(" ")}
     for name in field_names():
         if name not in ("name", "size_label"):
@@ -65,11 +107,22 @@ def test_show_json_matches_the_catalog():
 
 
 def test_show_applies_typed_overrides_and_marks_them():
-    result = cli("show", "gpt_70b", "tensor_parallel=4", "train_tokens=1T", "sequence_parallel=none",
-                 "data_paths=/data/a,/data/b", "--json")
+    result = cli(
+        "show",
+        "gpt_70b",
+        "tensor_parallel=4",
+        "train_tokens=1T",
+        "sequence_parallel=none",
+        "data_paths=/data/a,/data/b",
+        "--json",
+    )
     data = json.loads(result.stdout)
-    assert data["overrides"] == {"tensor_parallel": 4, "train_tokens": 10**12, "sequence_parallel": None,
-                                 "data_paths": ["/data/a", "/data/b"]}
+    assert data["overrides"] == {
+        "tensor_parallel": 4,
+        "train_tokens": 10**12,
+        "sequence_parallel": None,
+        "data_paths": ["/data/a", "/data/b"],
+    }
     assert data["fields"]["tensor_parallel"] == {"value": 4, "source": "override (recipe: 8)", "overridden": True}
     assert data["derived"]["train_steps"]["value"] == 238419  # 1e12 / (1024 x 4096), rounded up
     text = cli("show", "gpt_70b", "tensor_parallel=4").stdout

@@ -7,12 +7,11 @@ import re
 import struct
 
 import pytest
+from _cli import cli
 
 from nemo_recipes.catalog import get_recipe
 from nemo_recipes.plan import Cluster, assess, validate
 from nemo_recipes.plan.throughput import estimate_throughput, time_to_train
-
-from _cli import cli
 
 
 def plan_json(*args: str) -> tuple[int, dict]:
@@ -84,38 +83,80 @@ def test_fit_shows_its_changes_and_the_fitted_plan():
 def test_fit_that_cannot_succeed_is_an_invalid_input():
     result = cli("plan", "gpt_175b", "--nodes", "1", "--fit")
     assert result.returncode == 2 and result.stdout == ""
-    assert result.stderr.startswith("nemo-recipes plan: fit gpt_175b: 2 problem(s) found\n"
-                                    "  - error: cluster='1 x 8 h100-80gb': no choice of TP")
+    assert result.stderr.startswith(
+        "nemo-recipes plan: fit gpt_175b: 2 problem(s) found\n  - error: cluster='1 x 8 h100-80gb': no choice of TP"
+    )
 
 
 def test_custom_shape_borrows_the_rest_from_the_closest_recipe():
-    code, data = plan_json("--custom", "--layers", "48", "--hidden", "6144", "--heads", "48", "--seq", "4096",
-                           "--tp", "4", "--pp", "2", "--gbs", "1024", "--nodes", "4")
+    code, data = plan_json(
+        "--custom",
+        "--layers",
+        "48",
+        "--hidden",
+        "6144",
+        "--heads",
+        "48",
+        "--seq",
+        "4096",
+        "--tp",
+        "4",
+        "--pp",
+        "2",
+        "--gbs",
+        "1024",
+        "--nodes",
+        "4",
+    )
     assert code == 0
     assert data["recipe"] == "custom"
-    assert data["parallelism"] == {"tp": 4, "pp": 2, "cp": 1, "vp": None, "dp": 4, "sp": True,
-                                   "grad_accumulation": 256, "micro_batch_size": 1, "global_batch_size": 1024}
+    assert data["parallelism"] == {
+        "tp": 4,
+        "pp": 2,
+        "cp": 1,
+        "vp": None,
+        "dp": 4,
+        "sp": True,
+        "grad_accumulation": 256,
+        "micro_batch_size": 1,
+        "global_batch_size": 1024,
+    }
 
 
 def test_custom_needs_the_shape():
     result = cli("plan", "--custom", "--layers", "48")
     assert result.returncode == 2
-    assert result.stderr == ("nemo-recipes plan: error: custom='--hidden --heads': is required with --custom. "
-                             "Fix: give --layers, --hidden and --heads (e.g. --layers 48 --hidden 6144 --heads 48).\n")
+    assert result.stderr == (
+        "nemo-recipes plan: error: custom='--hidden --heads': is required with --custom. "
+        "Fix: give --layers, --hidden and --heads (e.g. --layers 48 --hidden 6144 --heads 48).\n"
+    )
 
 
-@pytest.mark.parametrize("args, message", [
-    (("gpt_70b", "--gpu", "h100x"),
-     "nemo-recipes plan: error: gpu='h100x': unknown GPU (did you mean 'h100'?). Fix: use one of: a100-40gb, "
-     "a100-80gb, h100-80gb, h200, b200, gb200; or describe your own with nemo_recipes.plan.GPU(...).\n"),
-    (("gpt_70b", "--tokens", "lots"),
-     "nemo-recipes plan: error: tokens='lots': is not a token count. Fix: write it like 300B, 1.5T or 3e11.\n"),
-    (("gpt_70b", "--plot", "plan.pdf"),
-     "nemo-recipes plan: error: plot='plan.pdf': must be a .png or .svg file. Fix: name the file plan.png or "
-     "plan.svg.\n"),
-    ((), "nemo-recipes plan: error: recipe=None: is missing. Fix: give a recipe name (gpt_1_3b, gpt_7b, gpt_13b, "
-         "gpt_70b, gpt_175b) or --custom with shape flags.\n"),
-], ids=["gpu", "tokens", "plot", "no-recipe"])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ("gpt_70b", "--gpu", "h100x"),
+            "nemo-recipes plan: error: gpu='h100x': unknown GPU (did you mean 'h100'?). Fix: use one of: a100-40gb, "
+            "a100-80gb, h100-80gb, h200, b200, gb200; or describe your own with nemo_recipes.plan.GPU(...).\n",
+        ),
+        (
+            ("gpt_70b", "--tokens", "lots"),
+            "nemo-recipes plan: error: tokens='lots': is not a token count. Fix: write it like 300B, 1.5T or 3e11.\n",
+        ),
+        (
+            ("gpt_70b", "--plot", "plan.pdf"),
+            "nemo-recipes plan: error: plot='plan.pdf': must be a .png or .svg file. Fix: name the file plan.png or "
+            "plan.svg.\n",
+        ),
+        (
+            (),
+            "nemo-recipes plan: error: recipe=None: is missing. Fix: give a recipe name (gpt_1_3b, gpt_7b, gpt_13b, "
+            "gpt_70b, gpt_175b) or --custom with shape flags.\n",
+        ),
+    ],
+    ids=["gpu", "tokens", "plot", "no-recipe"],
+)
 def test_bad_plan_input_is_one_clear_message(args, message):
     result = cli("plan", *args)
     assert result.returncode == 2 and result.stdout == ""
@@ -140,7 +181,7 @@ def test_plot_png_draws_each_memory_part_and_the_scaling_panel(tmp_path):
     pixels = (image.imread(str(path))[:, :, :3] * 255).round().astype(int).reshape(-1, 3).tolist()
     seen = {tuple(p) for p in pixels}
     for colour in ("#4C72B0", "#55A868", "#C44E52", "#8172B2", "#937860"):
-        rgb = tuple(int(colour[i:i + 2], 16) for i in (1, 3, 5))
+        rgb = tuple(int(colour[i : i + 2], 16) for i in (1, 3, 5))
         assert rgb in seen, colour
 
 
@@ -171,7 +212,7 @@ def test_plot_of_an_invalid_plan_is_still_drawn_and_marked(tmp_path):
 def test_human_report_states_the_program_memory_and_throughput_both_assume():
     lines = cli("plan", "gpt_13b").stdout.splitlines()
     start = lines.index("assumptions")
-    block = " ".join(line.strip() for line in lines[start + 1:start + 12])
+    block = " ".join(line.strip() for line in lines[start + 1 : start + 12])
     assert "software stack: Megatron-Core with Transformer Engine" in block
     assert "the GPU job runs the NeMo container" in block and "--stack local" in block
     assert "attention: fused" in block and "TP communication overlap: on" in block

@@ -16,8 +16,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from _crd import (CRD_DIRS, DATA, manager_errors, patched_jobs_and_containers, pruned, runtime, runtime_jobs, schema,
-                  schema_errors)
+from _crd import (
+    CRD_DIRS,
+    DATA,
+    manager_errors,
+    patched_jobs_and_containers,
+    pruned,
+    runtime,
+    runtime_jobs,
+    schema,
+    schema_errors,
+)
 
 pytestmark = pytest.mark.nemo
 
@@ -45,33 +54,74 @@ def _local(**kw):
 
 # Pod-level settings of every kind (claims, /dev/shm, tolerations, node selector), a secret and a tricky value.
 K8S_70B = dict(
-    nodes=4, gpu="h100", namespace="training", pvcs={"datasets": "/data", "checkpoints": "/checkpoints"},
+    nodes=4,
+    gpu="h100",
+    namespace="training",
+    pvcs={"datasets": "/data", "checkpoints": "/checkpoints"},
     tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     node_selector={"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
-    env={"NEMO_MSG": "tokens: 'GPT' $PATH `x`"}, secrets={"WANDB_API_KEY": "wandb/api-key"})
+    env={"NEMO_MSG": "tokens: 'GPT' $PATH `x`"},
+    secrets={"WANDB_API_KEY": "wandb/api-key"},
+)
 # The shared NEMORUN_HOME claim, without which the pods cannot read their config.
 K8S_HOME = dict(nodes=1, gpu="h100", pvcs={"datasets": "/data"}, shared_home_pvc="nemo-run-home")
 
 # name -> (recipe factory name, recipe overrides, executor factory, executor arguments, golden suffix)
 CASES = {
     "slurm_gpt_7b_1x8": ("gpt_7b", {}, _slurm, dict(account="acct", partition="batch", nodes=1, gpu="h100"), "sh"),
-    "slurm_gpt_70b_4x8": ("gpt_70b", {}, _slurm, dict(
-        account="acct", partition="batch", nodes=4, gpu="h100", time="1-00:00:00", mem="0",
-        container_mounts=["/lustre/data:/data", "/lustre/ckpt:/checkpoints"], retries=2,
-        env={"NEMO_MSG": "tokens: 'GPT' $PATH `x`", "DATA_PREFIX": "/data/pile_text_document"},
-        secrets=["WANDB_API_KEY"]), "sh"),
-    "slurm_gpt_175b_8x8_ssh": ("gpt_175b", {}, _slurm, dict(
-        account="acct", partition="batch", nodes=8, gpu="h100", tunnel="ssh", host="login.example.com",
-        user="alice", job_dir="/lustre/alice/nemo_run"), "sh"),
+    "slurm_gpt_70b_4x8": (
+        "gpt_70b",
+        {},
+        _slurm,
+        dict(
+            account="acct",
+            partition="batch",
+            nodes=4,
+            gpu="h100",
+            time="1-00:00:00",
+            mem="0",
+            container_mounts=["/lustre/data:/data", "/lustre/ckpt:/checkpoints"],
+            retries=2,
+            env={"NEMO_MSG": "tokens: 'GPT' $PATH `x`", "DATA_PREFIX": "/data/pile_text_document"},
+            secrets=["WANDB_API_KEY"],
+        ),
+        "sh",
+    ),
+    "slurm_gpt_175b_8x8_ssh": (
+        "gpt_175b",
+        {},
+        _slurm,
+        dict(
+            account="acct",
+            partition="batch",
+            nodes=8,
+            gpu="h100",
+            tunnel="ssh",
+            host="login.example.com",
+            user="alice",
+            job_dir="/lustre/alice/nemo_run",
+        ),
+        "sh",
+    ),
     "kubernetes_gpt_7b_1x8": ("gpt_7b", {}, _kubernetes, dict(nodes=1, gpu="h100"), "yaml"),
     "kubernetes_gpt_70b_4x8": ("gpt_70b", {}, _kubernetes, K8S_70B, "yaml"),
     "kubernetes_gpt_70b_4x8_trainer_v2.1": ("gpt_70b", {}, _kubernetes, {**K8S_70B, "trainer_version": "v2.1"}, "yaml"),
     "kubernetes_gpt_70b_4x8_trainer_v2.2": ("gpt_70b", {}, _kubernetes, {**K8S_70B, "trainer_version": "v2.2"}, "yaml"),
     "kubernetes_gpt_7b_1x8_shared_home": ("gpt_7b", {}, _kubernetes, K8S_HOME, "yaml"),
-    "kubernetes_gpt_7b_1x8_shared_home_trainer_v2.1": ("gpt_7b", {}, _kubernetes,
-                                                       {**K8S_HOME, "trainer_version": "v2.1"}, "yaml"),
-    "kubernetes_gpt_7b_1x8_shared_home_trainer_v2.2": ("gpt_7b", {}, _kubernetes,
-                                                       {**K8S_HOME, "trainer_version": "v2.2"}, "yaml"),
+    "kubernetes_gpt_7b_1x8_shared_home_trainer_v2.1": (
+        "gpt_7b",
+        {},
+        _kubernetes,
+        {**K8S_HOME, "trainer_version": "v2.1"},
+        "yaml",
+    ),
+    "kubernetes_gpt_7b_1x8_shared_home_trainer_v2.2": (
+        "gpt_7b",
+        {},
+        _kubernetes,
+        {**K8S_HOME, "trainer_version": "v2.2"},
+        "yaml",
+    ),
     "local_gpt_1_3b_2": ("gpt_1_3b", {}, _local, dict(devices=2), "txt"),
     "local_gpt_7b_8": ("gpt_7b", {}, _local, dict(devices=8, gpu="h100"), "txt"),
 }
@@ -168,9 +218,14 @@ def test_every_trainer_version_has_goldens_and_a_vendored_crd():
     for folder in CRD_DIRS.values():
         assert (DATA / folder / "trainer.kubeflow.org_trainjobs.yaml").is_file()
     assert "Apache License" in (DATA / "LICENSE").read_text()
-    assert all(commit in (DATA / "SOURCE.txt").read_text() for commit in (
-        "73c9bece741ce17d2124abda3ec6bfcf5b5b8e87", "c505fc7ccec98bb326cee56144bc5ee92be5048d",
-        "658725bdae5c7e3a0854d93ac6ff492e109a22ab"))
+    assert all(
+        commit in (DATA / "SOURCE.txt").read_text()
+        for commit in (
+            "73c9bece741ce17d2124abda3ec6bfcf5b5b8e87",
+            "c505fc7ccec98bb326cee56144bc5ee92be5048d",
+            "658725bdae5c7e3a0854d93ac6ff492e109a22ab",
+        )
+    )
 
 
 @pytest.mark.parametrize("case", KUBERNETES)
@@ -196,11 +251,18 @@ def test_no_manifest_field_is_pruned_by_the_api_server(case):
 
 
 #: The 70b manifest (every kind of pod setting) of each release.
-BY_VERSION = {"v2.1": "kubernetes_gpt_70b_4x8_trainer_v2.1", "v2.2": "kubernetes_gpt_70b_4x8_trainer_v2.2",
-              "v2.3": "kubernetes_gpt_70b_4x8"}
+BY_VERSION = {
+    "v2.1": "kubernetes_gpt_70b_4x8_trainer_v2.1",
+    "v2.2": "kubernetes_gpt_70b_4x8_trainer_v2.2",
+    "v2.3": "kubernetes_gpt_70b_4x8",
+}
 #: What a server of the wrong release drops: all pod-level settings, silently.
-WRONG_RELEASE = {("v2.1", "v2.2"): [".spec.podTemplateOverrides"], ("v2.1", "v2.3"): [".spec.podTemplateOverrides"],
-                 ("v2.2", "v2.1"): [".spec.runtimePatches"], ("v2.3", "v2.1"): [".spec.runtimePatches"]}
+WRONG_RELEASE = {
+    ("v2.1", "v2.2"): [".spec.podTemplateOverrides"],
+    ("v2.1", "v2.3"): [".spec.podTemplateOverrides"],
+    ("v2.2", "v2.1"): [".spec.runtimePatches"],
+    ("v2.3", "v2.1"): [".spec.runtimePatches"],
+}
 
 
 @pytest.mark.parametrize("written_for", sorted(BY_VERSION))
@@ -217,13 +279,17 @@ def test_v2_2_and_v2_3_manifests_are_the_same_and_their_crds_still_differ():
     we set (the releases differ in how the controller merges a patch, which only matters for a replicated job the
     runtime lacks). The pruning check still tells the two CRDs apart: terminationGracePeriodSeconds, new in
     v2.3's pod patch, is dropped by v2.2."""
-    for v22, v23 in (("kubernetes_gpt_70b_4x8_trainer_v2.2", "kubernetes_gpt_70b_4x8"),
-                     ("kubernetes_gpt_7b_1x8_shared_home_trainer_v2.2", "kubernetes_gpt_7b_1x8_shared_home")):
+    for v22, v23 in (
+        ("kubernetes_gpt_70b_4x8_trainer_v2.2", "kubernetes_gpt_70b_4x8"),
+        ("kubernetes_gpt_7b_1x8_shared_home_trainer_v2.2", "kubernetes_gpt_7b_1x8_shared_home"),
+    ):
         assert (GOLDEN / f"{v22}.yaml").read_text() == (GOLDEN / f"{v23}.yaml").read_text()
     trainjob = manifest("kubernetes_gpt_70b_4x8")
     pod_spec(trainjob)["terminationGracePeriodSeconds"] = 30
-    path = (".spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template"
-            ".spec.terminationGracePeriodSeconds")
+    path = (
+        ".spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template"
+        ".spec.terminationGracePeriodSeconds"
+    )
     assert pruned(trainjob, schema("v2.2")) == [path]
     assert pruned(trainjob, schema("v2.3")) == []
 
@@ -235,9 +301,11 @@ def test_the_pruning_check_can_fail():
     pod_spec(trainjob)["containers"][0]["volumeMountz"] = []
     trainjob["metadata"]["labelz"] = {}
     assert pruned(trainjob, schema("v2.3")) == [
-        ".metadata.labelz", ".spec.trainer.numNodez",
+        ".metadata.labelz",
+        ".spec.trainer.numNodez",
         ".spec.runtimePatches[0].trainingRuntimeSpec.template.spec.replicatedJobs[0].template.spec.template.spec"
-        ".containers[0].volumeMountz"]
+        ".containers[0].volumeMountz",
+    ]
 
 
 def test_a_broken_manifest_is_rejected_by_the_schema_and_the_webhook():
@@ -254,13 +322,16 @@ def test_a_broken_manifest_is_rejected_by_the_schema_and_the_webhook():
     trainjob = manifest("kubernetes_gpt_70b_4x8")
     trainjob["spec"]["runtimePatches"][0]["manager"] = "nemo-recipes"
     assert manager_errors(trainjob) == [
-        "manager 'nemo-recipes': must be a domain-prefixed path (such as \"acme.io/foo\")"]
+        "manager 'nemo-recipes': must be a domain-prefixed path (such as \"acme.io/foo\")"
+    ]
 
 
 #: examples/README.md tells users to run this to find their Trainer release.
-FIND_VERSION = ('{range .spec.versions[*].schema.openAPIV3Schema.properties.spec.properties}'
-                '{.podTemplateOverrides.type}/{.runtimePatches.type}/{.trainer.properties.command.items.maxLength}'
-                '{"\\n"}{end}')
+FIND_VERSION = (
+    "{range .spec.versions[*].schema.openAPIV3Schema.properties.spec.properties}"
+    "{.podTemplateOverrides.type}/{.runtimePatches.type}/{.trainer.properties.command.items.maxLength}"
+    '{"\\n"}{end}'
+)
 
 
 def test_the_documented_kubectl_command_tells_the_three_releases_apart(tmp_path):
@@ -271,15 +342,19 @@ def test_the_documented_kubectl_command_tells_the_three_releases_apart(tmp_path)
     readme = (Path(__file__).parent.parent / "examples" / "README.md").read_text()
     assert f"-o jsonpath='{FIND_VERSION}'" in readme
     expected = {"v2.1": "array//", "v2.2": "/array/65536", "v2.3": "/array/1048576"}
-    for version, line in expected.items():
+    for line in expected.values():
         assert f"`{line}`" in readme
     if shutil.which("kubectl") is None:
         pytest.skip("kubectl is not installed: the README's outputs were checked against the CRDs only")
     for version, line in expected.items():
         crd_file = DATA / CRD_DIRS[version] / "trainer.kubeflow.org_trainjobs.yaml"
-        out = subprocess.run(["kubectl", "label", "--local", "-f", str(crd_file), "probe=1", "-o",
-                              f"jsonpath={FIND_VERSION}"], capture_output=True, text=True, check=True,
-                             env={**os.environ, "KUBECONFIG": str(tmp_path / "none")})
+        out = subprocess.run(
+            ["kubectl", "label", "--local", "-f", str(crd_file), "probe=1", "-o", f"jsonpath={FIND_VERSION}"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "KUBECONFIG": str(tmp_path / "none")},
+        )
         assert out.stdout == line + "\n", (version, out.stdout, out.stderr)
 
 

@@ -1,8 +1,6 @@
 """Presets, cluster profiles, env quoting, secrets, NeMo-Run CLI factories and the recipe plugin (no cluster)."""
 
 import os
-
-
 import subprocess
 import sys
 
@@ -14,7 +12,7 @@ pytestmark = pytest.mark.nemo
 
 TRICKY = {
     "SPACES": "two  words\tand a tab",
-    "QUOTES": "it's \"quoted\"",
+    "QUOTES": 'it\'s "quoted"',
     "DOLLAR": "$HOME ${PATH} $(id -u) $((1+1))",
     "BACKTICKS": "`echo injected`",
     "NEWLINES": "line one\nline two\n",
@@ -29,8 +27,10 @@ def fields(error: InvalidRecipeError) -> list[str]:
 
 # ---- presets return NeMo-Run's own classes ----
 
+
 def test_presets_return_stock_executor_classes(kubeconfig_file, monkeypatch):
     import nemo_run as run
+
     from nemo_recipes.executors import kubernetes, local, slurm
 
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig_file))
@@ -56,10 +56,28 @@ def test_slurm_reports_every_problem_at_once():
     from nemo_recipes.executors import slurm
 
     with pytest.raises(InvalidRecipeError) as info:
-        slurm(account="", nodes=0, gpus_per_node=8, processes_per_node=4, time="soon", retries=-1,
-              tunnel="ssh", env={"1BAD": "x", "HF_TOKEN": "hf_secret_value"})
-    assert fields(info.value) == ["account", "nodes", "processes_per_node", "time", "retries", "env.1BAD",
-                                  "env.HF_TOKEN", "host", "user", "job_dir"]
+        slurm(
+            account="",
+            nodes=0,
+            gpus_per_node=8,
+            processes_per_node=4,
+            time="soon",
+            retries=-1,
+            tunnel="ssh",
+            env={"1BAD": "x", "HF_TOKEN": "hf_secret_value"},
+        )
+    assert fields(info.value) == [
+        "account",
+        "nodes",
+        "processes_per_node",
+        "time",
+        "retries",
+        "env.1BAD",
+        "env.HF_TOKEN",
+        "host",
+        "user",
+        "job_dir",
+    ]
     assert "hf_secret_value" not in str(info.value)
     assert "export it in the environment that runs sbatch" in str(info.value)
 
@@ -80,8 +98,9 @@ def test_kubernetes_without_kubeconfig_says_what_to_set(tmp_path, monkeypatch):
         kubernetes(nodes=2)
 
 
-@pytest.mark.parametrize("text, message", [("a: [unclosed\n", "is not valid YAML"),
-                                           ("- a list\n", "must be a mapping of profile names")])
+@pytest.mark.parametrize(
+    "text, message", [("a: [unclosed\n", "is not valid YAML"), ("- a list\n", "must be a mapping of profile names")]
+)
 def test_configuration_problems_are_config_errors_not_recipe_errors(tmp_path, monkeypatch, text, message):
     # A kubeconfig or a cluster profile file is not a recipe: its errors say so by their class, and stay
     # InvalidRecipeErrors so that every handler (and the CLI's exit code 2) treats them as before.
@@ -111,9 +130,11 @@ def test_kubernetes_without_the_package_says_what_to_install(monkeypatch):
 def test_kubernetes_secrets_are_secret_key_refs_never_values(tmp_path, monkeypatch):
     from nemo_recipes.executors import kubernetes
 
-    (tmp_path / "config").write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: "
-                                     "'https://127.0.0.1:1'}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"
-                                     "current-context: c\nusers: [{name: u, user: {token: t}}]\n")
+    (tmp_path / "config").write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: "
+        "'https://127.0.0.1:1'}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n"
+        "current-context: c\nusers: [{name: u, user: {token: t}}]\n"
+    )
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "config"))
     ex = kubernetes(secrets={"WANDB_API_KEY": "wandb/api-key", "HF_TOKEN": "hf"})
     body = ex.get_job_body("job", ["python", "train.py"])
@@ -126,13 +147,13 @@ def test_kubernetes_secrets_are_secret_key_refs_never_values(tmp_path, monkeypat
 
 # ---- quoting: the sbatch environment block, executed by a real bash ----
 
+
 def test_slurm_env_block_reproduces_every_value_in_bash():
     from nemo_recipes.executors import slurm
 
     ex = slurm(account="a", env={**TRICKY, "PLAIN": "simple-value"})
     assert ex.env_vars == {"PLAIN": "simple-value"}  # NeMo-Run renders this one correctly itself
-    script = ex.setup_lines + "\n" + "\n".join(
-        f'printf "%s\\0" "${name}"' for name in TRICKY)
+    script = ex.setup_lines + "\n" + "\n".join(f'printf "%s\\0" "${name}"' for name in TRICKY)
     out = subprocess.run(["bash", "-c", script], capture_output=True, check=True, env={"PATH": os.environ["PATH"]})
     assert out.stdout.decode().split("\0")[:-1] == list(TRICKY.values())
 
@@ -147,6 +168,7 @@ def test_nemo_run_alone_would_mangle_these_values():
 
 def test_plugin_moves_later_env_additions_and_secrets_out_of_the_script(monkeypatch):
     import nemo_run as run
+
     from nemo_recipes.executors import RecipePlugin, slurm
 
     monkeypatch.setenv("WANDB_API_KEY", "k-123")
@@ -164,6 +186,7 @@ def test_plugin_moves_later_env_additions_and_secrets_out_of_the_script(monkeypa
 
 def test_plugin_refuses_a_secret_missing_from_the_submitting_environment(monkeypatch):
     import nemo_run as run
+
     from nemo_recipes.executors import RecipePlugin, slurm
 
     monkeypatch.delenv("MY_TOKEN", raising=False)
@@ -198,7 +221,12 @@ def test_profiles_from_the_config_dir_and_the_override(tmp_path, monkeypatch):
     assert sorted(load_profiles()) == ["big_slurm", "laptop"]
     ex, gpu = executor_for("big_slurm")
     assert (type(ex).__name__, ex.nodes, ex.partition, gpu, ex.env_vars["NEMO_RECIPES_GPU"]) == (
-        "SlurmExecutor", 4, "batch", "h100-80gb", "h100-80gb")
+        "SlurmExecutor",
+        4,
+        "batch",
+        "h100-80gb",
+        "h100-80gb",
+    )
     assert executor_for("big_slurm", nodes=8)[0].nodes == 8
     other = tmp_path / "other.yaml"
     other.write_text("only:\n  preset: local\n")
@@ -210,8 +238,9 @@ def test_profile_errors_name_profile_field_and_fix(tmp_path):
     from nemo_recipes.executors import get_profile, load_profiles
 
     path = tmp_path / "clusters.yaml"
-    path.write_text("a:\n  preset: slurmm\nb:\n  preset: slurm\n  acount: x\n  gpu: h1000\nc:\n  preset: local\n"
-                    "  devices: 2\n")
+    path.write_text(
+        "a:\n  preset: slurmm\nb:\n  preset: slurm\n  acount: x\n  gpu: h1000\nc:\n  preset: local\n  devices: 2\n"
+    )
     with pytest.raises(InvalidRecipeError) as info:
         load_profiles(path)
     text = str(info.value)
@@ -226,6 +255,7 @@ def test_profile_errors_name_profile_field_and_fix(tmp_path):
 
 
 # ---- NeMo-Run CLI factories ----
+
 
 def test_cli_factories_resolve_presets_profiles_and_the_plugin(tmp_path, monkeypatch):
     import nemo_run as run
@@ -260,14 +290,16 @@ def test_cli_kubernetes_factory_passes_the_shared_home_claim(kubeconfig_file, mo
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig_file))
     for version in ("v2.1", "v2.3"):
         executor = fdl.build(cli_factory(nodes=2, shared_home_pvc="nemo-run-home", trainer_version=version))
-        claims = [v["persistentVolumeClaim"]["claimName"] for v in pod_volumes(executor)
-                  if "persistentVolumeClaim" in v]
+        claims = [
+            v["persistentVolumeClaim"]["claimName"] for v in pod_volumes(executor) if "persistentVolumeClaim" in v
+        ]
         assert "nemo-run-home" in claims
         assert get_nemorun_home() in [m["mountPath"] for m in trainer_volume_mounts(executor)]
         assert ("runtimePatches" in executor.spec_kwargs) is (version == "v2.3")
 
 
 # ---- the plugin with real recipes ----
+
 
 @pytest.fixture(scope="module")
 def recipes():
@@ -293,8 +325,10 @@ def test_plugin_sets_trainer_from_executor_and_plan_env(recipes):
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in one_gpu.env_vars  # TP 1
 
 
-@pytest.mark.parametrize("gpu, connections", [("b200-180gb", "32"), ("GB200-NVL72", "32"), ("b200", "32"),
-                                              ("h100-sxm", "1"), ("h200-141gb", "1")])
+@pytest.mark.parametrize(
+    "gpu, connections",
+    [("b200-180gb", "32"), ("GB200-NVL72", "32"), ("b200", "32"), ("h100-sxm", "1"), ("h200-141gb", "1")],
+)
 def test_plugin_reads_blackwell_through_the_gpu_table(recipes, gpu, connections):
     # The plugin is given the user's spelling, not the preset's canonical name: an alias of a Blackwell GPU must get
     # Blackwell's 32 hardware queues, as the GPU it names does.
@@ -307,6 +341,7 @@ def test_plugin_reads_blackwell_through_the_gpu_table(recipes, gpu, connections)
 
 def test_plugin_refuses_an_invalid_plan_and_nothing_is_submitted(recipes, tmp_path):
     import nemo_run as run
+
     from nemo_recipes.executors import RecipePlugin, slurm
 
     ex = slurm(account="a", nodes=1, gpu="h100", job_dir=str(tmp_path))  # gpt_70b needs TP 8 x PP 4 = 32 GPUs
@@ -330,6 +365,7 @@ def test_plugin_checks_memory_only_with_a_gpu_type(recipes):
 
 # ---- Kubernetes: the pods read the config NeMo-Run writes under NEMORUN_HOME on this machine ----
 
+
 @pytest.fixture
 def kube(kubeconfig_file, monkeypatch):
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig_file))
@@ -350,8 +386,11 @@ def test_kubernetes_shared_home_pvc_mounts_the_claim_at_nemorun_home(kube):
         assert {"name": "nemorun-home", "persistentVolumeClaim": {"claimName": "home"}} in pod_volumes(ex)
         assert {"name": "nemorun-home", "mountPath": get_nemorun_home()} in trainer_volume_mounts(ex)
         sub = kubernetes(shared_home_pvc="home/alice/.nemo_run", trainer_version=version)
-        assert {"name": "nemorun-home", "mountPath": get_nemorun_home(),
-                "subPath": "alice/.nemo_run"} in trainer_volume_mounts(sub)
+        assert {
+            "name": "nemorun-home",
+            "mountPath": get_nemorun_home(),
+            "subPath": "alice/.nemo_run",
+        } in trainer_volume_mounts(sub)
         assert not [v for v in pod_volumes(kubernetes(trainer_version=version)) if v["name"] == "nemorun-home"]
 
 
@@ -438,6 +477,7 @@ def test_profile_passes_shared_home_pvc_to_the_kubernetes_preset(kube, tmp_path)
 
 # ---- Kubernetes: the TrainJob shape of the cluster's Kubeflow Trainer release ----
 
+
 def _pod_spec(body: dict) -> dict:
     spec = body["spec"]
     if "podTemplateOverrides" in spec:
@@ -446,8 +486,9 @@ def _pod_spec(body: dict) -> dict:
     return job["template"]["spec"]["template"]["spec"]
 
 
-@pytest.mark.parametrize("given,version", [("v2.1", "v2.1"), ("2.2", "v2.2"), ("v2.3.0", "v2.3"), ("2.3.1", "v2.3"),
-                                           (" V2.2 ", "v2.2")])
+@pytest.mark.parametrize(
+    "given,version", [("v2.1", "v2.1"), ("2.2", "v2.2"), ("v2.3.0", "v2.3"), ("2.3.1", "v2.3"), (" V2.2 ", "v2.2")]
+)
 def test_trainer_version_is_normalised(given, version):
     from nemo_recipes.executors.kubeflow_trainer import normalise_version
 
@@ -459,13 +500,22 @@ def test_trainer_version_decides_where_every_pod_setting_goes(kube, no_network):
     for the `node` job; the same pod spec either way. Building the executor touches no network."""
     from nemo_recipes.executors import kubernetes
 
-    settings = dict(pvcs={"datasets": "/data"}, tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}],
-                    node_selector={"pool": "h100"}, image_pull_secrets=["regcred"],
-                    affinity={"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-                        "nodeSelectorTerms": [{"matchExpressions": [
-                            {"key": "zone", "operator": "In", "values": ["a"]}]}]}}})
-    bodies = {v: kubernetes(trainer_version=v, **settings).get_job_body("job", ["true"])
-              for v in ("v2.1", "v2.2", "v2.3")}
+    settings = dict(
+        pvcs={"datasets": "/data"},
+        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        node_selector={"pool": "h100"},
+        image_pull_secrets=["regcred"],
+        affinity={
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+                }
+            }
+        },
+    )
+    bodies = {
+        v: kubernetes(trainer_version=v, **settings).get_job_body("job", ["true"]) for v in ("v2.1", "v2.2", "v2.3")
+    }
     assert "runtimePatches" not in bodies["v2.1"]["spec"]
     assert bodies["v2.1"]["spec"]["podTemplateOverrides"][0]["targetJobs"] == [{"name": "node"}]
     for version in ("v2.2", "v2.3"):
@@ -486,13 +536,26 @@ def test_nothing_the_preset_sets_is_pruned_by_its_release(kube, version):
 
     from nemo_recipes.executors import kubernetes
 
-    body = kubernetes(trainer_version=version, pvcs={"datasets": "/data"}, shared_home_pvc="home/alice",
-                      volumes=[{"name": "cache", "emptyDir": {}}], volume_mounts=[{"name": "cache", "mountPath": "/c"}],
-                      tolerations=[{"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}],
-                      node_selector={"pool": "gpu"}, image_pull_secrets=["regcred"],
-                      affinity={"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-                          {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}]}},
-                      secrets={"WANDB_API_KEY": "wandb/api-key"}, cpu="16", memory="64Gi").get_job_body("j", ["t"])
+    body = kubernetes(
+        trainer_version=version,
+        pvcs={"datasets": "/data"},
+        shared_home_pvc="home/alice",
+        volumes=[{"name": "cache", "emptyDir": {}}],
+        volume_mounts=[{"name": "cache", "mountPath": "/c"}],
+        tolerations=[{"key": "k", "operator": "Equal", "value": "v", "effect": "NoSchedule"}],
+        node_selector={"pool": "gpu"},
+        image_pull_secrets=["regcred"],
+        affinity={
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 1, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname"}}
+                ]
+            }
+        },
+        secrets={"WANDB_API_KEY": "wandb/api-key"},
+        cpu="16",
+        memory="64Gi",
+    ).get_job_body("j", ["t"])
     assert pruned(body, schema(version)) == []
     assert schema_errors(body, schema(version)) == [] and manager_errors(body) == []
 
@@ -506,8 +569,11 @@ def test_unknown_trainer_version_gets_the_allowed_ones_and_a_fix(kube):
         (problem,) = info.value.problems
         assert problem.field == "trainer_version" and problem.value == bad
         assert "'v2.1', 'v2.2', 'v2.3'" in problem.message and "kubectl get crd" in problem.fix
-    with pytest.raises(InvalidRecipeError, match="knows Trainer up to v2.3: if your cluster's TrainJob CRD still "
-                                                 "declares spec.runtimePatches, use trainer_version='v2.3'"):
+    with pytest.raises(
+        InvalidRecipeError,
+        match="knows Trainer up to v2.3: if your cluster's TrainJob CRD still "
+        "declares spec.runtimePatches, use trainer_version='v2.3'",
+    ):
         kubernetes(trainer_version="v2.4.0")
     with pytest.raises(InvalidRecipeError, match='quote it: trainer_version: "v2.3"'):
         kubernetes(trainer_version=2.3)  # what YAML makes of `trainer_version: 2.3`
@@ -520,9 +586,11 @@ def test_profile_trainer_version_is_checked_when_read_and_normalised(kube, tmp_p
     from nemo_recipes.executors import executor_for, load_profiles
 
     path = tmp_path / "clusters.yaml"
-    path.write_text("old:\n  preset: kubernetes\n  trainer_version: 2.1.0\nnew:\n  preset: kubernetes\n"
-                    "bad:\n  preset: kubernetes\n  trainer_version: v3\nnum:\n  preset: kubernetes\n"
-                    "  trainer_version: 2.2\ntypo:\n  preset: kubernetes\n  trainer_versoin: v2.1\n")
+    path.write_text(
+        "old:\n  preset: kubernetes\n  trainer_version: 2.1.0\nnew:\n  preset: kubernetes\n"
+        "bad:\n  preset: kubernetes\n  trainer_version: v3\nnum:\n  preset: kubernetes\n"
+        "  trainer_version: 2.2\ntypo:\n  preset: kubernetes\n  trainer_versoin: v2.1\n"
+    )
     with pytest.raises(InvalidRecipeError) as info:
         load_profiles(path)
     assert fields(info.value) == ["bad.trainer_version", "num.trainer_version", "typo.trainer_versoin"]
@@ -563,10 +631,16 @@ def test_a_secret_value_given_as_a_reference_is_refused_and_never_echoed(kube, k
 def test_secret_names_that_look_like_names_are_not_mistaken_for_tokens(kube):
     from nemo_recipes.executors import kubernetes
 
-    refs = {"A": "wandb", "B": "hf-token/HF_TOKEN", "C": "team-wandb-2024/api-key",
-            "D": "ml-platform/HuggingFaceHubToken", "E": "nemorecipeswandbapikey2024",
-            "F": "k8s-a100x8-h100x16-pool/token", "G": "registry/.dockerconfigjson",
-            "H": "sk-team-secrets-2024/api-key"}
+    refs = {
+        "A": "wandb",
+        "B": "hf-token/HF_TOKEN",
+        "C": "team-wandb-2024/api-key",
+        "D": "ml-platform/HuggingFaceHubToken",
+        "E": "nemorecipeswandbapikey2024",
+        "F": "k8s-a100x8-h100x16-pool/token",
+        "G": "registry/.dockerconfigjson",
+        "H": "sk-team-secrets-2024/api-key",
+    }
     env = kubernetes(secrets=refs, image_pull_secrets=["regcred", "ngc-registry-2025"]).env_list
     assert [e["valueFrom"]["secretKeyRef"]["name"] for e in env] == [r.partition("/")[0] for r in refs.values()]
 

@@ -12,13 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from _cli import ENV, SCRIPT
 
 from nemo_recipes import get_recipe
 from nemo_recipes.cli.main import main
 from nemo_recipes.errors import InvalidRecipeError
 from nemo_recipes.plan import Cluster, validate
-
-from _cli import ENV, SCRIPT
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE = REPO / "examples" / "pretrain_gpt.py"
@@ -27,11 +26,13 @@ EXAMPLE = REPO / "examples" / "pretrain_gpt.py"
 @pytest.fixture
 def cli_in_process(capsys):
     """`nemo-recipes ARGS` in this process: (exit code, stdout, stderr)."""
+
     def run(*argv: str) -> tuple[int, str, str]:
         code = main(list(argv))
         out, err = capsys.readouterr()
         assert "Traceback" not in err, err
         return code, out, err
+
     return run
 
 
@@ -44,15 +45,30 @@ def refused(error: pytest.ExceptionInfo, field: str) -> str:
 
 # ---- 1. non-finite and unchecked numbers ----
 
-@pytest.mark.parametrize("override, field", [
-    ("max_lr=inf", "max_lr"), ("clip_grad=inf", "clip_grad"), ("adam_eps=inf", "adam_eps"),
-    ("weight_decay=nan", "weight_decay"), ("weight_decay=-0.1", "weight_decay"), ("seq_length=1e400", "seq_length"),
-    ("global_batch_size=1e27", "global_batch_size"), ("warmup_tokens=1T", "warmup_tokens"),
-    ("decay_tokens=400B", "decay_tokens"), ("warmup_tokens=270B", "warmup_tokens"), ("max_lr=2", "max_lr"),
-    ("adam_eps=5", "adam_eps"), ("weight_decay=20000", "weight_decay"), ("num_layers=100000", "num_layers"),
-    ("train_tokens=1e30", "train_tokens"), ("global_batch_size=100000000", "global_batch_size"),
-    ("hidden_dropout=nan", "hidden_dropout"), ("checkpoint_every_minutes=inf", "checkpoint_every_minutes"),
-])
+
+@pytest.mark.parametrize(
+    "override, field",
+    [
+        ("max_lr=inf", "max_lr"),
+        ("clip_grad=inf", "clip_grad"),
+        ("adam_eps=inf", "adam_eps"),
+        ("weight_decay=nan", "weight_decay"),
+        ("weight_decay=-0.1", "weight_decay"),
+        ("seq_length=1e400", "seq_length"),
+        ("global_batch_size=1e27", "global_batch_size"),
+        ("warmup_tokens=1T", "warmup_tokens"),
+        ("decay_tokens=400B", "decay_tokens"),
+        ("warmup_tokens=270B", "warmup_tokens"),
+        ("max_lr=2", "max_lr"),
+        ("adam_eps=5", "adam_eps"),
+        ("weight_decay=20000", "weight_decay"),
+        ("num_layers=100000", "num_layers"),
+        ("train_tokens=1e30", "train_tokens"),
+        ("global_batch_size=100000000", "global_batch_size"),
+        ("hidden_dropout=nan", "hidden_dropout"),
+        ("checkpoint_every_minutes=inf", "checkpoint_every_minutes"),
+    ],
+)
 def test_non_finite_huge_and_inconsistent_numbers_are_refused(cli_in_process, override, field):
     code, out, err = cli_in_process("show", "gpt_7b", override)
     assert code == 2 and out == ""
@@ -76,20 +92,22 @@ def test_a_step_larger_than_the_run_names_the_batch_that_fits():
 
 # ---- 2. rules Megatron enforces at run time ----
 
+
 def test_sequence_parallelism_needs_the_sequence_divisible_by_tp(cli_in_process):
     code, out, _ = cli_in_process("plan", "gpt_70b", "seq_length=4095", "--json")
     data = json.loads(out)
     assert code == 2 and data["valid"] is False
     problem = next(p for p in data["problems"] if p["field"] == "seq_length")
     assert problem["value"] == 4095 and "tensor_parallel=8" in problem["message"] and "multiple of 8" in problem["fix"]
-    assert validate(get_recipe("gpt_70b").replace(seq_length=4095, sequence_parallel=False),
-                    Cluster.of(4, 8)).valid
-    cp = validate(get_recipe("gpt_13b").replace(tensor_parallel=4, context_parallel=2, seq_length=4100),
-                  Cluster.of(1, 8))
+    assert validate(get_recipe("gpt_70b").replace(seq_length=4095, sequence_parallel=False), Cluster.of(4, 8)).valid
+    cp = validate(
+        get_recipe("gpt_13b").replace(tensor_parallel=4, context_parallel=2, seq_length=4100), Cluster.of(1, 8)
+    )
     assert [p.field for p in cp.errors] == ["seq_length"]  # 4100 / CP 2 = 2050 tokens, not divisible by TP 4
 
 
 # ---- 3. overrides lost or silently resolved ----
+
 
 def test_cluster_overrides_are_the_planned_cluster(cli_in_process):
     code, out, _ = cli_in_process("plan", "gpt_7b", "num_nodes=4", "num_gpus_per_node=4", "--json")
@@ -97,11 +115,14 @@ def test_cluster_overrides_are_the_planned_cluster(cli_in_process):
     assert json.loads(out)["cluster"] == {"nodes": 4, "gpus_per_node": 4, "gpu": "h100-80gb", "world_size": 16}
 
 
-@pytest.mark.parametrize("argv, field", [
-    (("plan", "gpt_7b", "--tp", "8", "tensor_parallel=2"), "tensor_parallel"),
-    (("plan", "gpt_7b", "--nodes", "2", "num_nodes=4"), "num_nodes"),
-    (("show", "gpt_7b", "tensor_parallel=2", "tensor_parallel=4"), "tensor_parallel"),
-])
+@pytest.mark.parametrize(
+    "argv, field",
+    [
+        (("plan", "gpt_7b", "--tp", "8", "tensor_parallel=2"), "tensor_parallel"),
+        (("plan", "gpt_7b", "--nodes", "2", "num_nodes=4"), "num_nodes"),
+        (("show", "gpt_7b", "tensor_parallel=2", "tensor_parallel=4"), "tensor_parallel"),
+    ],
+)
 def test_a_field_given_twice_with_two_values_is_refused(cli_in_process, argv, field):
     code, _, err = cli_in_process(*argv)
     assert code == 2 and f"{field}=" in err and "is given twice" in err and "Fix: give " in err
@@ -114,8 +135,9 @@ def test_the_example_refuses_flags_its_executor_does_not_take():
     finally:
         sys.path.pop(0)
     with pytest.raises(InvalidRecipeError) as error:
-        pretrain_gpt.executor_arguments(pretrain_gpt.parse_args(["--executor", "slurm", "--account", "a",
-                                                                 "--devices", "8"]))
+        pretrain_gpt.executor_arguments(
+            pretrain_gpt.parse_args(["--executor", "slurm", "--account", "a", "--devices", "8"])
+        )
     assert "does not apply to the slurm executor" in refused(error, "--devices")
 
 
@@ -136,12 +158,16 @@ def test_a_positional_factory_argument_is_refused_not_taken_as_the_name():
 
 # ---- 4. cluster profiles ----
 
-@pytest.mark.parametrize("text, field, words", [
-    ("a:\n  preset: local\na:\n  preset: slurm\n  account: x\n", "clusters", "has 'a' twice (lines 1 and 3)"),
-    ("slurm:\n  preset: slurm\n  account: x\n", "profile", "has the name of a preset"),
-    (b"a:\n  preset: local\n  gpu: h\xff100\n", "clusters", "is not UTF-8 text"),
-    ("a:\n  preset: local\n  devices: 2\n  devices: 4\n", "clusters", "has 'devices' twice"),
-])
+
+@pytest.mark.parametrize(
+    "text, field, words",
+    [
+        ("a:\n  preset: local\na:\n  preset: slurm\n  account: x\n", "clusters", "has 'a' twice (lines 1 and 3)"),
+        ("slurm:\n  preset: slurm\n  account: x\n", "profile", "has the name of a preset"),
+        (b"a:\n  preset: local\n  gpu: h\xff100\n", "clusters", "is not UTF-8 text"),
+        ("a:\n  preset: local\n  devices: 2\n  devices: 4\n", "clusters", "has 'devices' twice"),
+    ],
+)
 def test_profile_files_that_yaml_would_resolve_silently_are_refused(tmp_path, text, field, words):
     from nemo_recipes.executors.profiles import load_profiles
 
@@ -167,6 +193,7 @@ def test_a_newline_in_a_slurm_value_is_refused_before_it_breaks_the_header(tmp_p
 
 # ---- 5. safety checks that were skipped ----
 
+
 def test_names_that_would_write_outside_their_directory_are_refused(cli_in_process, tmp_path):
     code, _, err = cli_in_process("launch", "gpt_1_3b", "--executor", "local", "--name", "../../x", "--dryrun")
     assert code == 2 and "name='../../x': must be a plain name" in err
@@ -189,9 +216,24 @@ def test_a_missing_slurm_account_is_a_message_not_a_type_error():
 def test_a_nemo_dry_run_with_the_recipe_plugin_refuses_what_the_submission_refuses(tmp_path):
     env = {**ENV, "NEMORUN_HOME": str(tmp_path / "nemo_run"), "COLUMNS": "200"}
     nemo = str(Path(sys.executable).with_name("nemo"))
-    done = subprocess.run([nemo, "llm", "pretrain", "--factory", "gpt_70b", "run.executor=local",
-                           "run.plugins=recipe_plugin", "--dryrun", "--yes"], capture_output=True, text=True,
-                          env=env, cwd=tmp_path, timeout=600)
+    done = subprocess.run(
+        [
+            nemo,
+            "llm",
+            "pretrain",
+            "--factory",
+            "gpt_70b",
+            "run.executor=local",
+            "run.plugins=recipe_plugin",
+            "--dryrun",
+            "--yes",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+    )
     output = done.stdout + done.stderr
     assert done.returncode != 0, output[-3000:]
     assert "not submitted" in output and "world_size=1" in output
@@ -199,25 +241,37 @@ def test_a_nemo_dry_run_with_the_recipe_plugin_refuses_what_the_submission_refus
 
 # ---- 6. tracebacks instead of messages ----
 
+
 def test_closed_full_and_ascii_outputs_get_a_message(tmp_path):
-    closed = subprocess.run([SCRIPT, "ls"], capture_output=False, stdout=None, stderr=subprocess.PIPE, text=True,
-                            env=ENV, preexec_fn=lambda: os.close(1))
+    closed = subprocess.run(
+        [SCRIPT, "ls"],
+        capture_output=False,
+        stdout=None,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+        preexec_fn=lambda: os.close(1),
+    )
     assert closed.returncode == 1
     assert closed.stderr == "nemo-recipes ls: error: cannot write to standard output: it is closed\n"
     with open("/dev/full", "w") as full:
         done = subprocess.run([SCRIPT, "show", "gpt_7b"], stdout=full, stderr=subprocess.PIPE, text=True, env=ENV)
     assert done.returncode == 1
     assert done.stderr == "nemo-recipes show: error: cannot write to standard output: No space left on device\n"
-    ascii_out = subprocess.run([SCRIPT, "show", "gpt_7b", "tokenizer_path=tok\u00e9"], capture_output=True,
-                               env={**ENV, "PYTHONIOENCODING": "ascii"})
+    ascii_out = subprocess.run(
+        [SCRIPT, "show", "gpt_7b", "tokenizer_path=tok\u00e9"],
+        capture_output=True,
+        env={**ENV, "PYTHONIOENCODING": "ascii"},
+    )
     assert ascii_out.returncode == 0 and b"tok\\xe9" in ascii_out.stdout and ascii_out.stderr == b""
 
 
 def test_debug_shows_the_traceback_and_keeps_the_exit_code(capsys):
     assert main(["--debug", "show", "gpt70b"]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("Traceback") and err.endswith("Fix: use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, "
-                                                        "gpt_175b.\n")
+    assert err.startswith("Traceback") and err.endswith(
+        "Fix: use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b.\n"
+    )
 
 
 def test_an_unexpected_error_is_one_message_with_exit_1(cli_in_process, monkeypatch):
@@ -226,21 +280,36 @@ def test_an_unexpected_error_is_one_message_with_exit_1(cli_in_process, monkeypa
     monkeypatch.setattr(show, "render", lambda *a, **k: 1 / 0)
     code, _, err = cli_in_process("show", "gpt_7b")
     assert code == 1
-    assert err.startswith("nemo-recipes show: error: internal error (ZeroDivisionError: division by zero); this is "
-                          "a bug: run again with --debug or NEMO_RECIPES_DEBUG=1")
+    assert err.startswith(
+        "nemo-recipes show: error: internal error (ZeroDivisionError: division by zero); this is "
+        "a bug: run again with --debug or NEMO_RECIPES_DEBUG=1"
+    )
 
 
-@pytest.mark.parametrize("call, field", [
-    (lambda: get_recipe(None), "recipe"),
-    (lambda: __import__("nemo_recipes").closest_recipe("big"), "num_parameters"),
-    (lambda: __import__("nemo_recipes").closest_recipe(math.inf), "num_parameters"),
-    (lambda: validate("gpt_7b", Cluster.of(1, 8)), "spec"),
-    (lambda: validate(get_recipe("gpt_7b"), (1, 8)), "cluster"),
-    (lambda: Cluster.of(10**9, 8), "nodes"),
-    (lambda: __import__("nemo_recipes.plan", fromlist=["GPU"]).GPU(
-        name="x", memory_gib=math.nan, bf16_tflops=1, fp8_tflops=None, hbm_tb_s=1, nvlink_gb_s=1, network_gb_s=1,
-        nvlink_domain=8), "memory_gib"),
-])
+@pytest.mark.parametrize(
+    "call, field",
+    [
+        (lambda: get_recipe(None), "recipe"),
+        (lambda: __import__("nemo_recipes").closest_recipe("big"), "num_parameters"),
+        (lambda: __import__("nemo_recipes").closest_recipe(math.inf), "num_parameters"),
+        (lambda: validate("gpt_7b", Cluster.of(1, 8)), "spec"),
+        (lambda: validate(get_recipe("gpt_7b"), (1, 8)), "cluster"),
+        (lambda: Cluster.of(10**9, 8), "nodes"),
+        (
+            lambda: __import__("nemo_recipes.plan", fromlist=["GPU"]).GPU(
+                name="x",
+                memory_gib=math.nan,
+                bf16_tflops=1,
+                fp8_tflops=None,
+                hbm_tb_s=1,
+                nvlink_gb_s=1,
+                network_gb_s=1,
+                nvlink_domain=8,
+            ),
+            "memory_gib",
+        ),
+    ],
+)
 def test_wrong_types_in_the_python_api_are_problems(call, field):
     with pytest.raises(InvalidRecipeError) as error:
         call()
@@ -274,9 +343,25 @@ def test_unknown_executor_arguments_and_malformed_items_get_did_you_mean(cli_in_
 
 
 def test_the_example_answers_bad_set_items_and_unknown_recipes_in_one_message(tmp_path):
-    done = subprocess.run([sys.executable, str(EXAMPLE), "--recipe", "gpt_8b", "--set", "tensor_parallel",
-                           "--executor", "local", "--name", "../x", "--dryrun"], capture_output=True, text=True,
-                          env={**ENV, "NEMORUN_HOME": str(tmp_path)}, timeout=600)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLE),
+            "--recipe",
+            "gpt_8b",
+            "--set",
+            "tensor_parallel",
+            "--executor",
+            "local",
+            "--name",
+            "../x",
+            "--dryrun",
+        ],
+        capture_output=True,
+        text=True,
+        env={**ENV, "NEMORUN_HOME": str(tmp_path)},
+        timeout=600,
+    )
     assert done.returncode == 2, done.stderr[-3000:]
     assert "Traceback" not in done.stderr
     for words in ("name='../x'", "recipe='gpt_8b': unknown recipe (did you mean", "override='tensor_parallel'"):
@@ -285,13 +370,18 @@ def test_the_example_answers_bad_set_items_and_unknown_recipes_in_one_message(tm
 
 # ---- 7. JSON whose shape changed on error ----
 
-@pytest.mark.parametrize("argv", [
-    ("plan", "gpt_175b", "--nodes", "1", "--fit"),
-    ("plan", "gpt70b"),
-    ("plan", "gpt_7b", "--nodes", "x"),
-    ("plan", "gpt_7b", "max_lr=inf"),
-    ("plan", "gpt_7b", "recompute=selective"),
-], ids=["impossible-fit", "catalog", "usage", "value", "invalid-plan"])
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("plan", "gpt_175b", "--nodes", "1", "--fit"),
+        ("plan", "gpt70b"),
+        ("plan", "gpt_7b", "--nodes", "x"),
+        ("plan", "gpt_7b", "max_lr=inf"),
+        ("plan", "gpt_7b", "recompute=selective"),
+    ],
+    ids=["impossible-fit", "catalog", "usage", "value", "invalid-plan"],
+)
 def test_every_plan_json_answer_has_the_plan_keys(cli_in_process, argv):
     code, out, _ = cli_in_process(*argv, "--json")
     data = json.loads(out)

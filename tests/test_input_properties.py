@@ -32,34 +32,107 @@ from nemo_recipes.errors import InvalidRecipeError
 from nemo_recipes.plan import GPU, Cluster, assess, fit, validate
 
 REPO = Path(__file__).resolve().parent.parent
+
+
 def fast(examples: int) -> settings:
-    return settings(max_examples=examples, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+    )
+
 
 # ---- hostile material ----
 
-NASTY_TEXT = ["inf", "-inf", "nan", "NaN", "1e400", "-1e400", "-1", "0", "1e27", "9" * 40, "", " ", "four",
-              "1.5", "0x10", "None", "null", "true", "maybe", "[1,2]", "[a, b]", "[]", "é", "∞", "١٢", "a\nb", "\x00",
-              "../..", "../../x", "/", ".", "..", "1_000", "300B", "1.5T", "1e-400", "-0", "2**63", "1e19",
-              "9223372036854775808", "\u202e", "x" * 300]
+NASTY_TEXT = [
+    "inf",
+    "-inf",
+    "nan",
+    "NaN",
+    "1e400",
+    "-1e400",
+    "-1",
+    "0",
+    "1e27",
+    "9" * 40,
+    "",
+    " ",
+    "four",
+    "1.5",
+    "0x10",
+    "None",
+    "null",
+    "true",
+    "maybe",
+    "[1,2]",
+    "[a, b]",
+    "[]",
+    "é",
+    "∞",
+    "١٢",
+    "a\nb",
+    "\x00",
+    "../..",
+    "../../x",
+    "/",
+    ".",
+    "..",
+    "1_000",
+    "300B",
+    "1.5T",
+    "1e-400",
+    "-0",
+    "2**63",
+    "1e19",
+    "9223372036854775808",
+    "\u202e",
+    "x" * 300,
+]
 text_values = st.one_of(
     st.sampled_from(NASTY_TEXT),
     st.text(max_size=12),
-    st.integers(-10**30, 10**30).map(str),
+    st.integers(-(10**30), 10**30).map(str),
     st.floats(allow_nan=True, allow_infinity=True).map(repr),
 )
 python_values = st.one_of(
-    st.sampled_from([math.inf, -math.inf, math.nan, 10**400, -(10**30), 2**63, 0, -1, 1.5, True, False, None, "",
-                     "x" * 300, "a\nb", [], [1], (), {}, {"a": 1}, object(), b"bytes", 1j]),
-    st.integers(-10**20, 10**20),
+    st.sampled_from(
+        [
+            math.inf,
+            -math.inf,
+            math.nan,
+            10**400,
+            -(10**30),
+            2**63,
+            0,
+            -1,
+            1.5,
+            True,
+            False,
+            None,
+            "",
+            "x" * 300,
+            "a\nb",
+            [],
+            [1],
+            (),
+            {},
+            {"a": 1},
+            object(),
+            b"bytes",
+            1j,
+        ]
+    ),
+    st.integers(-(10**20), 10**20),
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=8),
 )
 FIELDS = list(field_names())
-keys = st.one_of(st.sampled_from(FIELDS), st.sampled_from(["tensor_paralel", "", " ", "=", "x.y", "NUM_NODES"]),
-                 st.text(max_size=6))
-recipe_tokens = st.one_of(st.sampled_from(list(RECIPES)), st.sampled_from(["gpt70b", "GPT_7B", "", "-", "--", "x=1"]),
-                          st.text(max_size=8))
+keys = st.one_of(
+    st.sampled_from(FIELDS), st.sampled_from(["tensor_paralel", "", " ", "=", "x.y", "NUM_NODES"]), st.text(max_size=6)
+)
+recipe_tokens = st.one_of(
+    st.sampled_from(list(RECIPES)), st.sampled_from(["gpt70b", "GPT_7B", "", "-", "--", "x=1"]), st.text(max_size=8)
+)
 
 
 @st.composite
@@ -75,6 +148,7 @@ def override_items(draw, max_size: int = 4) -> list[str]:
 
 
 # ---- oracles: what an accepted recipe must be, written without the catalog's checks ----
+
 
 def assert_sane_spec(spec: RecipeSpec) -> None:
     for name in FIELDS:
@@ -98,8 +172,11 @@ def assert_runnable_plan(spec: RecipeSpec, cluster: Cluster) -> None:
     assert world % (tp * pp * cp) == 0
     dp = world // (tp * pp * cp)
     assert spec.global_batch_size % (spec.micro_batch_size * dp) == 0
-    assert spec.num_layers % pp == 0 and spec.num_attention_heads % tp == 0 and spec.hidden_size % \
-        spec.num_attention_heads == 0
+    assert (
+        spec.num_layers % pp == 0
+        and spec.num_attention_heads % tp == 0
+        and spec.hidden_size % spec.num_attention_heads == 0
+    )
     if spec.sequence_parallel_enabled:
         assert tp > 1 and spec.seq_length % (tp * cp) == 0
     if cp > 1:
@@ -107,6 +184,7 @@ def assert_runnable_plan(spec: RecipeSpec, cluster: Cluster) -> None:
 
 
 # ---- the CLI, in process ----
+
 
 def run_cli(argv: list[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
@@ -144,8 +222,26 @@ def assert_nothing_written(folder: Path) -> None:
 
 
 flag_values = st.one_of(text_values, st.integers(-3, 100).map(str))
-PLAN_FLAGS = ["--nodes", "--gpus-per-node", "--gpu", "--tokens", "--lr-scaling", "--layers", "--hidden", "--heads",
-              "--seq", "--tp", "--pp", "--cp", "--vp", "--mbs", "--gbs", "--ffn", "--query-groups", "--vocab"]
+PLAN_FLAGS = [
+    "--nodes",
+    "--gpus-per-node",
+    "--gpu",
+    "--tokens",
+    "--lr-scaling",
+    "--layers",
+    "--hidden",
+    "--heads",
+    "--seq",
+    "--tp",
+    "--pp",
+    "--cp",
+    "--vp",
+    "--mbs",
+    "--gbs",
+    "--ffn",
+    "--query-groups",
+    "--vocab",
+]
 SWITCHES = ["--fit", "--scale-global-batch", "--custom", "--json", "--bogus", "-x"]
 
 
@@ -188,10 +284,17 @@ def test_show_answers_any_override_and_accepts_only_sane_recipes(empty_cwd, reci
 
 
 @fast(120)
-@given(verb=st.sampled_from(["ls", "diff", "completion", "export", "launch", "bogus", ""]),
-       rest=st.lists(st.one_of(text_values, recipe_tokens, st.sampled_from(["--json", "--names", "-o", "--format",
-                                                                             "yaml", "bash", "--executor"])),
-                     max_size=4))
+@given(
+    verb=st.sampled_from(["ls", "diff", "completion", "export", "launch", "bogus", ""]),
+    rest=st.lists(
+        st.one_of(
+            text_values,
+            recipe_tokens,
+            st.sampled_from(["--json", "--names", "-o", "--format", "yaml", "bash", "--executor"]),
+        ),
+        max_size=4,
+    ),
+)
 def test_other_fast_verbs_answer_any_argument_list(empty_cwd, verb, rest):
     argv = [verb, *rest]
     if verb in ("export", "launch"):
@@ -206,9 +309,11 @@ def test_other_fast_verbs_answer_any_argument_list(empty_cwd, verb, rest):
 
 # ---- the Python API ----
 
+
 @fast(300)
-@given(changes=st.dictionaries(st.sampled_from(FIELDS), python_values, max_size=3),
-       recipe=st.sampled_from(list(RECIPES)))
+@given(
+    changes=st.dictionaries(st.sampled_from(FIELDS), python_values, max_size=3), recipe=st.sampled_from(list(RECIPES))
+)
 def test_replace_refuses_or_accepts_only_sane_recipes(changes, recipe):
     try:
         spec = RECIPES[recipe].replace(**changes)
@@ -221,12 +326,29 @@ def test_replace_refuses_or_accepts_only_sane_recipes(changes, recipe):
 
 
 @fast(200)
-@given(changes=st.dictionaries(
-    st.sampled_from(["tensor_parallel", "pipeline_parallel", "context_parallel", "seq_length", "micro_batch_size",
-                     "global_batch_size", "num_layers", "sequence_parallel", "virtual_pipeline"]),
-    st.one_of(st.integers(-2, 70), st.sampled_from([None, True, False, 4095, 4097, 2048, 8192])), max_size=4),
-       recipe=st.sampled_from(list(RECIPES)), nodes=st.integers(-1, 9), per_node=st.sampled_from([0, 1, 2, 4, 8, 16]),
-       gpu=st.sampled_from([None, "h100", "a100-40gb", "gb200", "h100x", 7]))
+@given(
+    changes=st.dictionaries(
+        st.sampled_from(
+            [
+                "tensor_parallel",
+                "pipeline_parallel",
+                "context_parallel",
+                "seq_length",
+                "micro_batch_size",
+                "global_batch_size",
+                "num_layers",
+                "sequence_parallel",
+                "virtual_pipeline",
+            ]
+        ),
+        st.one_of(st.integers(-2, 70), st.sampled_from([None, True, False, 4095, 4097, 2048, 8192])),
+        max_size=4,
+    ),
+    recipe=st.sampled_from(list(RECIPES)),
+    nodes=st.integers(-1, 9),
+    per_node=st.sampled_from([0, 1, 2, 4, 8, 16]),
+    gpu=st.sampled_from([None, "h100", "a100-40gb", "gb200", "h100x", 7]),
+)
 def test_planner_refuses_or_plans_only_runnable_layouts(changes, recipe, nodes, per_node, gpu):
     try:
         spec = RECIPES[recipe].replace(**changes)
@@ -241,8 +363,13 @@ def test_planner_refuses_or_plans_only_runnable_layouts(changes, recipe, nodes, 
 
 
 @fast(40)
-@given(recipe=st.sampled_from(list(RECIPES)), nodes=st.integers(1, 12), gpu=st.sampled_from(["h100", "a100-40gb"]),
-       seq=st.sampled_from([2048, 4095, 4096, 6000]), scale=st.booleans())
+@given(
+    recipe=st.sampled_from(list(RECIPES)),
+    nodes=st.integers(1, 12),
+    gpu=st.sampled_from(["h100", "a100-40gb"]),
+    seq=st.sampled_from([2048, 4095, 4096, 6000]),
+    scale=st.booleans(),
+)
 def test_fit_refuses_or_fits_only_runnable_layouts(recipe, nodes, gpu, seq, scale):
     cluster = Cluster.of(nodes, 8, gpu)
     try:
@@ -256,8 +383,12 @@ def test_fit_refuses_or_fits_only_runnable_layouts(recipe, nodes, gpu, seq, scal
 
 
 @fast(150)
-@given(value=python_values, which=st.sampled_from(["get_recipe", "closest_recipe", "validate_spec",
-                                                   "validate_cluster", "cluster_nodes", "gpu_memory", "fit_spec"]))
+@given(
+    value=python_values,
+    which=st.sampled_from(
+        ["get_recipe", "closest_recipe", "validate_spec", "validate_cluster", "cluster_nodes", "gpu_memory", "fit_spec"]
+    ),
+)
 def test_api_entry_points_answer_wrong_types_with_a_problem(value, which):
     calls = {
         "get_recipe": lambda: get_recipe(value),
@@ -265,8 +396,16 @@ def test_api_entry_points_answer_wrong_types_with_a_problem(value, which):
         "validate_spec": lambda: validate(value, Cluster.of(1, 8)),
         "validate_cluster": lambda: validate(RECIPES["gpt_7b"], value),
         "cluster_nodes": lambda: Cluster.of(value, 8, "h100"),
-        "gpu_memory": lambda: GPU(name="g", memory_gib=value, bf16_tflops=1e3, fp8_tflops=None, hbm_tb_s=3,
-                                  nvlink_gb_s=450, network_gb_s=50, nvlink_domain=8),
+        "gpu_memory": lambda: GPU(
+            name="g",
+            memory_gib=value,
+            bf16_tflops=1e3,
+            fp8_tflops=None,
+            hbm_tb_s=3,
+            nvlink_gb_s=450,
+            network_gb_s=50,
+            nvlink_domain=8,
+        ),
         "fit_spec": lambda: fit(value, Cluster.of(1, 8)),
     }
     try:
@@ -279,17 +418,76 @@ def test_api_entry_points_answer_wrong_types_with_a_problem(value, which):
 # ---- executor presets and profiles ----
 
 SECRET = "hf_Zq8Wm3Xn5Vb7Lk2JpR4tY6uI"  # shaped like a Hugging Face token; must never be echoed
-preset_values = st.one_of(python_values, st.sampled_from(["a\nb", "acct", "batch", "04:00:00", "04:00:00\n", SECRET,
-                                                          [SECRET], {"HF_TOKEN": SECRET}, {"X": SECRET},
-                                                          ["/a:/b"], [{"name": "v"}], "default"]))
+preset_values = st.one_of(
+    python_values,
+    st.sampled_from(
+        [
+            "a\nb",
+            "acct",
+            "batch",
+            "04:00:00",
+            "04:00:00\n",
+            SECRET,
+            [SECRET],
+            {"HF_TOKEN": SECRET},
+            {"X": SECRET},
+            ["/a:/b"],
+            [{"name": "v"}],
+            "default",
+        ]
+    ),
+)
 PRESET_ARGS = {
     "local": ["devices", "gpu", "env", "secrets", "torchrun", "devicez"],
-    "slurm": ["account", "partition", "nodes", "gpus_per_node", "processes_per_node", "gpu", "container_image",
-              "container_mounts", "time", "exclusive", "mem", "retries", "tunnel", "host", "user", "job_dir",
-              "identity", "env", "secrets", "qos", "constraint", "setup_lines", "packager", "acount"],
-    "kubernetes": ["image", "namespace", "nodes", "gpus_per_node", "processes_per_node", "gpu", "runtime", "pvcs",
-                   "volumes", "volume_mounts", "tolerations", "node_selector", "env", "secrets", "cpu", "memory",
-                   "image_pull_secrets", "shm_size", "shared_home_pvc", "affinity", "trainer_version"],
+    "slurm": [
+        "account",
+        "partition",
+        "nodes",
+        "gpus_per_node",
+        "processes_per_node",
+        "gpu",
+        "container_image",
+        "container_mounts",
+        "time",
+        "exclusive",
+        "mem",
+        "retries",
+        "tunnel",
+        "host",
+        "user",
+        "job_dir",
+        "identity",
+        "env",
+        "secrets",
+        "qos",
+        "constraint",
+        "setup_lines",
+        "packager",
+        "acount",
+    ],
+    "kubernetes": [
+        "image",
+        "namespace",
+        "nodes",
+        "gpus_per_node",
+        "processes_per_node",
+        "gpu",
+        "runtime",
+        "pvcs",
+        "volumes",
+        "volume_mounts",
+        "tolerations",
+        "node_selector",
+        "env",
+        "secrets",
+        "cpu",
+        "memory",
+        "image_pull_secrets",
+        "shm_size",
+        "shared_home_pvc",
+        "affinity",
+        "trainer_version",
+    ],
 }
 
 
@@ -325,21 +523,64 @@ def test_presets_refuse_or_build_and_never_echo_a_secret(kubeconfig_file, call):
 
 
 profile_settings = st.dictionaries(
-    st.one_of(st.sampled_from(["preset", "gpu", "account", "nodes", "devices", "partition", "secrets", "time",
-                               "trainer_version", "acount"]), st.text(max_size=5), st.integers(0, 3)),
-    st.one_of(st.sampled_from(["local", "slurm", "kubernetes", "slurmm", "h100", "a\nb", "04:00:00", SECRET, 2, -1,
-                               None, [], {}, 1e400, "v2.1"]), st.text(max_size=5)),
-    max_size=4)
+    st.one_of(
+        st.sampled_from(
+            [
+                "preset",
+                "gpu",
+                "account",
+                "nodes",
+                "devices",
+                "partition",
+                "secrets",
+                "time",
+                "trainer_version",
+                "acount",
+            ]
+        ),
+        st.text(max_size=5),
+        st.integers(0, 3),
+    ),
+    st.one_of(
+        st.sampled_from(
+            [
+                "local",
+                "slurm",
+                "kubernetes",
+                "slurmm",
+                "h100",
+                "a\nb",
+                "04:00:00",
+                SECRET,
+                2,
+                -1,
+                None,
+                [],
+                {},
+                1e400,
+                "v2.1",
+            ]
+        ),
+        st.text(max_size=5),
+    ),
+    max_size=4,
+)
 
 
 @pytest.mark.nemo
 @fast(150)
-@given(profiles=st.dictionaries(st.one_of(st.sampled_from(["eos", "slurm", "local", "", "a b"]), st.integers(0, 2),
-                                          st.text(max_size=4)),
-                                st.one_of(profile_settings, st.sampled_from([None, 3, "x", []])), max_size=3),
-       duplicate=st.booleans(), garbage=st.sampled_from([b"", b"\xff\xfe", b"a: [", b"- 1\n- 2\n", b"\x00"]))
-def test_profile_files_are_read_or_refused_and_each_profile_builds_or_is_refused(tmp_path_factory, kubeconfig_file,
-                                                                                profiles, duplicate, garbage):
+@given(
+    profiles=st.dictionaries(
+        st.one_of(st.sampled_from(["eos", "slurm", "local", "", "a b"]), st.integers(0, 2), st.text(max_size=4)),
+        st.one_of(profile_settings, st.sampled_from([None, 3, "x", []])),
+        max_size=3,
+    ),
+    duplicate=st.booleans(),
+    garbage=st.sampled_from([b"", b"\xff\xfe", b"a: [", b"- 1\n- 2\n", b"\x00"]),
+)
+def test_profile_files_are_read_or_refused_and_each_profile_builds_or_is_refused(
+    tmp_path_factory, kubeconfig_file, profiles, duplicate, garbage
+):
     import yaml
 
     from nemo_recipes.executors.profiles import load_profiles
@@ -365,6 +606,7 @@ def test_profile_files_are_read_or_refused_and_each_profile_builds_or_is_refused
 
 # ---- NeMo-facing entry points: the factories through NeMo-Run's parser, `launch`, the example ----
 
+
 @pytest.fixture(scope="module")
 def factories():
     pytest.importorskip("nemo.collections.llm")
@@ -373,28 +615,49 @@ def factories():
     return {name: getattr(nemo_recipes, name) for name in RECIPES}
 
 
-identifier_keys = st.one_of(st.sampled_from([f for f in FIELDS if f not in ("size_label", "default_gpu")]),
-                            st.sampled_from(["name", "dir", "micro_batch_sise", "unknown"]),
-                            st.from_regex(r"[a-z_]{1,8}", fullmatch=True))
-factory_values = st.one_of(st.sampled_from([v for v in NASTY_TEXT if "\n" not in v and "\x00" not in v
-                                            and "," not in v and "=" not in v and "(" not in v and "'" not in v
-                                            and '"' not in v and v.strip() == v and v]),
-                           st.integers(-10, 10**6).map(str), st.from_regex(r"[a-z0-9.]{1,6}", fullmatch=True))
+identifier_keys = st.one_of(
+    st.sampled_from([f for f in FIELDS if f not in ("size_label", "default_gpu")]),
+    st.sampled_from(["name", "dir", "micro_batch_sise", "unknown"]),
+    st.from_regex(r"[a-z_]{1,8}", fullmatch=True),
+)
+factory_values = st.one_of(
+    st.sampled_from(
+        [
+            v
+            for v in NASTY_TEXT
+            if "\n" not in v
+            and "\x00" not in v
+            and "," not in v
+            and "=" not in v
+            and "(" not in v
+            and "'" not in v
+            and '"' not in v
+            and v.strip() == v
+            and v
+        ]
+    ),
+    st.integers(-10, 10**6).map(str),
+    st.from_regex(r"[a-z0-9.]{1,6}", fullmatch=True),
+)
 
 
 @pytest.mark.nemo
 @fast(80)
-@given(name=st.sampled_from(list(RECIPES)),
-       items=st.lists(st.one_of(st.builds(lambda k, v: f"{k}={v}", identifier_keys, factory_values),
-                                factory_values), max_size=3))
+@given(
+    name=st.sampled_from(list(RECIPES)),
+    items=st.lists(
+        st.one_of(st.builds(lambda k, v: f"{k}={v}", identifier_keys, factory_values), factory_values), max_size=3
+    ),
+)
 def test_factories_through_nemo_runs_parser_refuse_with_our_message_or_build(factories, name, items):
     """What `nemo llm pretrain --factory "gpt_7b(ITEMS)"` does with ITEMS: NeMo-Run parses them by the factory's
     annotations and calls it."""
     import fiddle as fdl
     from nemo_run.cli.cli_parser import parse_cli_args
 
-    positional_after_keyword = any("=" not in item for item in items[next(
-        (i for i, item in enumerate(items) if "=" in item), len(items)):])
+    positional_after_keyword = any(
+        "=" not in item for item in items[next((i for i, item in enumerate(items) if "=" in item), len(items)) :]
+    )
     assume(not positional_after_keyword)  # NeMo-Run's own syntax error, before any factory is called
     try:
         partial = fdl.build(parse_cli_args(factories[name], items))()
@@ -408,9 +671,19 @@ def test_factories_through_nemo_runs_parser_refuse_with_our_message_or_build(fac
 
 @pytest.mark.nemo
 @fast(25)
-@given(items=override_items(max_size=2), executor_args=st.lists(st.one_of(
-    st.builds(lambda k, v: f"{k}={v}", st.sampled_from(["devices", "devicez", "gpu", "nodes", ""]), text_values),
-    text_values), max_size=2), name=st.one_of(st.none(), st.sampled_from(["../../x", "a/b", "..", "ok", "é"])))
+@given(
+    items=override_items(max_size=2),
+    executor_args=st.lists(
+        st.one_of(
+            st.builds(
+                lambda k, v: f"{k}={v}", st.sampled_from(["devices", "devicez", "gpu", "nodes", ""]), text_values
+            ),
+            text_values,
+        ),
+        max_size=2,
+    ),
+    name=st.one_of(st.none(), st.sampled_from(["../../x", "a/b", "..", "ok", "é"])),
+)
 @example(items=["train_tokens=1T"], executor_args=["devices=8"], name="ok")  # accepted: a real dry run
 def test_launch_refuses_or_dry_runs_inside_nemorun_home(factories, empty_cwd, items, executor_args, name):
     from nemo_run.config import get_nemorun_home
@@ -430,11 +703,45 @@ def test_launch_refuses_or_dry_runs_inside_nemorun_home(factories, empty_cwd, it
 
 @pytest.mark.nemo
 @fast(25)
-@given(argv=st.lists(st.one_of(
-    st.sampled_from(["--recipe", "--executor", "--set", "--devices", "--nodes", "--account", "--name",
-                     "--gpus-per-node", "--namespace", "--no-container", "--check"]),
-    st.sampled_from(["gpt_1_3b", "gpt_8b", "local", "slurm", "kubernetes", "nowhere", "tensor_parallel=2", "key",
-                     "max_lr=inf", "../x", "2", "-1"]), text_values), max_size=6))
+@given(
+    argv=st.lists(
+        st.one_of(
+            st.sampled_from(
+                [
+                    "--recipe",
+                    "--executor",
+                    "--set",
+                    "--devices",
+                    "--nodes",
+                    "--account",
+                    "--name",
+                    "--gpus-per-node",
+                    "--namespace",
+                    "--no-container",
+                    "--check",
+                ]
+            ),
+            st.sampled_from(
+                [
+                    "gpt_1_3b",
+                    "gpt_8b",
+                    "local",
+                    "slurm",
+                    "kubernetes",
+                    "nowhere",
+                    "tensor_parallel=2",
+                    "key",
+                    "max_lr=inf",
+                    "../x",
+                    "2",
+                    "-1",
+                ]
+            ),
+            text_values,
+        ),
+        max_size=6,
+    )
+)
 @example(argv=["--recipe", "gpt_1_3b", "--executor", "local", "--devices", "8", "--set", "train_tokens=1T"])
 def test_the_example_refuses_or_dry_runs(factories, empty_cwd, kubeconfig_file, argv):
     sys.path.insert(0, str(REPO / "examples"))

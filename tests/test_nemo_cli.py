@@ -25,13 +25,25 @@ NEMO = shutil.which("nemo") or str(Path(sys.executable).with_name("nemo"))
 
 def _env(tmp: Path) -> dict[str, str]:
     # A wide terminal keeps rich from folding values; a private NeMo-Run home keeps the user's untouched.
-    return {**os.environ, "COLUMNS": "250", "NEMORUN_HOME": str(tmp / "nemo_run"), "NO_COLOR": "1",
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return {
+        **os.environ,
+        "COLUMNS": "250",
+        "NEMORUN_HOME": str(tmp / "nemo_run"),
+        "NO_COLOR": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
 
 
 def _start(args: list[str], tmp: Path) -> subprocess.Popen:
-    return subprocess.Popen([NEMO, "llm", "pretrain", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=_env(tmp), cwd=tmp)
+    return subprocess.Popen(
+        [NEMO, "llm", "pretrain", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_env(tmp),
+        cwd=tmp,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -75,13 +87,18 @@ def test_to_yaml_round_trips(tmp_path):
     """`--to-yaml` writes every part; reading it back gives a Partial equal to the factory's. (NeMo-Run 0.11.1's
     own `--yaml` reader refuses the `_partial_` marker its `--to-yaml` writes, for NeMo's recipes too, so the file
     is read with nemo_recipes.bridge.serialization.load.)"""
+    import nemo_recipes
     from nemo_recipes.bridge.serialization import load
 
-    import nemo_recipes
-
     target = tmp_path / "gpt_7b.yaml"
-    done = subprocess.run([NEMO, "llm", "pretrain", "--factory", "gpt_7b(num_nodes=2)", "--to-yaml", str(target)],
-                          capture_output=True, text=True, env=_env(tmp_path), cwd=tmp_path, timeout=600)
+    done = subprocess.run(
+        [NEMO, "llm", "pretrain", "--factory", "gpt_7b(num_nodes=2)", "--to-yaml", str(target)],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     loaded = load(target)
     assert loaded == nemo_recipes.gpt_7b(num_nodes=2)
@@ -89,18 +106,27 @@ def test_to_yaml_round_trips(tmp_path):
     assert "tensor_model_parallel_size: 1" in target.read_text()
 
 
-@pytest.mark.parametrize("factory,field,expected", [
-    ("gpt_13b(tensor_parallel=3)", "tensor_parallel", "num_attention_heads"),
-    ("gpt_13b(micro_batch_sise=2)", "micro_batch_sise", "did you mean 'micro_batch_size'?"),
-    ("gpt_13b(precision=fp9)", "precision", "one of 'bf16', 'fp16', 'fp8'"),
-    # Issue 13: a positional argument was taken as the name; "four" got NeMo-Run's nested "Failed to parse".
-    ("gpt_7b(4)", "positional argument", "takes keyword arguments only"),
-    ("gpt_7b(num_nodes=four)", "num_nodes='four'", "must be an integer. Fix: set num_nodes"),
-    ("gpt_7b(max_lr=inf)", "max_lr=inf", "must be a finite number"),
-])
+@pytest.mark.parametrize(
+    "factory,field,expected",
+    [
+        ("gpt_13b(tensor_parallel=3)", "tensor_parallel", "num_attention_heads"),
+        ("gpt_13b(micro_batch_sise=2)", "micro_batch_sise", "did you mean 'micro_batch_size'?"),
+        ("gpt_13b(precision=fp9)", "precision", "one of 'bf16', 'fp16', 'fp8'"),
+        # Issue 13: a positional argument was taken as the name; "four" got NeMo-Run's nested "Failed to parse".
+        ("gpt_7b(4)", "positional argument", "takes keyword arguments only"),
+        ("gpt_7b(num_nodes=four)", "num_nodes='four'", "must be an integer. Fix: set num_nodes"),
+        ("gpt_7b(max_lr=inf)", "max_lr=inf", "must be a finite number"),
+    ],
+)
 def test_bad_input_gets_one_clear_message(tmp_path, factory, field, expected):
-    done = subprocess.run([NEMO, "llm", "pretrain", "--factory", factory, "--dryrun", "--yes"],
-                          capture_output=True, text=True, env=_env(tmp_path), cwd=tmp_path, timeout=600)
+    done = subprocess.run(
+        [NEMO, "llm", "pretrain", "--factory", factory, "--dryrun", "--yes"],
+        capture_output=True,
+        text=True,
+        env=_env(tmp_path),
+        cwd=tmp_path,
+        timeout=600,
+    )
     output = done.stdout + done.stderr
     assert done.returncode != 0
     assert field in output and expected in output, output

@@ -26,7 +26,8 @@ def test_token_budget_scales_time_to_train():
     spec = RECIPES["gpt_1_3b"]
     cluster = Cluster.of(1, 8, "h100")
     assert assess(spec, cluster, tokens=600e9).time_to_train["days"] == pytest.approx(
-        2 * assess(spec, cluster).time_to_train["days"])
+        2 * assess(spec, cluster).time_to_train["days"]
+    )
 
 
 def test_invalid_or_gpu_less_plans_carry_no_estimates():

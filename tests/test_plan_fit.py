@@ -211,9 +211,15 @@ def test_a_batch_that_no_layout_divides_names_working_cluster_sizes():
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(name=st.sampled_from(list(RECIPES)), nodes=st.integers(1, 24), per_node=st.sampled_from([4, 8]),
-       gpu=st.sampled_from([None, *GPUS]), scale=st.booleans(), micro_batch=st.integers(1, 4),
-       recompute=st.sampled_from(["none", "selective", "full"]))
+@given(
+    name=st.sampled_from(list(RECIPES)),
+    nodes=st.integers(1, 24),
+    per_node=st.sampled_from([4, 8]),
+    gpu=st.sampled_from([None, *GPUS]),
+    scale=st.booleans(),
+    micro_batch=st.integers(1, 4),
+    recompute=st.sampled_from(["none", "selective", "full"]),
+)
 def test_any_plan_fit_returns_validates(name, nodes, per_node, gpu, scale, micro_batch, recompute):
     spec = RECIPES[name].replace(micro_batch_size=micro_batch, recompute=recompute)
     cluster = Cluster.of(nodes, per_node, gpu)

@@ -4,17 +4,25 @@ from __future__ import annotations
 
 import pytest
 
+from nemo_recipes.catalog import RECIPES
 from nemo_recipes.errors import InvalidRecipeError
 from nemo_recipes.plan import GPU, GPUS, Cluster, estimate_memory, get_gpu
-from nemo_recipes.catalog import RECIPES
 
 
 def test_the_issue_names_are_the_catalog_names():
     assert set(GPUS) == {"a100-40gb", "a100-80gb", "h100-80gb", "h200", "b200", "gb200"}
 
 
-@pytest.mark.parametrize("alias, name", [("h100", "h100-80gb"), ("A100", "a100-80gb"), ("H100_SXM", "h100-80gb"),
-                                         ("gb200-nvl72", "gb200"), ("h200", "h200")])
+@pytest.mark.parametrize(
+    "alias, name",
+    [
+        ("h100", "h100-80gb"),
+        ("A100", "a100-80gb"),
+        ("H100_SXM", "h100-80gb"),
+        ("gb200-nvl72", "gb200"),
+        ("h200", "h200"),
+    ],
+)
 def test_aliases_and_case(alias, name):
     assert get_gpu(alias) is GPUS[name]
 
@@ -33,8 +41,16 @@ def test_fp8_support_follows_the_fp8_peak():
 
 
 def test_a_user_described_gpu_plans_like_a_known_one():
-    mine = GPU(name="my-gpu", memory_gib=96.0, bf16_tflops=800.0, fp8_tflops=None, hbm_tb_s=4.0,
-               nvlink_gb_s=400.0, network_gb_s=50.0, nvlink_domain=8)
+    mine = GPU(
+        name="my-gpu",
+        memory_gib=96.0,
+        bf16_tflops=800.0,
+        fp8_tflops=None,
+        hbm_tb_s=4.0,
+        nvlink_gb_s=400.0,
+        network_gb_s=50.0,
+        nvlink_domain=8,
+    )
     assert get_gpu(mine) is mine
     memory = estimate_memory(RECIPES["gpt_7b"], Cluster.of(1, 8, mine))
     assert memory.capacity == 96.0

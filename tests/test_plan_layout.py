@@ -19,10 +19,16 @@ from nemo_recipes.plan.validate import STRUCTURAL_RULES, structural_errors
 H100 = Cluster.of(1, 8, "h100")
 
 
-@pytest.mark.parametrize("name, dp, m, stage, chunk", [
-    ("gpt_1_3b", 8, 8, 24, 24), ("gpt_7b", 8, 32, 32, 32), ("gpt_13b", 4, 128, 40, 40),
-    ("gpt_70b", 1, 1024, 20, 20), ("gpt_175b", 1, 1536, 12, 12),
-])
+@pytest.mark.parametrize(
+    "name, dp, m, stage, chunk",
+    [
+        ("gpt_1_3b", 8, 8, 24, 24),
+        ("gpt_7b", 8, 32, 32, 32),
+        ("gpt_13b", 4, 128, 40, 40),
+        ("gpt_70b", 1, 1024, 20, 20),
+        ("gpt_175b", 1, 1536, 12, 12),
+    ],
+)
 def test_recipe_layouts(name, dp, m, stage, chunk):
     spec = RECIPES[name]
     layout = Layout.of(spec)
@@ -48,17 +54,40 @@ def test_an_inconsistent_layout_rounds_and_says_so():
 
 def test_embedding_and_loss_counted_in_the_pipeline_split():
     # Llama 3.1 405B as NeMo runs it: 126 layers + embedding + loss = 128 slots over PP 8 x VP 8.
-    spec = RecipeSpec(name="405b", size_label="405B", num_layers=126, hidden_size=16384, num_attention_heads=128,
-                      num_query_groups=8, ffn_hidden_size=53248, seq_length=8192, vocab_size=128256,
-                      gated_linear_unit=True, normalization="RMSNorm", position_embedding_type="rope",
-                      share_embeddings=False, tensor_parallel=8, pipeline_parallel=8, context_parallel=2,
-                      virtual_pipeline=8, micro_batch_size=1, global_batch_size=512, max_lr=1e-4, num_nodes=128)
+    spec = RecipeSpec(
+        name="405b",
+        size_label="405B",
+        num_layers=126,
+        hidden_size=16384,
+        num_attention_heads=128,
+        num_query_groups=8,
+        ffn_hidden_size=53248,
+        seq_length=8192,
+        vocab_size=128256,
+        gated_linear_unit=True,
+        normalization="RMSNorm",
+        position_embedding_type="rope",
+        share_embeddings=False,
+        tensor_parallel=8,
+        pipeline_parallel=8,
+        context_parallel=2,
+        virtual_pipeline=8,
+        micro_batch_size=1,
+        global_batch_size=512,
+        max_lr=1e-4,
+        num_nodes=128,
+    )
     uncounted = validate(spec.replace(pipeline_counts_embedding_and_loss=False), Cluster.of(128, 8))
     assert {p.field for p in uncounted.errors} == {"pipeline_parallel", "virtual_pipeline"}
     counted = spec.replace(pipeline_counts_embedding_and_loss=True)
     layout = Layout.of(counted, Cluster.of(128, 8))
-    assert (layout.pipeline_slots, layout.layers_first_stage, layout.layers_per_stage, layout.layers_last_stage,
-            layout.layers_per_chunk) == (128, 15, 16, 15, 2)
+    assert (
+        layout.pipeline_slots,
+        layout.layers_first_stage,
+        layout.layers_per_stage,
+        layout.layers_last_stage,
+        layout.layers_per_chunk,
+    ) == (128, 15, 16, 15, 2)
     # A middle stage holds 16 layers and no embedding: more parameters than the first (15 layers + embedding).
     assert layout.params_per_rank == pytest.approx(16 * layer_params(counted).per_rank(8))
     assert validate(counted, Cluster.of(128, 8)).valid
@@ -76,14 +105,25 @@ def test_recomputed_fraction_is_one_definition():
 
 # ---- the rule sets agree ----
 
-shapes = st.fixed_dictionaries({
-    "num_layers": st.integers(1, 96), "heads": st.sampled_from([8, 12, 16, 32, 40, 64]),
-    "groups_div": st.sampled_from([1, 2, 4, 8]), "seq": st.sampled_from([1000, 2048, 4096, 4100]),
-    "tp": st.sampled_from([1, 2, 3, 4, 8]), "pp": st.integers(1, 8), "cp": st.sampled_from([1, 2, 3]),
-    "vp": st.sampled_from([None, 2, 3]), "mbs": st.integers(1, 4), "gbs": st.integers(1, 2048),
-    "sp": st.sampled_from([None, True, False]), "counted": st.booleans(), "nodes": st.integers(1, 16),
-    "gpu": st.sampled_from(list(GPUS)), "precision": st.sampled_from(["bf16", "fp8"]),
-})
+shapes = st.fixed_dictionaries(
+    {
+        "num_layers": st.integers(1, 96),
+        "heads": st.sampled_from([8, 12, 16, 32, 40, 64]),
+        "groups_div": st.sampled_from([1, 2, 4, 8]),
+        "seq": st.sampled_from([1000, 2048, 4096, 4100]),
+        "tp": st.sampled_from([1, 2, 3, 4, 8]),
+        "pp": st.integers(1, 8),
+        "cp": st.sampled_from([1, 2, 3]),
+        "vp": st.sampled_from([None, 2, 3]),
+        "mbs": st.integers(1, 4),
+        "gbs": st.integers(1, 2048),
+        "sp": st.sampled_from([None, True, False]),
+        "counted": st.booleans(),
+        "nodes": st.integers(1, 16),
+        "gpu": st.sampled_from(list(GPUS)),
+        "precision": st.sampled_from(["bf16", "fp8"]),
+    }
+)
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -91,13 +131,26 @@ shapes = st.fixed_dictionaries({
 def test_validation_and_throughput_refuse_exactly_the_same_layouts(shape):
     heads = shape["heads"]
     spec = RecipeSpec(
-        name="random", size_label="?", num_layers=shape["num_layers"], hidden_size=heads * 64,
-        num_attention_heads=heads, num_query_groups=max(1, heads // shape["groups_div"]),
-        ffn_hidden_size=heads * 256, seq_length=shape["seq"], tensor_parallel=shape["tp"],
-        pipeline_parallel=shape["pp"], context_parallel=shape["cp"], virtual_pipeline=shape["vp"],
-        sequence_parallel=shape["sp"], pipeline_counts_embedding_and_loss=shape["counted"],
-        micro_batch_size=shape["mbs"], global_batch_size=shape["gbs"], precision=shape["precision"], max_lr=1e-4,
-        num_nodes=shape["nodes"])
+        name="random",
+        size_label="?",
+        num_layers=shape["num_layers"],
+        hidden_size=heads * 64,
+        num_attention_heads=heads,
+        num_query_groups=max(1, heads // shape["groups_div"]),
+        ffn_hidden_size=heads * 256,
+        seq_length=shape["seq"],
+        tensor_parallel=shape["tp"],
+        pipeline_parallel=shape["pp"],
+        context_parallel=shape["cp"],
+        virtual_pipeline=shape["vp"],
+        sequence_parallel=shape["sp"],
+        pipeline_counts_embedding_and_loss=shape["counted"],
+        micro_batch_size=shape["mbs"],
+        global_batch_size=shape["gbs"],
+        precision=shape["precision"],
+        max_lr=1e-4,
+        num_nodes=shape["nodes"],
+    )
     cluster = Cluster.of(shape["nodes"], 8, shape["gpu"])
     structural = structural_errors(spec, Layout.of(spec, cluster))
     report = validate(spec, cluster)
@@ -117,11 +170,14 @@ def test_structural_rules_are_a_subset_of_the_validation_rules():
     assert set(STRUCTURAL_RULES) <= set(RULES)
 
 
-@pytest.mark.parametrize("spec, field, words", [
-    (RECIPES["gpt_13b"].replace(seq_length=4097, tensor_parallel=2), "seq_length", "scatters"),
-    (RECIPES["gpt_7b"].replace(context_parallel=2, seq_length=4098), "context_parallel", "2 x context_parallel"),
-    (RECIPES["gpt_7b"].replace(num_query_groups=2, tensor_parallel=4), "tensor_parallel", "num_query_groups=2"),
-])
+@pytest.mark.parametrize(
+    "spec, field, words",
+    [
+        (RECIPES["gpt_13b"].replace(seq_length=4097, tensor_parallel=2), "seq_length", "scatters"),
+        (RECIPES["gpt_7b"].replace(context_parallel=2, seq_length=4098), "context_parallel", "2 x context_parallel"),
+        (RECIPES["gpt_7b"].replace(num_query_groups=2, tensor_parallel=4), "tensor_parallel", "num_query_groups=2"),
+    ],
+)
 def test_validation_and_throughput_name_the_same_field(spec, field, words):
     report = validate(spec, H100)
     assert any(p.field == field and words in p.message for p in report.errors), report.summary()
@@ -130,16 +186,20 @@ def test_validation_and_throughput_name_the_same_field(spec, field, words):
     assert field in {p.field for p in raised.value.problems}
 
 
-@pytest.mark.parametrize("spec, field", [
-    (RECIPES["gpt_7b"].replace(tp_comm_overlap=True), "tp_comm_overlap"),
-    (RECIPES["gpt_7b"].replace(pipeline_counts_embedding_and_loss=True), "pipeline_counts_embedding_and_loss"),
-])
+@pytest.mark.parametrize(
+    "spec, field",
+    [
+        (RECIPES["gpt_7b"].replace(tp_comm_overlap=True), "tp_comm_overlap"),
+        (RECIPES["gpt_7b"].replace(pipeline_counts_embedding_and_loss=True), "pipeline_counts_embedding_and_loss"),
+    ],
+)
 def test_switches_that_cannot_act_are_warnings(spec, field):
     report = validate(spec, H100)
     assert report.valid and [p.field for p in report.warnings] == [field]
 
 
 # ---- the program ----
+
 
 def test_the_default_stack_is_the_nemo_container_and_says_what_this_machine_has(monkeypatch):
     stack, why = resolve_stack()
@@ -164,14 +224,17 @@ def test_an_unknown_stack_is_refused_with_the_choices():
     assert raised.value.problems[0].field == "stack" and "local" in raised.value.problems[0].fix
 
 
-@pytest.mark.parametrize("gpu, stack, spec_overrides, expected", [
-    ("h100", None, {}, True),
-    ("b200", None, {}, True),
-    ("a100-80gb", None, {}, False),            # no CUDA multicast for userbuffers
-    ("h100", "megatron-core", {}, False),      # no Transformer Engine
-    ("h100", None, {"tp_comm_overlap": False}, False),
-    ("h100", None, {"sequence_parallel": False}, False),
-])
+@pytest.mark.parametrize(
+    "gpu, stack, spec_overrides, expected",
+    [
+        ("h100", None, {}, True),
+        ("b200", None, {}, True),
+        ("a100-80gb", None, {}, False),  # no CUDA multicast for userbuffers
+        ("h100", "megatron-core", {}, False),  # no Transformer Engine
+        ("h100", None, {"tp_comm_overlap": False}, False),
+        ("h100", None, {"sequence_parallel": False}, False),
+    ],
+)
 def test_tp_overlap_follows_recipe_stack_and_gpu(gpu, stack, spec_overrides, expected):
     spec = RECIPES["gpt_70b"].replace(**spec_overrides)
     program = program_for(spec, Cluster.of(4, 8, gpu).gpu, stack)
@@ -188,8 +251,10 @@ def test_memory_and_throughput_describe_the_same_program():
         assert all(note in throughput.assumptions for note in report.program.notes)
         exposed = throughput.breakdown_s["tp_comm_exposed"]
         if report.program.tp_comm_overlap:
-            assert exposed < estimate_throughput(spec.replace(tp_comm_overlap=False), cluster).breakdown_s[
-                "tp_comm_exposed"]
+            assert (
+                exposed
+                < estimate_throughput(spec.replace(tp_comm_overlap=False), cluster).breakdown_s["tp_comm_exposed"]
+            )
     assert estimate_memory(spec, cluster, stack="megatron-core").total > estimate_memory(spec, cluster).total
 
 

@@ -26,14 +26,42 @@ from nemo_recipes.plan.memory import (
 # Korthikanti et al. 2022 (arXiv:2205.05198) Fig. 1 models, as perf-model.md 2.4 gives them: V = 51200,
 # b = 4 for 22B and 1 otherwise, v = 3 for 175B and 530B.
 PAPER_MODELS = {
-    "22B": dict(num_layers=48, hidden_size=6144, num_attention_heads=64, tensor_parallel=8, pipeline_parallel=1,
-                micro_batch_size=4, virtual_pipeline=None),
-    "175B": dict(num_layers=96, hidden_size=12288, num_attention_heads=96, tensor_parallel=8, pipeline_parallel=8,
-                 micro_batch_size=1, virtual_pipeline=3),
-    "530B": dict(num_layers=105, hidden_size=20480, num_attention_heads=128, tensor_parallel=8,
-                 pipeline_parallel=35, micro_batch_size=1, virtual_pipeline=3),
-    "1T": dict(num_layers=128, hidden_size=25600, num_attention_heads=160, tensor_parallel=8, pipeline_parallel=64,
-               micro_batch_size=1, virtual_pipeline=None),
+    "22B": dict(
+        num_layers=48,
+        hidden_size=6144,
+        num_attention_heads=64,
+        tensor_parallel=8,
+        pipeline_parallel=1,
+        micro_batch_size=4,
+        virtual_pipeline=None,
+    ),
+    "175B": dict(
+        num_layers=96,
+        hidden_size=12288,
+        num_attention_heads=96,
+        tensor_parallel=8,
+        pipeline_parallel=8,
+        micro_batch_size=1,
+        virtual_pipeline=3,
+    ),
+    "530B": dict(
+        num_layers=105,
+        hidden_size=20480,
+        num_attention_heads=128,
+        tensor_parallel=8,
+        pipeline_parallel=35,
+        micro_batch_size=1,
+        virtual_pipeline=3,
+    ),
+    "1T": dict(
+        num_layers=128,
+        hidden_size=25600,
+        num_attention_heads=160,
+        tensor_parallel=8,
+        pipeline_parallel=64,
+        micro_batch_size=1,
+        virtual_pipeline=None,
+    ),
 }
 # (params + optimizer GiB, activations TP only, activations TP + SP + selective recompute), perf-model.md 2.3/2.4.
 # The first two columns are exact binary fractions; 114.0234, 12.3516, 23.0762 and 32.958984 are printed rounded.
@@ -50,10 +78,18 @@ def paper_spec(label: str, **overrides) -> RecipeSpec:
     world = shape["tensor_parallel"] * shape["pipeline_parallel"]
     p = shape["pipeline_parallel"]
     values = dict(
-        name=f"korthikanti-{label}", size_label=label, ffn_hidden_size=4 * shape["hidden_size"], seq_length=2048,
-        vocab_size=51200, num_nodes=world // 8, num_gpus_per_node=8, max_lr=1e-4,
+        name=f"korthikanti-{label}",
+        size_label=label,
+        ffn_hidden_size=4 * shape["hidden_size"],
+        seq_length=2048,
+        vocab_size=51200,
+        num_nodes=world // 8,
+        num_gpus_per_node=8,
+        max_lr=1e-4,
         # DP = 1 and enough micro-batches to fill the pipeline (m >= p), as in the paper's runs.
-        global_batch_size=shape["micro_batch_size"] * 8 * p, **shape)
+        global_batch_size=shape["micro_batch_size"] * 8 * p,
+        **shape,
+    )
     values.update(overrides)
     return RecipeSpec(**values)
 
@@ -106,9 +142,14 @@ def test_params_per_gpu_without_parallelism_is_the_catalog_count(name):
 
 
 def test_params_per_gpu_of_a_llama_like_shape_is_the_catalog_count():
-    spec = RECIPES["gpt_7b"].replace(num_query_groups=8, gated_linear_unit=True, ffn_hidden_size=11008,
-                                     share_embeddings=False, position_embedding_type="rope",
-                                     normalization="RMSNorm")
+    spec = RECIPES["gpt_7b"].replace(
+        num_query_groups=8,
+        gated_linear_unit=True,
+        ffn_hidden_size=11008,
+        share_embeddings=False,
+        position_embedding_type="rope",
+        normalization="RMSNorm",
+    )
     assert params_per_gpu(spec) == parameter_count(spec)
 
 
@@ -153,20 +194,25 @@ def test_other_is_the_stated_allowance_and_capacity_is_the_gpu_memory():
 @pytest.mark.parametrize("name", list(RECIPES))
 def test_more_recompute_means_less_activation_memory(name):
     spec = RECIPES[name]
-    none, selective, full = (activation_memory(spec.replace(recompute=r, recompute_num_layers=None),
-                                               fused_attention=False).total
-                             for r in ("none", "selective", "full"))
+    none, selective, full = (
+        activation_memory(spec.replace(recompute=r, recompute_num_layers=None), fused_attention=False).total
+        for r in ("none", "selective", "full")
+    )
     assert full < selective < none
     # Fused attention stores no scores, so selective recompute saves (almost) nothing over none.
-    fused = [activation_memory(spec.replace(recompute=r, recompute_num_layers=None), fused_attention=True).total
-             for r in ("none", "selective", "full")]
+    fused = [
+        activation_memory(spec.replace(recompute=r, recompute_num_layers=None), fused_attention=True).total
+        for r in ("none", "selective", "full")
+    ]
     assert fused[2] < fused[1] == fused[0]
 
 
 def test_partial_full_recompute_lies_between_none_and_full():
     spec = RECIPES["gpt_7b"]  # 32 layers, PP 1
-    totals = [activation_memory(spec.replace(recompute="full", recompute_num_layers=k), fused_attention=True).layers
-              for k in (1, 16, 31)]
+    totals = [
+        activation_memory(spec.replace(recompute="full", recompute_num_layers=k), fused_attention=True).layers
+        for k in (1, 16, 31)
+    ]
     assert totals == sorted(totals, reverse=True)
     assert activation_memory(spec.replace(recompute="none"), fused_attention=True).layers > totals[0]
     assert totals[-1] > activation_memory(spec.replace(recompute="full"), fused_attention=True).layers
@@ -196,9 +242,11 @@ def test_tp_overlap_buffers_are_counted_only_when_the_program_overlaps():
     on = estimate_memory(spec, cluster)
     expected = TP_OVERLAP_BUFFER_BYTES[False] * spec.seq_length * spec.micro_batch_size * spec.hidden_size / GIB
     assert on.detail["other_tp_overlap_buffers"] == pytest.approx(expected, abs=1e-3)
-    for off in (estimate_memory(spec, Cluster.of(4, 8, "a100-80gb")), estimate_memory(spec, cluster,
-                                                                                       stack="megatron-core"),
-                estimate_memory(spec.replace(tp_comm_overlap=False), cluster)):
+    for off in (
+        estimate_memory(spec, Cluster.of(4, 8, "a100-80gb")),
+        estimate_memory(spec, cluster, stack="megatron-core"),
+        estimate_memory(spec.replace(tp_comm_overlap=False), cluster),
+    ):
         assert off.detail["other_tp_overlap_buffers"] == 0
 
 
@@ -231,12 +279,15 @@ def test_generalisation_reduces_to_korthikanti_for_gpt_shapes():
     s, b, h, a = 2048, 2, 4096, 32
     sbh = s * b * h
     common = dict(seq=s, micro_batch=b, hidden=h, heads=a, ffn=4 * h, kv_groups=a, gated=False)
-    assert layer_activation_bytes(**common, tp=1, sequence_parallel=False, attention_core=True) == \
-        pytest.approx(sbh * (34 + 5 * a * s / h))
-    assert layer_activation_bytes(**common, tp=4, sequence_parallel=False, attention_core=True) == \
-        pytest.approx(sbh * (10 + 24 / 4 + 5 * a * s / (h * 4)))
-    assert layer_activation_bytes(**common, tp=4, sequence_parallel=True, attention_core=False) == \
-        pytest.approx(34 * sbh / 4)
+    assert layer_activation_bytes(**common, tp=1, sequence_parallel=False, attention_core=True) == pytest.approx(
+        sbh * (34 + 5 * a * s / h)
+    )
+    assert layer_activation_bytes(**common, tp=4, sequence_parallel=False, attention_core=True) == pytest.approx(
+        sbh * (10 + 24 / 4 + 5 * a * s / (h * 4))
+    )
+    assert layer_activation_bytes(**common, tp=4, sequence_parallel=True, attention_core=False) == pytest.approx(
+        34 * sbh / 4
+    )
 
 
 def test_gqa_and_swiglu_change_only_their_own_terms():
@@ -272,5 +323,7 @@ def test_megatron_formula_benchmark_agrees_where_both_model_the_same_thing():
     # Full recompute: the formula charges every layer in full, the planner only the recomputed layers' inputs.
     spec = RECIPES["gpt_7b"]
     layout = Layout.of(spec, Cluster.of(1, 8, "h100"))
-    assert megatron_theoretical_memory(spec, layout).layers_gib > 10 * estimate_memory(
-        spec, Cluster.of(1, 8, "h100")).detail["activations_layers"]
+    assert (
+        megatron_theoretical_memory(spec, layout).layers_gib
+        > 10 * estimate_memory(spec, Cluster.of(1, 8, "h100")).detail["activations_layers"]
+    )

@@ -27,6 +27,7 @@ def problems_for(report: PlanReport, field: str, severity: str = "error"):
 
 # ---- the defaults ----
 
+
 @pytest.mark.parametrize("name", list(RECIPES))
 def test_recipe_defaults_validate_on_their_default_cluster(name):
     spec = RECIPES[name]
@@ -50,67 +51,152 @@ def test_seed_7b_row_needs_recompute_beyond_selective_on_80gb():
 
 # ---- one test per rule: (spec, cluster, field, words the message and fix must contain) ----
 
+
 def _gpt7b(**overrides) -> RecipeSpec:
     return RECIPES["gpt_7b"].replace(**overrides)
 
 
 BROKEN = {
     "world size not divisible by TP x PP x CP": (
-        _gpt7b(tensor_parallel=2, pipeline_parallel=2), Cluster.of(3, 2, "h100"), "world_size",
-        ["TP x PP x CP"], ["multiple of 4 GPUs"]),
+        _gpt7b(tensor_parallel=2, pipeline_parallel=2),
+        Cluster.of(3, 2, "h100"),
+        "world_size",
+        ["TP x PP x CP"],
+        ["multiple of 4 GPUs"],
+    ),
     "TP larger than a node": (
-        RECIPES["gpt_70b"].replace(tensor_parallel=16, pipeline_parallel=2), Cluster.of(4, 8, "h100"),
-        "tensor_parallel", ["TP=16", "NVLink"], ["raise pipeline_parallel"]),
+        RECIPES["gpt_70b"].replace(tensor_parallel=16, pipeline_parallel=2),
+        Cluster.of(4, 8, "h100"),
+        "tensor_parallel",
+        ["TP=16", "NVLink"],
+        ["raise pipeline_parallel"],
+    ),
     "TP does not divide the node": (
-        RECIPES["gpt_13b"].replace(tensor_parallel=5, num_nodes=5), Cluster.of(5, 8, "h100"), "tensor_parallel",
-        ["straddle"], ["tensor_parallel in 1, 2, 4, 8"]),
+        RECIPES["gpt_13b"].replace(tensor_parallel=5, num_nodes=5),
+        Cluster.of(5, 8, "h100"),
+        "tensor_parallel",
+        ["straddle"],
+        ["tensor_parallel in 1, 2, 4, 8"],
+    ),
     "heads not divisible by TP": (
-        RECIPES["gpt_13b"].replace(num_attention_heads=20, tensor_parallel=8), H100, "tensor_parallel",
-        ["num_attention_heads=20"], ["tensor_parallel in 1, 2, 4"]),
+        RECIPES["gpt_13b"].replace(num_attention_heads=20, tensor_parallel=8),
+        H100,
+        "tensor_parallel",
+        ["num_attention_heads=20"],
+        ["tensor_parallel in 1, 2, 4"],
+    ),
     "query groups not divisible by TP": (
-        _gpt7b(num_query_groups=2, tensor_parallel=4), H100, "tensor_parallel", ["num_query_groups=2"],
-        ["tensor_parallel in 1, 2"]),
+        _gpt7b(num_query_groups=2, tensor_parallel=4),
+        H100,
+        "tensor_parallel",
+        ["num_query_groups=2"],
+        ["tensor_parallel in 1, 2"],
+    ),
     "heads not divisible by query groups": (
-        _gpt7b(num_query_groups=5), H100, "num_query_groups", ["5 query groups"], ["num_query_groups in"]),
+        _gpt7b(num_query_groups=5),
+        H100,
+        "num_query_groups",
+        ["5 query groups"],
+        ["num_query_groups in"],
+    ),
     "hidden not divisible by heads": (
-        _gpt7b(num_attention_heads=24, tensor_parallel=1), H100, "num_attention_heads",
-        ["hidden_size=4096"], ["divides 4096"]),
+        _gpt7b(num_attention_heads=24, tensor_parallel=1),
+        H100,
+        "num_attention_heads",
+        ["hidden_size=4096"],
+        ["divides 4096"],
+    ),
     "ffn not divisible by TP": (
-        _gpt7b(ffn_hidden_size=11001, tensor_parallel=2), H100, "ffn_hidden_size", ["tensor_parallel=2"],
-        ["multiple of 2"]),
+        _gpt7b(ffn_hidden_size=11001, tensor_parallel=2),
+        H100,
+        "ffn_hidden_size",
+        ["tensor_parallel=2"],
+        ["multiple of 2"],
+    ),
     "layers not divisible by PP": (
-        _gpt7b(pipeline_parallel=8, num_layers=30), H100, "pipeline_parallel", ["num_layers=30"],
-        ["pipeline_parallel in 1, 2, 3, 5"]),
+        _gpt7b(pipeline_parallel=8, num_layers=30),
+        H100,
+        "pipeline_parallel",
+        ["num_layers=30"],
+        ["pipeline_parallel in 1, 2, 3, 5"],
+    ),
     "VP without PP": (
-        _gpt7b(virtual_pipeline=2), H100, "virtual_pipeline", ["pipeline_parallel > 1"],
-        ["unset virtual_pipeline"]),
+        _gpt7b(virtual_pipeline=2),
+        H100,
+        "virtual_pipeline",
+        ["pipeline_parallel > 1"],
+        ["unset virtual_pipeline"],
+    ),
     "layers not divisible by PP x VP": (
-        _gpt7b(pipeline_parallel=2, virtual_pipeline=3), H100, "virtual_pipeline", ["2 x 3 = 6"],
-        ["virtual_pipeline in 2, 4, 8, 16"]),
+        _gpt7b(pipeline_parallel=2, virtual_pipeline=3),
+        H100,
+        "virtual_pipeline",
+        ["2 x 3 = 6"],
+        ["virtual_pipeline in 2, 4, 8, 16"],
+    ),
     "interleaved schedule with micro-batches not a multiple of PP": (
         _gpt7b(pipeline_parallel=8, virtual_pipeline=2, global_batch_size=12, micro_batch_size=1),
-        H100, "virtual_pipeline", ["m = 12", "pipeline_parallel=8"], ["multiple of micro batch x DP x PP = 8"]),
+        H100,
+        "virtual_pipeline",
+        ["m = 12", "pipeline_parallel=8"],
+        ["multiple of micro batch x DP x PP = 8"],
+    ),
     "global batch not divisible by micro batch x DP": (
-        _gpt7b(global_batch_size=500), H100, "global_batch_size", ["2 x 8 = 16"], ["496 or 512"]),
+        _gpt7b(global_batch_size=500),
+        H100,
+        "global_batch_size",
+        ["2 x 8 = 16"],
+        ["496 or 512"],
+    ),
     "sequence not divisible by 2 x CP": (
-        _gpt7b(context_parallel=2, seq_length=4098, global_batch_size=256), H100, "context_parallel",
-        ["2 x context_parallel = 4"], ["context_parallel in 1"]),
+        _gpt7b(context_parallel=2, seq_length=4098, global_batch_size=256),
+        H100,
+        "context_parallel",
+        ["2 x context_parallel = 4"],
+        ["context_parallel in 1"],
+    ),
     "sequence parallelism with TP 1": (
-        _gpt7b(sequence_parallel=True), H100, "sequence_parallel", ["tensor_parallel > 1"],
-        ["sequence_parallel to None"]),
+        _gpt7b(sequence_parallel=True),
+        H100,
+        "sequence_parallel",
+        ["tensor_parallel > 1"],
+        ["sequence_parallel to None"],
+    ),
     "FP8 on a GPU without it": (
-        RECIPES["gpt_1_3b"].replace(precision="fp8"), Cluster.of(1, 8, "a100-80gb"), "precision",
-        ["FP8"], ["precision='bf16'", "h100-80gb"]),
+        RECIPES["gpt_1_3b"].replace(precision="fp8"),
+        Cluster.of(1, 8, "a100-80gb"),
+        "precision",
+        ["FP8"],
+        ["precision='bf16'", "h100-80gb"],
+    ),
     "blend weights without paths": (
-        _gpt7b(data_weights=(0.5, 0.5)), H100, "data_weights", ["without data_paths"], ["one data path per weight"]),
+        _gpt7b(data_weights=(0.5, 0.5)),
+        H100,
+        "data_weights",
+        ["without data_paths"],
+        ["one data path per weight"],
+    ),
     "as many weights as paths": (
-        _gpt7b(data_paths=("a", "b", "c"), data_weights=(1.0, 2.0)), H100, "data_weights",
-        ["2 weights for 3 data paths"], ["exactly 3 weights"]),
+        _gpt7b(data_paths=("a", "b", "c"), data_weights=(1.0, 2.0)),
+        H100,
+        "data_weights",
+        ["2 weights for 3 data paths"],
+        ["exactly 3 weights"],
+    ),
     "positive weights": (
-        _gpt7b(data_paths=("a", "b"), data_weights=(1.0, -1.0)), H100, "data_weights", ["positive"],
-        ["positive weights"]),
+        _gpt7b(data_paths=("a", "b"), data_weights=(1.0, -1.0)),
+        H100,
+        "data_weights",
+        ["positive"],
+        ["positive weights"],
+    ),
     "memory above capacity": (
-        _gpt7b(recompute="selective"), H100, "memory", ["exceeds the 79.6 GiB"], ["tensor_parallel=2"]),
+        _gpt7b(recompute="selective"),
+        H100,
+        "memory",
+        ["exceeds the 79.6 GiB"],
+        ["tensor_parallel=2"],
+    ),
 }
 
 
@@ -165,20 +251,46 @@ def test_no_single_fix_says_so_and_points_to_fit():
 WARNED = {
     "TP across nodes inside an NVL72 domain": (
         RECIPES["gpt_70b"].replace(tensor_parallel=16, pipeline_parallel=2, num_gpus_per_node=4),
-        Cluster.of(8, 4, "gb200"), "tensor_parallel", "NVLink domain"),
+        Cluster.of(8, 4, "gb200"),
+        "tensor_parallel",
+        "NVLink domain",
+    ),
     "TP beyond a node without a GPU type": (
-        RECIPES["gpt_70b"].replace(tensor_parallel=16, pipeline_parallel=2), Cluster.of(4, 8), "tensor_parallel",
-        "without a GPU type"),
+        RECIPES["gpt_70b"].replace(tensor_parallel=16, pipeline_parallel=2),
+        Cluster.of(4, 8),
+        "tensor_parallel",
+        "without a GPU type",
+    ),
     "pipeline bubble with gradient accumulation 1": (
-        _gpt7b(pipeline_parallel=4, global_batch_size=4, micro_batch_size=2), H100, "global_batch_size", "bubble"),
-    "distributed optimizer with DP 1": (RECIPES["gpt_70b"], default_cluster(RECIPES["gpt_70b"]),
-                                        "distributed_optimizer", "single shard"),
-    "recompute_num_layers ignored": (_gpt7b(recompute="selective", recompute_num_layers=4,
-                                            tensor_parallel=2), H100, "recompute_num_layers", "ignored"),
-    "recompute_num_layers above the chunk": (_gpt7b(recompute_num_layers=40), H100, "recompute_num_layers",
-                                             "larger than"),
-    "little memory headroom": (_gpt7b(recompute="selective", micro_batch_size=1, seq_length=5888), H100, "memory",
-                               "under 5%"),
+        _gpt7b(pipeline_parallel=4, global_batch_size=4, micro_batch_size=2),
+        H100,
+        "global_batch_size",
+        "bubble",
+    ),
+    "distributed optimizer with DP 1": (
+        RECIPES["gpt_70b"],
+        default_cluster(RECIPES["gpt_70b"]),
+        "distributed_optimizer",
+        "single shard",
+    ),
+    "recompute_num_layers ignored": (
+        _gpt7b(recompute="selective", recompute_num_layers=4, tensor_parallel=2),
+        H100,
+        "recompute_num_layers",
+        "ignored",
+    ),
+    "recompute_num_layers above the chunk": (
+        _gpt7b(recompute_num_layers=40),
+        H100,
+        "recompute_num_layers",
+        "larger than",
+    ),
+    "little memory headroom": (
+        _gpt7b(recompute="selective", micro_batch_size=1, seq_length=5888),
+        H100,
+        "memory",
+        "under 5%",
+    ),
 }
 
 
@@ -200,6 +312,7 @@ def test_headroom_warning_matches_the_memory_estimate():
 
 # ---- hardware checks need a GPU ----
 
+
 def test_without_a_gpu_memory_and_fp8_are_skipped_but_layout_is_checked():
     spec = _gpt7b(recompute="none", precision="fp8", tensor_parallel=3)
     report = validate(spec, Cluster.of(1, 8))
@@ -217,20 +330,39 @@ def test_every_problem_is_reported_at_once():
 
 # ---- the report ----
 
+
 def test_report_json_has_the_stable_keys():
     spec = RECIPES["gpt_70b"]
     payload = json.loads(json.dumps(validate(spec, default_cluster(spec)).to_dict()))
-    assert {"valid", "recipe", "cluster", "parallelism", "problems", "memory_gib", "throughput", "changes"} \
-        <= set(payload)
+    assert {"valid", "recipe", "cluster", "parallelism", "problems", "memory_gib", "throughput", "changes"} <= set(
+        payload
+    )
     assert set(payload["cluster"]) == {"nodes", "gpus_per_node", "gpu", "world_size"}
-    assert set(payload["parallelism"]) == {"tp", "pp", "cp", "vp", "dp", "sp", "grad_accumulation",
-                                           "micro_batch_size", "global_batch_size"}
-    assert set(payload["memory_gib"]) == {"weights", "gradients", "optimizer", "activations", "other", "total",
-                                          "capacity"}
+    assert set(payload["parallelism"]) == {
+        "tp",
+        "pp",
+        "cp",
+        "vp",
+        "dp",
+        "sp",
+        "grad_accumulation",
+        "micro_batch_size",
+        "global_batch_size",
+    }
+    assert set(payload["memory_gib"]) == {
+        "weights",
+        "gradients",
+        "optimizer",
+        "activations",
+        "other",
+        "total",
+        "capacity",
+    }
     assert all(set(p) == {"severity", "field", "value", "message", "fix"} for p in payload["problems"])
     assert payload["parallelism"]["dp"] * spec.model_parallel_size == payload["cluster"]["world_size"]
     assert payload["parallelism"]["grad_accumulation"] == spec.global_batch_size // (
-        spec.micro_batch_size * payload["parallelism"]["dp"])
+        spec.micro_batch_size * payload["parallelism"]["dp"]
+    )
     memory = payload["memory_gib"]
     parts = sum(memory[k] for k in ("weights", "gradients", "optimizer", "activations", "other"))
     assert memory["total"] == pytest.approx(parts, abs=0.01)
@@ -262,29 +394,31 @@ def test_summary_names_the_verdict_numbers_and_problems():
 
 # ---- properties ----
 
-shapes = st.fixed_dictionaries({
-    "num_layers": st.integers(1, 130),
-    "heads": st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16, 20, 32, 40, 64, 96]),
-    "head_dim": st.sampled_from([32, 64, 96, 128]),
-    "groups_div": st.sampled_from([1, 2, 4, 8]),
-    "ffn_mult": st.sampled_from([2.5, 3.5, 4.0]),
-    "seq": st.sampled_from([128, 1000, 2048, 4096, 8192]),
-    "tp": st.sampled_from([1, 2, 3, 4, 8, 16]),
-    "pp": st.integers(1, 16),
-    "cp": st.sampled_from([1, 2, 4]),
-    "vp": st.sampled_from([None, 2, 3]),
-    "mbs": st.integers(1, 8),
-    "gbs": st.integers(1, 4096),
-    "recompute": st.sampled_from(["none", "selective", "full"]),
-    "recompute_num_layers": st.sampled_from([None, 1, 4]),
-    "sp": st.sampled_from([None, True, False]),
-    "precision": st.sampled_from(["bf16", "fp8"]),
-    "dist": st.booleans(),
-    "gated": st.booleans(),
-    "nodes": st.integers(1, 64),
-    "gpus_per_node": st.sampled_from([1, 2, 4, 8]),
-    "gpu": st.sampled_from([None, *GPUS]),
-})
+shapes = st.fixed_dictionaries(
+    {
+        "num_layers": st.integers(1, 130),
+        "heads": st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16, 20, 32, 40, 64, 96]),
+        "head_dim": st.sampled_from([32, 64, 96, 128]),
+        "groups_div": st.sampled_from([1, 2, 4, 8]),
+        "ffn_mult": st.sampled_from([2.5, 3.5, 4.0]),
+        "seq": st.sampled_from([128, 1000, 2048, 4096, 8192]),
+        "tp": st.sampled_from([1, 2, 3, 4, 8, 16]),
+        "pp": st.integers(1, 16),
+        "cp": st.sampled_from([1, 2, 4]),
+        "vp": st.sampled_from([None, 2, 3]),
+        "mbs": st.integers(1, 8),
+        "gbs": st.integers(1, 4096),
+        "recompute": st.sampled_from(["none", "selective", "full"]),
+        "recompute_num_layers": st.sampled_from([None, 1, 4]),
+        "sp": st.sampled_from([None, True, False]),
+        "precision": st.sampled_from(["bf16", "fp8"]),
+        "dist": st.booleans(),
+        "gated": st.booleans(),
+        "nodes": st.integers(1, 64),
+        "gpus_per_node": st.sampled_from([1, 2, 4, 8]),
+        "gpu": st.sampled_from([None, *GPUS]),
+    }
+)
 
 
 def _spec_from(shape: dict) -> RecipeSpec:
@@ -292,14 +426,30 @@ def _spec_from(shape: dict) -> RecipeSpec:
     groups = max(1, heads // shape["groups_div"])
     hidden = heads * shape["head_dim"]
     return RecipeSpec(
-        name="random", size_label="?", num_layers=shape["num_layers"], hidden_size=hidden,
-        num_attention_heads=heads, num_query_groups=groups, ffn_hidden_size=int(hidden * shape["ffn_mult"]),
-        seq_length=shape["seq"], gated_linear_unit=shape["gated"], tensor_parallel=shape["tp"],
-        pipeline_parallel=shape["pp"], context_parallel=shape["cp"], virtual_pipeline=shape["vp"],
-        sequence_parallel=shape["sp"], micro_batch_size=shape["mbs"], global_batch_size=shape["gbs"],
-        precision=shape["precision"], recompute=shape["recompute"],
-        recompute_num_layers=shape["recompute_num_layers"], distributed_optimizer=shape["dist"], max_lr=1e-4,
-        num_nodes=shape["nodes"], num_gpus_per_node=shape["gpus_per_node"])
+        name="random",
+        size_label="?",
+        num_layers=shape["num_layers"],
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_query_groups=groups,
+        ffn_hidden_size=int(hidden * shape["ffn_mult"]),
+        seq_length=shape["seq"],
+        gated_linear_unit=shape["gated"],
+        tensor_parallel=shape["tp"],
+        pipeline_parallel=shape["pp"],
+        context_parallel=shape["cp"],
+        virtual_pipeline=shape["vp"],
+        sequence_parallel=shape["sp"],
+        micro_batch_size=shape["mbs"],
+        global_batch_size=shape["gbs"],
+        precision=shape["precision"],
+        recompute=shape["recompute"],
+        recompute_num_layers=shape["recompute_num_layers"],
+        distributed_optimizer=shape["dist"],
+        max_lr=1e-4,
+        num_nodes=shape["nodes"],
+        num_gpus_per_node=shape["gpus_per_node"],
+    )
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -318,7 +468,8 @@ def test_validate_never_crashes_and_agrees_with_the_divisibility_rules(shape):
         "global_batch_size": world % mp == 0 and spec.global_batch_size % (spec.micro_batch_size * world // mp) != 0,
         "context_parallel": spec.context_parallel > 1 and spec.seq_length % (2 * spec.context_parallel) != 0,
         "sequence_parallel": spec.sequence_parallel is True and spec.tensor_parallel == 1,
-        "seq_length": spec.sequence_parallel_enabled and spec.tensor_parallel > 1
+        "seq_length": spec.sequence_parallel_enabled
+        and spec.tensor_parallel > 1
         and spec.seq_length % (spec.tensor_parallel * spec.context_parallel) != 0,
     }
     error_fields = {p.field for p in report.errors}

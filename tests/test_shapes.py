@@ -19,18 +19,47 @@ def calibration_rows() -> list[dict]:
         return list(csv.DictReader(handle))
 
 
-ROW = dict(id="x", model="GPT-20B", layers="48", hidden="6144", heads="48", kv_heads="48", ffn="24576",
-           vocab="51200", seq="2048", gpu="H100-80GB", n_gpus="64", tp="4", pp="2", cp="1", vp="", dp="8",
-           mbs="2", gbs="512", precision="bf16", recompute="selective", sp="yes", dist_opt="yes")
+ROW = dict(
+    id="x",
+    model="GPT-20B",
+    layers="48",
+    hidden="6144",
+    heads="48",
+    kv_heads="48",
+    ffn="24576",
+    vocab="51200",
+    seq="2048",
+    gpu="H100-80GB",
+    n_gpus="64",
+    tp="4",
+    pp="2",
+    cp="1",
+    vp="",
+    dp="8",
+    mbs="2",
+    gbs="512",
+    precision="bf16",
+    recompute="selective",
+    sp="yes",
+    dist_opt="yes",
+)
 
 
 @pytest.mark.parametrize("row", calibration_rows(), ids=lambda r: r["id"])
 def test_every_calibration_row_parses_and_can_be_estimated(row):
     spec, cluster, assumptions = plan_from_row(row)
-    for column, field in (("layers", "num_layers"), ("hidden", "hidden_size"), ("heads", "num_attention_heads"),
-                          ("ffn", "ffn_hidden_size"), ("vocab", "vocab_size"), ("seq", "seq_length"),
-                          ("tp", "tensor_parallel"), ("pp", "pipeline_parallel"), ("cp", "context_parallel"),
-                          ("gbs", "global_batch_size")):
+    for column, field in (
+        ("layers", "num_layers"),
+        ("hidden", "hidden_size"),
+        ("heads", "num_attention_heads"),
+        ("ffn", "ffn_hidden_size"),
+        ("vocab", "vocab_size"),
+        ("seq", "seq_length"),
+        ("tp", "tensor_parallel"),
+        ("pp", "pipeline_parallel"),
+        ("cp", "context_parallel"),
+        ("gbs", "global_batch_size"),
+    ):
         assert getattr(spec, field) == int(row[column]), column
     assert spec.kv_groups == int(row["kv_heads"])
     assert cluster.world_size == int(row["n_gpus"])
@@ -49,7 +78,11 @@ def test_every_calibration_row_parses_and_can_be_estimated(row):
 def test_stated_values_are_taken_and_nothing_is_assumed_about_them():
     spec, cluster, assumptions = plan_from_row(ROW)
     assert (spec.micro_batch_size, spec.recompute, spec.sequence_parallel, spec.distributed_optimizer) == (
-        2, "selective", True, True)
+        2,
+        "selective",
+        True,
+        True,
+    )
     assert spec.virtual_pipeline is None and spec.precision == "bf16" and spec.num_query_groups is None
     assert (cluster.nodes, cluster.gpus_per_node) == (8, 8)
     assert not any(line.split(" ")[0] in ("mbs", "precision", "recompute", "sp", "dist_opt") for line in assumptions)
@@ -57,8 +90,17 @@ def test_stated_values_are_taken_and_nothing_is_assumed_about_them():
 
 
 def test_missing_values_are_assumed_and_stated():
-    row = dict(ROW, mbs="n/s", vp="n/s", precision="n/s (MFU vs 989 => BF16 peak)", recompute="", sp="n/s",
-               dist_opt="n/s (overlap on)", kv_heads="", vocab="")
+    row = dict(
+        ROW,
+        mbs="n/s",
+        vp="n/s",
+        precision="n/s (MFU vs 989 => BF16 peak)",
+        recompute="",
+        sp="n/s",
+        dist_opt="n/s (overlap on)",
+        kv_heads="",
+        vocab="",
+    )
     spec, _, assumptions = plan_from_row(row)
     assert spec.micro_batch_size == 1 and spec.recompute == "none" and spec.sequence_parallel is None
     assert spec.precision == "bf16" and spec.distributed_optimizer is True and spec.vocab_size == 51200
@@ -70,14 +112,35 @@ def test_missing_values_are_assumed_and_stated():
 def test_precision_recompute_and_flags_are_read_from_free_text():
     spec, _, _ = plan_from_row(dict(ROW, precision="fp16 mixed", recompute="full", sp="no", dist_opt="no (DP=1)"))
     assert (spec.precision, spec.recompute, spec.sequence_parallel, spec.distributed_optimizer) == (
-        "fp16", "full", False, False)
+        "fp16",
+        "full",
+        False,
+        False,
+    )
     spec, _, _ = plan_from_row(dict(ROW, precision="FP8 (table does not name recipe)"))
     assert spec.precision == "fp8"
 
 
 def test_llama_shapes_are_gated_with_gqa_and_vp():
-    row = dict(ROW, model="LLAMA3-70B", layers="80", hidden="8192", heads="64", kv_heads="8", ffn="28672",
-               vocab="128256", seq="8192", n_gpus="64", tp="4", pp="4", cp="2", vp="5", dp="2", mbs="1", gbs="128")
+    row = dict(
+        ROW,
+        model="LLAMA3-70B",
+        layers="80",
+        hidden="8192",
+        heads="64",
+        kv_heads="8",
+        ffn="28672",
+        vocab="128256",
+        seq="8192",
+        n_gpus="64",
+        tp="4",
+        pp="4",
+        cp="2",
+        vp="5",
+        dp="2",
+        mbs="1",
+        gbs="128",
+    )
     spec, _, assumptions = plan_from_row(row)
     assert spec.gated_linear_unit and spec.num_query_groups == 8 and spec.virtual_pipeline == 5
     assert spec.normalization == "RMSNorm" and not spec.share_embeddings
@@ -88,8 +151,25 @@ def test_llama_shapes_are_gated_with_gqa_and_vp():
 
 
 def test_layers_that_divide_only_with_embedding_and_loss_are_counted_and_said():
-    row = dict(ROW, model="LLAMA3.1-405B", layers="126", hidden="16384", heads="128", kv_heads="8", ffn="53248",
-               vocab="128256", seq="8192", n_gpus="1024", tp="8", pp="8", cp="2", vp="8", dp="8", mbs="1", gbs="512")
+    row = dict(
+        ROW,
+        model="LLAMA3.1-405B",
+        layers="126",
+        hidden="16384",
+        heads="128",
+        kv_heads="8",
+        ffn="53248",
+        vocab="128256",
+        seq="8192",
+        n_gpus="1024",
+        tp="8",
+        pp="8",
+        cp="2",
+        vp="8",
+        dp="8",
+        mbs="1",
+        gbs="512",
+    )
     spec, _, assumptions = plan_from_row(row)
     assert spec.pipeline_counts_embedding_and_loss
     assert any("126 + 2" in line for line in assumptions)

@@ -24,9 +24,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
-
 from conftest import ci
-
 
 
 def on_two_nodes(test):
@@ -50,8 +48,9 @@ STEPS, EVERY = 40, 5
 
 def slurm(*args: str, check: bool = True) -> str:
     """A Slurm client command against the two-node cluster."""
-    result = subprocess.run(list(args), capture_output=True, text=True,
-                            env={**os.environ, "SLURM_CONF": str(SLURM2_CONF)})
+    result = subprocess.run(
+        list(args), capture_output=True, text=True, env={**os.environ, "SLURM_CONF": str(SLURM2_CONF)}
+    )
     if check and result.returncode != 0:
         raise AssertionError(f"{' '.join(args)} failed: {result.stderr.strip()}")
     return result.stdout
@@ -59,7 +58,7 @@ def slurm(*args: str, check: bool = True) -> str:
 
 def node_states() -> dict[str, str]:
     lines = slurm("sinfo", "-h", "-N", "-o", "%N %T", check=False).split()
-    return dict(zip(lines[::2], lines[1::2]))
+    return dict(zip(lines[::2], lines[1::2], strict=True))
 
 
 @pytest.fixture(scope="module")
@@ -69,8 +68,13 @@ def two_nodes():
     else:
         states = node_states()
         up = [n for n in NODES if states.get(n) in ("idle", "mixed", "allocated", "completing")]
-        problem = None if len(up) == 2 else (f"two-node cluster not ready (nodes: {states or 'no answer'}): "
-                                             "run `sudo .ci/start-two-node-slurm.sh`")
+        problem = (
+            None
+            if len(up) == 2
+            else (
+                f"two-node cluster not ready (nodes: {states or 'no answer'}): run `sudo .ci/start-two-node-slurm.sh`"
+            )
+        )
     if problem:
         if ci():
             pytest.fail(f"CI is set but {problem}")
@@ -94,10 +98,21 @@ def executor(nodes: int, tmp_path: Path, processes_per_node: int = 1, **override
 
     scratch = tmp_path / "job-tmp"  # torchrun leaves torchelastic_* directories in TMPDIR: keep them in the test's
     scratch.mkdir(exist_ok=True)
-    env = {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "TMPDIR": str(scratch),
-           "OMP_NUM_THREADS": "1"}
-    return slurm_preset(account=ACCOUNT, nodes=nodes, gpus_per_node=0, processes_per_node=processes_per_node,
-                        container_image=None, time="00:10:00", env=env, **overrides)
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "TMPDIR": str(scratch),
+        "OMP_NUM_THREADS": "1",
+    }
+    return slurm_preset(
+        account=ACCOUNT,
+        nodes=nodes,
+        gpus_per_node=0,
+        processes_per_node=processes_per_node,
+        container_image=None,
+        time="00:10:00",
+        env=env,
+        **overrides,
+    )
 
 
 class Job:
@@ -146,6 +161,7 @@ def job_fields(slurm_id: str) -> dict[str, str]:
 
 # ---- 1. the distributed check across two hosts ----
 
+
 @on_two_nodes
 def test_dist_check_runs_one_rank_on_each_of_two_hosts(cluster, tmp_path):
     import nemo_run as run
@@ -165,25 +181,39 @@ def test_dist_check_runs_one_rank_on_each_of_two_hosts(cluster, tmp_path):
 
 # ---- 2. smoke training across the two nodes, saved and resumed ----
 
+
 def _explain(report) -> str:
-    tails = [f"--- {phase} log ---\n" + Path(log).read_text(errors="replace")[-3000:]
-             for phase, log in report.logs.items() if Path(log).exists()]
+    tails = [
+        f"--- {phase} log ---\n" + Path(log).read_text(errors="replace")[-3000:]
+        for phase, log in report.logs.items()
+        if Path(log).exists()
+    ]
     return "\n".join([report.format(), *tails])
 
 
 @on_two_nodes
-@pytest.mark.parametrize("overrides, layout", [
-    ({"tensor_parallel": 1, "pipeline_parallel": 2}, "TP1 PP2 CP1 DP1"),
-    ({"tensor_parallel": 1, "pipeline_parallel": 1}, "TP1 PP1 CP1 DP2"),
-], ids=["pp2-one-stage-per-node", "dp2-across-nodes"])
+@pytest.mark.parametrize(
+    "overrides, layout",
+    [
+        ({"tensor_parallel": 1, "pipeline_parallel": 2}, "TP1 PP2 CP1 DP1"),
+        ({"tensor_parallel": 1, "pipeline_parallel": 1}, "TP1 PP1 CP1 DP2"),
+    ],
+    ids=["pp2-one-stage-per-node", "dp2-across-nodes"],
+)
 def test_smoke_training_across_two_nodes_saves_and_resumes(cluster, tmp_path, overrides, layout):
     from nemo_recipes.smoke_training import smoke
     from nemo_recipes.smoke_training.launchers import executor_launcher
     from nemo_recipes.smoke_training.record import read
 
     run_dir = tmp_path / "run"
-    report = smoke(RECIPE, overrides, processes=2, dir=str(run_dir), progress=None,
-                   launch=executor_launcher(executor(2, tmp_path), experiment="two-nodes-smoke"))
+    report = smoke(
+        RECIPE,
+        overrides,
+        processes=2,
+        dir=str(run_dir),
+        progress=None,
+        launch=executor_launcher(executor(2, tmp_path), experiment="two-nodes-smoke"),
+    )
     assert report.passed, _explain(report)
     assert report.plan.layout == layout
     assert [s for s, _ in report.verdict.losses] == list(range(1, report.plan.steps + 1))
@@ -197,6 +227,7 @@ def test_smoke_training_across_two_nodes_saves_and_resumes(cluster, tmp_path, ov
 
 # ---- 3. faults: a node lost, a job preempted; each resumes from its last checkpoint ----
 
+
 def _training_job(tmp_path: Path, ex, *, processes: int, steps: int, every: int, overrides: dict[str, Any]):
     """One NeMo training job through the preset, for `steps` steps with a checkpoint every `every`: the job a fault
     interrupts and Slurm restarts. Returns (job, workspace, plan)."""
@@ -207,8 +238,9 @@ def _training_job(tmp_path: Path, ex, *, processes: int, steps: int, every: int,
     from nemo_recipes.smoke_training.shape import smoke_plan
     from nemo_recipes.smoke_training.worker import train_phase
 
-    plan = smoke_plan(get_recipe(RECIPE), processes=processes, steps=steps,
-                      overrides={**overrides, "checkpoint_every_steps": every})
+    plan = smoke_plan(
+        get_recipe(RECIPE), processes=processes, steps=steps, overrides={**overrides, "checkpoint_every_steps": every}
+    )
     space = workspace(plan, str(tmp_path / "run"), name="fault")
     job = Job(run.Partial(train_phase, **space.phase_config("train", None)), ex, "fault")
     return job, space, plan
@@ -265,8 +297,9 @@ def _follow_requeued(job: Job, space, timeout: float = 400.0) -> tuple[dict[str,
         time.sleep(0.5)
 
 
-def assert_resumed_without_loss(records: list[dict[str, Any]], *, steps: int, global_batch: int,
-                                checkpoint_step: int, interrupted_at: int) -> dict[str, Any]:
+def assert_resumed_without_loss(
+    records: list[dict[str, Any]], *, steps: int, global_batch: int, checkpoint_step: int, interrupted_at: int
+) -> dict[str, Any]:
     """The record of a job interrupted once and restarted by Slurm: the first attempt trained 1..`interrupted_at`
     (or a little beyond, while the fault landed), the second started from the last checkpoint (`checkpoint_step`) and
     trained every step after it exactly once to `steps`; the data position is step x global batch throughout.
@@ -280,7 +313,7 @@ def assert_resumed_without_loss(records: list[dict[str, Any]], *, steps: int, gl
             attempts[-1]["steps"].append(r)
     assert len(attempts) == 2, f"expected the first run and one restart, found {len(attempts)} starts"
     first, second = ([s["step"] for s in a["steps"]] for a in attempts)
-    assert first[: interrupted_at] == list(range(1, interrupted_at + 1)), first
+    assert first[:interrupted_at] == list(range(1, interrupted_at + 1)), first
     assert checkpoint_step < first[-1], "the fault should land after training beyond the checkpoint"
     start = attempts[1]["start"]
     assert start["global_step"] == checkpoint_step, start
@@ -289,12 +322,19 @@ def assert_resumed_without_loss(records: list[dict[str, Any]], *, steps: int, gl
     assert start["restart_count"] == "1", start  # Slurm's count: this is the requeued run
     assert second == list(range(checkpoint_step + 1, steps + 1)), second
     # NeMo logs consumed_samples from the second step of a run on: step 1 has none to compare.
-    off = [(r["step"], r["consumed_samples"]) for a in attempts for r in a["steps"]
-           if r["consumed_samples"] != r["step"] * global_batch
-           and not (r["step"] == 1 and r["consumed_samples"] is None)]
+    off = [
+        (r["step"], r["consumed_samples"])
+        for a in attempts
+        for r in a["steps"]
+        if r["consumed_samples"] != r["step"] * global_batch and not (r["step"] == 1 and r["consumed_samples"] is None)
+    ]
     assert not off, f"consumed samples != step x global batch at {off[:3]}"
-    return {"trained_before": first[-1], "resumed_at": start["global_step"], "first_after": second[0],
-            "final": second[-1]}
+    return {
+        "trained_before": first[-1],
+        "resumed_at": start["global_step"],
+        "first_after": second[0],
+        "final": second[-1],
+    }
 
 
 def _restore_node(node: str) -> None:
@@ -307,8 +347,9 @@ def _restore_node(node: str) -> None:
 def test_a_node_lost_mid_job_requeues_it_to_finish_on_the_other_from_its_checkpoint(cluster, tmp_path):
     steps, every = STEPS, EVERY
     ex = executor(1, tmp_path)
-    job, space, plan = _training_job(tmp_path, ex, processes=1, steps=steps, every=every,
-                                     overrides={"tensor_parallel": 1, "pipeline_parallel": 1})
+    job, space, plan = _training_job(
+        tmp_path, ex, processes=1, steps=steps, every=every, overrides={"tensor_parallel": 1, "pipeline_parallel": 1}
+    )
     assert "--no-requeue" not in job.sbatch_script()  # the preset leaves the job requeueable
     lost: Optional[str] = None
     try:
@@ -330,8 +371,13 @@ def test_a_node_lost_mid_job_requeues_it_to_finish_on_the_other_from_its_checkpo
     assert end["NodeList"] == survivor, end  # the requeued run went to the node that was left
     assert saved, "no complete checkpoint when the job restarted"
     checkpoint = max(saved)
-    summary = assert_resumed_without_loss(space.records(), steps=steps, global_batch=plan.spec.global_batch_size,
-                                          checkpoint_step=checkpoint, interrupted_at=last)
+    summary = assert_resumed_without_loss(
+        space.records(),
+        steps=steps,
+        global_batch=plan.spec.global_batch_size,
+        checkpoint_step=checkpoint,
+        interrupted_at=last,
+    )
     print(f"node {lost} lost at step >= {last}; states {end['seen']}; resumed on {survivor} at {summary}")
 
 
@@ -339,8 +385,9 @@ def test_a_node_lost_mid_job_requeues_it_to_finish_on_the_other_from_its_checkpo
 def test_a_preempted_two_node_job_is_requeued_and_resumes(cluster, tmp_path):
     steps, every = STEPS, EVERY
     ex = executor(2, tmp_path)
-    job, space, plan = _training_job(tmp_path, ex, processes=2, steps=steps, every=every,
-                                     overrides={"tensor_parallel": 1, "pipeline_parallel": 1})
+    job, space, plan = _training_job(
+        tmp_path, ex, processes=2, steps=steps, every=every, overrides={"tensor_parallel": 1, "pipeline_parallel": 1}
+    )
     first_saved, last = _wait_beyond_a_checkpoint(space, job)
     slurm("scontrol", "requeue", job.slurm_id)  # what a preempting scheduler does to a requeueable job
     end, saved = _follow_requeued(job, space)
@@ -348,8 +395,13 @@ def test_a_preempted_two_node_job_is_requeued_and_resumes(cluster, tmp_path):
     assert hosts_of(job.slurm_id) == list(NODES)
     assert saved, "no complete checkpoint when the job restarted"
     checkpoint = max(saved)
-    summary = assert_resumed_without_loss(space.records(), steps=steps, global_batch=plan.spec.global_batch_size,
-                                          checkpoint_step=checkpoint, interrupted_at=last)
+    summary = assert_resumed_without_loss(
+        space.records(),
+        steps=steps,
+        global_batch=plan.spec.global_batch_size,
+        checkpoint_step=checkpoint,
+        interrupted_at=last,
+    )
     print(f"preempted at step >= {last}; states {end['seen']}; resumed {summary}")
 
 
@@ -357,9 +409,15 @@ def _record(attempts: list[tuple[int, list[int]]], global_batch: int = 4, restar
     """A record as SmokeMetrics writes it: per attempt (resumed global step, steps trained)."""
     records: list[dict] = []
     for n, (resumed, steps) in enumerate(attempts):
-        records.append({"event": "start", "global_step": resumed, "consumed_samples": resumed * global_batch,
-                        "resumed_from": f"/run/checkpoints/x-step={resumed - 1}-last/weights" if resumed else None,
-                        "restart_count": restart_count if n else None})
+        records.append(
+            {
+                "event": "start",
+                "global_step": resumed,
+                "consumed_samples": resumed * global_batch,
+                "resumed_from": f"/run/checkpoints/x-step={resumed - 1}-last/weights" if resumed else None,
+                "restart_count": restart_count if n else None,
+            }
+        )
         records += [{"event": "step", "step": s, "consumed_samples": s * global_batch} for s in steps]
     return records
 
@@ -367,7 +425,11 @@ def _record(attempts: list[tuple[int, list[int]]], global_batch: int = 4, restar
 def test_the_continuity_check_finds_lost_repeated_and_misplaced_steps():
     ok = _record([(0, list(range(1, 8))), (5, list(range(6, 13)))])
     assert assert_resumed_without_loss(ok, steps=12, global_batch=4, checkpoint_step=5, interrupted_at=7) == {
-        "trained_before": 7, "resumed_at": 5, "first_after": 6, "final": 12}
+        "trained_before": 7,
+        "resumed_at": 5,
+        "first_after": 6,
+        "final": 12,
+    }
     bad = {
         "a step lost after the resume": _record([(0, list(range(1, 8))), (5, [6, 7, 9, 10, 11, 12])]),
         "a step repeated after the resume": _record([(0, list(range(1, 8))), (5, [6, 6, 7, 8, 9, 10, 11, 12])]),

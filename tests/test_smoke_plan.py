@@ -21,11 +21,30 @@ from nemo_recipes.smoke_training.shape import smoke_plan
 REPO = Path(__file__).resolve().parent.parent
 
 # Everything but shape, layout, batch, schedule length and data is the recipe's own choice and must survive.
-KEPT = ("precision", "recompute", "sequence_parallel", "distributed_optimizer", "overlap_grad_reduce",
-        "overlap_param_gather", "max_lr", "min_lr_ratio", "adam_beta1", "adam_beta2", "adam_eps", "weight_decay",
-        "clip_grad", "hidden_dropout", "attention_dropout", "share_embeddings", "position_embedding_type",
-        "normalization", "gated_linear_unit", "make_vocab_size_divisible_by", "checkpoint_every_minutes",
-        "checkpoint_async")
+KEPT = (
+    "precision",
+    "recompute",
+    "sequence_parallel",
+    "distributed_optimizer",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "max_lr",
+    "min_lr_ratio",
+    "adam_beta1",
+    "adam_beta2",
+    "adam_eps",
+    "weight_decay",
+    "clip_grad",
+    "hidden_dropout",
+    "attention_dropout",
+    "share_embeddings",
+    "position_embedding_type",
+    "normalization",
+    "gated_linear_unit",
+    "make_vocab_size_divisible_by",
+    "checkpoint_every_minutes",
+    "checkpoint_async",
+)
 
 
 @pytest.mark.parametrize("name", RECIPES)
@@ -61,9 +80,17 @@ def test_the_schedule_keeps_its_shape_over_the_smoke_steps(name):
 
 
 def test_overrides_win_and_pick_the_layout():
-    plan = smoke_plan(get_recipe("gpt_70b"), processes=2,
-                      overrides={"tensor_parallel": 1, "pipeline_parallel": 2, "hidden_dropout": 0.0,
-                                 "num_layers": 4, "global_batch_size": 8})
+    plan = smoke_plan(
+        get_recipe("gpt_70b"),
+        processes=2,
+        overrides={
+            "tensor_parallel": 1,
+            "pipeline_parallel": 2,
+            "hidden_dropout": 0.0,
+            "num_layers": 4,
+            "global_batch_size": 8,
+        },
+    )
     s = plan.spec
     assert (s.tensor_parallel, s.pipeline_parallel, s.data_parallel_size) == (1, 2, 1)
     assert (s.num_layers, s.hidden_dropout, s.global_batch_size) == (4, 0.0, 8)
@@ -73,8 +100,12 @@ def test_overrides_win_and_pick_the_layout():
 def test_full_size_keeps_the_recipe_shape_and_batch():
     plan = smoke_plan(get_recipe("gpt_1_3b"), processes=8, full_size=True, steps=30)
     s, r = plan.spec, get_recipe("gpt_1_3b")
-    assert (s.num_layers, s.hidden_size, s.seq_length, s.vocab_size) == (r.num_layers, r.hidden_size,
-                                                                          r.seq_length, r.vocab_size)
+    assert (s.num_layers, s.hidden_size, s.seq_length, s.vocab_size) == (
+        r.num_layers,
+        r.hidden_size,
+        r.seq_length,
+        r.vocab_size,
+    )
     assert s.global_batch_size == r.global_batch_size and s.num_parameters == r.num_parameters
 
 
@@ -96,8 +127,12 @@ def test_a_layout_the_planner_refuses_never_starts():
 
 
 @settings(max_examples=60, deadline=None)
-@given(name=st.sampled_from(list(RECIPES)), processes=st.sampled_from([1, 2, 4, 8]),
-       steps=st.integers(2, 200), stop=st.one_of(st.none(), st.integers(1, 199)))
+@given(
+    name=st.sampled_from(list(RECIPES)),
+    processes=st.sampled_from([1, 2, 4, 8]),
+    steps=st.integers(2, 200),
+    stop=st.one_of(st.none(), st.integers(1, 199)),
+)
 def test_any_valid_request_gives_a_plan_the_planner_accepts(name, processes, steps, stop):
     if stop is not None and stop >= steps:
         with pytest.raises(InvalidRecipeError):
@@ -110,24 +145,57 @@ def test_any_valid_request_gives_a_plan_the_planner_accepts(name, processes, ste
 
 # ---- the judge ----
 
-def _records(losses=None, *, stop=10, steps=20, gbs=4, resumed_at=None, consumed_at_start=None, optimizer=True,
-             skip=(), repeat=()):
+
+def _records(
+    losses=None,
+    *,
+    stop=10,
+    steps=20,
+    gbs=4,
+    resumed_at=None,
+    consumed_at_start=None,
+    optimizer=True,
+    skip=(),
+    repeat=(),
+):
     losses = losses or [7.2 - 0.03 * i for i in range(steps)]
-    records = [{"event": "launch", "phase": "train", "device": "cpu", "patches": ["x"]},
-               {"event": "start", "phase": "train", "global_step": 0, "consumed_samples": 0}]
+    records = [
+        {"event": "launch", "phase": "train", "device": "cpu", "patches": ["x"]},
+        {"event": "start", "phase": "train", "global_step": 0, "consumed_samples": 0},
+    ]
     for phase, span in (("train", range(1, stop + 1)), ("resume", range(stop + 1, steps + 1))):
         if phase == "resume":
             at = stop if resumed_at is None else resumed_at
-            records.append({"event": "start", "phase": "resume", "global_step": at, "resumed_from": "ckpt",
-                            "consumed_samples": at * gbs if consumed_at_start is None else consumed_at_start})
+            records.append(
+                {
+                    "event": "start",
+                    "phase": "resume",
+                    "global_step": at,
+                    "resumed_from": "ckpt",
+                    "consumed_samples": at * gbs if consumed_at_start is None else consumed_at_start,
+                }
+            )
         for step in span:
             if step in skip:
                 continue
             for _ in range(2 if step in repeat else 1):
-                records.append({"event": "step", "phase": phase, "step": step, "loss": losses[step - 1],
-                                "consumed_samples": step * gbs, "seconds": 0.1})
-    records.append({"event": "checkpoints", "phase": "resume", "checkpoints": [
-        {"path": "p", "step": steps - 1, "bytes": 100, "tensors": 19, "optimizer": optimizer}]})
+                records.append(
+                    {
+                        "event": "step",
+                        "phase": phase,
+                        "step": step,
+                        "loss": losses[step - 1],
+                        "consumed_samples": step * gbs,
+                        "seconds": 0.1,
+                    }
+                )
+    records.append(
+        {
+            "event": "checkpoints",
+            "phase": "resume",
+            "checkpoints": [{"path": "p", "step": steps - 1, "bytes": 100, "tensors": 19, "optimizer": optimizer}],
+        }
+    )
     return records
 
 
@@ -142,15 +210,18 @@ def test_a_good_record_passes():
     assert len(verdict.checks) == 6 and verdict.seconds_per_step == pytest.approx(0.1)
 
 
-@pytest.mark.parametrize("records, failing", [
-    (_records(resumed_at=0), ["resumed where it stopped"]),
-    (_records(consumed_at_start=0), ["resumed where it stopped"]),
-    (_records(skip={13}), ["every step trained once"]),
-    (_records(repeat={12}), ["every step trained once"]),
-    (_records([7.0] * 19 + [math.nan]), ["loss finite"]),
-    (_records([7.0] * 20), ["loss falling"]),
-    (_records(optimizer=False), ["last checkpoint resumable"]),
-])
+@pytest.mark.parametrize(
+    "records, failing",
+    [
+        (_records(resumed_at=0), ["resumed where it stopped"]),
+        (_records(consumed_at_start=0), ["resumed where it stopped"]),
+        (_records(skip={13}), ["every step trained once"]),
+        (_records(repeat={12}), ["every step trained once"]),
+        (_records([7.0] * 19 + [math.nan]), ["loss finite"]),
+        (_records([7.0] * 20), ["loss falling"]),
+        (_records(optimizer=False), ["last checkpoint resumable"]),
+    ],
+)
 def test_each_defect_fails_its_check(records, failing):
     assert _failed(records) == failing
 
@@ -179,6 +250,7 @@ def test_progress_prints_every_fifth_step_when_not_on_a_terminal():
 
 # ---- the CPU compatibility layer's versions ----
 
+
 def test_the_compatibility_layer_pins_what_constraints_txt_pins():
     from nemo_recipes.bridge import cpu_compat  # imports no torch at module level
 
@@ -193,8 +265,10 @@ def test_the_compatibility_layer_refuses_other_releases():
     ok = dict(cpu_compat.PINNED)
     assert cpu_compat.version_problems({**ok, "torch": "2.13.0+cpu"}) == []
     problems = cpu_compat.version_problems({**ok, "megatron-core": "0.16.1", "nemo-toolkit": None})
-    assert problems == ["nemo-toolkit is not installed; the patches were written for 2.7.3",
-                        "megatron-core 0.16.1 is installed; the patches were written for 0.15.3"]
+    assert problems == [
+        "nemo-toolkit is not installed; the patches were written for 2.7.3",
+        "megatron-core 0.16.1 is installed; the patches were written for 0.15.3",
+    ]
 
 
 def test_a_layout_other_than_planned_fails():

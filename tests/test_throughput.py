@@ -18,10 +18,23 @@ from nemo_recipes.plan.throughput import estimate_throughput, time_to_train
 
 def gpt(**overrides) -> RecipeSpec:
     """A standard GPT (MHA, ffn = 4h, vocabulary 51200 which needs no padding at TP <= 8)."""
-    values = dict(name="custom", size_label="test", num_layers=96, hidden_size=12288, num_attention_heads=96,
-                  ffn_hidden_size=4 * 12288, seq_length=2048, vocab_size=51200, tensor_parallel=8,
-                  pipeline_parallel=8, micro_batch_size=1, global_batch_size=1536, max_lr=1e-4,
-                  num_nodes=8, num_gpus_per_node=8)
+    values = dict(
+        name="custom",
+        size_label="test",
+        num_layers=96,
+        hidden_size=12288,
+        num_attention_heads=96,
+        ffn_hidden_size=4 * 12288,
+        seq_length=2048,
+        vocab_size=51200,
+        tensor_parallel=8,
+        pipeline_parallel=8,
+        micro_batch_size=1,
+        global_batch_size=1536,
+        max_lr=1e-4,
+        num_nodes=8,
+        num_gpus_per_node=8,
+    )
     values.update(overrides)
     return RecipeSpec(**values)
 
@@ -32,10 +45,16 @@ def fields(error: InvalidRecipeError) -> set[str]:
 
 # ---- FLOPs ----
 
+
 @pytest.mark.parametrize("layers,hidden,seq", [(96, 12288, 2048), (24, 2048, 4096), (48, 6144, 2048)])
 def test_model_flops_equal_the_72_formula_for_standard_gpt(layers, hidden, seq):
-    spec = gpt(num_layers=layers, hidden_size=hidden, num_attention_heads=hidden // 128, ffn_hidden_size=4 * hidden,
-               seq_length=seq)
+    spec = gpt(
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=hidden // 128,
+        ffn_hidden_size=4 * hidden,
+        seq_length=seq,
+    )
     expected = flops.korthikanti_model_flops_per_token(layers, hidden, seq, 51200)
     assert flops.model_flops_per_token(spec) == pytest.approx(expected, rel=1e-12)
 
@@ -63,21 +82,39 @@ def test_selective_recompute_adds_one_attention_core_forward():
 def test_gqa_and_swiglu_follow_the_generalised_formula():
     # NeMo's llama formula per token: l·h²·(12 + 12·g/a + 18·ffn/h + 12·s/h) + 6·V·h.
     l, h, a, g, ffn, s, v = 32, 4096, 32, 8, 14336, 8192, 128256
-    spec = gpt(num_layers=l, hidden_size=h, num_attention_heads=a, num_query_groups=g, ffn_hidden_size=ffn,
-               seq_length=s, vocab_size=v, gated_linear_unit=True, tensor_parallel=1, pipeline_parallel=1,
-               num_nodes=1)
+    spec = gpt(
+        num_layers=l,
+        hidden_size=h,
+        num_attention_heads=a,
+        num_query_groups=g,
+        ffn_hidden_size=ffn,
+        seq_length=s,
+        vocab_size=v,
+        gated_linear_unit=True,
+        tensor_parallel=1,
+        pipeline_parallel=1,
+        num_nodes=1,
+    )
     expected = l * h * h * (12 + 12 * g / a + 18 * ffn / h + 12 * s / h) + 6 * spec.padded_vocab_size * h
     assert flops.model_flops_per_token(spec) == pytest.approx(expected, rel=1e-12)
 
 
 # ---- the estimate ----
 
+
 def test_output_keys_and_consistency():
     spec, cluster = gpt(precision="fp8"), Cluster.of(8, 8, "h100")
     result = estimate_throughput(spec, cluster)
     out = result.to_dict()
-    for key in ("step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu", "flops_convention", "mfu",
-                "mfu_fp8", "breakdown_s"):
+    for key in (
+        "step_time_s",
+        "tokens_per_s_per_gpu",
+        "model_tflops_per_gpu",
+        "flops_convention",
+        "mfu",
+        "mfu_fp8",
+        "breakdown_s",
+    ):
         assert key in out
     assert "72" in out["flops_convention"]
     assert sum(result.breakdown_s.values()) == pytest.approx(result.step_time_s, rel=1e-9)
@@ -128,8 +165,9 @@ def test_fp8_is_faster_than_bf16_but_less_than_twice(name):
 
 def test_recomputation_costs_time_in_order():
     cluster = Cluster.of(8, 8, "h100")
-    none, selective, full = (estimate_throughput(gpt(recompute=r), cluster).step_time_s
-                             for r in ("none", "selective", "full"))
+    none, selective, full = (
+        estimate_throughput(gpt(recompute=r), cluster).step_time_s for r in ("none", "selective", "full")
+    )
     assert none < selective < full
     assert full / none < 4 / 3 + 0.05  # a forward is a third of forward + backward
 
@@ -147,15 +185,28 @@ def test_faster_gpu_is_faster_and_tp_across_nodes_is_slower():
 
 
 def test_context_parallel_plan_runs():
-    spec = gpt(num_layers=32, hidden_size=4096, num_attention_heads=32, num_query_groups=8, ffn_hidden_size=14336,
-               seq_length=8192, vocab_size=128256, gated_linear_unit=True, tensor_parallel=1, pipeline_parallel=1,
-               context_parallel=2, global_batch_size=128, num_nodes=1)
+    spec = gpt(
+        num_layers=32,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_query_groups=8,
+        ffn_hidden_size=14336,
+        seq_length=8192,
+        vocab_size=128256,
+        gated_linear_unit=True,
+        tensor_parallel=1,
+        pipeline_parallel=1,
+        context_parallel=2,
+        global_batch_size=128,
+        num_nodes=1,
+    )
     result = estimate_throughput(spec, Cluster.of(1, 8, "h100"))
     assert result.data_parallel_size == 4 and result.micro_batches == 32
     assert result.step_time_s > 0 and math.isfinite(result.step_time_s)
 
 
 # ---- invalid plans ----
+
 
 def test_world_size_not_divisible_names_the_field():
     with pytest.raises(InvalidRecipeError) as error:
@@ -194,6 +245,7 @@ def test_cluster_without_gpu_uses_the_recipe_default_and_says_so():
 
 # ---- time to train ----
 
+
 def test_time_to_train_from_throughput_and_from_spec():
     spec, cluster = RECIPES["gpt_7b"], Cluster.of(1, 8, "h100")
     result = estimate_throughput(spec, cluster)
@@ -221,21 +273,77 @@ def test_time_to_train_of_a_spec_needs_a_cluster():
 
 # ---- the benchmark's output format ----
 
+
 def test_benchmark_prints_one_line_per_row_and_a_summary(tmp_path):
     from benchmarks import planner_accuracy as bench
 
-    columns = ["id", "source", "model", "layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "seq", "gpu",
-               "n_gpus", "tp", "pp", "cp", "vp", "dp", "mbs", "gbs", "precision", "recompute", "sp", "dist_opt",
-               "target", "target_value", "flops_convention", "derived_tokens_per_gpu", "derived_step_s"]
-    base = dict(source="Test (2020)", model="GPT-2B", layers="24", hidden="2048", heads="16", kv_heads="16",
-                ffn="8192", vocab="51200", seq="2048", gpu="H100-80GB", n_gpus="8", tp="1", pp="1", cp="1", vp="",
-                dp="8", mbs="n/s", gbs="64", precision="bf16", recompute="n/s", sp="n/s", dist_opt="n/s",
-                flops_convention="", derived_tokens_per_gpu="", derived_step_s="")
+    columns = [
+        "id",
+        "source",
+        "model",
+        "layers",
+        "hidden",
+        "heads",
+        "kv_heads",
+        "ffn",
+        "vocab",
+        "seq",
+        "gpu",
+        "n_gpus",
+        "tp",
+        "pp",
+        "cp",
+        "vp",
+        "dp",
+        "mbs",
+        "gbs",
+        "precision",
+        "recompute",
+        "sp",
+        "dist_opt",
+        "target",
+        "target_value",
+        "flops_convention",
+        "derived_tokens_per_gpu",
+        "derived_step_s",
+    ]
+    base = dict(
+        source="Test (2020)",
+        model="GPT-2B",
+        layers="24",
+        hidden="2048",
+        heads="16",
+        kv_heads="16",
+        ffn="8192",
+        vocab="51200",
+        seq="2048",
+        gpu="H100-80GB",
+        n_gpus="8",
+        tp="1",
+        pp="1",
+        cp="1",
+        vp="",
+        dp="8",
+        mbs="n/s",
+        gbs="64",
+        precision="bf16",
+        recompute="n/s",
+        sp="n/s",
+        dist_opt="n/s",
+        flops_convention="",
+        derived_tokens_per_gpu="",
+        derived_step_s="",
+    )
     rows = [
         dict(base, id="A-step", target="iteration_time_s", target_value="0.5"),
         dict(base, id="B-tokens", target="tokens_per_sec_per_gpu", target_value="30000"),
-        dict(base, id="C-tflops", target="tflops_per_gpu", target_value="400",
-             flops_convention="72*l*h^2*(1+s/6h+V/12lh)"),
+        dict(
+            base,
+            id="C-tflops",
+            target="tflops_per_gpu",
+            target_value="400",
+            flops_convention="72*l*h^2*(1+s/6h+V/12lh)",
+        ),
         dict(base, id="D-broken", target="iteration_time_s", target_value="1", tp="3", dp=""),
     ]
     path = tmp_path / "rows.csv"
@@ -252,8 +360,15 @@ def test_benchmark_prints_one_line_per_row_and_a_summary(tmp_path):
     assert found["A-step"].group(2) == "step_s" and float(found["A-step"].group(4)) == 0.5
     assert found["B-tokens"].group(2) == "tok/s/gpu" and float(found["B-tokens"].group(4)) == 30000
     # 400 TFLOP/s at the 72-formula's FLOPs per token of this shape.
-    spec = gpt(num_layers=24, hidden_size=2048, num_attention_heads=16, ffn_hidden_size=8192, tensor_parallel=1,
-               pipeline_parallel=1, num_nodes=1)
+    spec = gpt(
+        num_layers=24,
+        hidden_size=2048,
+        num_attention_heads=16,
+        ffn_hidden_size=8192,
+        tensor_parallel=1,
+        pipeline_parallel=1,
+        num_nodes=1,
+    )
     assert float(found["C-tflops"].group(4)) == pytest.approx(400e12 / flops.model_flops_per_token(spec), rel=1e-3)
     assert re.search(r"D-broken\s+skipped: .*world_size.*tensor_parallel", text)
     assert re.search(r"^rows starting with 'A-': n=1 mean \|error\| [\d.]+ % max \|error\| [\d.]+ %$", text, re.M)

@@ -17,11 +17,19 @@ from nemo import lightning as nl
 class RecipeCheckpoint(nl.ModelCheckpoint):
     """`nl.ModelCheckpoint` with both triggers; every other argument is NeMo's."""
 
-    def __init__(self, *, every_n_train_steps: Optional[int] = None,
-                 train_time_interval: Optional[timedelta] = None, save_optim_on_train_end: bool = True,
-                 **kwargs: Any) -> None:
-        super().__init__(train_time_interval=train_time_interval,
-                         every_n_train_steps=None if train_time_interval else every_n_train_steps,
-                         save_optim_on_train_end=save_optim_on_train_end, **kwargs)
+    def __init__(
+        self,
+        *,
+        every_n_train_steps: Optional[int] = None,
+        train_time_interval: Optional[timedelta] = None,
+        save_optim_on_train_end: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(
+            train_time_interval=train_time_interval,
+            every_n_train_steps=None if train_time_interval else every_n_train_steps,
+            save_optim_on_train_end=save_optim_on_train_end,
+            **kwargs,
+        )
         # Set after Lightning's mutual-exclusion check; its on_train_batch_end saves when either trigger fires.
         self._every_n_train_steps = every_n_train_steps or 0

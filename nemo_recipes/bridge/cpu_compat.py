@@ -59,8 +59,10 @@ def version_problems(installed: dict[str, str | None] | None = None) -> list[str
     for package, pinned in PINNED.items():
         have = installed.get(package)
         if have is None or have.split("+")[0] != pinned:
-            lines.append(f"{package} {have or 'is not installed'}{' is installed' if have else ''}; "
-                         f"the patches were written for {pinned}")
+            lines.append(
+                f"{package} {have or 'is not installed'}{' is installed' if have else ''}; "
+                f"the patches were written for {pinned}"
+            )
     return lines
 
 
@@ -70,10 +72,12 @@ def check_versions() -> None:
         raise CompatError(
             "the CPU compatibility layer refuses to train on this stack: " + "; ".join(problems) + ". Fix: install "
             "the pinned releases (pip install -c constraints.txt -e .), or run on a machine with CUDA, where no "
-            "patch is needed.")
+            "patch is needed."
+        )
 
 
 # ---- settings ----
+
 
 def cpu_settings(recipe: Any, processes: int) -> Any:
     """The supported values a recipe Partial needs on CPU; every other choice of the recipe stays."""
@@ -106,8 +110,11 @@ def _trace(what: str) -> None:
     skip = _HERE + (os.path.dirname(torch.__file__),)
     while frame is not None and frame.f_code.co_filename.startswith(skip):
         frame = frame.f_back
-    where = "?" if frame is None else (
-        f"{frame.f_code.co_filename.split('site-packages/')[-1]}:{frame.f_lineno} ({frame.f_code.co_name})")
+    where = (
+        "?"
+        if frame is None
+        else (f"{frame.f_code.co_filename.split('site-packages/')[-1]}:{frame.f_lineno} ({frame.f_code.co_name})")
+    )
     if (what, where) not in _SEEN:
         _SEEN.add((what, where))
         print(f"[cpu-compat rank {os.environ.get('RANK', '0')}] {what} <- {where}", file=sys.stderr, flush=True)
@@ -185,6 +192,7 @@ def cpu_scope() -> Iterator[None]:
 
 # ---- the patches ----
 
+
 @dataclass(frozen=True)
 class Patch:
     """One wrapped library function: `target` is 'module:Owner.attribute' (or 'module:function')."""
@@ -221,6 +229,7 @@ def _in_cpu_scope(patch: Patch) -> bool:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             with cpu_scope():
                 return function(*args, **kwargs)
+
         return wrapper
 
     return _replace(patch, make)
@@ -229,11 +238,13 @@ def _in_cpu_scope(patch: Patch) -> bool:
 def _no_cuda_rng_state(patch: Patch) -> bool:
     """Megatron's recomputation (tensor_parallel.CheckpointFunction) saves and restores the CUDA generator's state
     around the recomputed forward; without CUDA there is none to keep (the CPU state is kept by the caller)."""
+
     def make(function: Callable) -> Callable:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             import torch
 
             return torch.empty(0, dtype=torch.uint8) if function.__name__.startswith("_get") else None
+
         return wrapper
 
     return _replace(patch, make)
@@ -279,6 +290,7 @@ def _cpu_rng_tracker(patch: Patch) -> bool:
             mrandom._CUDA_RNG_STATE_TRACKER_INITIALIZED = True
             # The same seed NeMo gives Megatron on a GPU: distinct per pipeline stage.
             mrandom.model_parallel_cuda_manual_seed(seed + 100 * megatron_init.get_pipeline_model_parallel_rank())
+
         return wrapper
 
     return _replace(patch, make)
@@ -310,6 +322,7 @@ def _template_without_state(patch: Patch) -> bool:
             if self.grad_scaler:
                 result["grad_scaler"] = self.grad_scaler.state_dict()
             return result
+
         return state_dict
 
     return _replace(patch, make)
@@ -333,6 +346,7 @@ def _restore_adam_step(patch: Patch) -> bool:
                     if "step" in state:
                         state["step"] = step.clone()
             return result
+
         return load_state_dict
 
     return _replace(patch, make)
@@ -345,7 +359,8 @@ def _dp_reshardable_without_step(patch: Patch) -> bool:
     from megatron.core.optimizer import distrib_optimizer
 
     if not _torch_optimizer_path() or "if key == 'step'" in inspect.getsource(
-            distrib_optimizer.DistributedOptimizer.sharded_param_state_dp_reshardable):
+        distrib_optimizer.DistributedOptimizer.sharded_param_state_dp_reshardable
+    ):
         return False
 
     def make(function: Callable) -> Callable:
@@ -357,6 +372,7 @@ def _dp_reshardable_without_step(patch: Patch) -> bool:
                         for tensors in bucket_state:
                             tensors.pop("step", None)
             return state
+
         return get_parameter_state_dp_reshardable
 
     return _replace(patch, make)
@@ -368,7 +384,8 @@ def _keep_step_on_load(patch: Patch) -> bool:
     from megatron.core.optimizer import distrib_optimizer
 
     if not _torch_optimizer_path() or "if key == 'step'" in inspect.getsource(
-            distrib_optimizer.DistributedOptimizer.sharded_param_state_dp_reshardable):
+        distrib_optimizer.DistributedOptimizer.sharded_param_state_dp_reshardable
+    ):
         return False
 
     def make(function: Callable) -> Callable:
@@ -380,6 +397,7 @@ def _keep_step_on_load(patch: Patch) -> bool:
                 if "step" in own:
                     tensors = {**tensors, "step": own["step"].clone()}
             return function(self, model_param, tensors)
+
         return _set_main_param_and_optimizer_states
 
     return _replace(patch, make)
@@ -397,6 +415,7 @@ def _timers_without_timers(patch: Patch) -> bool:
     def make(function: Callable) -> Callable:
         def _get_elapsed_time_all_ranks(self: Any, names: Any, reset: bool, barrier: bool) -> Any:
             return None if len(names) == 0 else function(self, names, reset, barrier)
+
         return _get_elapsed_time_all_ranks
 
     return _replace(patch, make)
@@ -405,7 +424,7 @@ def _timers_without_timers(patch: Patch) -> bool:
 def _identity(patch: Patch) -> bool:
     """NeMo moves loaded checkpoint tensors to the current CUDA device and asserts CUDA is initialised; on the CPU
     they already are where they belong."""
-    return _replace(patch, lambda function: (lambda checkpoint: checkpoint))
+    return _replace(patch, lambda function: lambda checkpoint: checkpoint)
 
 
 def _sequence_parallel_torch_norm(patch: Patch) -> bool:
@@ -413,6 +432,7 @@ def _sequence_parallel_torch_norm(patch: Patch) -> bool:
     parallelism. Sequence parallelism only needs the norm's gradients summed over the tensor-parallel group, which
     Megatron does for every parameter marked `sequence_parallel` (as TE's and Apex's norms mark theirs): build the
     norm without the flag, then mark its parameters."""
+
     def make(function: Callable) -> Callable:
         def __new__(cls: Any, config: Any, hidden_size: int, *args: Any, **kwargs: Any) -> Any:
             if not config.sequence_parallel:
@@ -425,6 +445,7 @@ def _sequence_parallel_torch_norm(patch: Patch) -> bool:
             for parameter in norm.parameters():
                 parameter.sequence_parallel = True
             return norm
+
         return __new__
 
     return _replace(patch, make)
@@ -437,58 +458,135 @@ def _async_finalize_available(patch: Patch) -> bool:
 
 
 PATCHES: tuple[Patch, ...] = (
-    Patch("cuda-stream", "nemo.lightning.megatron_parallel:MegatronParallel.init_model_parallel",
-          "megatron_parallel.py:617 wraps DDP set-up in torch.cuda.stream(torch.cuda.Stream())", _in_cpu_scope),
-    Patch("ddp-buffers", "megatron.core.distributed.param_and_grad_buffer:_ParamAndGradBuffer.__init__",
-          "param_and_grad_buffer.py:796-806 allocates gradient buffers on torch.cuda.current_device()", _in_cpu_scope),
-    Patch("optimizer-build", "megatron.core.optimizer:get_megatron_optimizer",
-          "optimizer.py:485 allocates on 'cuda'; distrib_optimizer.py:361 checks for torch.cuda tensor types",
-          _in_cpu_scope),
-    *(Patch(f"schedule-{kind}", f"megatron.core.pipeline_parallel.schedules:forward_backward_{kind}",
+    Patch(
+        "cuda-stream",
+        "nemo.lightning.megatron_parallel:MegatronParallel.init_model_parallel",
+        "megatron_parallel.py:617 wraps DDP set-up in torch.cuda.stream(torch.cuda.Stream())",
+        _in_cpu_scope,
+    ),
+    Patch(
+        "ddp-buffers",
+        "megatron.core.distributed.param_and_grad_buffer:_ParamAndGradBuffer.__init__",
+        "param_and_grad_buffer.py:796-806 allocates gradient buffers on torch.cuda.current_device()",
+        _in_cpu_scope,
+    ),
+    Patch(
+        "optimizer-build",
+        "megatron.core.optimizer:get_megatron_optimizer",
+        "optimizer.py:485 allocates on 'cuda'; distrib_optimizer.py:361 checks for torch.cuda tensor types",
+        _in_cpu_scope,
+    ),
+    *(
+        Patch(
+            f"schedule-{kind}",
+            f"megatron.core.pipeline_parallel.schedules:forward_backward_{kind}",
             "schedules.py:596 counts tokens on 'cuda'; pipeline sends and the global memory buffer allocate there",
-            _in_cpu_scope)
-      for kind in ("no_pipelining", "pipelining_without_interleaving", "pipelining_with_interleaving")),
-    Patch("training-step", "nemo.lightning.pytorch.strategies.megatron_strategy:MegatronStrategy.training_step",
-          "megatron_strategy.py:801-881 and data_sampler.py:192,212 copy step scalars with pin_memory to 'cuda'",
-          _in_cpu_scope),
-    Patch("validation-step", "nemo.lightning.pytorch.strategies.megatron_strategy:MegatronStrategy.validation_step",
-          "the validation twin of training-step", _in_cpu_scope),
-    Patch("optimizer-step", "nemo.lightning.pytorch.strategies.megatron_strategy:MegatronStrategy.optimizer_step",
-          "clip_grads.py:103-174 computes the gradient norm on 'cuda'", _in_cpu_scope),
-    Patch("checkpoint-save", "nemo.lightning.pytorch.strategies.megatron_strategy:MegatronStrategy.save_checkpoint",
-          "filesystem_async.py:230 and async_utils.py:210 call torch.cuda.synchronize(); state_dict_saver.py:251",
-          _in_cpu_scope),
-    Patch("checkpoint-load", "nemo.lightning.pytorch.strategies.megatron_strategy:MegatronStrategy.load_checkpoint",
-          "distrib_optimizer.py:790 allocates the loaded optimizer state on 'cuda'", _in_cpu_scope),
-    Patch("async-finalize", "nemo.utils.callbacks.dist_ckpt_io:AsyncFinalizableCheckpointIO.maybe_finalize_save_checkpoint",
-          "async_utils.py:163 gathers the writers' liveness on torch.cuda.current_device()", _async_finalize_available),
-    Patch("tied-embeddings", "megatron.core.models.common.language_module.language_module:"
-          "LanguageModule.setup_embeddings_and_output_layer",
-          "language_module.py:244 moves the tied embedding to the GPU before its first/last-stage all-reduce (PP > 1)",
-          _in_cpu_scope),
-    Patch("recompute-rng-get", "megatron.core.tensor_parallel.random:_get_cuda_rng_state",
-          "random.py:383 saves the CUDA generator state around recomputed layers", _no_cuda_rng_state),
-    Patch("recompute-rng-set", "megatron.core.tensor_parallel.random:_set_cuda_rng_state",
-          "random.py:391 restores it", _no_cuda_rng_state),
-    Patch("rng-tracker", "nemo.lightning.megatron_init:_set_random_seed",
-          "megatron_init.py:238 seeds the model-parallel RNG tracker only when a GPU is counted", _cpu_rng_tracker),
-    Patch("loaded-tensors-device", "nemo.lightning.io.pl:_fix_tensors_device",
-          "pl.py:495 asserts torch.cuda.is_initialized() after every distributed-checkpoint load", _identity),
-    Patch("norm-sequence-parallel", "megatron.core.transformer.torch_norm:WrappedTorchNorm.__new__",
-          "torch_norm.py:32 refuses sequence parallelism for torch LayerNorm", _sequence_parallel_torch_norm),
-    Patch("timers-rank0", "megatron.core.timers:Timers._get_elapsed_time_all_ranks",
-          "timers.py:286 allocates on the GPU and all-gathers on rank 0 alone", _timers_without_timers),
-    Patch("distopt-template", "megatron.core.optimizer.distrib_optimizer:DistributedOptimizer.state_dict",
-          "distrib_optimizer.py:640 asserts an Adam step exists before the first step (resume template)",
-          _template_without_state),
-    Patch("distopt-adam-step", "megatron.core.optimizer.distrib_optimizer:DistributedOptimizer.load_state_dict",
-          "distrib_optimizer.py:936 overwrites the loaded Adam step with the template's", _restore_adam_step),
-    Patch("distopt-save-step", "megatron.core.optimizer.distrib_optimizer:"
-          "DistributedOptimizer.get_parameter_state_dp_reshardable",
-          "distrib_optimizer.py:1646 shape check fails on torch AdamW's 0-dim step (0.15.3)", _dp_reshardable_without_step),
-    Patch("distopt-load-step", "megatron.core.optimizer.distrib_optimizer:"
-          "DistributedOptimizer._set_main_param_and_optimizer_states",
-          "distrib_optimizer.py:928 KeyError 'step' once the step is left out of the saved state", _keep_step_on_load),
+            _in_cpu_scope,
+        )
+        for kind in ("no_pipelining", "pipelining_without_interleaving", "pipelining_with_interleaving")
+    ),
+    Patch(
+        "training-step",
+        "nemo.lightning.pytorch.strategies.megatron_strategy:MegatronStrategy.training_step",
+        "megatron_strategy.py:801-881 and data_sampler.py:192,212 copy step scalars with pin_memory to 'cuda'",
+        _in_cpu_scope,
+    ),
+    Patch(
+        "validation-step",
+        "nemo.lightning.pytorch.strategies.megatron_strategy:MegatronStrategy.validation_step",
+        "the validation twin of training-step",
+        _in_cpu_scope,
+    ),
+    Patch(
+        "optimizer-step",
+        "nemo.lightning.pytorch.strategies.megatron_strategy:MegatronStrategy.optimizer_step",
+        "clip_grads.py:103-174 computes the gradient norm on 'cuda'",
+        _in_cpu_scope,
+    ),
+    Patch(
+        "checkpoint-save",
+        "nemo.lightning.pytorch.strategies.megatron_strategy:MegatronStrategy.save_checkpoint",
+        "filesystem_async.py:230 and async_utils.py:210 call torch.cuda.synchronize(); state_dict_saver.py:251",
+        _in_cpu_scope,
+    ),
+    Patch(
+        "checkpoint-load",
+        "nemo.lightning.pytorch.strategies.megatron_strategy:MegatronStrategy.load_checkpoint",
+        "distrib_optimizer.py:790 allocates the loaded optimizer state on 'cuda'",
+        _in_cpu_scope,
+    ),
+    Patch(
+        "async-finalize",
+        "nemo.utils.callbacks.dist_ckpt_io:AsyncFinalizableCheckpointIO.maybe_finalize_save_checkpoint",
+        "async_utils.py:163 gathers the writers' liveness on torch.cuda.current_device()",
+        _async_finalize_available,
+    ),
+    Patch(
+        "tied-embeddings",
+        "megatron.core.models.common.language_module.language_module:LanguageModule.setup_embeddings_and_output_layer",
+        "language_module.py:244 moves the tied embedding to the GPU before its first/last-stage all-reduce (PP > 1)",
+        _in_cpu_scope,
+    ),
+    Patch(
+        "recompute-rng-get",
+        "megatron.core.tensor_parallel.random:_get_cuda_rng_state",
+        "random.py:383 saves the CUDA generator state around recomputed layers",
+        _no_cuda_rng_state,
+    ),
+    Patch(
+        "recompute-rng-set",
+        "megatron.core.tensor_parallel.random:_set_cuda_rng_state",
+        "random.py:391 restores it",
+        _no_cuda_rng_state,
+    ),
+    Patch(
+        "rng-tracker",
+        "nemo.lightning.megatron_init:_set_random_seed",
+        "megatron_init.py:238 seeds the model-parallel RNG tracker only when a GPU is counted",
+        _cpu_rng_tracker,
+    ),
+    Patch(
+        "loaded-tensors-device",
+        "nemo.lightning.io.pl:_fix_tensors_device",
+        "pl.py:495 asserts torch.cuda.is_initialized() after every distributed-checkpoint load",
+        _identity,
+    ),
+    Patch(
+        "norm-sequence-parallel",
+        "megatron.core.transformer.torch_norm:WrappedTorchNorm.__new__",
+        "torch_norm.py:32 refuses sequence parallelism for torch LayerNorm",
+        _sequence_parallel_torch_norm,
+    ),
+    Patch(
+        "timers-rank0",
+        "megatron.core.timers:Timers._get_elapsed_time_all_ranks",
+        "timers.py:286 allocates on the GPU and all-gathers on rank 0 alone",
+        _timers_without_timers,
+    ),
+    Patch(
+        "distopt-template",
+        "megatron.core.optimizer.distrib_optimizer:DistributedOptimizer.state_dict",
+        "distrib_optimizer.py:640 asserts an Adam step exists before the first step (resume template)",
+        _template_without_state,
+    ),
+    Patch(
+        "distopt-adam-step",
+        "megatron.core.optimizer.distrib_optimizer:DistributedOptimizer.load_state_dict",
+        "distrib_optimizer.py:936 overwrites the loaded Adam step with the template's",
+        _restore_adam_step,
+    ),
+    Patch(
+        "distopt-save-step",
+        "megatron.core.optimizer.distrib_optimizer:DistributedOptimizer.get_parameter_state_dp_reshardable",
+        "distrib_optimizer.py:1646 shape check fails on torch AdamW's 0-dim step (0.15.3)",
+        _dp_reshardable_without_step,
+    ),
+    Patch(
+        "distopt-load-step",
+        "megatron.core.optimizer.distrib_optimizer:DistributedOptimizer._set_main_param_and_optimizer_states",
+        "distrib_optimizer.py:928 KeyError 'step' once the step is left out of the saved state",
+        _keep_step_on_load,
+    ),
 )
 
 

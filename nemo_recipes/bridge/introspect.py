@@ -33,9 +33,16 @@ def spec_from_partial(partial: Any) -> RecipeSpec:
     """The spec that `partial` (a recipe of ours, possibly edited) describes."""
     model_config = _get(partial, "model.config")
     if model_config is None or _get(partial, "trainer.strategy") is None:
-        raise InvalidRecipeError([Problem(
-            "recipe", type(partial).__name__, "is not a pretraining recipe with model.config and trainer.strategy.",
-            "pass a recipe built by nemo_recipes (e.g. nemo_recipes.gpt_7b()).")])
+        raise InvalidRecipeError(
+            [
+                Problem(
+                    "recipe",
+                    type(partial).__name__,
+                    "is not a pretraining recipe with model.config and trainer.strategy.",
+                    "pass a recipe built by nemo_recipes (e.g. nemo_recipes.gpt_7b()).",
+                )
+            ]
+        )
     recipe_name = _RECIPE_OF_CLASS.get(getattr(model_config, "__fn_or_cls__", None), "custom")
     base = RECIPES.get(recipe_name)
 
@@ -60,7 +67,8 @@ def spec_from_partial(partial: Any) -> RecipeSpec:
         "sequence_parallel": bool(_get(partial, "trainer.strategy.sequence_parallel", False)),
         "pipeline_counts_embedding_and_loss": bool(
             _get(partial, "trainer.strategy.account_for_embedding_in_pipeline_split", False)
-            and _get(partial, "trainer.strategy.account_for_loss_in_pipeline_split", False)),
+            and _get(partial, "trainer.strategy.account_for_loss_in_pipeline_split", False)
+        ),
         "micro_batch_size": _get(partial, "data.micro_batch_size"),
         "global_batch_size": _get(partial, "data.global_batch_size"),
         "distributed_optimizer": bool(_get(partial, "optim.config.use_distributed_optimizer", False)),
@@ -78,8 +86,10 @@ def spec_from_partial(partial: Any) -> RecipeSpec:
     }
     recompute_num_layers = _get(model_config, "recompute_num_layers")
     values["recompute"] = _get(model_config, "recompute_granularity") or "none"
-    tp_overlap = any(getattr(c, "__fn_or_cls__", None) is TensorParallelCommOverlap
-                     for c in _get(partial, "trainer.callbacks", []) or [])
+    tp_overlap = any(
+        getattr(c, "__fn_or_cls__", None) is TensorParallelCommOverlap
+        for c in _get(partial, "trainer.callbacks", []) or []
+    )
     if values["tensor_parallel"] == 1 and not values["sequence_parallel"]:
         values["sequence_parallel"] = None  # the catalog's 'auto', so TP=1 does not read as an explicit choice
     elif values["sequence_parallel"] == (values["tensor_parallel"] > 1):
@@ -88,8 +98,11 @@ def spec_from_partial(partial: Any) -> RecipeSpec:
     if max_lr and min_lr is not None:
         values["min_lr_ratio"] = round(min_lr / max_lr, 12)
     values.update(_data(partial))
-    values = {k: v for k, v in values.items() if v is not None or k in ("virtual_pipeline", "num_query_groups",
-                                                                         "sequence_parallel", "recompute_num_layers")}
+    values = {
+        k: v
+        for k, v in values.items()
+        if v is not None or k in ("virtual_pipeline", "num_query_groups", "sequence_parallel", "recompute_num_layers")
+    }
     values.update(_checkpoint(partial))
     if base is not None:
         spec = base.replace(**{k: v for k, v in values.items() if k in field_names()})
@@ -123,9 +136,11 @@ def _checkpoint(partial: Any) -> dict[str, Any]:
     if interval is not None and not isinstance(interval, timedelta):
         interval = fdl.build(interval)  # the recipe holds run.Config(timedelta, minutes=...)
     minutes = interval.total_seconds() / 60 if interval is not None else None
-    return {"checkpoint_every_steps": getattr(checkpoint, "every_n_train_steps", None) or None,
-            "checkpoint_every_minutes": minutes,
-            "checkpoint_async": bool(_get(partial, "trainer.strategy.ckpt_async_save", False))}
+    return {
+        "checkpoint_every_steps": getattr(checkpoint, "every_n_train_steps", None) or None,
+        "checkpoint_every_minutes": minutes,
+        "checkpoint_async": bool(_get(partial, "trainer.strategy.ckpt_async_save", False)),
+    }
 
 
 def _data(partial: Any) -> dict[str, Any]:

@@ -60,8 +60,11 @@ def recompute_values(spec: RecipeSpec) -> dict[str, Any]:
     if spec.recompute == "full":
         # 'block' recomputes the first N layers of each model chunk fully; with N = all of them it equals 'uniform'
         # with 1. The chunk size is the planner's (one formula for bridge, memory and throughput).
-        return {"recompute_granularity": "full", "recompute_method": "block",
-                "recompute_num_layers": spec.recompute_num_layers or Layout.of(spec).layers_per_chunk}
+        return {
+            "recompute_granularity": "full",
+            "recompute_method": "block",
+            "recompute_num_layers": spec.recompute_num_layers or Layout.of(spec).layers_per_chunk,
+        }
     return {"recompute_granularity": None, "recompute_method": None, "recompute_num_layers": None}
 
 
@@ -72,9 +75,11 @@ def _config_class(class_name: str, recipe_name: str) -> type[GPTConfig]:
     namespace: dict[str, Any] = {
         "__module__": __name__,
         "__qualname__": class_name,
-        "__doc__": (f"GPT {spec.size_label} of the nemo-recipes catalog ({recipe_name}): {spec.num_layers} layers, "
-                    f"hidden {spec.hidden_size}, {spec.num_attention_heads} heads, FFN {spec.ffn_hidden_size}, "
-                    f"sequence {spec.seq_length}; {spec.num_parameters:,} parameters."),
+        "__doc__": (
+            f"GPT {spec.size_label} of the nemo-recipes catalog ({recipe_name}): {spec.num_layers} layers, "
+            f"hidden {spec.hidden_size}, {spec.num_attention_heads} heads, FFN {spec.ffn_hidden_size}, "
+            f"sequence {spec.seq_length}; {spec.num_parameters:,} parameters."
+        ),
         "__annotations__": {name: parent_types[name] for name in defaults},
         **defaults,
     }
@@ -84,7 +89,8 @@ def _config_class(class_name: str, recipe_name: str) -> type[GPTConfig]:
 #: One config class per catalog row, each a module-level name (GPTConfig1_3B, GPTConfig7B, ...): a new row gets its
 #: class here without a line of its own.
 CONFIG_CLASSES: dict[str, type[GPTConfig]] = {
-    name: _config_class(config_class_name(spec), name) for name, spec in RECIPES.items()}
+    name: _config_class(config_class_name(spec), name) for name, spec in RECIPES.items()
+}
 globals().update({cls.__name__: cls for cls in CONFIG_CLASSES.values()})
 
 

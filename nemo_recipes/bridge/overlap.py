@@ -51,11 +51,21 @@ class TensorParallelCommOverlap(MegatronCommOverlapCallback):
     """`MegatronCommOverlapCallback(tp_comm_overlap=True)` that keeps the recipe's other overlap settings and does
     nothing where Transformer Engine, CUDA or a Hopper-or-newer GPU is missing."""
 
-    def __init__(self, overlap_grad_reduce: bool = True, overlap_param_gather: bool = True,
-                 overlap_p2p_comm: bool = False, batch_p2p_comm: bool = True):
-        super().__init__(tp_comm_overlap=True, tp_comm_bootstrap_backend=BOOTSTRAP_BACKEND,
-                         overlap_grad_reduce=overlap_grad_reduce, overlap_param_gather=overlap_param_gather,
-                         overlap_p2p_comm=overlap_p2p_comm, batch_p2p_comm=batch_p2p_comm)
+    def __init__(
+        self,
+        overlap_grad_reduce: bool = True,
+        overlap_param_gather: bool = True,
+        overlap_p2p_comm: bool = False,
+        batch_p2p_comm: bool = True,
+    ):
+        super().__init__(
+            tp_comm_overlap=True,
+            tp_comm_bootstrap_backend=BOOTSTRAP_BACKEND,
+            overlap_grad_reduce=overlap_grad_reduce,
+            overlap_param_gather=overlap_param_gather,
+            overlap_p2p_comm=overlap_p2p_comm,
+            batch_p2p_comm=batch_p2p_comm,
+        )
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         reason = inert_reason()
@@ -72,6 +82,12 @@ def comm_overlap_callbacks(spec: RecipeSpec) -> list[run.Config]:
     from nemo_recipes.bridge.model import pipeline_comm_values
 
     p2p = pipeline_comm_values(spec)
-    return [run.Config(TensorParallelCommOverlap, overlap_grad_reduce=spec.overlap_grad_reduce,
-                       overlap_param_gather=spec.overlap_param_gather and spec.distributed_optimizer,
-                       overlap_p2p_comm=p2p["overlap_p2p_comm"], batch_p2p_comm=p2p["batch_p2p_comm"])]
+    return [
+        run.Config(
+            TensorParallelCommOverlap,
+            overlap_grad_reduce=spec.overlap_grad_reduce,
+            overlap_param_gather=spec.overlap_param_gather and spec.distributed_optimizer,
+            overlap_p2p_comm=p2p["overlap_p2p_comm"],
+            batch_p2p_comm=p2p["batch_p2p_comm"],
+        )
+    ]

@@ -102,8 +102,7 @@ def trainer(spec: RecipeSpec, callbacks: Optional[list] = None) -> run.Config[nl
         use_distributed_sampler=False,
         plugins=precision(spec),
         strategy=strategy(spec),
-        callbacks=[run.Config(TimingCallback), run.Config(Preflight, precision=spec.precision),
-                   *(callbacks or [])],
+        callbacks=[run.Config(TimingCallback), run.Config(Preflight, precision=spec.precision), *(callbacks or [])],
     )
 
 
@@ -154,13 +153,17 @@ def tokenizer(spec: RecipeSpec) -> run.Config:
 def blend(spec: RecipeSpec) -> list:
     """Megatron's zipped blend [w1, path1, w2, path2, ...]; equal weights when none are given."""
     weights = spec.data_weights or (1.0,) * len(spec.data_paths)
-    return [item for weight, path in zip(weights, spec.data_paths) for item in (float(weight), path)]
+    return [item for weight, path in zip(weights, spec.data_paths, strict=True) for item in (float(weight), path)]
 
 
 def data(spec: RecipeSpec) -> run.Config:
     """Sequence length, micro and global batch come from the same spec as the model, so they cannot disagree."""
-    common = dict(seq_length=spec.seq_length, micro_batch_size=spec.micro_batch_size,
-                  global_batch_size=spec.global_batch_size, tokenizer=tokenizer(spec))
+    common = dict(
+        seq_length=spec.seq_length,
+        micro_batch_size=spec.micro_batch_size,
+        global_batch_size=spec.global_batch_size,
+        tokenizer=tokenizer(spec),
+    )
     if not spec.data_paths:
         return run.Config(MockDataModule, num_train_samples=spec.train_steps * spec.global_batch_size, **common)
     return run.Config(PreTrainingDataModule, paths=blend(spec), **common)

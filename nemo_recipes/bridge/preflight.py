@@ -19,23 +19,39 @@ from nemo_recipes.errors import InvalidRecipeError, Problem
 FP8_MIN_CAPABILITY = (8, 9)
 
 
-def fp8_problems(has_transformer_engine: bool, capability: Optional[tuple[int, int]], device_name: str) -> list[Problem]:
+def fp8_problems(
+    has_transformer_engine: bool, capability: Optional[tuple[int, int]], device_name: str
+) -> list[Problem]:
     """Why FP8 cannot run here (empty when it can). Split from the callback so the rule is testable on any machine."""
     problems = []
     if not has_transformer_engine:
-        problems.append(Problem(
-            "precision", "fp8", "FP8 needs NVIDIA Transformer Engine, which is not installed in this environment.",
-            "install it (`pip install 'nemo-recipes[gpu]'`, or use the image built from docker/Dockerfile), "
-            "or set precision='bf16'."))
+        problems.append(
+            Problem(
+                "precision",
+                "fp8",
+                "FP8 needs NVIDIA Transformer Engine, which is not installed in this environment.",
+                "install it (`pip install 'nemo-recipes[gpu]'`, or use the image built from docker/Dockerfile), "
+                "or set precision='bf16'.",
+            )
+        )
     if capability is None:
-        problems.append(Problem(
-            "precision", "fp8", "FP8 needs a CUDA GPU, and none is visible.",
-            "run on Hopper (H100/H200), Ada or Blackwell GPUs, or set precision='bf16'."))
+        problems.append(
+            Problem(
+                "precision",
+                "fp8",
+                "FP8 needs a CUDA GPU, and none is visible.",
+                "run on Hopper (H100/H200), Ada or Blackwell GPUs, or set precision='bf16'.",
+            )
+        )
     elif capability < FP8_MIN_CAPABILITY:
-        problems.append(Problem(
-            "precision", "fp8",
-            f"{device_name} (compute capability {capability[0]}.{capability[1]}) has no FP8 tensor cores.",
-            "run on Hopper (H100/H200), Ada or Blackwell GPUs, or set precision='bf16'."))
+        problems.append(
+            Problem(
+                "precision",
+                "fp8",
+                f"{device_name} (compute capability {capability[0]}.{capability[1]}) has no FP8 tensor cores.",
+                "run on Hopper (H100/H200), Ada or Blackwell GPUs, or set precision='bf16'.",
+            )
+        )
     return problems
 
 
@@ -46,10 +62,12 @@ def async_save_available() -> bool:
     return bool(getattr(dist_ckpt_io, "HAVE_MEGATRON_CORE", False))
 
 
-ASYNC_FALLBACK = ("checkpoint_async=True: this NeMo cannot save checkpoints asynchronously with the installed "
-                  "Megatron-Core (megatron.core.dist_checkpointing.strategies.tensorstore is missing); saving "
-                  "synchronously instead. Fix: install the pinned megatron-core (pip install -c constraints.txt), "
-                  "or set checkpoint_async=False to silence this.")
+ASYNC_FALLBACK = (
+    "checkpoint_async=True: this NeMo cannot save checkpoints asynchronously with the installed "
+    "Megatron-Core (megatron.core.dist_checkpointing.strategies.tensorstore is missing); saving "
+    "synchronously instead. Fix: install the pinned megatron-core (pip install -c constraints.txt), "
+    "or set checkpoint_async=False to silence this."
+)
 
 
 class Preflight(Callback):

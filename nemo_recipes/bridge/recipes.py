@@ -33,8 +33,14 @@ def build_recipe(spec: RecipeSpec, *, name: str = "default", dir: Optional[str] 
     """The `run.Partial` of `llm.pretrain` for `spec`, after checking the spec on its own cluster size."""
     problems = not_a_spec(spec) + plain_name_problems("name", name)
     if dir is not None and (not isinstance(dir, str) or not dir.strip() or "\0" in dir):
-        problems.append(Problem("dir", dir, "must be a directory path or None.", "give dir='/results', or leave it "
-                                "unset for NeMo's default."))
+        problems.append(
+            Problem(
+                "dir",
+                dir,
+                "must be a directory path or None.",
+                "give dir='/results', or leave it unset for NeMo's default.",
+            )
+        )
     raise_if_any(problems, context="build_recipe")
     validate(spec, Cluster.of(spec.num_nodes, spec.num_gpus_per_node)).raise_if_invalid()
     trainer = parts.trainer(spec, callbacks=comm_overlap_callbacks(spec))
@@ -74,16 +80,30 @@ def _cli_annotation(hint: Any) -> Any:
 def _lists_from_text(overrides: dict[str, Any], hints: dict[str, Any]) -> dict[str, Any]:
     """NeMo-Run hands over a list it cannot parse (`data_paths=[/a/web, /a/code]`, unquoted) as its text; it is read
     as `nemo-recipes show key=[a,b]` reads it. Other text is left for the catalog to judge."""
-    return {key: read_value(value, hints[key]) if (key in hints and typing.get_origin(hints[key]) is tuple
-                                                   and isinstance(value, str) and value.startswith("[")
-                                                   and value.endswith("]")) else value
-            for key, value in overrides.items()}
+    return {
+        key: read_value(value, hints[key])
+        if (
+            key in hints
+            and typing.get_origin(hints[key]) is tuple
+            and isinstance(value, str)
+            and value.startswith("[")
+            and value.endswith("]")
+        )
+        else value
+        for key, value in overrides.items()
+    }
 
 
 def _positional_problems(recipe_name: str, positional: tuple) -> list[Problem]:
-    return [Problem("positional argument", value, f"{recipe_name}() takes keyword arguments only.",
-                    f"name the field, e.g. {recipe_name}(num_nodes={value!r}) (fields: `nemo-recipes show "
-                    f"{recipe_name}`).") for value in positional]
+    return [
+        Problem(
+            "positional argument",
+            value,
+            f"{recipe_name}() takes keyword arguments only.",
+            f"name the field, e.g. {recipe_name}(num_nodes={value!r}) (fields: `nemo-recipes show {recipe_name}`).",
+        )
+        for value in positional
+    ]
 
 
 def _make_factory(recipe_name: str):
@@ -96,21 +116,29 @@ def _make_factory(recipe_name: str):
         raise_if_any(_positional_problems(recipe_name, positional), context=f"recipe {recipe_name!r}")
         return build_recipe(row.replace(**_lists_from_text(overrides, hints)), name=name, dir=dir)
 
-    parameters = [
-        # NeMo-Run gives a positional argument (`--factory "gpt_7b(4)"`) to the first parameter, whatever its kind;
-        # this one receives it, so that the factory refuses it instead of taking it as the experiment name.
-        inspect.Parameter(_POSITIONAL, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Any),
-        inspect.Parameter("name", inspect.Parameter.KEYWORD_ONLY, default="default", annotation=str),
-        inspect.Parameter("dir", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[str]),
-    ] + [
-        inspect.Parameter(knob, inspect.Parameter.KEYWORD_ONLY, default=getattr(row, knob),
-                          annotation=_cli_annotation(hints[knob]))
-        for knob in knob_names()
-    ] + [
-        # Unknown keys reach the factory, which answers with the closest field name instead of NeMo-Run's bare
-        # "No parameter named ..." (typos must not pass silently, and deserve a suggestion).
-        inspect.Parameter("unknown", inspect.Parameter.VAR_KEYWORD),
-    ]
+    parameters = (
+        [
+            # NeMo-Run gives a positional argument (`--factory "gpt_7b(4)"`) to the first parameter, whatever its kind;
+            # this one receives it, so that the factory refuses it instead of taking it as the experiment name.
+            inspect.Parameter(_POSITIONAL, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Any),
+            inspect.Parameter("name", inspect.Parameter.KEYWORD_ONLY, default="default", annotation=str),
+            inspect.Parameter("dir", inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Optional[str]),
+        ]
+        + [
+            inspect.Parameter(
+                knob,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=getattr(row, knob),
+                annotation=_cli_annotation(hints[knob]),
+            )
+            for knob in knob_names()
+        ]
+        + [
+            # Unknown keys reach the factory, which answers with the closest field name instead of NeMo-Run's bare
+            # "No parameter named ..." (typos must not pass silently, and deserve a suggestion).
+            inspect.Parameter("unknown", inspect.Parameter.VAR_KEYWORD),
+        ]
+    )
     factory.__signature__ = inspect.Signature(parameters, return_annotation=run.Partial)
     factory.__name__ = factory.__qualname__ = recipe_name
     factory.__module__ = __name__
@@ -122,7 +150,7 @@ def _make_factory(recipe_name: str):
         f"default cluster {row.num_nodes} x {row.num_gpus_per_node} GPUs.\n\n"
         f"Examples:\n"
         f"    nemo llm pretrain --factory {recipe_name} --dryrun --yes\n"
-        f"    nemo llm pretrain --factory \"{recipe_name}(num_nodes={row.num_nodes * 2})\"\n"
+        f'    nemo llm pretrain --factory "{recipe_name}(num_nodes={row.num_nodes * 2})"\n'
         f"    recipe = nemo_recipes.{recipe_name}(micro_batch_size=1, precision='fp8')\n"
     )
     return run.cli.factory(target=pretrain, name=recipe_name)(factory)

@@ -22,8 +22,9 @@ FORMATS = ("yaml", "json", "toml")
 
 def dumps(partial: Any, fmt: str) -> str:
     serializer = ConfigSerializer()
-    return {"yaml": serializer.serialize_yaml, "json": serializer.serialize_json,
-            "toml": serializer.serialize_toml}[fmt](partial)
+    return {"yaml": serializer.serialize_yaml, "json": serializer.serialize_json, "toml": serializer.serialize_toml}[
+        fmt
+    ](partial)
 
 
 def load(path: str) -> Any:
@@ -59,5 +60,13 @@ def _locate(path: str) -> Any:
             return obj
         except AttributeError:
             continue
-    raise InvalidRecipeError([Problem("_target_", path, "cannot be imported.",
-                                      "install the package that defines it, or fix the name in the file.")])
+    raise InvalidRecipeError(
+        [
+            Problem(
+                "_target_",
+                path,
+                "cannot be imported.",
+                "install the package that defines it, or fix the name in the file.",
+            )
+        ]
+    )

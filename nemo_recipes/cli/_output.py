@@ -61,16 +61,24 @@ def _default(value: Any) -> Any:
     return repr(value)
 
 
-def error_payload(message: str, problems: list[Problem], *, json_shape: Optional[Callable[..., dict]] = None,
-                  args: Any = None) -> dict:
+def error_payload(
+    message: str, problems: list[Problem], *, json_shape: Optional[Callable[..., dict]] = None, args: Any = None
+) -> dict:
     """The JSON of an error: {error, problems}, or the verb's own shape (`plan` answers with every key of a plan)."""
     if json_shape is not None:
         return json_shape(message, problems, args)
     return {"error": message, "problems": [p.to_dict() for p in problems]}
 
 
-def report_error(verb: str, message: str, problems: list[Problem], *, as_json: bool,
-                 json_shape: Optional[Callable[..., dict]] = None, args: Any = None) -> None:
+def report_error(
+    verb: str,
+    message: str,
+    problems: list[Problem],
+    *,
+    as_json: bool,
+    json_shape: Optional[Callable[..., dict]] = None,
+    args: Any = None,
+) -> None:
     """One clear message on stderr; with --json, the same content as a JSON object on stdout."""
     where = f"{PROG} {verb}" if verb else PROG
     if not problems:
@@ -125,6 +133,7 @@ def silence_stdout() -> None:
 
 
 # ---- numbers people read ----
+
 
 def human_value(value: Any) -> str:
     """How a recipe value reads in a table: no quotes around strings, lists comma-separated, None as '-'."""

@@ -7,8 +7,14 @@ import textwrap
 from typing import Sequence
 
 
-def render(headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[bool] = (),
-           indent: str = "", wrap_last: bool = False) -> str:
+def render(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    right: Sequence[bool] = (),
+    indent: str = "",
+    wrap_last: bool = False,
+) -> str:
     """Columns separated by two spaces; `right[i]` right-aligns column i (numbers).
 
     `wrap_last` folds the last column (long prose such as sources) to the terminal width, continuation lines

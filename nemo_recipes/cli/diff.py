@@ -29,14 +29,18 @@ ABSENT = "(absent)"
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("diff", help=HELP, description=HELP[0].upper() + HELP[1:] + ".",
-                                   epilog=_output.epilog(EXAMPLES) + "\n\nA difference is not a failure: exit 0 "
-                                   "whether or not the two differ.",
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "diff",
+        help=HELP,
+        description=HELP[0].upper() + HELP[1:] + ".",
+        epilog=_output.epilog(EXAMPLES) + "\n\nA difference is not a failure: exit 0 whether or not the two differ.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("a", metavar="A", help="a recipe name or a .yaml/.yml/.json/.toml file from `export`")
     parser.add_argument("b", metavar="B", help="the same, compared with A")
-    parser.add_argument("--json", action="store_true",
-                        help="print JSON: {a, b, kind, differences: [{key, a, b, derived}], same}")
+    parser.add_argument(
+        "--json", action="store_true", help="print JSON: {a, b, kind, differences: [{key, a, b, derived}], same}"
+    )
     parser.set_defaults(run=run)
 
 
@@ -61,8 +65,11 @@ def run(args: argparse.Namespace) -> int:
         derived = set(DERIVED_SOURCES)
 
     keys = list(dict.fromkeys([*a_values, *b_values]))
-    differences = [{"key": k, "a": a_values.get(k, ABSENT), "b": b_values.get(k, ABSENT), "derived": k in derived}
-                   for k in keys if a_values.get(k, ABSENT) != b_values.get(k, ABSENT)]
+    differences = [
+        {"key": k, "a": a_values.get(k, ABSENT), "b": b_values.get(k, ABSENT), "derived": k in derived}
+        for k in keys
+        if a_values.get(k, ABSENT) != b_values.get(k, ABSENT)
+    ]
     same = len(keys) - len(differences)
 
     if args.json:
@@ -71,14 +78,17 @@ def run(args: argparse.Namespace) -> int:
     if not differences:
         print(f"{args.a} and {args.b} are the same ({same} values compared)")
         return _output.EXIT_OK
-    rows = [[d["key"] + (" (derived)" if d["derived"] else ""), _output.human_value(d["a"]),
-             _output.human_value(d["b"])] for d in differences]
+    rows = [
+        [d["key"] + (" (derived)" if d["derived"] else ""), _output.human_value(d["a"]), _output.human_value(d["b"])]
+        for d in differences
+    ]
     print(render(["field" if kind == "recipes" else "key", args.a, args.b], rows))
     print(f"\n{len(differences)} differ, {same} the same")
     return _output.EXIT_OK
 
 
 # ---- files ----
+
 
 def _recipe_config_values(name: str) -> dict[str, Any]:
     """A recipe resolved the way `export` writes it, as {dotted.path: value}; imports NeMo."""
@@ -91,19 +101,35 @@ def _recipe_config_values(name: str) -> dict[str, Any]:
 def load_config_file(path: str) -> dict[str, Any]:
     """The plain data of an exported file (YAML through PyYAML, TOML through tomllib, JSON); no NeMo needed."""
     if not os.path.isfile(path):
-        raise InvalidRecipeError([Problem("file", path, "does not exist.",
-                                          f"give a recipe name ({', '.join(RECIPES)}) or an existing file "
-                                          f"written by `nemo-recipes export`.")])
+        raise InvalidRecipeError(
+            [
+                Problem(
+                    "file",
+                    path,
+                    "does not exist.",
+                    f"give a recipe name ({', '.join(RECIPES)}) or an existing file written by `nemo-recipes export`.",
+                )
+            ]
+        )
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in CONFIG_SUFFIXES:
-        raise InvalidRecipeError([Problem("file", path, f"has an unknown extension {suffix!r}.",
-                                          "use a .yaml, .yml, .json or .toml file.")])
+        raise InvalidRecipeError(
+            [Problem("file", path, f"has an unknown extension {suffix!r}.", "use a .yaml, .yml, .json or .toml file.")]
+        )
     try:
         with open(path, "rb") as handle:
             raw = handle.read()
     except OSError as error:
-        raise InvalidRecipeError([Problem("file", path, f"cannot be read: {error.strerror or error}.",
-                                          "give a readable file written by `nemo-recipes export`.")]) from None
+        raise InvalidRecipeError(
+            [
+                Problem(
+                    "file",
+                    path,
+                    f"cannot be read: {error.strerror or error}.",
+                    "give a readable file written by `nemo-recipes export`.",
+                )
+            ]
+        ) from None
     try:
         if suffix == ".json":
             data = json.loads(raw)
@@ -116,11 +142,27 @@ def load_config_file(path: str) -> dict[str, Any]:
 
             data = yaml.safe_load(raw)
     except Exception as error:  # each parser has its own error type; all mean the same to the user
-        raise InvalidRecipeError([Problem("file", path, f"cannot be read as {suffix[1:].upper()}: {error}",
-                                          "fix the file or export it again with `nemo-recipes export`.")]) from None
+        raise InvalidRecipeError(
+            [
+                Problem(
+                    "file",
+                    path,
+                    f"cannot be read as {suffix[1:].upper()}: {error}",
+                    "fix the file or export it again with `nemo-recipes export`.",
+                )
+            ]
+        ) from None
     if not isinstance(data, dict):
-        raise InvalidRecipeError([Problem("file", path, "does not hold a mapping at its top level.",
-                                          "give a file written by `nemo-recipes export`.")])
+        raise InvalidRecipeError(
+            [
+                Problem(
+                    "file",
+                    path,
+                    "does not hold a mapping at its top level.",
+                    "give a file written by `nemo-recipes export`.",
+                )
+            ]
+        )
     return data
 
 

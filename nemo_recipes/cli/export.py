@@ -15,8 +15,8 @@ from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec, get_recipe, plain_name_problems
 from nemo_recipes.cli import _output
-from nemo_recipes.overrides import apply_overrides
 from nemo_recipes.errors import InvalidRecipeError, Problem, raise_if_any
+from nemo_recipes.overrides import apply_overrides
 
 HELP = "write the resolved recipe as NeMo-Run configuration (YAML, JSON or TOML), loadable again"
 EXAMPLES = """\
@@ -30,25 +30,41 @@ _SUFFIX_FORMAT = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".toml": "to
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("export", help=HELP, description=HELP[0].upper() + HELP[1:] + ". Imports NeMo "
-                                   "(several seconds).", epilog=_output.epilog(EXAMPLES),
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "export",
+        help=HELP,
+        description=HELP[0].upper() + HELP[1:] + ". Imports NeMo (several seconds).",
+        epilog=_output.epilog(EXAMPLES),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("recipe", metavar="NAME", help="a recipe name (see `nemo-recipes ls`)")
-    parser.add_argument("overrides", metavar="key=value", nargs="*", default=[],
-                        help="change recipe fields first, e.g. num_nodes=8 (names as in `nemo-recipes show`)")
-    parser.add_argument("--format", choices=FORMATS,
-                        help="output format (default: from the -o extension, else yaml)")
+    parser.add_argument(
+        "overrides",
+        metavar="key=value",
+        nargs="*",
+        default=[],
+        help="change recipe fields first, e.g. num_nodes=8 (names as in `nemo-recipes show`)",
+    )
+    parser.add_argument("--format", choices=FORMATS, help="output format (default: from the -o extension, else yaml)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
     parser.add_argument("--name", default=None, help="experiment name in the log configuration (default: NAME)")
     parser.add_argument("--dir", default=None, help="log/checkpoint directory in the configuration")
-    parser.add_argument("--no-check", dest="check", action="store_false",
-                        help="skip loading the written configuration back and comparing it with the recipe")
-    parser.add_argument("--json", action="store_true",
-                        help="print JSON: {recipe, format, output, bytes, overrides, round_trip, content (without -o)}")
+    parser.add_argument(
+        "--no-check",
+        dest="check",
+        action="store_false",
+        help="skip loading the written configuration back and comparing it with the recipe",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: {recipe, format, output, bytes, overrides, round_trip, content (without -o)}",
+    )
     parser.set_defaults(run=run)
 
 
 # ---- used by `diff` too ----
+
 
 @contextlib.contextmanager
 def _quiet_stdout():
@@ -63,8 +79,9 @@ def build_partial(spec: RecipeSpec, *, name: Optional[str] = None, dir: Optional
         try:
             from nemo_recipes.bridge.recipes import build_recipe
         except ImportError as error:
-            raise _output.CLIError(f"this verb needs NeMo 2 and NeMo-Run ({error}); install them with: "
-                                   "pip install nemo-recipes") from None
+            raise _output.CLIError(
+                f"this verb needs NeMo 2 and NeMo-Run ({error}); install them with: pip install nemo-recipes"
+            ) from None
         return build_recipe(spec, name=name or spec.name, dir=dir)
 
 
@@ -107,12 +124,28 @@ def run(args: argparse.Namespace) -> int:
         implied = _SUFFIX_FORMAT.get(suffix)
         if fmt is None:
             if implied is None:
-                raise InvalidRecipeError([Problem("output", args.output, f"has no known extension ({suffix or 'none'}).",
-                                                  "end it in .yaml, .json or .toml, or give --format.")])
+                raise InvalidRecipeError(
+                    [
+                        Problem(
+                            "output",
+                            args.output,
+                            f"has no known extension ({suffix or 'none'}).",
+                            "end it in .yaml, .json or .toml, or give --format.",
+                        )
+                    ]
+                )
             fmt = implied
         elif implied is not None and implied != fmt:
-            raise InvalidRecipeError([Problem("format", fmt, f"disagrees with the extension of {args.output!r}.",
-                                              f"use --format {implied} or name the file *.{fmt}.")])
+            raise InvalidRecipeError(
+                [
+                    Problem(
+                        "format",
+                        fmt,
+                        f"disagrees with the extension of {args.output!r}.",
+                        f"use --format {implied} or name the file *.{fmt}.",
+                    )
+                ]
+            )
     fmt = fmt or "yaml"
 
     if args.name is not None:
@@ -129,8 +162,10 @@ def run(args: argparse.Namespace) -> int:
         with _quiet_stdout():
             round_trip = _loads_back_equal(text, fmt, partial)
         if not round_trip:
-            raise _output.CLIError(f"the {fmt} configuration of {spec.name} does not load back equal to the recipe; "
-                                   "nothing written. Try another --format, or --no-check to write it anyway.")
+            raise _output.CLIError(
+                f"the {fmt} configuration of {spec.name} does not load back equal to the recipe; "
+                "nothing written. Try another --format, or --no-check to write it anyway."
+            )
     if args.output:
         try:
             with open(args.output, "w") as handle:
@@ -138,15 +173,24 @@ def run(args: argparse.Namespace) -> int:
         except OSError as error:
             raise _output.CLIError(f"cannot write {args.output}: {error.strerror or error}") from None
     if args.json:
-        payload = {"recipe": spec.name, "format": fmt, "output": args.output, "bytes": len(text.encode()),
-                   "overrides": overrides, "round_trip": round_trip}
+        payload = {
+            "recipe": spec.name,
+            "format": fmt,
+            "output": args.output,
+            "bytes": len(text.encode()),
+            "overrides": overrides,
+            "round_trip": round_trip,
+        }
         if not args.output:
             payload["content"] = text
         _output.print_json(payload)
     elif args.output:
         checked = "; it loads back equal to the recipe" if round_trip else ""
-        print(f"wrote {args.output} ({fmt}, {len(text.encode()):,} bytes){checked}. Load it in Python with "
-              f"nemo_recipes.cli.export.load({args.output!r})", file=sys.stderr)
+        print(
+            f"wrote {args.output} ({fmt}, {len(text.encode()):,} bytes){checked}. Load it in Python with "
+            f"nemo_recipes.cli.export.load({args.output!r})",
+            file=sys.stderr,
+        )
     else:
         sys.stdout.write(text)
     return _output.EXIT_OK

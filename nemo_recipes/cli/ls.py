@@ -29,10 +29,15 @@ COLUMNS = (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("ls", help=HELP, description=HELP[0].upper() + HELP[1:] + ".",
-                                   epilog=_output.epilog(EXAMPLES), formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "ls",
+        help=HELP,
+        description=HELP[0].upper() + HELP[1:] + ".",
+        epilog=_output.epilog(EXAMPLES),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--names", action="store_true", help="print only the recipe names, one per line")
-    parser.add_argument("--json", action="store_true", help="print JSON: {\"recipes\": [{name, num_parameters, ...}]}")
+    parser.add_argument("--json", action="store_true", help='print JSON: {"recipes": [{name, num_parameters, ...}]}')
     parser.set_defaults(run=run)
 
 
@@ -52,8 +57,11 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(s.name for s in specs))
     else:
         headers = ["recipe"] + [h for h, _ in COLUMNS] + ["default GPUs"]
-        rows = [[s.name, _output.human_count(s.num_parameters)]
-                + [str(getattr(s, key)) for _, key in COLUMNS[1:]]
-                + [f"{s.num_nodes} x {s.num_gpus_per_node} {s.default_gpu}"] for s in specs]
+        rows = [
+            [s.name, _output.human_count(s.num_parameters)]
+            + [str(getattr(s, key)) for _, key in COLUMNS[1:]]
+            + [f"{s.num_nodes} x {s.num_gpus_per_node} {s.default_gpu}"]
+            for s in specs
+        ]
         print(render(headers, rows, right=[False] + [True] * len(COLUMNS) + [False]))
     return _output.EXIT_OK

@@ -60,11 +60,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog=_output.PROG, description=DESCRIPTION, epilog=_output.epilog(EXAMPLES),
-                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = _Parser(
+        prog=_output.PROG,
+        description=DESCRIPTION,
+        epilog=_output.epilog(EXAMPLES),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"{_output.PROG} {__version__}")
-    parser.add_argument("--debug", action="store_true",
-                        help=f"show the Python traceback of an error (also: {DEBUG_ENV}=1)")
+    parser.add_argument(
+        "--debug", action="store_true", help=f"show the Python traceback of an error (also: {DEBUG_ENV}=1)"
+    )
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     verbs.required = True
     for module in VERB_MODULES:
@@ -143,8 +148,11 @@ def _failed(error: BaseException, args: argparse.Namespace, debug: bool) -> int:
         _output.silence_stdout()
         report(f"cannot write to standard output: {error.strerror or error}", [])
         return _output.EXIT_FAILURE
-    report(f"internal error ({type(error).__name__}: {error}); this is a bug: run again with --debug or "
-           f"{DEBUG_ENV}=1 for the traceback, and report it.", [])
+    report(
+        f"internal error ({type(error).__name__}: {error}); this is a bug: run again with --debug or "
+        f"{DEBUG_ENV}=1 for the traceback, and report it.",
+        [],
+    )
     return _output.EXIT_FAILURE
 
 

@@ -13,9 +13,9 @@ from typing import Any, Optional
 
 from nemo_recipes.catalog import INT64_MAX, RECIPES, RecipeSpec, closest_recipe, get_recipe
 from nemo_recipes.cli import _output
-from nemo_recipes.overrides import apply_overrides
 from nemo_recipes.cli._table import render
 from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.overrides import apply_overrides
 from nemo_recipes.plan.hardware import GPUS, Cluster, get_gpu
 from nemo_recipes.plan.stack import DEFAULT_STACK, STACK_CHOICES
 
@@ -51,40 +51,76 @@ CUSTOM_REQUIRED = ("layers", "hidden", "heads")
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "plan", help=HELP, description=HELP[0].upper() + HELP[1:] + ". Exit 2 when the plan is invalid.",
-        epilog=_output.epilog(EXAMPLES), formatter_class=argparse.RawDescriptionHelpFormatter)
+        "plan",
+        help=HELP,
+        description=HELP[0].upper() + HELP[1:] + ". Exit 2 when the plan is invalid.",
+        epilog=_output.epilog(EXAMPLES),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("recipe", metavar="NAME", nargs="?", help="a recipe name (see `nemo-recipes ls`)")
-    parser.add_argument("overrides", metavar="key=value", nargs="*", default=[],
-                        help="change recipe fields first, e.g. tensor_parallel=4 (names as in `nemo-recipes show`)")
+    parser.add_argument(
+        "overrides",
+        metavar="key=value",
+        nargs="*",
+        default=[],
+        help="change recipe fields first, e.g. tensor_parallel=4 (names as in `nemo-recipes show`)",
+    )
     hw = parser.add_argument_group("cluster (default: the recipe's own)")
     hw.add_argument("--nodes", type=int, metavar="N", help="number of nodes")
     hw.add_argument("--gpus-per-node", type=int, metavar="G", help="GPUs per node")
     hw.add_argument("--gpu", metavar="GPU", help=f"GPU model: {', '.join(GPUS)} (aliases such as h100 work)")
     what = parser.add_argument_group("what to plan")
-    what.add_argument("--fit", action="store_true",
-                      help="change parallelism and batch until the plan fits the cluster, and show the changes")
-    what.add_argument("--best", action="store_true",
-                      help="search TP, PP, VP, micro batch and recompute for the fastest valid plan on the cluster "
-                           "(ranked by predicted step time, memory headroom breaking ties) and show the changes")
-    what.add_argument("--stack", choices=STACK_CHOICES, default=None,
-                      help=f"software on the GPUs, which decides the attention kernel and the overlaps (default: "
-                           f"{DEFAULT_STACK}, the NeMo container; local: what this machine has)")
-    what.add_argument("--scale-global-batch", action="store_true",
-                      help="with --fit: keep the recipe's sequences per data-parallel replica, so the global batch "
-                           "grows or shrinks with the cluster, and rescale max_lr (see --lr-scaling)")
-    what.add_argument("--lr-scaling", choices=("sqrt", "linear", "none"), default="sqrt",
-                      help="with --fit --scale-global-batch: how max_lr follows the global batch (default: sqrt)")
-    what.add_argument("--tokens", metavar="COUNT", help="tokens to estimate the time to train for, e.g. 300B, 1.5T "
-                      "(default: the recipe's train_tokens; the schedule is unchanged)")
+    what.add_argument(
+        "--fit",
+        action="store_true",
+        help="change parallelism and batch until the plan fits the cluster, and show the changes",
+    )
+    what.add_argument(
+        "--best",
+        action="store_true",
+        help="search TP, PP, VP, micro batch and recompute for the fastest valid plan on the cluster "
+        "(ranked by predicted step time, memory headroom breaking ties) and show the changes",
+    )
+    what.add_argument(
+        "--stack",
+        choices=STACK_CHOICES,
+        default=None,
+        help=f"software on the GPUs, which decides the attention kernel and the overlaps (default: "
+        f"{DEFAULT_STACK}, the NeMo container; local: what this machine has)",
+    )
+    what.add_argument(
+        "--scale-global-batch",
+        action="store_true",
+        help="with --fit: keep the recipe's sequences per data-parallel replica, so the global batch "
+        "grows or shrinks with the cluster, and rescale max_lr (see --lr-scaling)",
+    )
+    what.add_argument(
+        "--lr-scaling",
+        choices=("sqrt", "linear", "none"),
+        default="sqrt",
+        help="with --fit --scale-global-batch: how max_lr follows the global batch (default: sqrt)",
+    )
+    what.add_argument(
+        "--tokens",
+        metavar="COUNT",
+        help="tokens to estimate the time to train for, e.g. 300B, 1.5T "
+        "(default: the recipe's train_tokens; the schedule is unchanged)",
+    )
     what.add_argument("--plot", metavar="FILE", help="draw memory per GPU and tokens/s against GPUs (.png or .svg)")
-    what.add_argument("--json", action="store_true",
-                      help="print the planner's report as JSON (keys: valid, recipe, cluster, parallelism, problems, "
-                           "memory_gib, memory_detail, throughput, time_to_train, changes, program, advice, "
-                           "explanation, plot)")
+    what.add_argument(
+        "--json",
+        action="store_true",
+        help="print the planner's report as JSON (keys: valid, recipe, cluster, parallelism, problems, "
+        "memory_gib, memory_detail, throughput, time_to_train, changes, program, advice, "
+        "explanation, plot)",
+    )
     shape = parser.add_argument_group("custom shape (--custom, or with NAME as overrides)")
-    shape.add_argument("--custom", action="store_true",
-                       help="plan a GPT shape of your own: needs --layers, --hidden and --heads; everything not "
-                            "given comes from the recipe closest in size")
+    shape.add_argument(
+        "--custom",
+        action="store_true",
+        help="plan a GPT shape of your own: needs --layers, --hidden and --heads; everything not "
+        "given comes from the recipe closest in size",
+    )
     for flag, field, text in SHAPE_FLAGS:
         shape.add_argument(f"--{flag}", type=int, dest=f"shape_{field}", metavar="N", help=text)
     parser.set_defaults(run=run, json_error=json_error)
@@ -94,10 +130,20 @@ def json_error(message: str, problems: list[Problem], args: Any) -> dict[str, An
     """Input that cannot be planned answers with the keys of a plan that is not valid (nothing computed), plus the
     error, so that `plan --json` has one shape whatever went wrong."""
     recipe = getattr(args, "recipe", None)
-    return {"valid": False, "recipe": recipe if isinstance(recipe, str) and "=" not in recipe else None,
-            "cluster": None, "parallelism": None, "problems": [p.to_dict() for p in problems], "memory_gib": None,
-            "memory_detail": None, "throughput": None, "time_to_train": None, "changes": [], "plot": None,
-            "error": message}
+    return {
+        "valid": False,
+        "recipe": recipe if isinstance(recipe, str) and "=" not in recipe else None,
+        "cluster": None,
+        "parallelism": None,
+        "problems": [p.to_dict() for p in problems],
+        "memory_gib": None,
+        "memory_detail": None,
+        "throughput": None,
+        "time_to_train": None,
+        "changes": [],
+        "plot": None,
+        "error": message,
+    }
 
 
 # ---- building the plan ----
@@ -113,15 +159,23 @@ def _spec_and_cluster(args: argparse.Namespace) -> tuple[RecipeSpec, Cluster, Op
     if recipe is not None and "=" in recipe:  # `plan --custom ... tensor_parallel=2`: no name, only overrides
         overrides.insert(0, recipe)
         recipe = None
-    shape = {field: getattr(args, f"shape_{field}") for _, field, _ in SHAPE_FLAGS
-             if getattr(args, f"shape_{field}") is not None}
+    shape = {
+        field: getattr(args, f"shape_{field}")
+        for _, field, _ in SHAPE_FLAGS
+        if getattr(args, f"shape_{field}") is not None
+    }
     base = _base(recipe, shape, args.custom)
 
     # Flags are spellings of recipe fields: the cluster flags of num_nodes and num_gpus_per_node, the shape flags of
     # theirs. A field given both ways with two values is reported, and `num_nodes=4` plans on 4 nodes as --nodes 4.
     flags = {field: (f"--{flag}", shape[field]) for flag, field, _ in SHAPE_FLAGS if field in shape}
-    flags.update({field: (f"--{option.replace('_', '-')}", getattr(args, option)) for option, field in CLUSTER_FLAGS
-                  if getattr(args, option) is not None})
+    flags.update(
+        {
+            field: (f"--{option.replace('_', '-')}", getattr(args, option))
+            for option, field in CLUSTER_FLAGS
+            if getattr(args, option) is not None
+        }
+    )
     problems: list[Problem] = []
     spec = gpu = tokens = None
     try:
@@ -155,33 +209,58 @@ def _tokens(text: Optional[str]) -> Optional[int]:
     except ValueError:
         tokens = 0
     if not 1 <= tokens <= INT64_MAX:
-        raise InvalidRecipeError([Problem("tokens", text, "is not a token count.",
-                                          "write it like 300B, 1.5T or 3e11.")])
+        raise InvalidRecipeError(
+            [Problem("tokens", text, "is not a token count.", "write it like 300B, 1.5T or 3e11.")]
+        )
     return tokens
 
 
 def _base(recipe: Optional[str], shape: dict[str, Any], custom: bool) -> RecipeSpec:
     if custom:
         if recipe is not None:
-            raise InvalidRecipeError([Problem("recipe", recipe, "cannot be combined with --custom.",
-                                              "give either a recipe name or --custom with shape flags.")])
+            raise InvalidRecipeError(
+                [
+                    Problem(
+                        "recipe",
+                        recipe,
+                        "cannot be combined with --custom.",
+                        "give either a recipe name or --custom with shape flags.",
+                    )
+                ]
+            )
         field_of = {flag: field for flag, field, _ in SHAPE_FLAGS}
         missing = [f"--{flag}" for flag in CUSTOM_REQUIRED if field_of[flag] not in shape]
         if missing:
-            raise InvalidRecipeError([Problem("custom", " ".join(missing), "is required with --custom.",
-                                              "give --layers, --hidden and --heads (e.g. --layers 48 --hidden 6144 "
-                                              "--heads 48).")])
+            raise InvalidRecipeError(
+                [
+                    Problem(
+                        "custom",
+                        " ".join(missing),
+                        "is required with --custom.",
+                        "give --layers, --hidden and --heads (e.g. --layers 48 --hidden 6144 --heads 48).",
+                    )
+                ]
+            )
         return _custom_base(shape)
     if recipe is None:
-        raise InvalidRecipeError([Problem("recipe", None, "is missing.",
-                                          f"give a recipe name ({', '.join(RECIPES)}) or --custom with shape flags.")])
+        raise InvalidRecipeError(
+            [
+                Problem(
+                    "recipe",
+                    None,
+                    "is missing.",
+                    f"give a recipe name ({', '.join(RECIPES)}) or --custom with shape flags.",
+                )
+            ]
+        )
     return get_recipe(recipe)
 
 
 def _custom_base(shape: dict[str, Any]) -> RecipeSpec:
     """The recipe closest in parameter count supplies every value the custom shape does not give."""
-    draft = RECIPES["gpt_7b"].replace(**{k: v for k, v in shape.items()
-                                         if k in ("num_layers", "hidden_size", "num_attention_heads")})
+    draft = RECIPES["gpt_7b"].replace(
+        **{k: v for k, v in shape.items() if k in ("num_layers", "hidden_size", "num_attention_heads")}
+    )
     if "ffn_hidden_size" not in shape:
         draft = draft.replace(ffn_hidden_size=4 * draft.hidden_size)
     nearest = closest_recipe(draft.num_parameters)
@@ -192,6 +271,7 @@ def _custom_base(shape: dict[str, Any]) -> RecipeSpec:
 
 
 # ---- scaling: the same plan on more or fewer nodes ----
+
 
 def _scaling(spec: RecipeSpec, cluster: Cluster, stack: Any) -> list:
     """Tokens/s at a few cluster sizes around the plan's (same global batch), where the plan stays valid."""
@@ -215,20 +295,33 @@ def run(args: argparse.Namespace) -> int:
     from nemo_recipes.plan import best, fit, validate, with_estimates  # the planner: standard library only
 
     if args.plot and os.path.splitext(args.plot)[1].lower() not in (".png", ".svg"):
-        raise InvalidRecipeError([Problem("plot", args.plot, "must be a .png or .svg file.",
-                                          "name the file plan.png or plan.svg.")])
+        raise InvalidRecipeError(
+            [Problem("plot", args.plot, "must be a .png or .svg file.", "name the file plan.png or plan.svg.")]
+        )
     if args.fit and args.best:
-        raise InvalidRecipeError([Problem("best", True, "cannot be combined with --fit.",
-                                          "use --fit to make a plan valid with few changes, or --best for the "
-                                          "fastest valid plan.")])
+        raise InvalidRecipeError(
+            [
+                Problem(
+                    "best",
+                    True,
+                    "cannot be combined with --fit.",
+                    "use --fit to make a plan valid with few changes, or --best for the fastest valid plan.",
+                )
+            ]
+        )
     spec, cluster, tokens = _spec_and_cluster(args)
     explanation = None
     if args.fit or args.best:
         if args.best:
             result = best(spec, cluster, stack=args.stack)
         else:
-            result = fit(spec, cluster, scale_global_batch=args.scale_global_batch,
-                         lr_scaling=None if args.lr_scaling == "none" else args.lr_scaling, stack=args.stack)
+            result = fit(
+                spec,
+                cluster,
+                scale_global_batch=args.scale_global_batch,
+                lr_scaling=None if args.lr_scaling == "none" else args.lr_scaling,
+                stack=args.stack,
+            )
         spec, report, explanation = result.spec, result.report, result.explanation or None
     else:
         report = validate(spec, cluster, stack=args.stack)
@@ -259,8 +352,9 @@ def _plot(path: str, report: Any, spec: RecipeSpec, cluster: Cluster, throughput
     memory = report.to_dict()["memory_gib"] or {}
     scaling = _scaling(spec, cluster, stack) if throughput is not None else []
     gpu = cluster.gpu.name if cluster.gpu else "GPUs"
-    title = (f"{spec.name} on {cluster.nodes} x {cluster.gpus_per_node} {gpu} ({cluster.world_size} GPUs)"
-             + ("" if report.valid else ": INVALID"))
+    title = f"{spec.name} on {cluster.nodes} x {cluster.gpus_per_node} {gpu} ({cluster.world_size} GPUs)" + (
+        "" if report.valid else ": INVALID"
+    )
     try:
         return plot_plan(path, title=title, memory_gib=memory, scaling=scaling if len(scaling) > 1 else None)
     except OSError as error:
@@ -269,22 +363,24 @@ def _plot(path: str, report: Any, spec: RecipeSpec, cluster: Cluster, throughput
 
 # ---- the human report ----
 
+
 def _human(report: dict, spec: RecipeSpec, changed_by: str = "--fit") -> str:
     c, p = report["cluster"], report["parallelism"]
     verdict = "valid" if report["valid"] else "INVALID"
     gpu = c["gpu"] or "GPUs"
-    lines = [f"{report['recipe']} on {c['nodes']} x {c['gpus_per_node']} {gpu} ({c['world_size']} GPUs): {verdict}",
-             f"  {_output.human_count(spec.num_parameters)} parameters; TP {p['tp']} x PP {p['pp']} x CP {p['cp']} "
-             f"x DP {p['dp']}" + (f", VP {p['vp']}" if p["vp"] else "") + f", sequence parallel "
-             f"{'on' if p['sp'] else 'off'}, recompute {spec.recompute}, {spec.precision}",
-             f"  micro batch {p['micro_batch_size']}, global batch {p['global_batch_size']}, gradient accumulation "
-             f"{p['grad_accumulation']}, sequence {spec.seq_length}"]
+    lines = [
+        f"{report['recipe']} on {c['nodes']} x {c['gpus_per_node']} {gpu} ({c['world_size']} GPUs): {verdict}",
+        f"  {_output.human_count(spec.num_parameters)} parameters; TP {p['tp']} x PP {p['pp']} x CP {p['cp']} "
+        f"x DP {p['dp']}" + (f", VP {p['vp']}" if p["vp"] else "") + f", sequence parallel "
+        f"{'on' if p['sp'] else 'off'}, recompute {spec.recompute}, {spec.precision}",
+        f"  micro batch {p['micro_batch_size']}, global batch {p['global_batch_size']}, gradient accumulation "
+        f"{p['grad_accumulation']}, sequence {spec.seq_length}",
+    ]
 
     memory = report["memory_gib"]
     if memory:
         lines += ["", "memory per GPU (GiB, most loaded pipeline stage)"]
-        rows = [[part, f"{memory[part]:.1f}"] for part in ("weights", "gradients", "optimizer", "activations",
-                                                          "other")]
+        rows = [[part, f"{memory[part]:.1f}"] for part in ("weights", "gradients", "optimizer", "activations", "other")]
         total = f"{memory['total']:.1f}"
         if memory.get("capacity"):
             cap = memory["capacity"]
@@ -296,13 +392,19 @@ def _human(report: dict, spec: RecipeSpec, changed_by: str = "--fit") -> str:
     t = report["throughput"]
     if t:
         lines += ["", "throughput (estimate)"]
-        rows = [["step time", f"{t['step_time_s']:.2f} s"],
-                ["tokens/s", f"{t['tokens_per_s']:,.0f} ({t['tokens_per_s_per_gpu']:,.0f} per GPU)"],
-                ["model TFLOP/s per GPU", f"{t['model_tflops_per_gpu']:.0f} (MFU {100 * t['mfu']:.1f} %)"]]
+        rows = [
+            ["step time", f"{t['step_time_s']:.2f} s"],
+            ["tokens/s", f"{t['tokens_per_s']:,.0f} ({t['tokens_per_s_per_gpu']:,.0f} per GPU)"],
+            ["model TFLOP/s per GPU", f"{t['model_tflops_per_gpu']:.0f} (MFU {100 * t['mfu']:.1f} %)"],
+        ]
         timing = report.get("time_to_train")
         if timing:
-            rows.append([f"time to train {_output.human_count(timing['tokens'])} tokens",
-                         f"{timing['days']:.1f} days, {timing['gpu_hours']:,.0f} GPU-hours"])
+            rows.append(
+                [
+                    f"time to train {_output.human_count(timing['tokens'])} tokens",
+                    f"{timing['days']:.1f} days, {timing['gpu_hours']:,.0f} GPU-hours",
+                ]
+            )
         lines.append(render(["what", "value"], rows, indent="  ").split("\n", 1)[1])
     elif report["valid"]:
         lines += ["", "throughput: no estimate available"]
@@ -318,8 +420,10 @@ def _human(report: dict, spec: RecipeSpec, changed_by: str = "--fit") -> str:
         lines += ["", "advice"] + [_wrapped(f"{_advice_text(a)} (see --best)") for a in report["advice"]]
     if report["problems"]:
         lines += ["", "problems"]
-        lines += [_wrapped(f"{pr['severity']}: {pr['field']}={pr['value']!r}: {pr['message']} Fix: {pr['fix']}")
-                  for pr in report["problems"]]
+        lines += [
+            _wrapped(f"{pr['severity']}: {pr['field']}={pr['value']!r}: {pr['message']} Fix: {pr['fix']}")
+            for pr in report["problems"]
+        ]
     if report.get("plot"):
         lines += ["", f"plot written to {report['plot']}"]
     return "\n".join(lines)
@@ -337,8 +441,10 @@ def _grouped(changes: list[dict]) -> list[tuple[str, list[str]]]:
 def _advice_text(advice: dict) -> str:
     changes = " ".join(f"{k}={_output.human_value(v)}" for k, v in advice["changes"].items())
     memory = "" if advice.get("memory_gib") is None else f", {advice['memory_gib']:.1f} GiB per GPU"
-    return (f"{changes} is predicted {advice['speedup']:.2f}x faster ({advice['current_step_time_s']:.3g} s -> "
-            f"{advice['step_time_s']:.3g} s per step{memory}); {advice['why']}")
+    return (
+        f"{changes} is predicted {advice['speedup']:.2f}x faster ({advice['current_step_time_s']:.3g} s -> "
+        f"{advice['step_time_s']:.3g} s per step{memory}); {advice['why']}"
+    )
 
 
 def _assumptions(report: dict) -> list[str]:

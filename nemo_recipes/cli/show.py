@@ -6,8 +6,8 @@ import argparse
 
 from nemo_recipes.catalog import DERIVED_SOURCES, SOURCES, field_names, get_recipe
 from nemo_recipes.cli import _output
-from nemo_recipes.overrides import apply_overrides
 from nemo_recipes.cli._table import render
+from nemo_recipes.overrides import apply_overrides
 
 HELP = "every value of one recipe, derived ones included, with the source of each choice"
 EXAMPLES = """\
@@ -20,14 +20,27 @@ _TITLE_FIELDS = ("name", "size_label")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("show", help=HELP, description=HELP[0].upper() + HELP[1:] + ".",
-                                   epilog=_output.epilog(EXAMPLES), formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "show",
+        help=HELP,
+        description=HELP[0].upper() + HELP[1:] + ".",
+        epilog=_output.epilog(EXAMPLES),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("recipe", metavar="NAME", help="a recipe name, as listed by `nemo-recipes ls`")
-    parser.add_argument("overrides", metavar="key=value", nargs="*", default=[],
-                        help="change fields before showing, e.g. tensor_parallel=4 (names as in this table)")
-    parser.add_argument("--json", action="store_true",
-                        help="print JSON: {recipe, size_label, overrides, fields{name: {value, source, overridden}}, "
-                             "derived{name: {value, how}}}")
+    parser.add_argument(
+        "overrides",
+        metavar="key=value",
+        nargs="*",
+        default=[],
+        help="change fields before showing, e.g. tensor_parallel=4 (names as in this table)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: {recipe, size_label, overrides, fields{name: {value, source, overridden}}, "
+        "derived{name: {value, how}}}",
+    )
     parser.set_defaults(run=run)
 
 
@@ -46,20 +59,41 @@ def run(args: argparse.Namespace) -> int:
     derived = {name: {"value": getattr(spec, name), "how": how} for name, how in DERIVED_SOURCES.items()}
 
     if args.json:
-        _output.print_json({"recipe": spec.name, "size_label": spec.size_label, "overrides": overrides,
-                            "fields": fields, "derived": derived})
+        _output.print_json(
+            {
+                "recipe": spec.name,
+                "size_label": spec.size_label,
+                "overrides": overrides,
+                "fields": fields,
+                "derived": derived,
+            }
+        )
         return _output.EXIT_OK
 
-    print(f"{spec.name}: GPT {spec.size_label}, {_output.human_count(spec.num_parameters)} parameters "
-          f"({spec.num_parameters:,}), default cluster {spec.num_nodes} x {spec.num_gpus_per_node} "
-          f"{spec.default_gpu}")
+    print(
+        f"{spec.name}: GPT {spec.size_label}, {_output.human_count(spec.num_parameters)} parameters "
+        f"({spec.num_parameters:,}), default cluster {spec.num_nodes} x {spec.num_gpus_per_node} "
+        f"{spec.default_gpu}"
+    )
     print()
-    print(render(["field", "value", "source"],
-                 [[("* " if f["overridden"] else "") + name, _output.human_value(f["value"]), f["source"]]
-                  for name, f in fields.items()], wrap_last=True))
+    print(
+        render(
+            ["field", "value", "source"],
+            [
+                [("* " if f["overridden"] else "") + name, _output.human_value(f["value"]), f["source"]]
+                for name, f in fields.items()
+            ],
+            wrap_last=True,
+        )
+    )
     print()
-    print(render(["derived", "value", "how"],
-                 [[name, _output.human_value(d["value"]), d["how"]] for name, d in derived.items()], wrap_last=True))
+    print(
+        render(
+            ["derived", "value", "how"],
+            [[name, _output.human_value(d["value"]), d["how"]] for name, d in derived.items()],
+            wrap_last=True,
+        )
+    )
     if overrides:
         print("\n* overridden on the command line")
     return _output.EXIT_OK

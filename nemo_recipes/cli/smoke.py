@@ -27,30 +27,64 @@ EXAMPLES = """\
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "smoke", help=HELP, description=HELP[0].upper() + HELP[1:] + ". The report gives the steps, the loss "
+        "smoke",
+        help=HELP,
+        description=HELP[0].upper() + HELP[1:] + ". The report gives the steps, the loss "
         "curve, seconds per step, the checkpoint size and each check (resumed at the right step, data position "
         "continuous, loss finite and falling, last checkpoint resumable). Exits 1 when a check fails.",
-        epilog=_output.epilog(EXAMPLES), formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=_output.epilog(EXAMPLES),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("recipe", metavar="NAME", help="a recipe name (see `nemo-recipes ls`)")
-    parser.add_argument("overrides", metavar="key=value", nargs="*", default=[],
-                        help="recipe fields applied after scaling down, e.g. tensor_parallel=2 or hidden_dropout=0")
-    parser.add_argument("--processes", type=int, default=None, metavar="N",
-                        help="training processes on this machine (default 1; with --executor: the executor's)")
+    parser.add_argument(
+        "overrides",
+        metavar="key=value",
+        nargs="*",
+        default=[],
+        help="recipe fields applied after scaling down, e.g. tensor_parallel=2 or hidden_dropout=0",
+    )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=None,
+        metavar="N",
+        help="training processes on this machine (default 1; with --executor: the executor's)",
+    )
     parser.add_argument("--steps", type=int, default=20, metavar="N", help="steps in all (default 20)")
-    parser.add_argument("--stop-step", type=int, default=None, metavar="N",
-                        help="stop after this step and resume in fresh processes (default: half of --steps)")
-    parser.add_argument("--full-size", action="store_true",
-                        help="keep the recipe's shape (for GPUs); only the layout and the schedule are fitted")
-    parser.add_argument("--dir", default=None,
-                        help="keep the run's files here (default: a temporary directory, removed after a pass)")
+    parser.add_argument(
+        "--stop-step",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop after this step and resume in fresh processes (default: half of --steps)",
+    )
+    parser.add_argument(
+        "--full-size",
+        action="store_true",
+        help="keep the recipe's shape (for GPUs); only the layout and the schedule are fitted",
+    )
+    parser.add_argument(
+        "--dir", default=None, help="keep the run's files here (default: a temporary directory, removed after a pass)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory after a pass")
-    parser.add_argument("--executor", metavar="PROFILE", default=None,
-                        help="run each phase through a NeMo-Run executor: a preset (local, slurm) or a profile")
-    parser.add_argument("-E", "--executor-arg", action="append", default=[], metavar="key=value",
-                        help="an argument of the preset or a change to the profile (repeatable), e.g. -E devices=2")
+    parser.add_argument(
+        "--executor",
+        metavar="PROFILE",
+        default=None,
+        help="run each phase through a NeMo-Run executor: a preset (local, slurm) or a profile",
+    )
+    parser.add_argument(
+        "-E",
+        "--executor-arg",
+        action="append",
+        default=[],
+        metavar="key=value",
+        help="an argument of the preset or a change to the profile (repeatable), e.g. -E devices=2",
+    )
     parser.add_argument("--clusters", metavar="FILE", help="cluster profiles file (as for `launch`)")
-    parser.add_argument("--json", action="store_true",
-                        help="print the report as JSON (progress goes to standard error)")
+    parser.add_argument(
+        "--json", action="store_true", help="print the report as JSON (progress goes to standard error)"
+    )
     parser.set_defaults(run=run)
 
 
@@ -67,8 +101,18 @@ def run(args: argparse.Namespace) -> int:
     with quiet:
         if args.executor:
             launch, processes = _executor_launch(args)
-        report = smoke(spec, overrides, processes=processes, steps=args.steps, stop_step=args.stop_step,
-                       full_size=args.full_size, dir=args.dir, keep=args.keep, launch=launch, progress=sys.stderr)
+        report = smoke(
+            spec,
+            overrides,
+            processes=processes,
+            steps=args.steps,
+            stop_step=args.stop_step,
+            full_size=args.full_size,
+            dir=args.dir,
+            keep=args.keep,
+            launch=launch,
+            progress=sys.stderr,
+        )
     if args.json:
         _output.print_json(report.to_dict())
     else:
@@ -84,8 +128,15 @@ def _executor_launch(args: argparse.Namespace) -> tuple[object, int]:
     executor, _gpu = executor_for(args.executor, args.clusters, **executor_args(args.executor_arg))
     world = executor.nnodes() * executor.nproc_per_node()
     if args.processes is not None and args.processes != world:
-        raise InvalidRecipeError([Problem(
-            "processes", args.processes, f"differs from the executor's {world} process(es) (nodes x devices).",
-            "leave --processes out with --executor, or change the executor's devices or nodes with -E.")],
-            context=f"smoke {args.recipe}")
+        raise InvalidRecipeError(
+            [
+                Problem(
+                    "processes",
+                    args.processes,
+                    f"differs from the executor's {world} process(es) (nodes x devices).",
+                    "leave --processes out with --executor, or change the executor's devices or nodes with -E.",
+                )
+            ],
+            context=f"smoke {args.recipe}",
+        )
     return executor_launcher(executor, experiment=f"smoke-{args.recipe}"), world

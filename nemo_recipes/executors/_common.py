@@ -10,7 +10,10 @@ from typing import Any, Iterable, Mapping, Optional, Union
 
 from nemo_recipes import __version__
 from nemo_recipes.errors import InvalidRecipeError, Problem, raise_if_any
-from nemo_recipes.plan.hardware import MAX_GPUS_PER_NODE, MAX_NODES, get_gpu
+
+# Presets read the per-node bound from here, beside the other checks of their arguments.
+from nemo_recipes.plan.hardware import MAX_GPUS_PER_NODE as MAX_GPUS_PER_NODE
+from nemo_recipes.plan.hardware import MAX_NODES, get_gpu
 
 #: The image that `docker/Dockerfile` builds (`docker build -t nemo-recipes:0.1.0 -f docker/Dockerfile .`).
 DEFAULT_IMAGE = f"nemo-recipes:{__version__}"
@@ -50,8 +53,15 @@ def single_line(field: str, value: Any) -> list[Problem]:
     if not isinstance(value, str):
         return [Problem(field, value, "must be a string.", f"quote the value of {field}.")]
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        return [Problem(field, value, "contains a newline or another control character, which would break the line "
-                        "of the job script it is written to.", f"remove it from {field}.")]
+        return [
+            Problem(
+                field,
+                value,
+                "contains a newline or another control character, which would break the line "
+                "of the job script it is written to.",
+                f"remove it from {field}.",
+            )
+        ]
     return []
 
 
@@ -72,10 +82,14 @@ def mapping(field: str, value: Any, example: str) -> tuple[dict, list[Problem]]:
 
 def mapping_list(field: str, value: Any, example: str) -> list[Problem]:
     """Problems unless `value` is a list of mappings (pod volumes, mounts, tolerations)."""
-    if isinstance(value, (str, Mapping)) or not isinstance(value, Iterable) or not all(
-            isinstance(item, Mapping) for item in value):
-        return [Problem(field, value, "must be a list of mappings.", f"give {field} as a list of dicts, e.g. "
-                        f"[{example}].")]
+    if (
+        isinstance(value, (str, Mapping))
+        or not isinstance(value, Iterable)
+        or not all(isinstance(item, Mapping) for item in value)
+    ):
+        return [
+            Problem(field, value, "must be a list of mappings.", f"give {field} as a list of dicts, e.g. [{example}].")
+        ]
     return []
 
 
@@ -84,8 +98,9 @@ _SLURM_TIME = re.compile(r"(\d+-)?\d+(:\d{1,2}){0,2}", re.ASCII)
 
 def slurm_time(field: str, value: Any) -> list[Problem]:
     if not isinstance(value, str) or not _SLURM_TIME.fullmatch(value):  # fullmatch: '$' would allow a final newline
-        return [Problem(field, value, "is not a Slurm time limit.",
-                        "use minutes, HH:MM:SS or D-HH:MM:SS, e.g. '04:00:00'.")]
+        return [
+            Problem(field, value, "is not a Slurm time limit.", "use minutes, HH:MM:SS or D-HH:MM:SS, e.g. '04:00:00'.")
+        ]
     return []
 
 
@@ -100,8 +115,11 @@ def gpu_env(gpu: Optional[str]) -> tuple[dict[str, str], list[Problem]]:
 
 
 def str_list(field: str, value: Any) -> list[Problem]:
-    if (isinstance(value, (str, Mapping)) or not isinstance(value, Iterable)
-            or not all(isinstance(v, str) for v in value)):
+    if (
+        isinstance(value, (str, Mapping))
+        or not isinstance(value, Iterable)
+        or not all(isinstance(v, str) for v in value)
+    ):
         return [Problem(field, value, "must be a list of strings.", f"give {field} as a list, e.g. ['a', 'b'].")]
     return [p for v in value for p in single_line(field, v)]
 

@@ -37,8 +37,10 @@ TRAINER_JOB = "node"
 #: `IsDomainPrefixedPath`), so a bare "nemo-recipes" would be refused at admission; the manager is immutable.
 PATCH_MANAGER = "nemo-recipes/preset"
 
-FIND_VERSION_HOW = ("set trainer_version to the Kubeflow Trainer release of your cluster: see examples/README.md, "
-                    "'Which Kubeflow Trainer does my cluster run?' (kubectl get crd trainjobs.trainer.kubeflow.org).")
+FIND_VERSION_HOW = (
+    "set trainer_version to the Kubeflow Trainer release of your cluster: see examples/README.md, "
+    "'Which Kubeflow Trainer does my cluster run?' (kubectl get crd trainjobs.trainer.kubeflow.org)."
+)
 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?$")
 
@@ -49,35 +51,62 @@ def normalise_version(value: Any, field: str = "trainer_version") -> tuple[Optio
     allowed = ", ".join(repr(v) for v in TRAINER_VERSIONS)
     if not isinstance(value, str):
         # YAML reads `trainer_version: 2.10` as the number 2.1: only a string says which release is meant.
-        return None, [Problem(field, value, f"must be a string, one of {allowed}.",
-                              f"quote it: {field}: \"v{value}\"." if isinstance(value, (int, float))
-                              else f"set {field} to one of {allowed}.")]
+        return None, [
+            Problem(
+                field,
+                value,
+                f"must be a string, one of {allowed}.",
+                f'quote it: {field}: "v{value}".'
+                if isinstance(value, (int, float))
+                else f"set {field} to one of {allowed}.",
+            )
+        ]
     match = _VERSION.match(value.strip().lower())
     version = f"v{int(match.group(1))}.{int(match.group(2))}" if match else None
     if version in TRAINER_VERSIONS:
         return version, []
-    return None, [Problem(field, value, f"is not a Kubeflow Trainer release this preset writes TrainJobs for "
-                                        f"(allowed: {allowed}; '2.3' and 'v2.3.0' mean 'v2.3').",
-                          _unknown_version_fix(match))]
+    return None, [
+        Problem(
+            field,
+            value,
+            f"is not a Kubeflow Trainer release this preset writes TrainJobs for "
+            f"(allowed: {allowed}; '2.3' and 'v2.3.0' mean 'v2.3').",
+            _unknown_version_fix(match),
+        )
+    ]
 
 
 def _unknown_version_fix(match: Optional[re.Match]) -> str:
     newest = TRAINER_VERSIONS[-1]
     if match and (int(match.group(1)), int(match.group(2))) > tuple(int(p) for p in newest[1:].split(".")):
-        return (f"this release of nemo-recipes knows Trainer up to {newest}: if your cluster's TrainJob CRD still "
-                f"declares spec.runtimePatches, use trainer_version='{newest}' (and check the manifest with "
-                "--dryrun); otherwise upgrade nemo-recipes.")
+        return (
+            f"this release of nemo-recipes knows Trainer up to {newest}: if your cluster's TrainJob CRD still "
+            f"declares spec.runtimePatches, use trainer_version='{newest}' (and check the manifest with "
+            "--dryrun); otherwise upgrade nemo-recipes."
+        )
     return FIND_VERSION_HOW
 
 
-def pod_settings(version: str, *, volumes: Sequence[dict], volume_mounts: Sequence[dict],
-                 tolerations: Sequence[dict], node_selector: Mapping[str, str], affinity: Mapping[str, Any],
-                 image_pull_secrets: Sequence[str]) -> dict[str, Any]:
+def pod_settings(
+    version: str,
+    *,
+    volumes: Sequence[dict],
+    volume_mounts: Sequence[dict],
+    tolerations: Sequence[dict],
+    node_selector: Mapping[str, str],
+    affinity: Mapping[str, Any],
+    image_pull_secrets: Sequence[str],
+) -> dict[str, Any]:
     """`KubeflowExecutor` keyword arguments that put the pod-level settings where `version`'s TrainJob keeps them."""
     if version not in RUNTIME_PATCH_VERSIONS:
-        return dict(volumes=list(volumes), volume_mounts=list(volume_mounts), tolerations=list(tolerations),
-                    affinity=dict(affinity), image_pull_secrets=list(image_pull_secrets),
-                    pod_spec_overrides={"nodeSelector": dict(node_selector)} if node_selector else {})
+        return dict(
+            volumes=list(volumes),
+            volume_mounts=list(volume_mounts),
+            tolerations=list(tolerations),
+            affinity=dict(affinity),
+            image_pull_secrets=list(image_pull_secrets),
+            pod_spec_overrides={"nodeSelector": dict(node_selector)} if node_selector else {},
+        )
     pod = _pod_spec_patch(volumes, volume_mounts, tolerations, node_selector, affinity, image_pull_secrets)
     return {"spec_kwargs": {"runtimePatches": [runtime_patch(pod)]}} if pod else {}
 
@@ -130,13 +159,22 @@ def trainer_volume_mounts(executor: Any) -> list[dict[str, Any]]:
 
 def pod_volumes(executor: Any) -> list[dict[str, Any]]:
     """Pod volumes, wherever the executor carries them."""
-    return [dict(v) for v in getattr(executor, "volumes", None) or []] + \
-        [dict(v) for v in patched_pod_spec(executor).get("volumes", [])]
+    return [dict(v) for v in getattr(executor, "volumes", None) or []] + [
+        dict(v) for v in patched_pod_spec(executor).get("volumes", [])
+    ]
 
 
 #: `KubeflowExecutor` fields that NeMo-Run writes into `spec.podTemplateOverrides`.
-_OVERRIDE_FIELDS = ("volumes", "volume_mounts", "tolerations", "affinity", "image_pull_secrets",
-                    "pod_spec_overrides", "pod_labels", "pod_annotations")
+_OVERRIDE_FIELDS = (
+    "volumes",
+    "volume_mounts",
+    "tolerations",
+    "affinity",
+    "image_pull_secrets",
+    "pod_spec_overrides",
+    "pod_labels",
+    "pod_annotations",
+)
 
 
 def mixed_pod_settings(executor: Any) -> list[Problem]:
@@ -146,11 +184,17 @@ def mixed_pod_settings(executor: Any) -> list[Problem]:
     spec_kwargs = getattr(executor, "spec_kwargs", None) or {}
     if "runtimePatches" not in spec_kwargs:
         return []
-    return [Problem(f"executor.{name}", getattr(executor, name),
-                    "would be written to spec.podTemplateOverrides, which a Trainer v2.2+ API server (this executor "
-                    "writes spec.runtimePatches) drops without an error.",
-                    "pass it to the kubernetes preset (volumes, volume_mounts, pvcs, tolerations, node_selector, "
-                    "affinity, image_pull_secrets), which puts it where trainer_version says, or add it to the pod "
-                    f"spec of the '{PATCH_MANAGER}' entry of executor.spec_kwargs['runtimePatches']; if your cluster "
-                    "runs Trainer v2.1, build the preset with trainer_version='v2.1' instead.")
-            for name in _OVERRIDE_FIELDS if getattr(executor, name, None)]
+    return [
+        Problem(
+            f"executor.{name}",
+            getattr(executor, name),
+            "would be written to spec.podTemplateOverrides, which a Trainer v2.2+ API server (this executor "
+            "writes spec.runtimePatches) drops without an error.",
+            "pass it to the kubernetes preset (volumes, volume_mounts, pvcs, tolerations, node_selector, "
+            "affinity, image_pull_secrets), which puts it where trainer_version says, or add it to the pod "
+            f"spec of the '{PATCH_MANAGER}' entry of executor.spec_kwargs['runtimePatches']; if your cluster "
+            "runs Trainer v2.1, build the preset with trainer_version='v2.1' instead.",
+        )
+        for name in _OVERRIDE_FIELDS
+        if getattr(executor, name, None)
+    ]

@@ -75,8 +75,9 @@ class RecipePlugin(run.Plugin):
         if any(p.severity == ERROR for p in problems):
             where = f"{nodes} node(s) x {devices} GPU(s)" + (f" of {gpu}" if gpu else "")
             name = spec.name if spec is not None else "task"
-            raise InvalidRecipeError(problems, context=f"{name} on {executor.__class__.__name__} ({where}): "
-                                                       "not submitted")
+            raise InvalidRecipeError(
+                problems, context=f"{name} on {executor.__class__.__name__} ({where}): not submitted"
+            )
 
     def _secure(self, task: Any, executor: run.Executor) -> list[Problem]:
         # Every executor gets its preset's secret policy (registry.py); one no preset returns, the generic one.
@@ -98,14 +99,21 @@ def _warn_if_config_unreadable(executor: run.KubeflowExecutor) -> None:
     home = get_nemorun_home()
     configs = os.path.join(executor.job_dir, "configs")
     outside = not os.path.normpath(executor.job_dir).startswith(os.path.normpath(home).rstrip("/") + "/")
-    fix = (f"run the experiment under NEMORUN_HOME ({home}) and {SHARED_HOME_HOW[0].lower()}{SHARED_HOME_HOW[1:]}"
-           if outside else SHARED_HOME_HOW)
+    fix = (
+        f"run the experiment under NEMORUN_HOME ({home}) and {SHARED_HOME_HOW[0].lower()}{SHARED_HOME_HOW[1:]}"
+        if outside
+        else SHARED_HOME_HOW
+    )
     problem = Problem(
-        "shared_home_pvc", None,
+        "shared_home_pvc",
+        None,
         f"the TrainJob's pods read the task's config from {configs}, which NeMo-Run writes on this machine, and no "
         "volume of the pods is mounted there: a submitted job would fail in the pod (no such file). Dry runs and "
         "manifests are unaffected; NeMo-Run 0.11.1 does not tell a plugin whether it is a dry run, so this is a "
-        "warning, not a refusal.", fix, WARNING)
+        "warning, not a refusal.",
+        fix,
+        WARNING,
+    )
     warnings.warn(str(problem), ConfigNotSharedWarning, stacklevel=3)
 
 

@@ -79,10 +79,26 @@ def call_preset(preset: str, args: dict[str, Any], *, context: str) -> Any:
     function = preset_function(preset)
     parameters = inspect.signature(function).parameters
     allowed = list(parameters)
-    problems = [Problem(str(key), value, f"is not an argument of the {preset} preset{did_you_mean(str(key), allowed)}.",
-                        f"use one of: {', '.join(allowed)}.") for key, value in args.items() if key not in allowed]
-    problems += [Problem(name, None, f"is required by the {preset} preset.", f"give {name} (e.g. -E {name}=..., or in "
-                         "the cluster profile).") for name in _required(parameters) if name not in args]
+    problems = [
+        Problem(
+            str(key),
+            value,
+            f"is not an argument of the {preset} preset{did_you_mean(str(key), allowed)}.",
+            f"use one of: {', '.join(allowed)}.",
+        )
+        for key, value in args.items()
+        if key not in allowed
+    ]
+    problems += [
+        Problem(
+            name,
+            None,
+            f"is required by the {preset} preset.",
+            f"give {name} (e.g. -E {name}=..., or in the cluster profile).",
+        )
+        for name in _required(parameters)
+        if name not in args
+    ]
     if problems:
         raise InvalidRecipeError(problems, context=context)
     try:
@@ -92,8 +108,11 @@ def call_preset(preset: str, args: dict[str, Any], *, context: str) -> Any:
 
 
 def _required(parameters: Mapping[str, inspect.Parameter]) -> list[str]:
-    return [p.name for p in parameters.values()
-            if p.default is inspect.Parameter.empty and p.kind is not inspect.Parameter.VAR_KEYWORD]
+    return [
+        p.name
+        for p in parameters.values()
+        if p.default is inspect.Parameter.empty and p.kind is not inspect.Parameter.VAR_KEYWORD
+    ]
 
 
 def load_profiles(path: "str | os.PathLike[str] | None" = None) -> dict[str, ClusterProfile]:
@@ -120,8 +139,12 @@ def load_profiles(path: "str | os.PathLike[str] | None" = None) -> dict[str, Clu
 def _name_problem(name: Any) -> Problem:
     if name in PRESET_NAMES:
         # `--executor slurm` always means the preset, so such a profile could never be used.
-        return Problem("profile", name, "has the name of a preset, which always means the preset itself.",
-                       f"rename the profile (e.g. my_{name}); the presets are {', '.join(PRESET_NAMES)}.")
+        return Problem(
+            "profile",
+            name,
+            "has the name of a preset, which always means the preset itself.",
+            f"rename the profile (e.g. my_{name}); the presets are {', '.join(PRESET_NAMES)}.",
+        )
     return Problem("profile", name, "is not a profile name (a non-empty string).", "name it, e.g. my_cluster:.")
 
 
@@ -138,17 +161,21 @@ def _read_profiles_file(file: Path) -> dict:
     except UnicodeDecodeError as error:
         raise refuse(f"is not UTF-8 text (byte {error.start}).", "save the file as UTF-8.") from None
     except OSError as error:
-        raise refuse(f"cannot be read: {error.strerror or error}.", "give a readable YAML file "
-                     f"(--clusters FILE or ${ENV_VAR}).") from None
+        raise refuse(
+            f"cannot be read: {error.strerror or error}.", f"give a readable YAML file (--clusters FILE or ${ENV_VAR})."
+        ) from None
     try:
         data = yaml.load(text, Loader=_unique_key_loader()) or {}
     except _DuplicateKeyError as error:
         raise refuse(str(error), "keep one of the two entries.") from None
     except yaml.YAMLError as error:
-        raise refuse(f"is not valid YAML: {error}", "fix the syntax (a mapping of profile names to settings).") from None
+        raise refuse(
+            f"is not valid YAML: {error}", "fix the syntax (a mapping of profile names to settings)."
+        ) from None
     if not isinstance(data, dict):
-        raise refuse("must be a mapping of profile names to settings.",
-                     "write `my_cluster: {preset: slurm, account: ...}`.")
+        raise refuse(
+            "must be a mapping of profile names to settings.", "write `my_cluster: {preset: slurm, account: ...}`."
+        )
     return data
 
 
@@ -171,8 +198,10 @@ def _unique_key_loader() -> type:
                 except TypeError:  # an unhashable key: PyYAML reports it below
                     continue
                 if line != key_node.start_mark.line + 1:
-                    raise _DuplicateKeyError(f"has {key!r} twice (lines {line} and {key_node.start_mark.line + 1}); "
-                                             "YAML would silently keep the second.")
+                    raise _DuplicateKeyError(
+                        f"has {key!r} twice (lines {line} and {key_node.start_mark.line + 1}); "
+                        "YAML would silently keep the second."
+                    )
             return super().construct_mapping(node, deep=deep)
 
     return Loader
@@ -182,25 +211,41 @@ def get_profile(name: str, path: "str | os.PathLike[str] | None" = None) -> Clus
     profiles = load_profiles(path)
     if not isinstance(name, str) or name not in profiles:
         file = Path(path) if path is not None else profiles_path()
-        known = ", ".join(profiles) if profiles else ("none" if file.exists() else f"none, the file does not exist")
-        raise InvalidConfigError([Problem(
-            "executor", name, f"is neither a preset nor a cluster profile{did_you_mean(name, [*profiles, *PRESET_NAMES])}.",
-            f"use one of the presets ({', '.join(PRESET_NAMES)}) or a profile of {file} (known: {known}).")])
+        known = ", ".join(profiles) if profiles else ("none" if file.exists() else "none, the file does not exist")
+        raise InvalidConfigError(
+            [
+                Problem(
+                    "executor",
+                    name,
+                    f"is neither a preset nor a cluster profile{did_you_mean(name, [*profiles, *PRESET_NAMES])}.",
+                    f"use one of the presets ({', '.join(PRESET_NAMES)}) or a profile of {file} (known: {known}).",
+                )
+            ]
+        )
     return profiles[name]
 
 
 def _check(name: str, settings: Any, source: str) -> tuple[Optional[ClusterProfile], list[Problem]]:
     where = f"{name}"
     if not isinstance(settings, dict):
-        return None, [Problem(where, settings, "must be a mapping of settings.",
-                              f"write `{name}: {{preset: slurm, account: ...}}`.")]
+        return None, [
+            Problem(
+                where, settings, "must be a mapping of settings.", f"write `{name}: {{preset: slurm, account: ...}}`."
+            )
+        ]
     settings = dict(settings)
     preset = settings.pop("preset", None)
     gpu = settings.pop("gpu", None)
     if preset not in PRESET_NAMES:
         hint = did_you_mean(str(preset), PRESET_NAMES) if preset is not None else ""
-        return None, [Problem(f"{where}.preset", preset, f"unknown or missing preset{hint}.",
-                              f"set preset to one of: {', '.join(PRESET_NAMES)}.")]
+        return None, [
+            Problem(
+                f"{where}.preset",
+                preset,
+                f"unknown or missing preset{hint}.",
+                f"set preset to one of: {', '.join(PRESET_NAMES)}.",
+            )
+        ]
     problems: list[Problem] = []
     if gpu is not None:
         from nemo_recipes.plan.hardware import get_gpu
@@ -211,14 +256,22 @@ def _check(name: str, settings: Any, source: str) -> tuple[Optional[ClusterProfi
             problems += [Problem(f"{where}.gpu", p.value, p.message, p.fix) for p in error.problems]
     parameters = inspect.signature(preset_function(preset)).parameters
     allowed = [p for p in parameters if p != "gpu"]
-    problems += [Problem(f"{where}.{key}", key, "is not a setting name (a string).", "name the setting, e.g. nodes:.")
-                 for key in settings if not isinstance(key, str)]
+    problems += [
+        Problem(f"{where}.{key}", key, "is not a setting name (a string).", "name the setting, e.g. nodes:.")
+        for key in settings
+        if not isinstance(key, str)
+    ]
     settings = {k: v for k, v in settings.items() if isinstance(k, str)}
     for key in settings:
         if key not in allowed:
-            problems.append(Problem(f"{where}.{key}", settings[key],
-                                    f"is not an argument of the {preset} preset{did_you_mean(key, allowed)}.",
-                                    f"use one of: {', '.join(['gpu', *allowed])}."))
+            problems.append(
+                Problem(
+                    f"{where}.{key}",
+                    settings[key],
+                    f"is not an argument of the {preset} preset{did_you_mean(key, allowed)}.",
+                    f"use one of: {', '.join(['gpu', *allowed])}.",
+                )
+            )
     if preset == "kubernetes" and "trainer_version" in settings:
         # Checked when the file is read (as gpu is), not when the profile is first used on a cluster.
         version, found = normalise_version(settings["trainer_version"], field=f"{where}.trainer_version")
@@ -227,12 +280,20 @@ def _check(name: str, settings: Any, source: str) -> tuple[Optional[ClusterProfi
             settings["trainer_version"] = version
     for key in _required(parameters):
         if key not in settings:
-            problems.append(Problem(f"{where}.{key}", None, f"is required by the {preset} preset.",
-                                    f"add `{key}: ...` to profile {name!r}."))
+            problems.append(
+                Problem(
+                    f"{where}.{key}",
+                    None,
+                    f"is required by the {preset} preset.",
+                    f"add `{key}: ...` to profile {name!r}.",
+                )
+            )
     return ClusterProfile(name=name, preset=preset, gpu=gpu, args=settings, source=source), problems
 
 
-def executor_for(name: str, path: "str | os.PathLike[str] | None" = None, **overrides: Any) -> tuple[Any, Optional[str]]:
+def executor_for(
+    name: str, path: "str | os.PathLike[str] | None" = None, **overrides: Any
+) -> tuple[Any, Optional[str]]:
     """(executor, GPU type) for a preset name (with `overrides` as its arguments) or a profile name."""
     if name in PRESET_NAMES:
         return call_preset(name, overrides, context=f"{name} executor"), overrides.get("gpu")

@@ -51,8 +51,13 @@ class PresetModule(Protocol):
 
 
 def unknown(name: Any) -> InvalidConfigError:
-    return InvalidConfigError([Problem("preset", name, f"unknown preset{did_you_mean(str(name), NAMES)}.",
-                                       f"use one of: {', '.join(NAMES)}.")])
+    return InvalidConfigError(
+        [
+            Problem(
+                "preset", name, f"unknown preset{did_you_mean(str(name), NAMES)}.", f"use one of: {', '.join(NAMES)}."
+            )
+        ]
+    )
 
 
 def module(name: str) -> PresetModule:
@@ -107,6 +112,12 @@ def generic_secure(executor: Any, task_env: Optional[dict[str, str]], secrets: I
         for name in [n for n in source if n in marked]:
             value = source.pop(name)
             if os.environ.get(name) != value:
-                problems.append(Problem(f"env.{name}", REDACTED, "is a secret: it is not written into job files.",
-                                        f"export {name}=... in the environment that starts the job."))
+                problems.append(
+                    Problem(
+                        f"env.{name}",
+                        REDACTED,
+                        "is a secret: it is not written into job files.",
+                        f"export {name}=... in the environment that starts the job.",
+                    )
+                )
     return problems

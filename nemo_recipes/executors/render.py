@@ -12,8 +12,14 @@ from typing import Any, Optional, Sequence
 import nemo_run as run
 
 
-def dryrun_request(task: Any, executor: run.Executor, *, name: str = "job",
-                   plugins: Optional[Sequence[run.Plugin]] = None, experiment: str = "render") -> tuple[Any, Any]:
+def dryrun_request(
+    task: Any,
+    executor: run.Executor,
+    *,
+    name: str = "job",
+    plugins: Optional[Sequence[run.Plugin]] = None,
+    experiment: str = "render",
+) -> tuple[Any, Any]:
     """(NeMo-Run's dry-run request, the job's executor) for `task` on `executor`; plugins run first, as in a real
     submission, so an invalid plan raises here. The experiment directory is deleted afterwards."""
     with run.Experiment(experiment, executor=executor, log_level="ERROR") as exp:
@@ -28,8 +34,9 @@ def dryrun_request(task: Any, executor: run.Executor, *, name: str = "job",
     return request, text
 
 
-def artifact(task: Any, executor: run.Executor, *, name: str = "job",
-             plugins: Optional[Sequence[run.Plugin]] = None) -> str:
+def artifact(
+    task: Any, executor: run.Executor, *, name: str = "job", plugins: Optional[Sequence[run.Plugin]] = None
+) -> str:
     """The sbatch script, TrainJob manifest (YAML) or torchrun command line NeMo-Run would submit."""
     return dryrun_request(task, executor, name=name, plugins=plugins)[1]
 

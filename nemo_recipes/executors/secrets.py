@@ -24,11 +24,23 @@ from nemo_recipes.credentials import token_like  # noqa: F401  (part of this mod
 from nemo_recipes.errors import Problem
 
 #: Names treated as secrets whether or not the user marks them.
-DEFAULT_SECRETS = frozenset({
-    "WANDB_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_TOKEN", "NGC_API_KEY",
-    "NVIDIA_API_KEY", "OPENAI_API_KEY", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "GITHUB_TOKEN",
-    "COMET_API_KEY", "NEPTUNE_API_TOKEN", "MLFLOW_TRACKING_PASSWORD",
-})
+DEFAULT_SECRETS = frozenset(
+    {
+        "WANDB_API_KEY",
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "HUGGINGFACE_HUB_TOKEN",
+        "NGC_API_KEY",
+        "NVIDIA_API_KEY",
+        "OPENAI_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "GITHUB_TOKEN",
+        "COMET_API_KEY",
+        "NEPTUNE_API_TOKEN",
+        "MLFLOW_TRACKING_PASSWORD",
+    }
+)
 
 REDACTED = "<redacted>"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch: "$" would let a final newline through
@@ -42,10 +54,14 @@ def secret_names(extra: Iterable[str] = ()) -> frozenset[str]:
 
 def name_problems(field: str, names: Iterable[Any]) -> list[Problem]:
     return [
-        Problem(f"{field}.{name}" if isinstance(name, str) else field, name,
-                "is not a valid environment variable name.",
-                "use letters, digits and underscores, not starting with a digit.")
-        for name in names if not isinstance(name, str) or not _NAME.fullmatch(name)
+        Problem(
+            f"{field}.{name}" if isinstance(name, str) else field,
+            name,
+            "is not a valid environment variable name.",
+            "use letters, digits and underscores, not starting with a digit.",
+        )
+        for name in names
+        if not isinstance(name, str) or not _NAME.fullmatch(name)
     ]
 
 
@@ -63,10 +79,14 @@ def secret_name_problems(names: Iterable[Any]) -> list[Problem]:
 
 
 def token_problem_for_name(reason: str) -> Problem:
-    return Problem("secrets", REDACTED, f"looks like a secret value, not the name of an environment variable: it "
-                   f"{reason}. Written here it would be stored in the job script.",
-                   "list the variable's NAME (e.g. WANDB_API_KEY) in secrets and export its value in the submitting "
-                   "environment. If the value was shared (a profile, a shell history), revoke it and issue a new one.")
+    return Problem(
+        "secrets",
+        REDACTED,
+        f"looks like a secret value, not the name of an environment variable: it "
+        f"{reason}. Written here it would be stored in the job script.",
+        "list the variable's NAME (e.g. WANDB_API_KEY) in secrets and export its value in the submitting "
+        "environment. If the value was shared (a profile, a shell history), revoke it and issue a new one.",
+    )
 
 
 def env_problems(env: Mapping[str, Any], secrets: Iterable[str], how: str, field: str = "env") -> list[Problem]:
@@ -77,16 +97,27 @@ def env_problems(env: Mapping[str, Any], secrets: Iterable[str], how: str, field
     secret = secret_names(s for s in secrets if isinstance(s, str))
     for name, value in env.items():
         if name in secret:
-            problems.append(Problem(
-                f"{field}.{name}", REDACTED,
-                "is a secret: its value would be written into the job script, exported configs and logs.",
-                f"do not put it in {field}; {how}"))
+            problems.append(
+                Problem(
+                    f"{field}.{name}",
+                    REDACTED,
+                    "is a secret: its value would be written into the job script, exported configs and logs.",
+                    f"do not put it in {field}; {how}",
+                )
+            )
         elif not isinstance(value, str):
-            problems.append(Problem(f"{field}.{name}", value, "must be a string.",
-                                    f"quote the value: {name}: \"{value}\"."))
+            problems.append(
+                Problem(f"{field}.{name}", value, "must be a string.", f'quote the value: {name}: "{value}".')
+            )
         elif "\0" in value:
-            problems.append(Problem(f"{field}.{name}", value, "contains a NUL byte, which no environment can hold.",
-                                    "remove the NUL byte."))
+            problems.append(
+                Problem(
+                    f"{field}.{name}",
+                    value,
+                    "contains a NUL byte, which no environment can hold.",
+                    "remove the NUL byte.",
+                )
+            )
     return problems
 
 
@@ -135,8 +166,9 @@ def exported_secrets(additional_parameters: Optional[Mapping[str, Any]]) -> list
     return [p for p in str(value).split(",") if p and p not in ("ALL", "NONE")]
 
 
-def secure_slurm(executor: Any, task_env: Optional[dict[str, str]] = None, secrets: Iterable[str] = (),
-                 check_submit_env: bool = True) -> list[Problem]:
+def secure_slurm(
+    executor: Any, task_env: Optional[dict[str, str]] = None, secrets: Iterable[str] = (), check_submit_env: bool = True
+) -> list[Problem]:
     """Make a stock `run.SlurmExecutor` safe in place, after anyone (NeMo plugins included) changed its env:
 
     secrets found in `env_vars` or in the task's env are removed and passed by reference (`--export`); values that
@@ -159,9 +191,15 @@ def secure_slurm(executor: Any, task_env: Optional[dict[str, str]] = None, secre
         if check_submit_env and _is_local_tunnel(executor):
             for name in sorted(by_reference):
                 if name not in os.environ:
-                    problems.append(Problem(
-                        f"secrets.{name}", REDACTED, "is passed by reference but is not set in this environment, "
-                        "from which sbatch copies it into the job.", f"export {name}=... before submitting."))
+                    problems.append(
+                        Problem(
+                            f"secrets.{name}",
+                            REDACTED,
+                            "is passed by reference but is not set in this environment, "
+                            "from which sbatch copies it into the job.",
+                            f"export {name}=... before submitting.",
+                        )
+                    )
     moved: dict[str, str] = {}
     for source in (executor.env_vars, task_env if task_env is not None else {}):
         _, quoted = split_for_slurm({k: str(v) for k, v in source.items()})
@@ -174,11 +212,17 @@ def secure_slurm(executor: Any, task_env: Optional[dict[str, str]] = None, secre
 
 #: A Kubernetes Secret's name (a DNS subdomain).
 SECRET_NAME = r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?"
+
+
 def token_problem(field: str, reason: str, fix: str) -> Problem:
     """The refusal of a secret value given where a reference belongs; the value is never echoed."""
-    return Problem(field, REDACTED, f"looks like a secret value, not the name of a Kubernetes Secret: it {reason}. "
-                   "Written here it would be stored in the TrainJob manifest and NeMo-Run's experiment files.",
-                   f"{fix} If the value was shared (a profile, a shell history), revoke it and issue a new one.")
+    return Problem(
+        field,
+        REDACTED,
+        f"looks like a secret value, not the name of a Kubernetes Secret: it {reason}. "
+        "Written here it would be stored in the TrainJob manifest and NeMo-Run's experiment files.",
+        f"{fix} If the value was shared (a profile, a shell history), revoke it and issue a new one.",
+    )
 
 
 def kubernetes_secret_refs(secrets: Mapping[str, str]) -> tuple[list[dict[str, Any]], list[Problem]]:
@@ -189,13 +233,24 @@ def kubernetes_secret_refs(secrets: Mapping[str, str]) -> tuple[list[dict[str, A
     for name, ref in secrets.items():
         reason = token_like(ref) if isinstance(ref, str) else None
         if reason:
-            problems.append(token_problem(
-                f"secrets.{name}", reason, "put the value in a Secret (kubectl create secret generic NAME "
-                f"--from-literal=KEY=...) and pass secrets={{'{name}': 'NAME/KEY'}}."))
+            problems.append(
+                token_problem(
+                    f"secrets.{name}",
+                    reason,
+                    "put the value in a Secret (kubectl create secret generic NAME "
+                    f"--from-literal=KEY=...) and pass secrets={{'{name}': 'NAME/KEY'}}.",
+                )
+            )
             continue
         if not isinstance(ref, str) or not re.fullmatch(rf"{SECRET_NAME}(/[-._a-zA-Z0-9]+)?", ref):
-            problems.append(Problem(f"secrets.{name}", ref, "is not a Kubernetes Secret reference.",
-                                    "give 'secret-name' or 'secret-name/key' (kubectl create secret generic ...)."))
+            problems.append(
+                Problem(
+                    f"secrets.{name}",
+                    ref,
+                    "is not a Kubernetes Secret reference.",
+                    "give 'secret-name' or 'secret-name/key' (kubectl create secret generic ...).",
+                )
+            )
             continue
         secret, _, key = ref.partition("/")
         refs.append({"name": name, "valueFrom": {"secretKeyRef": {"name": secret, "key": key or name}}})

@@ -14,8 +14,9 @@ from nemo_recipes.plan.throughput import estimate_throughput, time_to_train
 from nemo_recipes.plan.validate import validate
 
 
-def with_estimates(report: PlanReport, *, tokens: Optional[float] = None, stack: Optional[str] = None,
-                   advise: bool = True) -> PlanReport:
+def with_estimates(
+    report: PlanReport, *, tokens: Optional[float] = None, stack: Optional[str] = None, advise: bool = True
+) -> PlanReport:
     """`report` with throughput, time to train (`tokens`, default the recipe's train_tokens) and, with `advise`, the
     advice attached.
 
@@ -28,7 +29,13 @@ def with_estimates(report: PlanReport, *, tokens: Optional[float] = None, stack:
     return report.with_advice(_advise(report, stack=stack)) if advise else report
 
 
-def assess(spec: RecipeSpec, cluster: Cluster, *, tokens: Optional[float] = None, stack: Optional[str] = None,
-           advise: bool = True) -> PlanReport:
+def assess(
+    spec: RecipeSpec,
+    cluster: Cluster,
+    *,
+    tokens: Optional[float] = None,
+    stack: Optional[str] = None,
+    advise: bool = True,
+) -> PlanReport:
     """Validate `spec` on `cluster` and attach the estimates (and advice) a valid plan has."""
     return with_estimates(validate(spec, cluster, stack=stack), tokens=tokens, stack=stack, advise=advise)

@@ -59,7 +59,7 @@ class FitResult:
     spec: RecipeSpec
     changes: list[Change]
     report: PlanReport
-    ranking: list[Candidate] = field(default_factory=list)   # the valid plans considered, fastest first
+    ranking: list[Candidate] = field(default_factory=list)  # the valid plans considered, fastest first
     explanation: str = ""
 
 
@@ -75,8 +75,15 @@ def _per_replica(spec: RecipeSpec) -> float:
     return spec.global_batch_size / Layout.of(spec).dp
 
 
-def smallest_cluster(spec: RecipeSpec, cluster: Cluster, *, scale_global_batch: bool = False,
-                     stack: Optional[str] = None, min_nodes: int = 1, max_nodes: int = MAX_NODES) -> Optional[Cluster]:
+def smallest_cluster(
+    spec: RecipeSpec,
+    cluster: Cluster,
+    *,
+    scale_global_batch: bool = False,
+    stack: Optional[str] = None,
+    min_nodes: int = 1,
+    max_nodes: int = MAX_NODES,
+) -> Optional[Cluster]:
     """The fewest nodes, at least `min_nodes`, of this cluster's node size and GPU on which `fit` finds a plan;
     None up to `max_nodes`."""
     per_replica = _per_replica(spec) if scale_global_batch else None
@@ -90,6 +97,7 @@ def smallest_cluster(spec: RecipeSpec, cluster: Cluster, *, scale_global_batch: 
 
 # ---- changes ----
 
+
 def _scaled_lr(lr: float, old_batch: int, new_batch: int, rule: LrScaling) -> float:
     if rule is None or old_batch == new_batch:
         return lr
@@ -97,17 +105,19 @@ def _scaled_lr(lr: float, old_batch: int, new_batch: int, rule: LrScaling) -> fl
     return lr * (math.sqrt(ratio) if rule == "sqrt" else ratio)
 
 
-def _changes(original: RecipeSpec, fitted: RecipeSpec, cluster: Cluster, reason: str, reference_dp: int,
-             lr_scaling: LrScaling) -> list[Change]:
+def _changes(
+    original: RecipeSpec, fitted: RecipeSpec, cluster: Cluster, reason: str, reference_dp: int, lr_scaling: LrScaling
+) -> list[Change]:
     dp = Layout.of(fitted, cluster).dp
     why = {
         "num_nodes": "the target cluster",
         "num_gpus_per_node": "the target cluster",
         "default_gpu": "the target cluster",
-        "global_batch_size": (f"scaled with data-parallel replicas {reference_dp} -> {dp}, keeping "
-                              f"{original.global_batch_size / reference_dp:g} sequences per replica"),
-        "max_lr": (f"{lr_scaling} rule for global batch {original.global_batch_size} -> "
-                   f"{fitted.global_batch_size}"),
+        "global_batch_size": (
+            f"scaled with data-parallel replicas {reference_dp} -> {dp}, keeping "
+            f"{original.global_batch_size / reference_dp:g} sequences per replica"
+        ),
+        "max_lr": (f"{lr_scaling} rule for global batch {original.global_batch_size} -> {fitted.global_batch_size}"),
     }
     out = []
     for f in dataclasses.fields(RecipeSpec):
@@ -119,11 +129,14 @@ def _changes(original: RecipeSpec, fitted: RecipeSpec, cluster: Cluster, reason:
 
 def _chosen(ranking: list[Candidate], what: str) -> str:
     runner_up = ranking[1] if len(ranking) > 1 else None
-    return (f"chosen as the {what} ({ranking[0].label()}: predicted {summary(ranking[0])}); "
-            f"{explain(ranking[0], runner_up)}")
+    return (
+        f"chosen as the {what} ({ranking[0].label()}: predicted {summary(ranking[0])}); "
+        f"{explain(ranking[0], runner_up)}"
+    )
 
 
 # ---- public ----
+
 
 def _unchangeable(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
     layout = Layout.of(spec, cluster)
@@ -132,8 +145,14 @@ def _unchangeable(spec: RecipeSpec, cluster: Cluster) -> list[Problem]:
     return [p for p in fixed if p.severity == ERROR]
 
 
-def fit(spec: RecipeSpec, cluster: Cluster, *, scale_global_batch: bool = False, lr_scaling: LrScaling = "sqrt",
-        stack: Optional[str] = None) -> FitResult:
+def fit(
+    spec: RecipeSpec,
+    cluster: Cluster,
+    *,
+    scale_global_batch: bool = False,
+    lr_scaling: LrScaling = "sqrt",
+    stack: Optional[str] = None,
+) -> FitResult:
     """A version of `spec` that validates on `cluster`, with every change (field, from, to, why).
 
     When the recipe does not validate as given, the fastest valid plan of `search.Space.FIT` replaces its layout,
@@ -144,8 +163,10 @@ def fit(spec: RecipeSpec, cluster: Cluster, *, scale_global_batch: bool = False,
     """
     check_inputs(spec, cluster)
     if lr_scaling not in LR_RULES:
-        raise InvalidRecipeError([Problem("lr_scaling", lr_scaling, "unknown learning-rate scaling rule.",
-                                          "use 'sqrt', 'linear' or None.")], context="fit")
+        raise InvalidRecipeError(
+            [Problem("lr_scaling", lr_scaling, "unknown learning-rate scaling rule.", "use 'sqrt', 'linear' or None.")],
+            context="fit",
+        )
     fixed = _unchangeable(spec, cluster)
     if fixed:
         raise InvalidRecipeError(fixed, context=f"fit {spec.name}: fields fit does not change")
@@ -168,12 +189,16 @@ def fit(spec: RecipeSpec, cluster: Cluster, *, scale_global_batch: bool = False,
         fitted = ranking[0].spec
         error = first.errors[0] if first.errors else None
         explanation = _chosen(ranking, "fastest valid plan")
-        reason = (f"as given, {error.field}={error.value}: {error.message.rstrip('.')}" if error else
-                  f"as given, TP={base.tensor_parallel} does not fit in a node of {cluster.gpus_per_node} GPUs")
+        reason = (
+            f"as given, {error.field}={error.value}: {error.message.rstrip('.')}"
+            if error
+            else f"as given, TP={base.tensor_parallel} does not fit in a node of {cluster.gpus_per_node} GPUs"
+        )
         reason += f"; {explanation}"
     if scale_global_batch:
-        fitted = fitted.replace(max_lr=_scaled_lr(spec.max_lr, spec.global_batch_size, fitted.global_batch_size,
-                                                  lr_scaling))
+        fitted = fitted.replace(
+            max_lr=_scaled_lr(spec.max_lr, spec.global_batch_size, fitted.global_batch_size, lr_scaling)
+        )
     fitted = fitted.replace()  # runs the catalog's own checks on the result
     changes = _changes(spec, fitted, cluster, reason, reference_dp, lr_scaling)
     report = validate(fitted, cluster, stack=stack).with_changes(changes)
@@ -206,31 +231,47 @@ def advise(report: PlanReport, *, stack: Optional[str] = None) -> list[Advice]:
     `ADVICE_MIN_SPEEDUP` or more; empty otherwise (and for invalid plans, or without a GPU type or an estimate)."""
     if not report.valid or report.cluster.gpu is None or not report.throughput or report.memory is None:
         return []
-    current = Candidate(spec=report.spec, step_time_s=float(report.throughput["step_time_s"]),
-                        total_gib=report.memory.total, capacity_gib=report.memory.capacity,
-                        breakdown=dict(report.throughput.get("breakdown_s") or {}))
+    current = Candidate(
+        spec=report.spec,
+        step_time_s=float(report.throughput["step_time_s"]),
+        total_gib=report.memory.total,
+        capacity_gib=report.memory.capacity,
+        breakdown=dict(report.throughput.get("breakdown_s") or {}),
+    )
     ranking = ranked_plans(report.spec, report.cluster, space=Space.BEST, stack=stack)
     if not ranking or current.step_time_s / ranking[0].step_time_s < ADVICE_MIN_SPEEDUP:
         return []
     winner = ranking[0]
-    return [Advice(changes=changed_fields(report.spec, winner.spec), step_time_s=winner.step_time_s,
-                   current_step_time_s=current.step_time_s, memory_gib=winner.total_gib,
-                   why=explain(winner, current, other_name="the plan as given"))]
+    return [
+        Advice(
+            changes=changed_fields(report.spec, winner.spec),
+            step_time_s=winner.step_time_s,
+            current_step_time_s=current.step_time_s,
+            memory_gib=winner.total_gib,
+            why=explain(winner, current, other_name="the plan as given"),
+        )
+    ]
 
 
-def _nothing_fits(spec: RecipeSpec, cluster: Cluster, first: PlanReport, scale_global_batch: bool,
-                  stack: Optional[str]) -> InvalidRecipeError:
+def _nothing_fits(
+    spec: RecipeSpec, cluster: Cluster, first: PlanReport, scale_global_batch: bool, stack: Optional[str]
+) -> InvalidRecipeError:
     gpu = "GPU" if cluster.gpu is None else cluster.gpu.name
     smallest = smallest_cluster(spec, cluster, scale_global_batch=scale_global_batch, stack=stack)
     if smallest is not None and smallest.nodes > cluster.nodes:
-        fix = (f"use at least {smallest.nodes} node(s) of {cluster.gpus_per_node} x {gpu} "
-               f"({smallest.world_size} GPUs), the smallest cluster on which fit finds a plan")
+        fix = (
+            f"use at least {smallest.nodes} node(s) of {cluster.gpus_per_node} x {gpu} "
+            f"({smallest.world_size} GPUs), the smallest cluster on which fit finds a plan"
+        )
     elif smallest is not None:
         # Smaller clusters work, so the batch arithmetic, not the size, is what fails here: name the next size up.
-        larger = smallest_cluster(spec, cluster, scale_global_batch=scale_global_batch, stack=stack,
-                                  min_nodes=cluster.nodes + 1)
-        fix = (f"fit finds a plan on {smallest.nodes} node(s) of {cluster.gpus_per_node} x {gpu}, the smallest "
-               "cluster that works")
+        larger = smallest_cluster(
+            spec, cluster, scale_global_batch=scale_global_batch, stack=stack, min_nodes=cluster.nodes + 1
+        )
+        fix = (
+            f"fit finds a plan on {smallest.nodes} node(s) of {cluster.gpus_per_node} x {gpu}, the smallest "
+            "cluster that works"
+        )
         if larger is not None:
             fix += f", and on {larger.nodes} node(s), the next size up"
     else:
@@ -238,9 +279,12 @@ def _nothing_fits(spec: RecipeSpec, cluster: Cluster, first: PlanReport, scale_g
     if not scale_global_batch:
         fix += "; or pass scale_global_batch=True so the global batch follows DP"
     problem = Problem(
-        "cluster", f"{cluster.nodes} x {cluster.gpus_per_node} {gpu}",
+        "cluster",
+        f"{cluster.nodes} x {cluster.gpus_per_node} {gpu}",
         f"no choice of TP (within a node), PP, VP, recompute and micro batch makes {spec.name} valid on "
-        f"{cluster.world_size} GPUs.", fix + ".")
+        f"{cluster.world_size} GPUs.",
+        fix + ".",
+    )
     return InvalidRecipeError([problem, *first.errors], context=f"fit {spec.name}")
 
 

@@ -20,18 +20,20 @@ from dataclasses import dataclass
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.plan.layout import Layout
 
-MODEL_FLOPS_CONVENTION = ("Megatron 72-formula generalised to GQA/SwiGLU (Korthikanti et al. 2022 Eq. 7; Megatron-Core "
-                          "r0.8.0 num_floating_point_operations): padded vocabulary, no causal discount of the s^2 "
-                          "term, recomputation not counted")
+MODEL_FLOPS_CONVENTION = (
+    "Megatron 72-formula generalised to GQA/SwiGLU (Korthikanti et al. 2022 Eq. 7; Megatron-Core "
+    "r0.8.0 num_floating_point_operations): padded vocabulary, no causal discount of the s^2 "
+    "term, recomputation not counted"
+)
 
 
 @dataclass(frozen=True)
 class TokenFlops:
     """Forward FLOPs per token, split by kind of work (the backward pass costs twice each)."""
 
-    dense: float          # the four linear layers of every transformer layer, summed over layers
-    attention: float      # scores and attention-over-V, summed over layers, full s x s (no causal discount)
-    logits: float         # the output layer
+    dense: float  # the four linear layers of every transformer layer, summed over layers
+    attention: float  # scores and attention-over-V, summed over layers, full s x s (no causal discount)
+    logits: float  # the output layer
 
     @property
     def forward(self) -> float:
@@ -52,8 +54,7 @@ def forward_flops_per_token(spec: RecipeSpec) -> TokenFlops:
     mlp_in = spec.ffn_hidden_size * (2 if spec.gated_linear_unit else 1)
     dense = 2.0 * (h * (q + 2 * kv) + q * h + h * mlp_in + spec.ffn_hidden_size * h)
     attention = 4.0 * s * q
-    return TokenFlops(dense=layers * dense, attention=layers * attention,
-                      logits=2.0 * h * spec.padded_vocab_size)
+    return TokenFlops(dense=layers * dense, attention=layers * attention, logits=2.0 * h * spec.padded_vocab_size)
 
 
 def model_flops_per_token(spec: RecipeSpec) -> float:

@@ -22,13 +22,13 @@ class GPU:
     """One accelerator model. A user can describe their own: `GPU(name="my-gpu", memory_gib=96, ...)`."""
 
     name: str
-    memory_gib: float            # what the driver reports (nvidia-smi MiB / 1024), before any allocation
-    bf16_tflops: float           # dense BF16/FP16 tensor-core peak
+    memory_gib: float  # what the driver reports (nvidia-smi MiB / 1024), before any allocation
+    bf16_tflops: float  # dense BF16/FP16 tensor-core peak
     fp8_tflops: Optional[float]  # dense FP8 peak; None where the GPU has no FP8 tensor cores
-    hbm_tb_s: float              # HBM bandwidth, TB/s
-    nvlink_gb_s: float           # NVLink bandwidth per GPU and direction, GB/s
-    network_gb_s: float          # inter-node (InfiniBand/RoCE) bandwidth per GPU and direction, GB/s
-    nvlink_domain: int           # GPUs that share one NVLink domain (a node, or an NVL72 rack)
+    hbm_tb_s: float  # HBM bandwidth, TB/s
+    nvlink_gb_s: float  # NVLink bandwidth per GPU and direction, GB/s
+    network_gb_s: float  # inter-node (InfiniBand/RoCE) bandwidth per GPU and direction, GB/s
+    nvlink_domain: int  # GPUs that share one NVLink domain (a node, or an NVL72 rack)
     description: str = ""
     compute_capability: Optional[tuple[int, int]] = None  # CUDA's (major, minor); None: unknown
 
@@ -57,15 +57,28 @@ def gpu_problems(gpu: GPU) -> list[Problem]:
     for field in ("memory_gib", "bf16_tflops", "hbm_tb_s", "nvlink_gb_s", "network_gb_s"):
         value = getattr(gpu, field)
         if not _positive_finite(value):
-            problems.append(Problem(field, value, "must be a positive, finite number.",
-                                    f"set {field} from the GPU's data sheet."))
+            problems.append(
+                Problem(field, value, "must be a positive, finite number.", f"set {field} from the GPU's data sheet.")
+            )
     if gpu.fp8_tflops is not None and not _positive_finite(gpu.fp8_tflops):
-        problems.append(Problem("fp8_tflops", gpu.fp8_tflops, "must be a positive, finite number or None.",
-                                "set fp8_tflops from the data sheet, or None where the GPU has no FP8."))
+        problems.append(
+            Problem(
+                "fp8_tflops",
+                gpu.fp8_tflops,
+                "must be a positive, finite number or None.",
+                "set fp8_tflops from the data sheet, or None where the GPU has no FP8.",
+            )
+        )
     domain = gpu.nvlink_domain
     if isinstance(domain, bool) or not isinstance(domain, int) or not 1 <= domain <= MAX_GPUS_PER_NODE:
-        problems.append(Problem("nvlink_domain", domain, f"must be an integer from 1 to {MAX_GPUS_PER_NODE}.",
-                                "set nvlink_domain to the GPUs sharing one NVLink domain (8 in a DGX)."))
+        problems.append(
+            Problem(
+                "nvlink_domain",
+                domain,
+                f"must be an integer from 1 to {MAX_GPUS_PER_NODE}.",
+                "set nvlink_domain to the GPUs sharing one NVLink domain (8 in a DGX).",
+            )
+        )
     return problems
 
 
@@ -73,28 +86,82 @@ GPUS: dict[str, GPU] = {
     gpu.name: gpu
     for gpu in (
         # A100: 312 TFLOP/s BF16 dense, no FP8; NVLink 3 600 GB/s total (300 per direction); HDR 200 Gb/s per GPU.
-        GPU(name="a100-40gb", memory_gib=40.0, bf16_tflops=312.0, fp8_tflops=None, hbm_tb_s=1.555,
-            nvlink_gb_s=300.0, network_gb_s=25.0, nvlink_domain=8, description="NVIDIA A100 SXM 40 GB",
-            compute_capability=(8, 0)),
-        GPU(name="a100-80gb", memory_gib=80.0, bf16_tflops=312.0, fp8_tflops=None, hbm_tb_s=2.039,
-            nvlink_gb_s=300.0, network_gb_s=25.0, nvlink_domain=8, description="NVIDIA A100 SXM 80 GB",
-            compute_capability=(8, 0)),
+        GPU(
+            name="a100-40gb",
+            memory_gib=40.0,
+            bf16_tflops=312.0,
+            fp8_tflops=None,
+            hbm_tb_s=1.555,
+            nvlink_gb_s=300.0,
+            network_gb_s=25.0,
+            nvlink_domain=8,
+            description="NVIDIA A100 SXM 40 GB",
+            compute_capability=(8, 0),
+        ),
+        GPU(
+            name="a100-80gb",
+            memory_gib=80.0,
+            bf16_tflops=312.0,
+            fp8_tflops=None,
+            hbm_tb_s=2.039,
+            nvlink_gb_s=300.0,
+            network_gb_s=25.0,
+            nvlink_domain=8,
+            description="NVIDIA A100 SXM 80 GB",
+            compute_capability=(8, 0),
+        ),
         # H100 SXM: 989 BF16 / 1979 FP8 dense; NVLink 4 900 GB/s total; NDR 400 Gb/s per GPU (DGX H100).
-        GPU(name="h100-80gb", memory_gib=79.6, bf16_tflops=989.0, fp8_tflops=1979.0, hbm_tb_s=3.35,
-            nvlink_gb_s=450.0, network_gb_s=50.0, nvlink_domain=8, description="NVIDIA H100 SXM 80 GB",
-            compute_capability=(9, 0)),
+        GPU(
+            name="h100-80gb",
+            memory_gib=79.6,
+            bf16_tflops=989.0,
+            fp8_tflops=1979.0,
+            hbm_tb_s=3.35,
+            nvlink_gb_s=450.0,
+            network_gb_s=50.0,
+            nvlink_domain=8,
+            description="NVIDIA H100 SXM 80 GB",
+            compute_capability=(9, 0),
+        ),
         # H200: the H100's compute with 141 GB HBM3e at 4.8 TB/s.
-        GPU(name="h200", memory_gib=140.4, bf16_tflops=989.0, fp8_tflops=1979.0, hbm_tb_s=4.8,
-            nvlink_gb_s=450.0, network_gb_s=50.0, nvlink_domain=8, description="NVIDIA H200 SXM 141 GB",
-            compute_capability=(9, 0)),
+        GPU(
+            name="h200",
+            memory_gib=140.4,
+            bf16_tflops=989.0,
+            fp8_tflops=1979.0,
+            hbm_tb_s=4.8,
+            nvlink_gb_s=450.0,
+            network_gb_s=50.0,
+            nvlink_domain=8,
+            description="NVIDIA H200 SXM 141 GB",
+            compute_capability=(9, 0),
+        ),
         # B200 (HGX, 1000 W): 2250 BF16 / 4500 FP8 dense; NVLink 5 1.8 TB/s total; 400 Gb/s per GPU.
-        GPU(name="b200", memory_gib=179.0, bf16_tflops=2250.0, fp8_tflops=4500.0, hbm_tb_s=8.0,
-            nvlink_gb_s=900.0, network_gb_s=50.0, nvlink_domain=8, description="NVIDIA B200 (HGX) 180 GB",
-            compute_capability=(10, 0)),
+        GPU(
+            name="b200",
+            memory_gib=179.0,
+            bf16_tflops=2250.0,
+            fp8_tflops=4500.0,
+            hbm_tb_s=8.0,
+            nvlink_gb_s=900.0,
+            network_gb_s=50.0,
+            nvlink_domain=8,
+            description="NVIDIA B200 (HGX) 180 GB",
+            compute_capability=(10, 0),
+        ),
         # B200 in GB200 NVL72 (1200 W): 2500 BF16 / 5000 FP8 dense; one NVLink domain of 72 GPUs.
-        GPU(name="gb200", memory_gib=184.0, bf16_tflops=2500.0, fp8_tflops=5000.0, hbm_tb_s=8.0,
-            nvlink_gb_s=900.0, network_gb_s=50.0, nvlink_domain=72, description="NVIDIA GB200 NVL72, per GPU",
-            compute_capability=(10, 0)),
+        GPU(
+            name="gb200",
+            memory_gib=184.0,
+            bf16_tflops=2500.0,
+            fp8_tflops=5000.0,
+            hbm_tb_s=8.0,
+            nvlink_gb_s=900.0,
+            network_gb_s=50.0,
+            nvlink_domain=72,
+            description="NVIDIA GB200 NVL72, per GPU",
+            compute_capability=(10, 0),
+        ),
     )
 }
 
@@ -120,9 +187,16 @@ def get_gpu(name: "str | GPU") -> GPU:
     key = ALIASES.get(key, key)
     if key in GPUS:
         return GPUS[key]
-    raise InvalidRecipeError([Problem(
-        "gpu", name, f"unknown GPU{did_you_mean(key, list(GPUS) + list(ALIASES))}.",
-        f"use one of: {', '.join(GPUS)}; or describe your own with nemo_recipes.plan.GPU(...).")])
+    raise InvalidRecipeError(
+        [
+            Problem(
+                "gpu",
+                name,
+                f"unknown GPU{did_you_mean(key, list(GPUS) + list(ALIASES))}.",
+                f"use one of: {', '.join(GPUS)}; or describe your own with nemo_recipes.plan.GPU(...).",
+            )
+        ]
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,8 +215,10 @@ class Cluster:
     def of(cls, nodes: int, gpus_per_node: int, gpu: "str | GPU | None" = None) -> "Cluster":
         problems = [
             Problem(field, value, f"must be an integer from 1 to {bound:,}.", f"set {field} to 1 or more.")
-            for field, value, bound in (("nodes", nodes, MAX_NODES), ("gpus_per_node", gpus_per_node,
-                                                                       MAX_GPUS_PER_NODE))
+            for field, value, bound in (
+                ("nodes", nodes, MAX_NODES),
+                ("gpus_per_node", gpus_per_node, MAX_GPUS_PER_NODE),
+            )
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= bound
         ]
         try:

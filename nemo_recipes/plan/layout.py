@@ -28,8 +28,8 @@ from nemo_recipes.plan.hardware import Cluster
 class LayerParams:
     """One transformer layer's parameters, split by how TP stores them."""
 
-    sharded: int      # column/row-parallel weights and column-parallel biases: divided by TP
-    replicated: int   # row-parallel biases and norms: a full copy on every TP rank
+    sharded: int  # column/row-parallel weights and column-parallel biases: divided by TP
+    replicated: int  # row-parallel biases and norms: a full copy on every TP rank
 
     def per_rank(self, tp: int) -> float:
         return self.sharded / tp + self.replicated
@@ -58,22 +58,22 @@ class Layout:
     tp: int
     pp: int
     cp: int
-    vp: int                    # model chunks per pipeline rank: 1 without an interleaved schedule
-    dp: int                    # data-parallel replicas, world / (TP x PP x CP); exact only when world_divides
+    vp: int  # model chunks per pipeline rank: 1 without an interleaved schedule
+    dp: int  # data-parallel replicas, world / (TP x PP x CP); exact only when world_divides
     world_divides: bool
     micro_batch: int
     global_batch: int
-    microbatches: int          # per pipeline and step, B / (b x DP); exact only when batch_divides
+    microbatches: int  # per pipeline and step, B / (b x DP); exact only when batch_divides
     batch_divides: bool
     sequence_parallel: bool
-    tokens_per_rank: float     # tokens of one micro-batch on one GPU of a CP group: b x s / CP
-    pipeline_slots: int        # layers the pipeline split divides (embedding and loss included when counted)
-    layers_divide: bool        # the slots divide over PP stages and VP chunks (Megatron-Core's rule)
-    layers_first_stage: int    # transformer layers on the first stage (the one holding the most activations)
-    layers_per_stage: int      # transformer layers on the most loaded stage
-    layers_last_stage: int     # transformer layers on the last stage (which also runs the output layer)
-    layers_per_chunk: int      # per model chunk; recompute_num_layers counts in these
-    params_per_rank: float     # parameters held by one GPU of the most loaded stage
+    tokens_per_rank: float  # tokens of one micro-batch on one GPU of a CP group: b x s / CP
+    pipeline_slots: int  # layers the pipeline split divides (embedding and loss included when counted)
+    layers_divide: bool  # the slots divide over PP stages and VP chunks (Megatron-Core's rule)
+    layers_first_stage: int  # transformer layers on the first stage (the one holding the most activations)
+    layers_per_stage: int  # transformer layers on the most loaded stage
+    layers_last_stage: int  # transformer layers on the last stage (which also runs the output layer)
+    layers_per_chunk: int  # per model chunk; recompute_num_layers counts in these
+    params_per_rank: float  # parameters held by one GPU of the most loaded stage
 
     @classmethod
     def of(cls, spec: RecipeSpec, cluster: Optional[Cluster] = None) -> "Layout":
@@ -91,14 +91,27 @@ class Layout:
         end_layers = stage_slots - (1 if counted else 0)  # the first and last stages give a slot to embedding/loss
         most = stage_slots if (p > 2 or not counted) else end_layers
         layout = cls(
-            cluster=cluster, tp=t, pp=p, cp=c, vp=v, dp=dp, world_divides=world % model_parallel == 0,
-            micro_batch=b, global_batch=gbs, microbatches=max(1, gbs // (b * dp)),
-            batch_divides=gbs % (b * dp) == 0, sequence_parallel=spec.sequence_parallel_enabled and t > 1,
-            tokens_per_rank=b * spec.seq_length / c, pipeline_slots=slots,
+            cluster=cluster,
+            tp=t,
+            pp=p,
+            cp=c,
+            vp=v,
+            dp=dp,
+            world_divides=world % model_parallel == 0,
+            micro_batch=b,
+            global_batch=gbs,
+            microbatches=max(1, gbs // (b * dp)),
+            batch_divides=gbs % (b * dp) == 0,
+            sequence_parallel=spec.sequence_parallel_enabled and t > 1,
+            tokens_per_rank=b * spec.seq_length / c,
+            pipeline_slots=slots,
             layers_divide=slots % p == 0 and (slots // p) % v == 0,
-            layers_first_stage=end_layers if p > 1 else spec.num_layers, layers_per_stage=most,
+            layers_first_stage=end_layers if p > 1 else spec.num_layers,
+            layers_per_stage=most,
             layers_last_stage=end_layers if p > 1 else spec.num_layers,
-            layers_per_chunk=max(1, math.ceil(slots / (p * v))), params_per_rank=0.0)
+            layers_per_chunk=max(1, math.ceil(slots / (p * v))),
+            params_per_rank=0.0,
+        )
         object.__setattr__(layout, "params_per_rank", _params_per_rank(spec, layout))
         return layout
 
@@ -144,8 +157,7 @@ def _params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
     vocab = spec.padded_vocab_size * spec.hidden_size / t
     positions = spec.seq_length * spec.hidden_size if spec.position_embedding_type == "learned_absolute" else 0
     if layout.pp == 1:
-        return (spec.num_layers * per_layer + vocab * (1 if spec.share_embeddings else 2) + positions
-                + norm_params(spec))
+        return spec.num_layers * per_layer + vocab * (1 if spec.share_embeddings else 2) + positions + norm_params(spec)
     first = layout.layers_first_stage * per_layer + vocab + positions
     last = layout.layers_last_stage * per_layer + vocab + norm_params(spec)
     middle = layout.layers_per_stage * per_layer if layout.pp > 2 else 0.0

@@ -39,8 +39,8 @@ from nemo_recipes.plan.stack import Program, program_for
 
 GIB = float(2**30)
 
-WEIGHT_BYTES = 2      # bf16 parameters
-GRADIENT_BYTES = 4    # fp32 main gradients (grad_reduce_in_fp32=True)
+WEIGHT_BYTES = 2  # bf16 parameters
+GRADIENT_BYTES = 4  # fp32 main gradients (grad_reduce_in_fp32=True)
 OPTIMIZER_BYTES = 12  # fp32 master weights + Adam first and second moments
 
 # "other": what the model's tensors do not account for. CUDA context and kernel images (~0.5 GiB with lazy loading
@@ -61,6 +61,7 @@ _ATTENTION_CORE_FACTOR = 5.0  # 5 a s^2 b bytes: softmax output, dropout mask, d
 
 # ---- model state ----
 
+
 def state_bytes_per_param(distributed_optimizer: bool, shards: int = 1) -> tuple[float, float, float]:
     """(weights, gradients, optimizer) bytes per parameter held; `shards` = DP x CP ranks sharing optimizer state."""
     optimizer = OPTIMIZER_BYTES / max(1, shards) if distributed_optimizer else float(OPTIMIZER_BYTES)
@@ -74,8 +75,20 @@ def params_per_gpu(spec: RecipeSpec, cluster: Optional[Cluster] = None) -> float
 
 # ---- activations ----
 
-def layer_activation_bytes(*, seq: int, micro_batch: int, hidden: int, heads: int, ffn: int, kv_groups: int,
-                           gated: bool, tp: int, sequence_parallel: bool, attention_core: bool) -> float:
+
+def layer_activation_bytes(
+    *,
+    seq: int,
+    micro_batch: int,
+    hidden: int,
+    heads: int,
+    ffn: int,
+    kv_groups: int,
+    gated: bool,
+    tp: int,
+    sequence_parallel: bool,
+    attention_core: bool,
+) -> float:
     """Activation bytes one transformer layer stores for the backward pass (Korthikanti Table 2, generalised as the
     module docstring states). `attention_core=False` when selective recompute or fused attention drops the score
     tensors."""
@@ -123,25 +136,35 @@ def layers_in_flight(layout: Layout) -> float:
 class ActivationBreakdown:
     """Activation bytes on the first stage. `layers` is what Korthikanti Fig. 1 plots; the rest are extras."""
 
-    layers: float            # stored activations of the transformer layers in flight
+    layers: float  # stored activations of the transformer layers in flight
     recompute_working: float  # one layer's re-materialised tensors while it is recomputed (transient peak)
-    embedding: float         # token ids and embedding dropout of the micro-batches in flight
-    output: float            # output layer input and fp32 logits for the cross-entropy (only the stage holding it)
+    embedding: float  # token ids and embedding dropout of the micro-batches in flight
+    output: float  # output layer input and fp32 logits for the cross-entropy (only the stage holding it)
 
     @property
     def total(self) -> float:
         return self.layers + self.recompute_working + self.embedding + self.output
 
 
-def activation_memory(spec: RecipeSpec, layout: Optional[Layout] = None, *,
-                      fused_attention: bool) -> ActivationBreakdown:
+def activation_memory(
+    spec: RecipeSpec, layout: Optional[Layout] = None, *, fused_attention: bool
+) -> ActivationBreakdown:
     """Activation bytes per GPU of the first pipeline stage (on the recipe's own cluster without `layout`); CP
     divides all of them by c. `fused_attention`: the program's attention kernel stores no score matrix."""
     layout = layout or Layout.of(spec)
     s, b, h, t, c = spec.seq_length, layout.micro_batch, spec.hidden_size, layout.tp, layout.cp
     sp = layout.sequence_parallel
-    shape = dict(seq=s, micro_batch=b, hidden=h, heads=spec.num_attention_heads, ffn=spec.ffn_hidden_size,
-                 kv_groups=spec.kv_groups, gated=spec.gated_linear_unit, tp=t, sequence_parallel=sp)
+    shape = dict(
+        seq=s,
+        micro_batch=b,
+        hidden=h,
+        heads=spec.num_attention_heads,
+        ffn=spec.ffn_hidden_size,
+        kv_groups=spec.kv_groups,
+        gated=spec.gated_linear_unit,
+        tp=t,
+        sequence_parallel=sp,
+    )
     # Selective recompute drops the attention core of every layer; under full recompute the layers not recomputed
     # run as plain layers and keep it.
     core_stored = spec.recompute != "selective" and not fused_attention
@@ -168,8 +191,9 @@ def activation_memory(spec: RecipeSpec, layout: Optional[Layout] = None, *,
     if layout.pp == 1:
         # Output-layer input and fp32 logits for the cross-entropy: 4sbh + 4sbV, vocabulary-parallel over TP.
         output = 4.0 * s * b * h / (t if sp else 1) + 4.0 * s * b * spec.padded_vocab_size / t
-    return ActivationBreakdown(layers=layers / c, recompute_working=working / c, embedding=embedding / c,
-                               output=output / c)
+    return ActivationBreakdown(
+        layers=layers / c, recompute_working=working / c, embedding=embedding / c, output=output / c
+    )
 
 
 def tp_overlap_buffer_bytes(spec: RecipeSpec, layout: Layout, program: Program) -> float:
@@ -181,6 +205,7 @@ def tp_overlap_buffer_bytes(spec: RecipeSpec, layout: Layout, program: Program) 
 
 
 # ---- the breakdown ----
+
 
 @dataclass(frozen=True)
 class MemoryBreakdown:
@@ -207,8 +232,10 @@ class MemoryBreakdown:
         return None if self.capacity is None else self.capacity - self.total
 
     def to_dict(self, digits: int = 3) -> dict[str, Any]:
-        out = {name: round(getattr(self, name), digits)
-               for name in ("weights", "gradients", "optimizer", "activations", "other", "total")}
+        out = {
+            name: round(getattr(self, name), digits)
+            for name in ("weights", "gradients", "optimizer", "activations", "other", "total")
+        }
         out["capacity"] = None if self.capacity is None else round(self.capacity, digits)
         return out
 
@@ -220,9 +247,14 @@ def _resolve(spec: RecipeSpec, gpu_or_cluster: Union[GPU, Cluster, str, None]) -
     return gpu, Cluster(nodes=spec.num_nodes, gpus_per_node=spec.num_gpus_per_node, gpu=gpu)
 
 
-def estimate_memory(spec: RecipeSpec, gpu_or_cluster: Union[GPU, Cluster, str, None] = None, *,
-                    stack: Optional[str] = None, layout: Optional[Layout] = None,
-                    program: Optional[Program] = None) -> MemoryBreakdown:
+def estimate_memory(
+    spec: RecipeSpec,
+    gpu_or_cluster: Union[GPU, Cluster, str, None] = None,
+    *,
+    stack: Optional[str] = None,
+    layout: Optional[Layout] = None,
+    program: Optional[Program] = None,
+) -> MemoryBreakdown:
     """Memory per GPU of the most loaded pipeline stage, for the program that runs (`stack`, see
     `stack.resolve_stack`; default: the NeMo container with Transformer Engine).
 
@@ -257,5 +289,12 @@ def estimate_memory(spec: RecipeSpec, gpu_or_cluster: Union[GPU, Cluster, str, N
         "other_tp_overlap_buffers": round(buffers, 3),
         "other_fragmentation": FRAGMENTATION,
     }
-    return MemoryBreakdown(weights=weights, gradients=gradients, optimizer=optimizer, activations=activations,
-                           other=other, capacity=None if gpu is None else gpu.memory_gib, detail=detail)
+    return MemoryBreakdown(
+        weights=weights,
+        gradients=gradients,
+        optimizer=optimizer,
+        activations=activations,
+        other=other,
+        capacity=None if gpu is None else gpu.memory_gib,
+        detail=detail,
+    )

@@ -15,8 +15,13 @@ FORMATS = (".png", ".svg")
 
 # Bottom to top, as a user reads them: what the model is, then what training adds.
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "other")
-_COLOURS = {"weights": "#4C72B0", "gradients": "#55A868", "optimizer": "#C44E52", "activations": "#8172B2",
-            "other": "#937860"}
+_COLOURS = {
+    "weights": "#4C72B0",
+    "gradients": "#55A868",
+    "optimizer": "#C44E52",
+    "activations": "#8172B2",
+    "other": "#937860",
+}
 
 
 @dataclass(frozen=True)
@@ -28,8 +33,9 @@ class ScalingPoint:
     planned: bool = False  # the cluster of the plan itself, highlighted
 
 
-def plot_plan(path: str, *, title: str, memory_gib: dict, scaling: Optional[Sequence[ScalingPoint]] = None,
-              dpi: int = 120) -> str:
+def plot_plan(
+    path: str, *, title: str, memory_gib: dict, scaling: Optional[Sequence[ScalingPoint]] = None, dpi: int = 120
+) -> str:
     """Write the picture to `path` (PNG or SVG, by extension) and return the path.
 
     `memory_gib` holds the parts in MEMORY_PARTS plus `capacity` (None when no GPU is known). `scaling`, when
@@ -74,8 +80,13 @@ def _memory_panel(ax, memory_gib: dict) -> None:
         bottom += value
     fits = capacity is None or total <= capacity
     if capacity:
-        ax.axhline(capacity, color="black" if fits else "red", linestyle="--", linewidth=1.5,
-                   label=f"GPU capacity: {capacity:.1f} GiB")
+        ax.axhline(
+            capacity,
+            color="black" if fits else "red",
+            linestyle="--",
+            linewidth=1.5,
+            label=f"GPU capacity: {capacity:.1f} GiB",
+        )
         verdict = f"{total:.1f} of {capacity:.1f} GiB ({100 * total / capacity:.0f} %)" + ("" if fits else ", OOM")
     else:
         verdict = f"{total:.1f} GiB (no GPU given)"
@@ -96,8 +107,15 @@ def _scaling_panel(ax, points: list[ScalingPoint]) -> None:
     ax.plot(gpus, ideal, linestyle=":", color="grey", label=f"linear from {gpus[0]} GPUs")
     for point in points:
         if point.planned:
-            ax.plot([point.gpus], [point.tokens_per_s], marker="*", markersize=16, color="#C44E52", linestyle="",
-                    label=f"this plan: {point.gpus} GPUs, {point.tokens_per_s:,.0f} tokens/s")
+            ax.plot(
+                [point.gpus],
+                [point.tokens_per_s],
+                marker="*",
+                markersize=16,
+                color="#C44E52",
+                linestyle="",
+                label=f"this plan: {point.gpus} GPUs, {point.tokens_per_s:,.0f} tokens/s",
+            )
     ax.set_xscale("log", base=2)
     ax.set_xticks(gpus, [str(g) for g in gpus])
     ax.set_xlabel("GPUs (same global batch; data parallelism grows)")

@@ -24,8 +24,14 @@ def check_inputs(spec: Any, cluster: Any) -> None:
     (a `RecipeSpec` and a `Cluster`), rather than an AttributeError from deep inside."""
     problems = not_a_spec(spec)
     if not isinstance(cluster, Cluster):
-        problems.append(Problem("cluster", cluster, "must be a Cluster.",
-                                "pass nemo_recipes.plan.Cluster.of(nodes, gpus_per_node, gpu)."))
+        problems.append(
+            Problem(
+                "cluster",
+                cluster,
+                "must be a Cluster.",
+                "pass nemo_recipes.plan.Cluster.of(nodes, gpus_per_node, gpu).",
+            )
+        )
     if problems:
         raise InvalidRecipeError(problems, context="planner")
 
@@ -62,15 +68,22 @@ class Advice:
         return self.current_step_time_s / self.step_time_s
 
     def to_dict(self) -> dict[str, Any]:
-        return {"changes": {k: jsonable(v) for k, v in self.changes.items()}, "step_time_s": self.step_time_s,
-                "current_step_time_s": self.current_step_time_s, "speedup": self.speedup,
-                "memory_gib": self.memory_gib, "why": self.why}
+        return {
+            "changes": {k: jsonable(v) for k, v in self.changes.items()},
+            "step_time_s": self.step_time_s,
+            "current_step_time_s": self.current_step_time_s,
+            "speedup": self.speedup,
+            "memory_gib": self.memory_gib,
+            "why": self.why,
+        }
 
     def __str__(self) -> str:
         changes = " ".join(f"{k}={v!r}" for k, v in self.changes.items())
         memory = "" if self.memory_gib is None else f", {self.memory_gib:.1f} GiB per GPU"
-        return (f"{changes} is predicted {self.speedup:.2f}x faster ({self.current_step_time_s:.3g} s -> "
-                f"{self.step_time_s:.3g} s per step{memory}); {self.why}")
+        return (
+            f"{changes} is predicted {self.speedup:.2f}x faster ({self.current_step_time_s:.3g} s -> "
+            f"{self.step_time_s:.3g} s per step{memory}); {self.why}"
+        )
 
 
 @dataclass(frozen=True)
@@ -168,8 +181,10 @@ class PlanReport:
 
     def _title(self) -> str:
         gpu = "GPUs" if self.cluster.gpu is None else self.cluster.gpu.name
-        return (f"{self.spec.name} on {self.cluster.nodes} x {self.cluster.gpus_per_node} {gpu} "
-                f"({self.cluster.world_size} GPUs)")
+        return (
+            f"{self.spec.name} on {self.cluster.nodes} x {self.cluster.gpus_per_node} {gpu} "
+            f"({self.cluster.world_size} GPUs)"
+        )
 
     def summary(self) -> str:
         spec = self.spec
@@ -188,7 +203,8 @@ class PlanReport:
             lines.append(
                 f"  memory per GPU: {m.total:.1f} of {m.capacity:.1f} GiB (weights {m.weights:.1f}, gradients "
                 f"{m.gradients:.1f}, optimizer {m.optimizer:.1f}, activations {m.activations:.1f}, "
-                f"other {m.other:.1f})")
+                f"other {m.other:.1f})"
+            )
         if self.throughput:
             shown = ", ".join(f"{k} {v}" for k, v in self.throughput.items() if isinstance(v, (int, float, str)))
             lines.append(f"  throughput: {shown}")

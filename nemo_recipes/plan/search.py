@@ -37,8 +37,16 @@ TIE = 0.01
 # The largest micro batch the BEST space tries: beyond it GEMMs gain nothing and activations only grow.
 MAX_MICRO_BATCH = 8
 # Fields that describe a plan's layout; a candidate differs from the recipe only in these (and the batch).
-PLAN_FIELDS = ("tensor_parallel", "pipeline_parallel", "virtual_pipeline", "micro_batch_size", "recompute",
-               "recompute_num_layers", "distributed_optimizer", "global_batch_size")
+PLAN_FIELDS = (
+    "tensor_parallel",
+    "pipeline_parallel",
+    "virtual_pipeline",
+    "micro_batch_size",
+    "recompute",
+    "recompute_num_layers",
+    "distributed_optimizer",
+    "global_batch_size",
+)
 _RECOMPUTE_ORDER = ("none", "selective", "full")
 
 
@@ -53,7 +61,7 @@ class Candidate:
 
     spec: RecipeSpec
     step_time_s: float
-    total_gib: Optional[float]       # None without a GPU type
+    total_gib: Optional[float]  # None without a GPU type
     capacity_gib: Optional[float]
     breakdown: dict[str, float]
 
@@ -129,12 +137,16 @@ def _pipelines(spec: RecipeSpec) -> list[int]:
     return sorted(sizes)
 
 
-def layouts(spec: RecipeSpec, cluster: Cluster, *, space: Space,
-            per_replica: Optional[float] = None) -> Iterator[RecipeSpec]:
+def layouts(
+    spec: RecipeSpec, cluster: Cluster, *, space: Space, per_replica: Optional[float] = None
+) -> Iterator[RecipeSpec]:
     """Every (TP, PP, VP, micro batch, distributed optimizer) the space allows on `cluster`, recompute as the recipe's.
     `per_replica` (sequences per data-parallel replica) scales the global batch with DP; None keeps it."""
-    tps = [t for t in _divisors(cluster.gpus_per_node)
-           if spec.num_attention_heads % t == 0 and spec.kv_groups % t == 0 and spec.ffn_hidden_size % t == 0]
+    tps = [
+        t
+        for t in _divisors(cluster.gpus_per_node)
+        if spec.num_attention_heads % t == 0 and spec.kv_groups % t == 0 and spec.ffn_hidden_size % t == 0
+    ]
     if spec.sequence_parallel is True:
         tps = [t for t in tps if t > 1]
     distributed = [True] if spec.distributed_optimizer else [False, True]
@@ -147,8 +159,14 @@ def layouts(spec: RecipeSpec, cluster: Cluster, *, space: Space,
             fixed = None if per_replica is not None or spec.global_batch_size % dp else spec.global_batch_size // dp
             for b in _micro_batches(spec, fixed, space):
                 gbs = spec.global_batch_size if per_replica is None else scaled_batch(per_replica, dp, b)
-                base = _with(spec, tensor_parallel=t, pipeline_parallel=p, virtual_pipeline=None,
-                             micro_batch_size=b, global_batch_size=gbs)
+                base = _with(
+                    spec,
+                    tensor_parallel=t,
+                    pipeline_parallel=p,
+                    virtual_pipeline=None,
+                    micro_batch_size=b,
+                    global_batch_size=gbs,
+                )
                 layout = Layout.of(base, cluster)
                 if not layout.batch_divides:
                     continue
@@ -171,11 +189,12 @@ def _memory(spec: RecipeSpec, cluster: Cluster, stack: Optional[str]) -> Optiona
     return total if total <= cluster.gpu.memory_gib else None
 
 
-def recompute_options(spec: RecipeSpec, base: RecipeSpec, cluster: Cluster, *, space: Space,
-                      stack: Optional[str]) -> Iterator[tuple[RecipeSpec, float]]:
+def recompute_options(
+    spec: RecipeSpec, base: RecipeSpec, cluster: Cluster, *, space: Space, stack: Optional[str]
+) -> Iterator[tuple[RecipeSpec, float]]:
     """Each recompute mode that fits `base`'s layout, with full covering the fewest layers per chunk that fit."""
     floor = "none" if space is Space.BEST or spec.recompute == "none" else "selective"
-    for mode in _RECOMPUTE_ORDER[_RECOMPUTE_ORDER.index(floor):]:
+    for mode in _RECOMPUTE_ORDER[_RECOMPUTE_ORDER.index(floor) :]:
         if mode != "full":
             candidate = _with(base, recompute=mode, recompute_num_layers=None)
             total = _memory(candidate, cluster, stack)
@@ -200,8 +219,14 @@ def recompute_options(spec: RecipeSpec, base: RecipeSpec, cluster: Cluster, *, s
         yield best, _memory(best, cluster, stack)
 
 
-def valid_plans(spec: RecipeSpec, cluster: Cluster, *, space: Space, stack: Optional[str] = None,
-                per_replica: Optional[float] = None) -> Iterator[tuple[RecipeSpec, float]]:
+def valid_plans(
+    spec: RecipeSpec,
+    cluster: Cluster,
+    *,
+    space: Space,
+    stack: Optional[str] = None,
+    per_replica: Optional[float] = None,
+) -> Iterator[tuple[RecipeSpec, float]]:
     """Every valid plan of the space, with its total GiB (0.0 without a GPU type)."""
     for base in layouts(spec, cluster, space=space, per_replica=per_replica):
         yield from recompute_options(spec, base, cluster, space=space, stack=stack)
@@ -209,10 +234,13 @@ def valid_plans(spec: RecipeSpec, cluster: Cluster, *, space: Space, stack: Opti
 
 def evaluate(spec: RecipeSpec, cluster: Cluster, total: Optional[float], stack: Optional[str]) -> Candidate:
     throughput = estimate_throughput(spec, cluster, stack=stack)
-    return Candidate(spec=spec, step_time_s=throughput.step_time_s,
-                     total_gib=None if cluster.gpu is None else total,
-                     capacity_gib=None if cluster.gpu is None else cluster.gpu.memory_gib,
-                     breakdown=dict(throughput.breakdown_s))
+    return Candidate(
+        spec=spec,
+        step_time_s=throughput.step_time_s,
+        total_gib=None if cluster.gpu is None else total,
+        capacity_gib=None if cluster.gpu is None else cluster.gpu.memory_gib,
+        breakdown=dict(throughput.breakdown_s),
+    )
 
 
 def changed_fields(a: RecipeSpec, b: RecipeSpec) -> dict[str, object]:
@@ -228,14 +256,21 @@ def rank(candidates: Iterable[Candidate], reference: RecipeSpec) -> list[Candida
         return []
     lead = ordered[0]
     ties = [c for c in ordered if c.tight == lead.tight and c.step_time_s <= lead.step_time_s * (1 + TIE)]
-    ties.sort(key=lambda c: (-(c.headroom_gib or 0.0), len(changed_fields(reference, c.spec)),
-                             -c.spec.micro_batch_size))
+    ties.sort(
+        key=lambda c: (-(c.headroom_gib or 0.0), len(changed_fields(reference, c.spec)), -c.spec.micro_batch_size)
+    )
     rest = [c for c in ordered if c not in ties]
     return ties + rest
 
 
-def ranked_plans(spec: RecipeSpec, cluster: Cluster, *, space: Space, stack: Optional[str] = None,
-                 per_replica: Optional[float] = None) -> list[Candidate]:
+def ranked_plans(
+    spec: RecipeSpec,
+    cluster: Cluster,
+    *,
+    space: Space,
+    stack: Optional[str] = None,
+    per_replica: Optional[float] = None,
+) -> list[Candidate]:
     """The valid plans of the space, ranked (see `rank`)."""
     candidates = []
     for candidate, total in valid_plans(spec, cluster, space=space, stack=stack, per_replica=per_replica):
@@ -259,14 +294,21 @@ def explain(winner: Candidate, other: Optional[Candidate], *, other_name: str = 
     if other is None:
         return "the only valid plan in the search"
     slower = 100.0 * (other.step_time_s / winner.step_time_s - 1.0)
-    deltas = sorted(((other.breakdown.get(k, 0.0) - winner.breakdown.get(k, 0.0), k)
-                     for k in set(winner.breakdown) | set(other.breakdown)), key=lambda d: (-abs(d[0]), d[1]))
+    deltas = sorted(
+        (
+            (other.breakdown.get(k, 0.0) - winner.breakdown.get(k, 0.0), k)
+            for k in set(winner.breakdown) | set(other.breakdown)
+        ),
+        key=lambda d: (-abs(d[0]), d[1]),
+    )
     parts = [f"{k.replace('_', ' ')} {d:+.3g} s" for d, k in deltas[:3] if abs(d) > 1e-4 * other.step_time_s]
     memory = "" if other.total_gib is None else f", {other.total_gib:.1f} GiB"
     text = f"{other_name} ({other.label()}) takes {other.step_time_s:.3g} s per step ({slower:+.1f} %){memory}"
     if parts:
         text += f", spending {', '.join(parts)}"
     if winner.headroom_gib is not None and other.headroom_gib is not None and abs(slower) < 100 * TIE:
-        text += (f"; a tie within {100 * TIE:g} %, decided by memory headroom ({winner.headroom_gib:.1f} against "
-                 f"{other.headroom_gib:.1f} GiB)")
+        text += (
+            f"; a tie within {100 * TIE:g} %, decided by memory headroom ({winner.headroom_gib:.1f} against "
+            f"{other.headroom_gib:.1f} GiB)"
+        )
     return text

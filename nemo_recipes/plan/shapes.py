@@ -16,8 +16,24 @@ from nemo_recipes.errors import InvalidRecipeError, Problem
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
 
 REQUIRED = ("layers", "hidden", "heads", "seq", "gpu", "n_gpus", "gbs")
-COLUMNS = REQUIRED + ("kv_heads", "ffn", "vocab", "tp", "pp", "cp", "vp", "dp", "mbs", "precision", "recompute",
-                      "sp", "dist_opt", "model", "gpus_per_node", "gated")
+COLUMNS = REQUIRED + (
+    "kv_heads",
+    "ffn",
+    "vocab",
+    "tp",
+    "pp",
+    "cp",
+    "vp",
+    "dp",
+    "mbs",
+    "precision",
+    "recompute",
+    "sp",
+    "dist_opt",
+    "model",
+    "gpus_per_node",
+    "gated",
+)
 
 # A node of the GPUs we plan for (DGX/HGX A100, H100, H200, B200) has 8 GPUs.
 DEFAULT_GPUS_PER_NODE = 8
@@ -91,8 +107,10 @@ def _precision(reader: _Reader) -> str:
 def _recompute(reader: _Reader) -> str:
     value = reader.row.get("recompute")
     if is_missing(value):
-        reader.assumptions.append("recompute not stated: assumed none (Megatron-Core and NeMo 2 performance "
-                                  "configurations train with fused attention and no activation recomputation)")
+        reader.assumptions.append(
+            "recompute not stated: assumed none (Megatron-Core and NeMo 2 performance "
+            "configurations train with fused attention and no activation recomputation)"
+        )
         return "none"
     word = _leading(value)
     if word in ("none", "no", "off", "false", "0"):
@@ -131,15 +149,20 @@ def plan_from_row(row: Mapping[str, Any]) -> tuple[RecipeSpec, Cluster, list[str
     kv_heads = r.int("kv_heads", heads, "multi-head attention") if heads else None
     ffn = r.int("ffn", 4 * hidden, "4 x hidden, as GPT-3") if hidden else None
     vocab = r.int("vocab", DEFAULT_VOCAB, "the GPT-2 BPE padded to 51200, as in Megatron's GPT examples")
-    gpus_per_node = r.int("gpus_per_node", min(DEFAULT_GPUS_PER_NODE, n_gpus or DEFAULT_GPUS_PER_NODE),
-                          "an 8-GPU DGX/HGX node")
+    gpus_per_node = r.int(
+        "gpus_per_node", min(DEFAULT_GPUS_PER_NODE, n_gpus or DEFAULT_GPUS_PER_NODE), "an 8-GPU DGX/HGX node"
+    )
     vp = _virtual_pipeline(r, pp)
     gpu = _gpu(r)
     precision = _precision(r)
     recompute = _recompute(r)
     sp = _flag(r, "sp", None, "on whenever TP > 1 (Megatron-Core and NeMo 2 default with TP)")
-    dist_opt = _flag(r, "dist_opt", True, "the distributed optimizer with overlapped gradient reduce-scatter and "
-                                           "parameter all-gather (NeMo 2 default)")
+    dist_opt = _flag(
+        r,
+        "dist_opt",
+        True,
+        "the distributed optimizer with overlapped gradient reduce-scatter and parameter all-gather (NeMo 2 default)",
+    )
     model = "" if is_missing(r.row.get("model")) else str(r.row.get("model"))
     gated = _gated(r, model, hidden, ffn)
     gpus_per_node = _check_world(r, n_gpus, gpus_per_node, tp, pp, cp)
@@ -148,18 +171,41 @@ def plan_from_row(row: Mapping[str, Any]) -> tuple[RecipeSpec, Cluster, list[str
 
     overrides = _pipeline_split(r, layers, (pp or 1) * (vp or 1))
     if gated:
-        overrides.update(gated_linear_unit=True, position_embedding_type="rope", normalization="RMSNorm",
-                         share_embeddings=False, hidden_dropout=0.0, attention_dropout=0.0)
+        overrides.update(
+            gated_linear_unit=True,
+            position_embedding_type="rope",
+            normalization="RMSNorm",
+            share_embeddings=False,
+            hidden_dropout=0.0,
+            attention_dropout=0.0,
+        )
     try:
         spec = RecipeSpec(
-            name=str(row.get("id") or model or "custom"), size_label=model or "custom", num_layers=layers,
-            hidden_size=hidden, num_attention_heads=heads, num_query_groups=kv_heads if kv_heads != heads else None,
-            ffn_hidden_size=ffn, vocab_size=vocab, make_vocab_size_divisible_by=VOCAB_MULTIPLE, seq_length=seq,
-            tensor_parallel=tp, pipeline_parallel=pp, context_parallel=cp, virtual_pipeline=vp,
-            sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, precision=precision,
-            recompute=recompute, distributed_optimizer=bool(dist_opt), max_lr=1e-4,
-            num_nodes=n_gpus // gpus_per_node, num_gpus_per_node=gpus_per_node,
-            default_gpu=gpu.name if gpu else "h100-80gb", **overrides,
+            name=str(row.get("id") or model or "custom"),
+            size_label=model or "custom",
+            num_layers=layers,
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            num_query_groups=kv_heads if kv_heads != heads else None,
+            ffn_hidden_size=ffn,
+            vocab_size=vocab,
+            make_vocab_size_divisible_by=VOCAB_MULTIPLE,
+            seq_length=seq,
+            tensor_parallel=tp,
+            pipeline_parallel=pp,
+            context_parallel=cp,
+            virtual_pipeline=vp,
+            sequence_parallel=sp,
+            micro_batch_size=mbs,
+            global_batch_size=gbs,
+            precision=precision,
+            recompute=recompute,
+            distributed_optimizer=bool(dist_opt),
+            max_lr=1e-4,
+            num_nodes=n_gpus // gpus_per_node,
+            num_gpus_per_node=gpus_per_node,
+            default_gpu=gpu.name if gpu else "h100-80gb",
+            **overrides,
         )
     except InvalidRecipeError as error:
         raise InvalidRecipeError(error.problems, context=f"row {row.get('id', '')!r}") from None
@@ -170,8 +216,11 @@ def plan_from_row(row: Mapping[str, Any]) -> tuple[RecipeSpec, Cluster, list[str
 def _virtual_pipeline(r: _Reader, pp: Optional[int]) -> Optional[int]:
     """The interleaving of the pipeline; None for none (a stated 1 included)."""
     if is_missing(r.row.get("vp")):
-        r.assumptions.append("vp not stated: assumed no interleaving (1F1B)" if (pp or 1) > 1 else
-                             "vp not stated: no pipeline, so no interleaving")
+        r.assumptions.append(
+            "vp not stated: assumed no interleaving (1F1B)"
+            if (pp or 1) > 1
+            else "vp not stated: no pipeline, so no interleaving"
+        )
         return None
     vp = r.int("vp")
     return None if vp == 1 else vp
@@ -198,40 +247,60 @@ def _gated(r: _Reader, model: str, hidden: Optional[int], ffn: Optional[int]) ->
         r.assumptions.append(f"model {model!r} is Llama-style: assumed SwiGLU, RoPE, RMSNorm, untied embeddings")
         return True
     if hidden and ffn and ffn != 4 * hidden:
-        r.assumptions.append(f"ffn={ffn} is not 4 x hidden: assumed a gated (SwiGLU) MLP, RoPE, RMSNorm and untied "
-                             "embeddings (Llama-style)")
+        r.assumptions.append(
+            f"ffn={ffn} is not 4 x hidden: assumed a gated (SwiGLU) MLP, RoPE, RMSNorm and untied "
+            "embeddings (Llama-style)"
+        )
         return True
     if hidden:
-        r.assumptions.append("ffn = 4 x hidden: assumed a GPT-3 style model (GeLU, learned positions, "
-                             "LayerNorm, tied embeddings)")
+        r.assumptions.append(
+            "ffn = 4 x hidden: assumed a GPT-3 style model (GeLU, learned positions, LayerNorm, tied embeddings)"
+        )
     return False
 
 
-def _check_world(r: _Reader, n_gpus: Optional[int], gpus_per_node: Optional[int], tp: Optional[int],
-                 pp: Optional[int], cp: Optional[int]) -> Optional[int]:
+def _check_world(
+    r: _Reader,
+    n_gpus: Optional[int],
+    gpus_per_node: Optional[int],
+    tp: Optional[int],
+    pp: Optional[int],
+    cp: Optional[int],
+) -> Optional[int]:
     """GPUs per node (fewer GPUs than a node: one node of them), with the problems of a world size that is not
     whole nodes or disagrees with a stated DP."""
     if n_gpus and gpus_per_node and n_gpus % gpus_per_node:
         if n_gpus < gpus_per_node:
             gpus_per_node = n_gpus
         else:
-            r.problems.append(Problem("n_gpus", n_gpus, f"is not a whole number of {gpus_per_node}-GPU nodes.",
-                                      "give a multiple of gpus_per_node, or set gpus_per_node."))
+            r.problems.append(
+                Problem(
+                    "n_gpus",
+                    n_gpus,
+                    f"is not a whole number of {gpus_per_node}-GPU nodes.",
+                    "give a multiple of gpus_per_node, or set gpus_per_node.",
+                )
+            )
     if not is_missing(r.row.get("dp")) and n_gpus and tp and pp and cp:
         dp = r.int("dp")
         if dp and dp * tp * pp * cp != n_gpus:
-            r.problems.append(Problem("dp", dp, f"x TP {tp} x PP {pp} x CP {cp} != n_gpus {n_gpus}.",
-                                      "make n_gpus = DP x TP x PP x CP."))
+            r.problems.append(
+                Problem(
+                    "dp", dp, f"x TP {tp} x PP {pp} x CP {cp} != n_gpus {n_gpus}.", "make n_gpus = DP x TP x PP x CP."
+                )
+            )
     return gpus_per_node
 
 
 def _pipeline_split(r: _Reader, layers: Optional[int], chunks: int) -> dict[str, Any]:
     """The override that makes an uneven pipeline split even, as NeMo's recipes do, when it is needed."""
     if layers and chunks > 1 and layers % chunks and (layers + 2) % chunks == 0:
-        r.assumptions.append(f"{layers} layers do not divide over PP x VP = {chunks}, but {layers} + 2 do: assumed "
-                             "the embedding and the loss count as one layer each in the pipeline split "
-                             "(Megatron-Core account_for_embedding/loss_in_pipeline_split, as NeMo's Llama 3.1 405B "
-                             "recipe)")
+        r.assumptions.append(
+            f"{layers} layers do not divide over PP x VP = {chunks}, but {layers} + 2 do: assumed "
+            "the embedding and the loss count as one layer each in the pipeline split "
+            "(Megatron-Core account_for_embedding/loss_in_pipeline_split, as NeMo's Llama 3.1 405B "
+            "recipe)"
+        )
         return {"pipeline_counts_embedding_and_loss": True}
     return {}
 
@@ -247,7 +316,11 @@ def stack_from_row(row: Mapping[str, Any]) -> tuple[str, list[str]]:
         return str(value).strip(), []
     precision = "" if row.get("precision") is None else str(row.get("precision")).lower()
     if "fp16" in precision and not precision.strip().startswith("n/s"):
-        return "megatron-legacy", ["software stack not stated: FP16 mixed precision taken as Megatron-LM before "
-                                   "Transformer Engine (unfused softmax attention, no TP communication overlap)"]
-    return "transformer-engine", ["software stack not stated: assumed Megatron-Core with Transformer Engine "
-                                  "(fused attention, TP communication overlap where TP > 1 with SP), as NeMo 2"]
+        return "megatron-legacy", [
+            "software stack not stated: FP16 mixed precision taken as Megatron-LM before "
+            "Transformer Engine (unfused softmax attention, no TP communication overlap)"
+        ]
+    return "transformer-engine", [
+        "software stack not stated: assumed Megatron-Core with Transformer Engine "
+        "(fused attention, TP communication overlap where TP > 1 with SP), as NeMo 2"
+    ]

@@ -50,15 +50,24 @@ class Stack:
 STACKS: dict[str, Stack] = {
     stack.name: stack
     for stack in (
-        Stack("transformer-engine", True,
-              "Megatron-Core with Transformer Engine, as in the NeMo container: fused (cuDNN/flash) attention, FP8, "
-              "TP communication overlap with userbuffers"),
-        Stack("megatron-core", False,
-              "Megatron-Core without Transformer Engine (its local layer spec, what NeMo 2 builds when TE is "
-              "missing): unfused softmax attention that stores the s x s scores, no FP8, no TP communication overlap"),
-        Stack("megatron-legacy", False,
-              "Megatron-LM of 2021-2022 (Narayanan et al. 2021, Korthikanti et al. 2022): unfused softmax attention, "
-              "no TP communication overlap"),
+        Stack(
+            "transformer-engine",
+            True,
+            "Megatron-Core with Transformer Engine, as in the NeMo container: fused (cuDNN/flash) attention, FP8, "
+            "TP communication overlap with userbuffers",
+        ),
+        Stack(
+            "megatron-core",
+            False,
+            "Megatron-Core without Transformer Engine (its local layer spec, what NeMo 2 builds when TE is "
+            "missing): unfused softmax attention that stores the s x s scores, no FP8, no TP communication overlap",
+        ),
+        Stack(
+            "megatron-legacy",
+            False,
+            "Megatron-LM of 2021-2022 (Narayanan et al. 2021, Korthikanti et al. 2022): unfused softmax attention, "
+            "no TP communication overlap",
+        ),
     )
 }
 DEFAULT_STACK = "transformer-engine"
@@ -77,15 +86,25 @@ def resolve_stack(name: Optional[str] = None) -> tuple[Stack, str]:
     here = "installed" if transformer_engine_installed() else "not installed"
     if name is None:
         stack = STACKS[DEFAULT_STACK]
-        return stack, (f"software stack: {stack.description} (assumed: the GPU job runs the NeMo container that "
-                       f"docker/Dockerfile builds on; Transformer Engine is {here} on this machine, and "
-                       "--stack local plans for this machine instead)")
+        return stack, (
+            f"software stack: {stack.description} (assumed: the GPU job runs the NeMo container that "
+            f"docker/Dockerfile builds on; Transformer Engine is {here} on this machine, and "
+            "--stack local plans for this machine instead)"
+        )
     if name == LOCAL:
         stack = STACKS["transformer-engine" if transformer_engine_installed() else "megatron-core"]
         return stack, f"software stack: {stack.description} (Transformer Engine is {here} on this machine)"
     if name not in STACKS:
-        raise InvalidRecipeError([Problem("stack", name, "is not a software stack the planner models.",
-                                          f"use one of: {', '.join(STACK_CHOICES)}.")])
+        raise InvalidRecipeError(
+            [
+                Problem(
+                    "stack",
+                    name,
+                    "is not a software stack the planner models.",
+                    f"use one of: {', '.join(STACK_CHOICES)}.",
+                )
+            ]
+        )
     stack = STACKS[name]
     return stack, f"software stack: {stack.description} (as given)"
 
@@ -103,19 +122,25 @@ class Program:
     notes: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"stack": self.stack.name, "transformer_engine": self.stack.transformer_engine,
-                "attention": "fused" if self.fused_attention else "unfused",
-                "tp_comm_overlap": self.tp_comm_overlap, "pp_comm_overlap": self.pp_comm_overlap,
-                "overlap_grad_reduce": self.overlap_grad_reduce, "overlap_param_gather": self.overlap_param_gather,
-                "notes": list(self.notes)}
+        return {
+            "stack": self.stack.name,
+            "transformer_engine": self.stack.transformer_engine,
+            "attention": "fused" if self.fused_attention else "unfused",
+            "tp_comm_overlap": self.tp_comm_overlap,
+            "pp_comm_overlap": self.pp_comm_overlap,
+            "overlap_grad_reduce": self.overlap_grad_reduce,
+            "overlap_param_gather": self.overlap_param_gather,
+            "notes": list(self.notes),
+        }
 
 
 def tp_overlap_capable(gpu: GPU) -> bool:
     return gpu.compute_capability is not None and gpu.compute_capability >= TP_OVERLAP_MIN_CAPABILITY
 
 
-def program_for(spec: RecipeSpec, gpu: Optional[GPU], stack: Optional[str] = None,
-                interleaved: Optional[bool] = None) -> Program:
+def program_for(
+    spec: RecipeSpec, gpu: Optional[GPU], stack: Optional[str] = None, interleaved: Optional[bool] = None
+) -> Program:
     """The program `spec` runs on `gpu` (None: the recipe's default GPU) with `stack` (see `resolve_stack`).
     `interleaved` is the layout's VP > 1 (computed here from the spec when not given)."""
     resolved, why = resolve_stack(stack)
@@ -123,17 +148,33 @@ def program_for(spec: RecipeSpec, gpu: Optional[GPU], stack: Optional[str] = Non
     if interleaved is None:
         interleaved = bool(spec.virtual_pipeline and spec.virtual_pipeline > 1 and spec.pipeline_parallel > 1)
     te = resolved.transformer_engine
-    notes = [why, "attention: " + ("fused (Transformer Engine: no stored s x s scores)" if te else
-                                   "unfused softmax (stores the s x s scores, dropout mask and output)")]
+    notes = [
+        why,
+        "attention: "
+        + (
+            "fused (Transformer Engine: no stored s x s scores)"
+            if te
+            else "unfused softmax (stores the s x s scores, dropout mask and output)"
+        ),
+    ]
     tp_overlap, reason = _tp_overlap(spec, gpu, te)
     notes.append(f"TP communication overlap: {'on' if tp_overlap else 'off'} ({reason})")
     if interleaved:
         notes.append("pipeline send/receive overlapped with compute (overlap_p2p_comm, interleaved schedule)")
     gather = spec.overlap_param_gather and spec.distributed_optimizer
-    notes.append(f"data-parallel overlap: gradient reduce {'on' if spec.overlap_grad_reduce else 'off'}, parameter "
-                 f"gather {'on' if gather else 'off'}")
-    return Program(stack=resolved, fused_attention=te, tp_comm_overlap=tp_overlap, pp_comm_overlap=interleaved,
-                   overlap_grad_reduce=spec.overlap_grad_reduce, overlap_param_gather=gather, notes=tuple(notes))
+    notes.append(
+        f"data-parallel overlap: gradient reduce {'on' if spec.overlap_grad_reduce else 'off'}, parameter "
+        f"gather {'on' if gather else 'off'}"
+    )
+    return Program(
+        stack=resolved,
+        fused_attention=te,
+        tp_comm_overlap=tp_overlap,
+        pp_comm_overlap=interleaved,
+        overlap_grad_reduce=spec.overlap_grad_reduce,
+        overlap_param_gather=gather,
+        notes=tuple(notes),
+    )
 
 
 def _tp_overlap(spec: RecipeSpec, gpu: GPU, transformer_engine: bool) -> tuple[bool, str]:

@@ -51,6 +51,7 @@ from nemo_recipes.plan.validate import raise_if_unstructured
 
 # ---- global constants ----
 
+
 @dataclass(frozen=True)
 class ModelConstants:
     """The efficiencies the model cannot derive, each one global (every GPU, every model). The defaults are the refit
@@ -130,9 +131,9 @@ class Throughput:
     model_tflops_per_gpu: float
     hardware_tflops_per_gpu: float
     flops_convention: str
-    mfu: float                    # model FLOP/s per GPU / dense BF16 peak
-    mfu_fp8: Optional[float]      # against the dense FP8 peak, for FP8 plans
-    hfu: float                    # hardware FLOP/s (recomputation included) / dense BF16 peak
+    mfu: float  # model FLOP/s per GPU / dense BF16 peak
+    mfu_fp8: Optional[float]  # against the dense FP8 peak, for FP8 plans
+    hfu: float  # hardware FLOP/s (recomputation included) / dense BF16 peak
     gpu: str
     num_gpus: int
     data_parallel_size: int
@@ -148,6 +149,7 @@ class Throughput:
 
 
 # ---- the model ----
+
 
 def _resolve_gpu(spec: RecipeSpec, cluster: Cluster, assumptions: list[str]) -> GPU:
     if cluster.gpu is not None:
@@ -171,17 +173,22 @@ class _Rates:
     """Achievable rates of one GPU, in FLOP/s and bytes/s."""
 
     bf16: float
-    dense: float       # the transformer blocks' GEMMs: FP8 for FP8 plans
+    dense: float  # the transformer blocks' GEMMs: FP8 for FP8 plans
     attention: float
     hbm: float
-    comm: float        # fraction of a link's bandwidth collectives reach
+    comm: float  # fraction of a link's bandwidth collectives reach
 
     @classmethod
     def of(cls, gpu: GPU, fp8: bool, k: ModelConstants) -> "_Rates":
         bf16 = gpu.bf16_tflops * 1e12 * k.matmul
         dense = gpu.fp8_tflops * 1e12 * k.fp8_matmul if fp8 else bf16
-        return cls(bf16=bf16, dense=dense, attention=gpu.bf16_tflops * 1e12 * k.attention,
-                   hbm=gpu.hbm_tb_s * 1e12 * k.hbm, comm=k.comm)
+        return cls(
+            bf16=bf16,
+            dense=dense,
+            attention=gpu.bf16_tflops * 1e12 * k.attention,
+            hbm=gpu.hbm_tb_s * 1e12 * k.hbm,
+            comm=k.comm,
+        )
 
     def allreduce_s(self, nbytes: float, n: int, bus_gb_s: float) -> float:
         return 2.0 * (n - 1) / n * nbytes / (bus_gb_s * 1e9 * self.comm) if n > 1 else 0.0
@@ -245,8 +252,10 @@ def _layer(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: 
     gemms = [(h, (q + 2 * kv) / t), (q / t, h), (h, mlp_in / t), (ffn / t, h)]
     operand = 1 if fp8 else ACTIVATION_BYTES
     dense_f = sum(_gemm_s(tokens, a, n, rates.dense, rates.hbm, operand) for a, n in gemms)
-    dense_b = sum(_gemm_s(tokens, n, a, rates.dense, rates.hbm, operand)
-                  + _gemm_s(a, tokens, n, rates.dense, rates.hbm, operand) for a, n in gemms)
+    dense_b = sum(
+        _gemm_s(tokens, n, a, rates.dense, rates.hbm, operand) + _gemm_s(a, tokens, n, rates.dense, rates.hbm, operand)
+        for a, n in gemms
+    )
 
     attention_flops = _flops.forward_flops_per_token(spec).attention / spec.num_layers * tokens / t
     if program.fused_attention:
@@ -258,9 +267,9 @@ def _layer(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: 
         # each), whose s x s operand goes through HBM, and softmax and dropout over the s x s values.
         heads = layout.micro_batch * spec.num_attention_heads / t
         sq, sk = s / c, s
-        qk = _gemm_s(sq, d_head, sk, rates.bf16, rates.hbm, ACTIVATION_BYTES)     # Q K^T, and dP = dO V^T
-        pv = _gemm_s(sq, sk, d_head, rates.bf16, rates.hbm, ACTIVATION_BYTES)     # P V, and dQ = dS K
-        pt = _gemm_s(sk, sq, d_head, rates.bf16, rates.hbm, ACTIVATION_BYTES)     # dV = P^T dO, and dK = dS^T Q
+        qk = _gemm_s(sq, d_head, sk, rates.bf16, rates.hbm, ACTIVATION_BYTES)  # Q K^T, and dP = dO V^T
+        pv = _gemm_s(sq, sk, d_head, rates.bf16, rates.hbm, ACTIVATION_BYTES)  # P V, and dQ = dS K
+        pt = _gemm_s(sk, sq, d_head, rates.bf16, rates.hbm, ACTIVATION_BYTES)  # dV = P^T dO, and dK = dS^T Q
         scores = heads * sq * sk
         attention_f = heads * (qk + pv) + scores * SOFTMAX_DROPOUT_BYTES[0] / rates.hbm
         attention_b = heads * (qk + pv + 2 * pt) + scores * SOFTMAX_DROPOUT_BYTES[1] / rates.hbm
@@ -268,7 +277,7 @@ def _layer(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: 
     replicated = NORM_DROPOUT_BYTES_PER_HIDDEN * h / (t if layout.sequence_parallel else 1)
     split = ACTIVATION_BYTES_PER_FFN[spec.gated_linear_unit] * ffn / t
     if fp8:
-        split += FP8_CAST_BYTES_PER_ELEMENT * (h + q + h + ffn) / t            # forward GEMM inputs
+        split += FP8_CAST_BYTES_PER_ELEMENT * (h + q + h + ffn) / t  # forward GEMM inputs
         split += FP8_CAST_BYTES_PER_ELEMENT * (q + 2 * kv + h + mlp_in + h) / t / BACKWARD_BYTES_FACTOR
     memory_f = tokens * (replicated + split) / rates.hbm
     memory_b = BACKWARD_BYTES_FACTOR * memory_f
@@ -299,9 +308,11 @@ def _layer(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: 
 def _output_layer_s(spec: RecipeSpec, layout: Layout, rates: _Rates) -> float:
     """The output layer (forward, data and weight gradients, in BF16) and the loss, per micro-batch."""
     tokens, h, vocab = layout.tokens_per_rank, spec.hidden_size, spec.padded_vocab_size / layout.tp
-    logits = (_gemm_s(tokens, h, vocab, rates.bf16, rates.hbm, ACTIVATION_BYTES)
-              + _gemm_s(tokens, vocab, h, rates.bf16, rates.hbm, ACTIVATION_BYTES)
-              + _gemm_s(h, tokens, vocab, rates.bf16, rates.hbm, ACTIVATION_BYTES))
+    logits = (
+        _gemm_s(tokens, h, vocab, rates.bf16, rates.hbm, ACTIVATION_BYTES)
+        + _gemm_s(tokens, vocab, h, rates.bf16, rates.hbm, ACTIVATION_BYTES)
+        + _gemm_s(h, tokens, vocab, rates.bf16, rates.hbm, ACTIVATION_BYTES)
+    )
     return logits + tokens * vocab * CROSS_ENTROPY_BYTES_PER_LOGIT / rates.hbm
 
 
@@ -321,8 +332,9 @@ def _p2p_s(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: 
     return (steady + ramps) * one
 
 
-def _data_parallel_s(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates,
-                     window_b: float, window_f: float) -> tuple[float, float]:
+def _data_parallel_s(
+    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates, window_b: float, window_f: float
+) -> tuple[float, float]:
     """Exposed gradient reduce and parameter gather per step: one synchronisation per step, hidden (with overlap)
     behind the backward (forward) of one micro-batch through the stage."""
     params, d = layout.params_per_rank, layout.dp
@@ -338,8 +350,9 @@ def _data_parallel_s(spec: RecipeSpec, layout: Layout, program: Program, gpu: GP
     return reduce, gather
 
 
-def estimate_throughput(spec: RecipeSpec, cluster: Cluster, *, stack: Optional[str] = None,
-                        constants: ModelConstants = CONSTANTS) -> Throughput:
+def estimate_throughput(
+    spec: RecipeSpec, cluster: Cluster, *, stack: Optional[str] = None, constants: ModelConstants = CONSTANTS
+) -> Throughput:
     """Step time, tokens/s, MFU and a breakdown for `spec` trained on `cluster`, running the program that `stack`
     (`stack.resolve_stack`; default: the NeMo container with Transformer Engine) makes of it.
 
@@ -355,8 +368,9 @@ def estimate_throughput(spec: RecipeSpec, cluster: Cluster, *, stack: Optional[s
     return _throughput(spec, layout, gpu, step, breakdown, assumptions)
 
 
-def _checked_plan(spec: RecipeSpec, cluster: Cluster, stack: Optional[str],
-                  assumptions: list[str]) -> tuple[GPU, Layout, Program]:
+def _checked_plan(
+    spec: RecipeSpec, cluster: Cluster, stack: Optional[str], assumptions: list[str]
+) -> tuple[GPU, Layout, Program]:
     """The GPU, layout and program of a plan the model can time; the refusals `estimate_throughput` documents."""
     gpu = _resolve_gpu(spec, cluster, assumptions)
     layout = Layout.of(spec, cluster)
@@ -364,23 +378,31 @@ def _checked_plan(spec: RecipeSpec, cluster: Cluster, stack: Optional[str],
     raise_if_unstructured(spec, layout, context)
     program = program_for(spec, gpu, stack, layout.interleaved)
     if spec.precision == "fp8" and not (gpu.supports_fp8 and program.stack.transformer_engine):
-        raise InvalidRecipeError([Problem(
-            "precision", "fp8", f"FP8 needs Transformer Engine and FP8 tensor cores ({gpu.name}, stack "
-            f"'{program.stack.name}').", "use precision='bf16', or an FP8-capable GPU with Transformer Engine.")],
-            context=context)
+        raise InvalidRecipeError(
+            [
+                Problem(
+                    "precision",
+                    "fp8",
+                    f"FP8 needs Transformer Engine and FP8 tensor cores ({gpu.name}, stack '{program.stack.name}').",
+                    "use precision='bf16', or an FP8-capable GPU with Transformer Engine.",
+                )
+            ],
+            context=context,
+        )
     assumptions += program.notes
     return gpu, layout, program
 
 
-def _step_s(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates,
-            layer: _Layer) -> tuple[float, dict[str, float]]:
+def _step_s(
+    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates, layer: _Layer
+) -> tuple[float, dict[str, float]]:
     """Seconds of one step (pipeline schedule, exposed communication, optimizer) and their breakdown by kind."""
     logits = _output_layer_s(spec, layout, rates)
     m, p, v = layout.microbatches, layout.pp, layout.vp
 
     per_layer = layer.forward + layer.backward
     last = layout.layers_last_stage * per_layer + logits
-    slowest = max(layout.layers_per_stage * per_layer, last)   # every stage runs every micro-batch at this pace
+    slowest = max(layout.layers_per_stage * per_layer, last)  # every stage runs every micro-batch at this pace
     compute = m * slowest
     bubble = (p - 1) / v * (layout.layers_per_stage * per_layer + logits / p)
     chunk_s = layout.layers_per_chunk * min(layer.forward, layer.backward)
@@ -414,8 +436,9 @@ def _step_s(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates:
     return step, breakdown
 
 
-def _throughput(spec: RecipeSpec, layout: Layout, gpu: GPU, step: float, breakdown: dict[str, float],
-                assumptions: list[str]) -> Throughput:
+def _throughput(
+    spec: RecipeSpec, layout: Layout, gpu: GPU, step: float, breakdown: dict[str, float], assumptions: list[str]
+) -> Throughput:
     """Tokens/s, FLOP rates and utilisation of a step of `step` seconds."""
     tokens_per_step = spec.global_batch_size * spec.seq_length
     tokens_per_s = tokens_per_step / step
@@ -447,8 +470,9 @@ def _throughput(spec: RecipeSpec, layout: Layout, gpu: GPU, step: float, breakdo
     )
 
 
-def time_to_train(throughput_or_spec: "Throughput | RecipeSpec", tokens: Optional[float] = None,
-                  cluster: Optional[Cluster] = None) -> dict[str, float]:
+def time_to_train(
+    throughput_or_spec: "Throughput | RecipeSpec", tokens: Optional[float] = None, cluster: Optional[Cluster] = None
+) -> dict[str, float]:
     """Days and GPU-hours to train on `tokens` tokens (default: the recipe's `train_tokens`).
 
     Accepts a Throughput, or a RecipeSpec and a Cluster (`time_to_train(spec, cluster=c)` or
@@ -456,16 +480,29 @@ def time_to_train(throughput_or_spec: "Throughput | RecipeSpec", tokens: Optiona
     if isinstance(throughput_or_spec, RecipeSpec):
         spec = throughput_or_spec
         if cluster is None:
-            raise InvalidRecipeError([Problem("cluster", None, "is needed to time a recipe.",
-                                              "pass cluster=Cluster.of(nodes, gpus_per_node, gpu).")])
+            raise InvalidRecipeError(
+                [
+                    Problem(
+                        "cluster",
+                        None,
+                        "is needed to time a recipe.",
+                        "pass cluster=Cluster.of(nodes, gpus_per_node, gpu).",
+                    )
+                ]
+            )
         result = estimate_throughput(spec, cluster)
         if tokens is None:
             tokens = spec.train_tokens
     else:
         result = throughput_or_spec
     if tokens is None or isinstance(tokens, bool) or not isinstance(tokens, (int, float)) or not tokens > 0:
-        raise InvalidRecipeError([Problem("tokens", tokens, "must be a positive number of tokens.",
-                                          "give a token budget such as 300e9.")])
+        raise InvalidRecipeError(
+            [Problem("tokens", tokens, "must be a positive number of tokens.", "give a token budget such as 300e9.")]
+        )
     seconds = tokens / result.tokens_per_s
-    return {"tokens": float(tokens), "seconds": seconds, "days": seconds / 86400.0,
-            "gpu_hours": seconds * result.num_gpus / 3600.0}
+    return {
+        "tokens": float(tokens),
+        "seconds": seconds,
+        "days": seconds / 86400.0,
+        "gpu_hours": seconds * result.num_gpus / 3600.0,
+    }

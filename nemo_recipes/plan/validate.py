@@ -41,6 +41,7 @@ def _listing(values: Iterable[int], limit: int = 8) -> str:
 
 # ---- parallel layout ----
 
+
 def world_size_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     cluster, world, mp = layout.cluster, layout.world, layout.model_parallel
     if layout.world_divides:
@@ -48,14 +49,18 @@ def world_size_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     step = mp // math.gcd(mp, cluster.gpus_per_node)
     nodes = max(step, math.ceil(cluster.nodes / step) * step)
     layouts = [d for d in _divisors(world) if d <= mp][-4:]
-    return [Problem(
-        "world_size", world,
-        f"{world} GPUs ({cluster.nodes} node(s) x {cluster.gpus_per_node}) are not divisible by TP x PP x CP = "
-        f"{spec.tensor_parallel} x {spec.pipeline_parallel} x {spec.context_parallel} = {mp}, so there is no whole "
-        "number of data-parallel replicas.",
-        f"use a multiple of {mp} GPUs (for example {nodes} nodes of {cluster.gpus_per_node}), or choose "
-        f"tensor_parallel, pipeline_parallel and context_parallel whose product divides {world} "
-        f"(a product in {_listing(layouts)}).")]
+    return [
+        Problem(
+            "world_size",
+            world,
+            f"{world} GPUs ({cluster.nodes} node(s) x {cluster.gpus_per_node}) are not divisible by TP x PP x CP = "
+            f"{spec.tensor_parallel} x {spec.pipeline_parallel} x {spec.context_parallel} = {mp}, so there is no whole "
+            "number of data-parallel replicas.",
+            f"use a multiple of {mp} GPUs (for example {nodes} nodes of {cluster.gpus_per_node}), or choose "
+            f"tensor_parallel, pipeline_parallel and context_parallel whose product divides {world} "
+            f"(a product in {_listing(layouts)}).",
+        )
+    ]
 
 
 def tensor_parallel_domain_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
@@ -64,25 +69,51 @@ def tensor_parallel_domain_rule(spec: RecipeSpec, layout: Layout) -> list[Proble
     if t <= per_node and per_node % t == 0:
         return []
     within_node = [d for d in _divisors(per_node) if spec.num_attention_heads % d == 0]
-    fix = (f"use tensor_parallel in {_listing(within_node)} (divides the {per_node} GPUs of a node) and raise "
-           "pipeline_parallel instead.")
+    fix = (
+        f"use tensor_parallel in {_listing(within_node)} (divides the {per_node} GPUs of a node) and raise "
+        "pipeline_parallel instead."
+    )
     if t <= per_node:
-        return [Problem("tensor_parallel", t,
-                        f"TP={t} does not divide the {per_node} GPUs of a node, so some TP groups straddle two "
-                        "nodes and their every-layer all-reduces cross the inter-node network.", fix)]
+        return [
+            Problem(
+                "tensor_parallel",
+                t,
+                f"TP={t} does not divide the {per_node} GPUs of a node, so some TP groups straddle two "
+                "nodes and their every-layer all-reduces cross the inter-node network.",
+                fix,
+            )
+        ]
     if gpu is None:
-        return [Problem("tensor_parallel", t,
-                        f"TP={t} is larger than a node ({per_node} GPUs); without a GPU type the planner cannot "
-                        "tell whether the NVLink domain spans nodes.", fix, WARNING)]
+        return [
+            Problem(
+                "tensor_parallel",
+                t,
+                f"TP={t} is larger than a node ({per_node} GPUs); without a GPU type the planner cannot "
+                "tell whether the NVLink domain spans nodes.",
+                fix,
+                WARNING,
+            )
+        ]
     if t <= gpu.nvlink_domain:
-        return [Problem("tensor_parallel", t,
-                        f"TP={t} spans {math.ceil(t / per_node)} nodes; {gpu.name}'s NVLink domain of "
-                        f"{gpu.nvlink_domain} GPUs can cover it, but only if each TP group's nodes share one domain.",
-                        f"keep the job inside one NVLink domain, or {fix}", WARNING)]
-    return [Problem("tensor_parallel", t,
-                    f"TP={t} is larger than the {per_node} GPUs of a node and {gpu.name}'s NVLink domain of "
-                    f"{gpu.nvlink_domain} GPUs; its every-layer all-reduces would cross the inter-node network.",
-                    fix)]
+        return [
+            Problem(
+                "tensor_parallel",
+                t,
+                f"TP={t} spans {math.ceil(t / per_node)} nodes; {gpu.name}'s NVLink domain of "
+                f"{gpu.nvlink_domain} GPUs can cover it, but only if each TP group's nodes share one domain.",
+                f"keep the job inside one NVLink domain, or {fix}",
+                WARNING,
+            )
+        ]
+    return [
+        Problem(
+            "tensor_parallel",
+            t,
+            f"TP={t} is larger than the {per_node} GPUs of a node and {gpu.name}'s NVLink domain of "
+            f"{gpu.nvlink_domain} GPUs; its every-layer all-reduces would cross the inter-node network.",
+            fix,
+        )
+    ]
 
 
 def attention_heads_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
@@ -91,36 +122,53 @@ def attention_heads_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     t, heads, groups = layout.tp, spec.num_attention_heads, spec.kv_groups
     problems = []
     if spec.hidden_size % heads:
-        problems.append(Problem(
-            "num_attention_heads", heads,
-            f"hidden_size={spec.hidden_size} is not divisible by {heads} heads, so heads have no whole size.",
-            f"use a head count that divides {spec.hidden_size} (for example "
-            f"{_listing(d for d in _divisors(spec.hidden_size) if 8 <= d <= 256)}).",
-        ))
+        problems.append(
+            Problem(
+                "num_attention_heads",
+                heads,
+                f"hidden_size={spec.hidden_size} is not divisible by {heads} heads, so heads have no whole size.",
+                f"use a head count that divides {spec.hidden_size} (for example "
+                f"{_listing(d for d in _divisors(spec.hidden_size) if 8 <= d <= 256)}).",
+            )
+        )
     if heads % groups:
-        problems.append(Problem(
-            "num_query_groups", spec.num_query_groups,
-            f"{heads} attention heads cannot be split into {groups} query groups.",
-            f"use num_query_groups in {_listing(_divisors(heads))}.",
-        ))
+        problems.append(
+            Problem(
+                "num_query_groups",
+                spec.num_query_groups,
+                f"{heads} attention heads cannot be split into {groups} query groups.",
+                f"use num_query_groups in {_listing(_divisors(heads))}.",
+            )
+        )
     ok = [d for d in _divisors(layout.gpus_per_node) if heads % d == 0 and groups % d == 0]
     if heads % t:
-        problems.append(Problem(
-            "tensor_parallel", t, f"num_attention_heads={heads} is not divisible by tensor_parallel={t}.",
-            f"use tensor_parallel in {_listing(ok)}.",
-        ))
+        problems.append(
+            Problem(
+                "tensor_parallel",
+                t,
+                f"num_attention_heads={heads} is not divisible by tensor_parallel={t}.",
+                f"use tensor_parallel in {_listing(ok)}.",
+            )
+        )
     elif groups % t:
-        problems.append(Problem(
-            "tensor_parallel", t, f"num_query_groups={groups} is not divisible by tensor_parallel={t}.",
-            f"use tensor_parallel in {_listing(ok)}, or num_query_groups a multiple of {t}.",
-        ))
+        problems.append(
+            Problem(
+                "tensor_parallel",
+                t,
+                f"num_query_groups={groups} is not divisible by tensor_parallel={t}.",
+                f"use tensor_parallel in {_listing(ok)}, or num_query_groups a multiple of {t}.",
+            )
+        )
     if spec.ffn_hidden_size % t:
-        problems.append(Problem(
-            "ffn_hidden_size", spec.ffn_hidden_size,
-            f"ffn_hidden_size={spec.ffn_hidden_size} is not divisible by tensor_parallel={t} (the MLP is split "
-            "column-wise over TP).",
-            f"use an ffn_hidden_size that is a multiple of {t}, or a tensor_parallel that divides it.",
-        ))
+        problems.append(
+            Problem(
+                "ffn_hidden_size",
+                spec.ffn_hidden_size,
+                f"ffn_hidden_size={spec.ffn_hidden_size} is not divisible by tensor_parallel={t} (the MLP is split "
+                "column-wise over TP).",
+                f"use an ffn_hidden_size that is a multiple of {t}, or a tensor_parallel that divides it.",
+            )
+        )
     return problems
 
 
@@ -132,29 +180,48 @@ def pipeline_layers_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     what = f"num_layers={l}" + (" + embedding + loss" if counted else "")
     problems = []
     if slots % p:
-        problems.append(Problem(
-            "pipeline_parallel", p, f"{what} = {slots} is not divisible by pipeline_parallel={p}.",
-            f"use pipeline_parallel in {_listing(d for d in _divisors(slots))}.",
-        ))
+        problems.append(
+            Problem(
+                "pipeline_parallel",
+                p,
+                f"{what} = {slots} is not divisible by pipeline_parallel={p}.",
+                f"use pipeline_parallel in {_listing(d for d in _divisors(slots))}.",
+            )
+        )
     if vp is not None and vp > 1:
         if p == 1:
-            problems.append(Problem(
-                "virtual_pipeline", vp, "an interleaved schedule (virtual_pipeline) needs pipeline_parallel > 1.",
-                "unset virtual_pipeline, or use pipeline_parallel > 1.",
-            ))
+            problems.append(
+                Problem(
+                    "virtual_pipeline",
+                    vp,
+                    "an interleaved schedule (virtual_pipeline) needs pipeline_parallel > 1.",
+                    "unset virtual_pipeline, or use pipeline_parallel > 1.",
+                )
+            )
         elif slots % (p * vp):
             good = [v for v in _divisors(slots // p) if v > 1] if slots % p == 0 else []
-            problems.append(Problem(
-                "virtual_pipeline", vp,
-                f"{what} = {slots} is not divisible by pipeline_parallel x virtual_pipeline = {p} x {vp} = "
-                f"{p * vp}." if counted else
-                f"num_layers={l} is not divisible by pipeline_parallel x virtual_pipeline = {p} x {vp} = {p * vp}.",
-                f"use virtual_pipeline in {_listing(good)} or unset it." if good else "unset virtual_pipeline.",
-            ))
+            problems.append(
+                Problem(
+                    "virtual_pipeline",
+                    vp,
+                    f"{what} = {slots} is not divisible by pipeline_parallel x virtual_pipeline = {p} x {vp} = "
+                    f"{p * vp}."
+                    if counted
+                    else f"num_layers={l} is not divisible by pipeline_parallel x virtual_pipeline = "
+                    f"{p} x {vp} = {p * vp}.",
+                    f"use virtual_pipeline in {_listing(good)} or unset it." if good else "unset virtual_pipeline.",
+                )
+            )
     if spec.pipeline_counts_embedding_and_loss and p == 1:
-        problems.append(Problem(
-            "pipeline_counts_embedding_and_loss", True, "ignored: there is no pipeline to split (PP = 1).",
-            "set pipeline_counts_embedding_and_loss=False, or use pipeline_parallel > 1.", WARNING))
+        problems.append(
+            Problem(
+                "pipeline_counts_embedding_and_loss",
+                True,
+                "ignored: there is no pipeline to split (PP = 1).",
+                "set pipeline_counts_embedding_and_loss=False, or use pipeline_parallel > 1.",
+                WARNING,
+            )
+        )
     return problems
 
 
@@ -166,12 +233,15 @@ def interleaved_microbatches_rule(spec: RecipeSpec, layout: Layout) -> list[Prob
     if m >= p and m % p == 0:
         return []
     step = layout.micro_batch * layout.dp * p
-    return [Problem(
-        "virtual_pipeline", vp,
-        f"the interleaved schedule needs the micro-batches per step (m = {m}) to be a multiple of "
-        f"pipeline_parallel={p}; Megatron-Core raises at the first step otherwise.",
-        f"set global_batch_size to a multiple of micro batch x DP x PP = {step}, or unset virtual_pipeline.",
-    )]
+    return [
+        Problem(
+            "virtual_pipeline",
+            vp,
+            f"the interleaved schedule needs the micro-batches per step (m = {m}) to be a multiple of "
+            f"pipeline_parallel={p}; Megatron-Core raises at the first step otherwise.",
+            f"set global_batch_size to a multiple of micro batch x DP x PP = {step}, or unset virtual_pipeline.",
+        )
+    ]
 
 
 def context_parallel_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
@@ -180,29 +250,39 @@ def context_parallel_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     if c == 1 or s % (2 * c) == 0:
         return []
     good = [d for d in _divisors(s) if d > 1 and s % (2 * d) == 0 and d <= 64]
-    return [Problem(
-        "context_parallel", c,
-        f"seq_length={s} is not divisible by 2 x context_parallel = {2 * c} (CP splits each sequence into 2c "
-        "chunks to balance the causal mask).",
-        f"use context_parallel in {_listing([1] + good)}, or a seq_length that is a multiple of {2 * c}.",
-    )]
+    return [
+        Problem(
+            "context_parallel",
+            c,
+            f"seq_length={s} is not divisible by 2 x context_parallel = {2 * c} (CP splits each sequence into 2c "
+            "chunks to balance the causal mask).",
+            f"use context_parallel in {_listing([1] + good)}, or a seq_length that is a multiple of {2 * c}.",
+        )
+    ]
 
 
 def sequence_parallel_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     t, c, s = layout.tp, layout.cp, spec.seq_length
     if spec.sequence_parallel is True and t == 1:
-        return [Problem(
-            "sequence_parallel", True, "sequence parallelism splits activations over TP ranks and needs "
-            "tensor_parallel > 1 (tensor_parallel is 1).",
-            "set sequence_parallel to None (automatic: on when TP > 1) or False, or use tensor_parallel > 1.",
-        )]
+        return [
+            Problem(
+                "sequence_parallel",
+                True,
+                "sequence parallelism splits activations over TP ranks and needs "
+                "tensor_parallel > 1 (tensor_parallel is 1).",
+                "set sequence_parallel to None (automatic: on when TP > 1) or False, or use tensor_parallel > 1.",
+            )
+        ]
     if layout.sequence_parallel and s % c == 0 and (s // c) % t:
-        return [Problem(
-            "seq_length", s,
-            f"sequence parallelism scatters each rank's {s // c} tokens (seq_length / CP) over tensor_parallel={t} "
-            "ranks, which needs them to divide.",
-            f"use a seq_length that is a multiple of {t * c} (TP x CP), or sequence_parallel=False.",
-        )]
+        return [
+            Problem(
+                "seq_length",
+                s,
+                f"sequence parallelism scatters each rank's {s // c} tokens (seq_length / CP) over tensor_parallel={t} "
+                "ranks, which needs them to divide.",
+                f"use a seq_length that is a multiple of {t * c} (TP x CP), or sequence_parallel=False.",
+            )
+        ]
     return []
 
 
@@ -210,14 +290,20 @@ def tp_comm_overlap_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     if spec.tp_comm_overlap is not True or spec.tp_comm_overlap_enabled:
         return []
     why = "TP is 1" if layout.tp == 1 else "sequence parallelism is off"
-    return [Problem("tp_comm_overlap", True,
-                    f"ignored: {why}, and Transformer Engine overlaps TP communication only under sequence "
-                    "parallelism with TP > 1.",
-                    "set tp_comm_overlap to None (automatic) or False, or use TP > 1 with sequence parallelism.",
-                    WARNING)]
+    return [
+        Problem(
+            "tp_comm_overlap",
+            True,
+            f"ignored: {why}, and Transformer Engine overlaps TP communication only under sequence "
+            "parallelism with TP > 1.",
+            "set tp_comm_overlap to None (automatic) or False, or use TP > 1 with sequence parallelism.",
+            WARNING,
+        )
+    ]
 
 
 # ---- batch ----
+
 
 def global_batch_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     if not layout.world_divides or layout.batch_divides:
@@ -228,12 +314,15 @@ def global_batch_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     near = " or ".join(str(v) for v in (lower, upper) if v > 0)
     mbs = [d for d in _divisors(b) if gbs % (d * dp) == 0]
     alt = f"; or micro_batch_size in {_listing(mbs)}" if mbs else ""
-    return [Problem(
-        "global_batch_size", gbs,
-        f"global_batch_size={gbs} is not divisible by micro batch x DP = {b} x {dp} = {step} "
-        f"(DP = {layout.world} GPUs / TP x PP x CP {layout.model_parallel}).",
-        f"use global_batch_size {near}{alt}; or fit(..., scale_global_batch=True) to scale it with DP.",
-    )]
+    return [
+        Problem(
+            "global_batch_size",
+            gbs,
+            f"global_batch_size={gbs} is not divisible by micro batch x DP = {b} x {dp} = {step} "
+            f"(DP = {layout.world} GPUs / TP x PP x CP {layout.model_parallel}).",
+            f"use global_batch_size {near}{alt}; or fit(..., scale_global_batch=True) to scale it with DP.",
+        )
+    ]
 
 
 def pipeline_bubble_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
@@ -243,24 +332,30 @@ def pipeline_bubble_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     bubble = (p - 1) / (v * m)
     if bubble < BUBBLE_WARNING:
         return []
-    return [Problem(
-        "global_batch_size", spec.global_batch_size,
-        f"only {m} micro-batch(es) per step (gradient accumulation {m}) for {p} pipeline stages: the pipeline "
-        f"bubble (p-1)/(v m) = {bubble:.0%} of the ideal step time.",
-        "raise global_batch_size, lower micro_batch_size or pipeline_parallel, or set virtual_pipeline.",
-        WARNING,
-    )]
+    return [
+        Problem(
+            "global_batch_size",
+            spec.global_batch_size,
+            f"only {m} micro-batch(es) per step (gradient accumulation {m}) for {p} pipeline stages: the pipeline "
+            f"bubble (p-1)/(v m) = {bubble:.0%} of the ideal step time.",
+            "raise global_batch_size, lower micro_batch_size or pipeline_parallel, or set virtual_pipeline.",
+            WARNING,
+        )
+    ]
 
 
 def distributed_optimizer_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     if not spec.distributed_optimizer or not layout.world_divides or layout.optimizer_shards > 1:
         return []
-    return [Problem(
-        "distributed_optimizer", True,
-        "DP x CP = 1: the distributed optimizer has a single shard and saves no memory.",
-        "add data-parallel replicas (more nodes) to shard the optimizer state, or set distributed_optimizer=False.",
-        WARNING,
-    )]
+    return [
+        Problem(
+            "distributed_optimizer",
+            True,
+            "DP x CP = 1: the distributed optimizer has a single shard and saves no memory.",
+            "add data-parallel replicas (more nodes) to shard the optimizer state, or set distributed_optimizer=False.",
+            WARNING,
+        )
+    ]
 
 
 def recompute_layers_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
@@ -268,48 +363,88 @@ def recompute_layers_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     if n is None:
         return []
     if spec.recompute != "full":
-        return [Problem("recompute_num_layers", n, f"ignored: recompute is {spec.recompute!r}, not 'full'.",
-                        "set recompute='full', or unset recompute_num_layers.", WARNING)]
+        return [
+            Problem(
+                "recompute_num_layers",
+                n,
+                f"ignored: recompute is {spec.recompute!r}, not 'full'.",
+                "set recompute='full', or unset recompute_num_layers.",
+                WARNING,
+            )
+        ]
     chunk = layout.layers_per_chunk
     if n > chunk:
-        return [Problem("recompute_num_layers", n,
-                        f"larger than the {chunk} layers of a model chunk; all of them are recomputed.",
-                        f"use recompute_num_layers <= {chunk}, or unset it to recompute every layer.", WARNING)]
+        return [
+            Problem(
+                "recompute_num_layers",
+                n,
+                f"larger than the {chunk} layers of a model chunk; all of them are recomputed.",
+                f"use recompute_num_layers <= {chunk}, or unset it to recompute every layer.",
+                WARNING,
+            )
+        ]
     return []
 
 
 # ---- precision and data ----
+
 
 def fp8_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     gpu = layout.cluster.gpu
     if spec.precision != "fp8" or gpu is None or gpu.supports_fp8:
         return []
     with_fp8 = [name for name, g in GPUS.items() if g.supports_fp8]
-    return [Problem(
-        "precision", "fp8", f"{gpu.name} has no FP8 tensor cores.",
-        f"use precision='bf16' on {gpu.name}, or a GPU with FP8 ({', '.join(with_fp8)}).",
-    )]
+    return [
+        Problem(
+            "precision",
+            "fp8",
+            f"{gpu.name} has no FP8 tensor cores.",
+            f"use precision='bf16' on {gpu.name}, or a GPU with FP8 ({', '.join(with_fp8)}).",
+        )
+    ]
 
 
 def data_blend_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     paths, weights = spec.data_paths, spec.data_weights
     problems = []
     if weights and not paths:
-        problems.append(Problem("data_weights", list(weights), "blend weights given without data_paths.",
-                                "give one data path per weight, or remove data_weights."))
+        problems.append(
+            Problem(
+                "data_weights",
+                list(weights),
+                "blend weights given without data_paths.",
+                "give one data path per weight, or remove data_weights.",
+            )
+        )
     elif weights and len(weights) != len(paths):
-        problems.append(Problem(
-            "data_weights", list(weights),
-            f"{len(weights)} weights for {len(paths)} data paths.",
-            f"give exactly {len(paths)} weights (one per path), or none for an equal blend."))
+        problems.append(
+            Problem(
+                "data_weights",
+                list(weights),
+                f"{len(weights)} weights for {len(paths)} data paths.",
+                f"give exactly {len(paths)} weights (one per path), or none for an equal blend.",
+            )
+        )
     bad = [w for w in weights if not (isinstance(w, (int, float)) and math.isfinite(w) and w > 0)]
     if bad:
-        problems.append(Problem("data_weights", list(weights), f"weights must be positive numbers; got {bad}.",
-                                "use positive weights (they need not sum to 1; Megatron normalises them)."))
+        problems.append(
+            Problem(
+                "data_weights",
+                list(weights),
+                f"weights must be positive numbers; got {bad}.",
+                "use positive weights (they need not sum to 1; Megatron normalises them).",
+            )
+        )
     empty = [p for p in paths if not str(p).strip()]
     if empty:
-        problems.append(Problem("data_paths", list(paths), "contains an empty path.",
-                                "give Megatron .bin/.idx prefixes, or leave data_paths empty for mock data."))
+        problems.append(
+            Problem(
+                "data_paths",
+                list(paths),
+                "contains an empty path.",
+                "give Megatron .bin/.idx prefixes, or leave data_paths empty for mock data.",
+            )
+        )
     return problems
 
 
@@ -333,8 +468,16 @@ RULES: tuple[Rule, ...] = (
 # a data blend is checked when data loads). Every other rule is structural: without it the job cannot be laid out or
 # run at all (Megatron-Core raises), and the throughput model refuses the same plans, so a plan that validates always
 # has an estimate.
-POLICY_RULES = frozenset({tensor_parallel_domain_rule, data_blend_rule, recompute_layers_rule, tp_comm_overlap_rule,
-                          pipeline_bubble_rule, distributed_optimizer_rule})
+POLICY_RULES = frozenset(
+    {
+        tensor_parallel_domain_rule,
+        data_blend_rule,
+        recompute_layers_rule,
+        tp_comm_overlap_rule,
+        pipeline_bubble_rule,
+        distributed_optimizer_rule,
+    }
+)
 STRUCTURAL_RULES: tuple[Rule, ...] = tuple(rule for rule in RULES if rule not in POLICY_RULES)
 
 
@@ -361,13 +504,19 @@ def raise_if_unstructured(spec: RecipeSpec, layout: Layout, context: str) -> Non
 def program_problems(spec: RecipeSpec, program: Program) -> list[Problem]:
     """What the software stack cannot run: FP8 needs Transformer Engine."""
     if spec.precision == "fp8" and not program.stack.transformer_engine:
-        return [Problem("precision", "fp8",
-                        f"FP8 needs Transformer Engine, which the '{program.stack.name}' stack does not have.",
-                        "plan for the NeMo container (--stack transformer-engine), or set precision='bf16'.")]
+        return [
+            Problem(
+                "precision",
+                "fp8",
+                f"FP8 needs Transformer Engine, which the '{program.stack.name}' stack does not have.",
+                "plan for the NeMo container (--stack transformer-engine), or set precision='bf16'.",
+            )
+        ]
     return []
 
 
 # ---- memory ----
+
 
 def _error_fields(problems: list[Problem]) -> set[str]:
     return {p.field for p in problems if p.severity == ERROR}
@@ -397,45 +546,68 @@ def memory_fixes(spec: RecipeSpec, cluster: Cluster, *, stack: Optional[str] = N
     if spec.recompute != "full" or spec.recompute_num_layers:
         if not fixes:  # selective is cheaper; name full only when selective is not enough
             chunk = Layout.of(spec, cluster).layers_per_chunk
-            first(((f"recompute='full', recompute_num_layers={k}" if k < chunk else "recompute='full'",
-                    spec.replace(recompute="full", recompute_num_layers=k if k < chunk else None))
-                   for k in range(1, chunk + 1)))
+            first(
+                (
+                    (
+                        f"recompute='full', recompute_num_layers={k}" if k < chunk else "recompute='full'",
+                        spec.replace(recompute="full", recompute_num_layers=k if k < chunk else None),
+                    )
+                    for k in range(1, chunk + 1)
+                )
+            )
     tps = [t for t in range(spec.tensor_parallel + 1, cluster.gpus_per_node + 1) if cluster.gpus_per_node % t == 0]
     first(((f"tensor_parallel={t}", spec.replace(tensor_parallel=t)) for t in tps))
     pps = [p for p in range(spec.pipeline_parallel + 1, spec.num_layers + 1) if spec.num_layers % p == 0]
     first(((f"pipeline_parallel={p}", spec.replace(pipeline_parallel=p, virtual_pipeline=None)) for p in pps))
-    first(((f"micro_batch_size={b}", spec.replace(micro_batch_size=b))
-           for b in range(spec.micro_batch_size - 1, 0, -1)))
+    first(
+        ((f"micro_batch_size={b}", spec.replace(micro_batch_size=b)) for b in range(spec.micro_batch_size - 1, 0, -1))
+    )
     if not spec.distributed_optimizer:
         first([("distributed_optimizer=True", spec.replace(distributed_optimizer=True))])
     return fixes
 
 
-def memory_problems(spec: RecipeSpec, cluster: Cluster, memory: MemoryBreakdown, *,
-                    stack: Optional[str] = None) -> list[Problem]:
+def memory_problems(
+    spec: RecipeSpec, cluster: Cluster, memory: MemoryBreakdown, *, stack: Optional[str] = None
+) -> list[Problem]:
     gpu = cluster.gpu
     if gpu is None:
         return []
-    parts = (f"weights {memory.weights:.1f}, gradients {memory.gradients:.1f}, optimizer {memory.optimizer:.1f}, "
-             f"activations {memory.activations:.1f}, other {memory.other:.1f} GiB")
+    parts = (
+        f"weights {memory.weights:.1f}, gradients {memory.gradients:.1f}, optimizer {memory.optimizer:.1f}, "
+        f"activations {memory.activations:.1f}, other {memory.other:.1f} GiB"
+    )
     total = round(memory.total, 1)
     if memory.total > gpu.memory_gib:
         fixes = memory_fixes(spec, cluster, stack=stack)
         if fixes:
             fix = "any one of: " + "; ".join(fixes) + "; or let nemo_recipes.plan.fit(spec, cluster) choose."
         else:
-            fix = ("no single change of recompute, tensor_parallel, pipeline_parallel, micro_batch_size or "
-                   "distributed_optimizer fits; nemo_recipes.plan.fit(spec, cluster) combines them and names the "
-                   "smallest cluster that fits.")
-        return [Problem("memory", total,
-                        f"predicted {memory.total:.1f} GiB per GPU ({parts}) exceeds the {gpu.memory_gib:g} GiB of "
-                        f"{gpu.name}.", fix)]
+            fix = (
+                "no single change of recompute, tensor_parallel, pipeline_parallel, micro_batch_size or "
+                "distributed_optimizer fits; nemo_recipes.plan.fit(spec, cluster) combines them and names the "
+                "smallest cluster that fits."
+            )
+        return [
+            Problem(
+                "memory",
+                total,
+                f"predicted {memory.total:.1f} GiB per GPU ({parts}) exceeds the {gpu.memory_gib:g} GiB of {gpu.name}.",
+                fix,
+            )
+        ]
     if memory.headroom < TIGHT_MEMORY_FRACTION * gpu.memory_gib:
-        return [Problem("memory", total,
-                        f"predicted {memory.total:.1f} GiB per GPU ({parts}) leaves under "
-                        f"{TIGHT_MEMORY_FRACTION:.0%} of the {gpu.memory_gib:g} GiB of {gpu.name}; the 'other' "
-                        "allowance is an estimate.",
-                        "expect little headroom; a smaller micro batch or more recompute adds margin.", WARNING)]
+        return [
+            Problem(
+                "memory",
+                total,
+                f"predicted {memory.total:.1f} GiB per GPU ({parts}) leaves under "
+                f"{TIGHT_MEMORY_FRACTION:.0%} of the {gpu.memory_gib:g} GiB of {gpu.name}; the 'other' "
+                "allowance is an estimate.",
+                "expect little headroom; a smaller micro batch or more recompute adds margin.",
+                WARNING,
+            )
+        ]
     return []
 
 

@@ -14,9 +14,9 @@ import nemo_run as run
 
 from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.executors._common import (
-    Count,
     DEFAULT_IMAGE,
     MAX_GPUS_PER_NODE,
+    Count,
     gpu_env,
     mapping,
     mapping_list,
@@ -26,8 +26,12 @@ from nemo_recipes.executors._common import (
     single_line,
     str_list,
 )
-from nemo_recipes.executors.kubeflow_trainer import (DEFAULT_TRAINER_VERSION, normalise_version, pod_settings,
-                                                     trainer_volume_mounts)
+from nemo_recipes.executors.kubeflow_trainer import (
+    DEFAULT_TRAINER_VERSION,
+    normalise_version,
+    pod_settings,
+    trainer_volume_mounts,
+)
 from nemo_recipes.executors.secrets import (
     REDACTED,
     SECRET_NAME,
@@ -38,14 +42,20 @@ from nemo_recipes.executors.secrets import (
     token_problem,
 )
 
-SECRET_HOW = ("create a Kubernetes Secret (kubectl create secret generic NAME --from-literal=KEY=...) and pass "
-              "secrets={'ENV_NAME': 'NAME/KEY'}: the pod reads it through secretKeyRef.")
+SECRET_HOW = (
+    "create a Kubernetes Secret (kubectl create secret generic NAME --from-literal=KEY=...) and pass "
+    "secrets={'ENV_NAME': 'NAME/KEY'}: the pod reads it through secretKeyRef."
+)
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")  # fullmatch: "$" would let a final newline through
-_LIST_EXAMPLES = {"volumes": "{'name': 'data', 'nfs': {...}}",
-                  "volume_mounts": "{'name': 'data', 'mountPath': '/data'}",
-                  "tolerations": "{'key': 'nvidia.com/gpu', 'operator': 'Exists'}"}
-_EXAMPLES = {"node_selector": "{'nvidia.com/gpu.product': 'NVIDIA-H100-80GB-HBM3'}",
-             "affinity": "{'nodeAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': {...}}}"}
+_LIST_EXAMPLES = {
+    "volumes": "{'name': 'data', 'nfs': {...}}",
+    "volume_mounts": "{'name': 'data', 'mountPath': '/data'}",
+    "tolerations": "{'key': 'nvidia.com/gpu', 'operator': 'Exists'}",
+}
+_EXAMPLES = {
+    "node_selector": "{'nvidia.com/gpu.product': 'NVIDIA-H100-80GB-HBM3'}",
+    "affinity": "{'nodeAffinity': {'requiredDuringSchedulingIgnoredDuringExecution': {...}}}",
+}
 
 
 def kubernetes(
@@ -111,11 +121,13 @@ def kubernetes(
     the kubeconfig when it is built (no API call).
     """
     env, secrets, pvcs, (volumes, volume_mounts, tolerations), problems = _mapping_arguments(
-        env, secrets, pvcs, {"volumes": volumes, "volume_mounts": volume_mounts, "tolerations": tolerations})
+        env, secrets, pvcs, {"volumes": volumes, "volume_mounts": volume_mounts, "tolerations": tolerations}
+    )
     recorded, found = gpu_env(gpu)
     problems += found
-    processes_per_node, found = _pod_shape_problems(image, namespace, runtime, cpu, memory, shm_size, nodes,
-                                                    gpus_per_node, processes_per_node)
+    processes_per_node, found = _pod_shape_problems(
+        image, namespace, runtime, cpu, memory, shm_size, nodes, gpus_per_node, processes_per_node
+    )
     problems += found
     version, version_problems = normalise_version(trainer_version)
     problems += version_problems
@@ -123,8 +135,14 @@ def kubernetes(
     problems += pull_secret_problems(image_pull_secrets)
     for field, value in (("node_selector", node_selector), ("affinity", affinity)):
         if value is not None and not isinstance(value, Mapping):
-            problems.append(Problem(field, value, "must be a mapping, as in a pod spec.",
-                                    f"give {field} as a dict, e.g. {_EXAMPLES[field]}."))
+            problems.append(
+                Problem(
+                    field,
+                    value,
+                    "must be a mapping, as in a pod spec.",
+                    f"give {field} as a dict, e.g. {_EXAMPLES[field]}.",
+                )
+            )
     secret_env, secret_problems = kubernetes_secret_refs(secrets)
     problems += secret_problems
     problems += _pvc_problems(pvcs)
@@ -139,9 +157,15 @@ def kubernetes(
 
     _follow_kubeconfig_env()
     all_volumes, mounts = _pod_volumes(volumes, volume_mounts, home_volume, home_mount, pvcs, shm_size)
-    settings = pod_settings(version, volumes=all_volumes, volume_mounts=mounts,
-                            tolerations=[dict(t) for t in tolerations], node_selector=dict(node_selector or {}),
-                            affinity=dict(affinity or {}), image_pull_secrets=list(image_pull_secrets))
+    settings = pod_settings(
+        version,
+        volumes=all_volumes,
+        volume_mounts=mounts,
+        tolerations=[dict(t) for t in tolerations],
+        node_selector=dict(node_selector or {}),
+        affinity=dict(affinity or {}),
+        image_pull_secrets=list(image_pull_secrets),
+    )
     with _kubeconfig_errors_reported():
         return run.KubeflowExecutor(
             image=image,
@@ -158,8 +182,9 @@ def kubernetes(
         )
 
 
-def _mapping_arguments(env: Any, secrets: Any, pvcs: Any, lists: dict[str, Any]) -> tuple[
-        dict, dict, dict, tuple[Sequence[Mapping], ...], list[Problem]]:
+def _mapping_arguments(
+    env: Any, secrets: Any, pvcs: Any, lists: dict[str, Any]
+) -> tuple[dict, dict, dict, tuple[Sequence[Mapping], ...], list[Problem]]:
     """env, secrets, pvcs as dicts and the raw pod lists, each one reported when it is not a mapping (a list of
     them) and then read as empty, so that the checks after it can rely on its shape."""
     env, problems = mapping("env", env, "{'NCCL_DEBUG': 'WARN'}")
@@ -175,15 +200,27 @@ def _mapping_arguments(env: Any, secrets: Any, pvcs: Any, lists: dict[str, Any])
     return env, secrets, pvcs, (lists["volumes"], lists["volume_mounts"], lists["tolerations"]), problems
 
 
-def _pod_shape_problems(image: Any, namespace: Any, runtime: Any, cpu: Any, memory: Any, shm_size: Any, nodes: Any,
-                        gpus_per_node: Any, processes_per_node: Any) -> tuple[Any, list[Problem]]:
+def _pod_shape_problems(
+    image: Any,
+    namespace: Any,
+    runtime: Any,
+    cpu: Any,
+    memory: Any,
+    shm_size: Any,
+    nodes: Any,
+    gpus_per_node: Any,
+    processes_per_node: Any,
+) -> tuple[Any, list[Problem]]:
     """The processes per pod (default: one per GPU) and the problems of the image, namespace and pod sizes."""
     problems = non_empty_str("image", image, "set image to the image built from docker/Dockerfile.")
     for field, value in (("runtime", runtime), ("cpu", cpu), ("memory", memory), ("shm_size", shm_size)):
         problems += single_line(field, value)
     if not isinstance(namespace, str) or not _DNS_LABEL.fullmatch(namespace):
-        problems.append(Problem("namespace", namespace, "is not a Kubernetes namespace name.",
-                                "use lower-case letters, digits and '-'."))
+        problems.append(
+            Problem(
+                "namespace", namespace, "is not a Kubernetes namespace name.", "use lower-case letters, digits and '-'."
+            )
+        )
     problems += positive_int("nodes", nodes)
     problems += positive_int("gpus_per_node", gpus_per_node, minimum=0, maximum=MAX_GPUS_PER_NODE)
     if processes_per_node is None:
@@ -196,33 +233,56 @@ def _pvc_problems(pvcs: Mapping[Any, Any]) -> list[Problem]:
     problems = []
     for claim, path in pvcs.items():
         if not isinstance(claim, str) or not _DNS_LABEL.fullmatch(claim):
-            problems.append(Problem(f"pvcs.{claim}", claim, "is not a PersistentVolumeClaim name.",
-                                    "use the claim's name as `kubectl get pvc` shows it."))
+            problems.append(
+                Problem(
+                    f"pvcs.{claim}",
+                    claim,
+                    "is not a PersistentVolumeClaim name.",
+                    "use the claim's name as `kubectl get pvc` shows it.",
+                )
+            )
         if not isinstance(path, str) or not path.startswith("/"):
             problems.append(Problem(f"pvcs.{claim}", path, "mount path must be absolute.", "e.g. /data."))
     return problems
 
 
-def _shared_home_beside(claim: Optional[str], volumes: Sequence[Mapping], volume_mounts: Sequence[Mapping],
-                        pvcs: Mapping[str, str]) -> tuple[Optional[dict], Optional[dict], list[Problem]]:
+def _shared_home_beside(
+    claim: Optional[str], volumes: Sequence[Mapping], volume_mounts: Sequence[Mapping], pvcs: Mapping[str, str]
+) -> tuple[Optional[dict], Optional[dict], list[Problem]]:
     """`shared_home(claim)`, and the problems of another volume taking its mount path or its volume name."""
     home_volume, home_mount, problems = shared_home(claim)
     if home_mount is not None:
         taken = [m.get("mountPath") for m in volume_mounts if isinstance(m, Mapping)] + list(pvcs.values())
         if home_mount["mountPath"] in taken:
-            problems.append(Problem("shared_home_pvc", claim,
-                                    f"another volume is mounted at NEMORUN_HOME ({home_mount['mountPath']}) too.",
-                                    "mount only the shared home there: remove that path from pvcs/volume_mounts."))
+            problems.append(
+                Problem(
+                    "shared_home_pvc",
+                    claim,
+                    f"another volume is mounted at NEMORUN_HOME ({home_mount['mountPath']}) too.",
+                    "mount only the shared home there: remove that path from pvcs/volume_mounts.",
+                )
+            )
         names = [v.get("name") for v in volumes if isinstance(v, Mapping)] + list(pvcs)
         if SHARED_HOME_VOLUME in names:
-            problems.append(Problem("volumes", SHARED_HOME_VOLUME, "is the name of the shared_home_pvc volume.",
-                                    "rename your volume (or claim in pvcs)."))
+            problems.append(
+                Problem(
+                    "volumes",
+                    SHARED_HOME_VOLUME,
+                    "is the name of the shared_home_pvc volume.",
+                    "rename your volume (or claim in pvcs).",
+                )
+            )
     return home_volume, home_mount, problems
 
 
-def _pod_volumes(volumes: Sequence[Mapping], volume_mounts: Sequence[Mapping], home_volume: Optional[dict],
-                 home_mount: Optional[dict], pvcs: Mapping[str, str], shm_size: Optional[str]) -> tuple[
-                     list[dict], list[dict]]:
+def _pod_volumes(
+    volumes: Sequence[Mapping],
+    volume_mounts: Sequence[Mapping],
+    home_volume: Optional[dict],
+    home_mount: Optional[dict],
+    pvcs: Mapping[str, str],
+    shm_size: Optional[str],
+) -> tuple[list[dict], list[dict]]:
     """The pod's volumes and the trainer container's mounts: the user's, then the shared home, the claims and a
     memory-backed /dev/shm."""
     all_volumes = [dict(v) for v in volumes]
@@ -251,11 +311,19 @@ def _kubeconfig_errors_reported() -> Iterator[None]:
             raise
         paths = _kubeconfig_paths() or ["~/.kube/config"]
         detail = _kubeconfig_error_detail(error)
-        raise InvalidConfigError([Problem(
-            "kubeconfig", ", ".join(paths), f"cannot be loaded ({type(error).__name__}{detail}).",
-            "fix or regenerate it (e.g. `gcloud container clusters get-credentials ...`, `aws eks update-kubeconfig "
-            "...`), or point KUBECONFIG at a working one; `kubectl config view` shows what is wrong.")],
-            context="kubernetes executor") from None
+        raise InvalidConfigError(
+            [
+                Problem(
+                    "kubeconfig",
+                    ", ".join(paths),
+                    f"cannot be loaded ({type(error).__name__}{detail}).",
+                    "fix or regenerate it (e.g. `gcloud container clusters get-credentials ...`, "
+                    "`aws eks update-kubeconfig "
+                    "...`), or point KUBECONFIG at a working one; `kubectl config view` shows what is wrong.",
+                )
+            ],
+            context="kubernetes executor",
+        ) from None
 
 
 def _raised_by_the_kubeconfig_loader(error: Exception) -> bool:
@@ -281,19 +349,29 @@ def pull_secret_problems(names: Any) -> list[Problem]:
     for name in names:
         reason = token_like(name)
         if reason:
-            problems.append(token_problem("image_pull_secrets", reason,
-                                          "put the registry credentials in a Secret (kubectl create secret "
-                                          "docker-registry NAME ...) and list its NAME."))
+            problems.append(
+                token_problem(
+                    "image_pull_secrets",
+                    reason,
+                    "put the registry credentials in a Secret (kubectl create secret "
+                    "docker-registry NAME ...) and list its NAME.",
+                )
+            )
         elif not re.fullmatch(SECRET_NAME, name):
-            problems.append(Problem("image_pull_secrets", name, "is not a Secret name.",
-                                    "use the name `kubectl get secrets` shows."))
+            problems.append(
+                Problem(
+                    "image_pull_secrets", name, "is not a Secret name.", "use the name `kubectl get secrets` shows."
+                )
+            )
     return problems
 
 
 SHARED_HOME_VOLUME = "nemorun-home"
-SHARED_HOME_HOW = ("pass shared_home_pvc='CLAIM' (or 'CLAIM/sub/path') to the kubernetes preset or the profile, "
-                   "naming the PersistentVolumeClaim that holds NEMORUN_HOME on the machine you submit from "
-                   "(a dev pod, or a workstation with that volume mounted at NEMORUN_HOME).")
+SHARED_HOME_HOW = (
+    "pass shared_home_pvc='CLAIM' (or 'CLAIM/sub/path') to the kubernetes preset or the profile, "
+    "naming the PersistentVolumeClaim that holds NEMORUN_HOME on the machine you submit from "
+    "(a dev pod, or a workstation with that volume mounted at NEMORUN_HOME)."
+)
 
 
 def shared_home(claim: Optional[str]) -> tuple[Optional[dict], Optional[dict], list[Problem]]:
@@ -307,15 +385,33 @@ def shared_home(claim: Optional[str]) -> tuple[Optional[dict], Optional[dict], l
     name, slash, sub_path = claim.partition("/") if isinstance(claim, str) else ("", "", "")
     problems = []
     if not _DNS_LABEL.fullmatch(name):
-        problems.append(Problem("shared_home_pvc", claim, "is not a PersistentVolumeClaim name (or CLAIM/sub/path).",
-                                "use the claim's name as `kubectl get pvc` shows it."))
+        problems.append(
+            Problem(
+                "shared_home_pvc",
+                claim,
+                "is not a PersistentVolumeClaim name (or CLAIM/sub/path).",
+                "use the claim's name as `kubectl get pvc` shows it.",
+            )
+        )
     parts = sub_path.split("/") if sub_path else []
     if slash and (not sub_path or sub_path.startswith("/") or any(p in ("", ".", "..") for p in parts)):
-        problems.append(Problem("shared_home_pvc", claim, "the sub/path after the claim name must be a plain "
-                                "relative path.", "e.g. shared_home_pvc='home/alice/.nemo_run'."))
+        problems.append(
+            Problem(
+                "shared_home_pvc",
+                claim,
+                "the sub/path after the claim name must be a plain relative path.",
+                "e.g. shared_home_pvc='home/alice/.nemo_run'.",
+            )
+        )
     if not os.path.isabs(home):
-        problems.append(Problem("NEMORUN_HOME", home, "is not an absolute path, so the pods cannot mount it.",
-                                "export NEMORUN_HOME=/absolute/path (on the shared volume) before starting Python."))
+        problems.append(
+            Problem(
+                "NEMORUN_HOME",
+                home,
+                "is not an absolute path, so the pods cannot mount it.",
+                "export NEMORUN_HOME=/absolute/path (on the shared volume) before starting Python.",
+            )
+        )
     if problems:
         return None, None, problems
     volume = {"name": SHARED_HOME_VOLUME, "persistentVolumeClaim": {"claimName": name}}
@@ -340,17 +436,29 @@ def reads_configs_from(executor: Any) -> Optional[str]:
 def environment_problems() -> list[Problem]:
     """What this machine lacks to build a KubeflowExecutor: the `kubernetes` package and a kubeconfig."""
     if importlib.util.find_spec("kubernetes") is None:
-        return [Problem("kubernetes", "not installed", "the Kubernetes executor needs the `kubernetes` Python package.",
-                        "pip install 'nemo-recipes[kubernetes]' (or: pip install kubernetes).")]
+        return [
+            Problem(
+                "kubernetes",
+                "not installed",
+                "the Kubernetes executor needs the `kubernetes` Python package.",
+                "pip install 'nemo-recipes[kubernetes]' (or: pip install kubernetes).",
+            )
+        ]
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         return []  # in-cluster configuration
     paths = _kubeconfig_paths()
     where = "KUBECONFIG" if paths else "~/.kube/config"
     paths = paths or [os.path.expanduser("~/.kube/config")]
     if not any(os.path.isfile(p) for p in paths):
-        return [Problem("kubeconfig", ", ".join(paths), f"no kubeconfig file ({where}).",
-                        "set KUBECONFIG to your cluster's kubeconfig, or write it to ~/.kube/config "
-                        "(e.g. `gcloud container clusters get-credentials ...`, `aws eks update-kubeconfig ...`).")]
+        return [
+            Problem(
+                "kubeconfig",
+                ", ".join(paths),
+                f"no kubeconfig file ({where}).",
+                "set KUBECONFIG to your cluster's kubeconfig, or write it to ~/.kube/config "
+                "(e.g. `gcloud container clusters get-credentials ...`, `aws eks update-kubeconfig ...`).",
+            )
+        ]
     return []
 
 
@@ -389,18 +497,34 @@ def cli_factory(
     `trainer_version` (v2.1, v2.2, v2.3) is the cluster's Kubeflow Trainer release, which decides the TrainJob's
     shape; a cluster profile can set it too."""
     kwargs = {} if image is None else {"image": image}
-    return kubernetes(namespace=namespace, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, runtime=runtime,
-                      shared_home_pvc=shared_home_pvc, trainer_version=trainer_version, **kwargs).to_config()
+    return kubernetes(
+        namespace=namespace,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        gpu=gpu,
+        runtime=runtime,
+        shared_home_pvc=shared_home_pvc,
+        trainer_version=trainer_version,
+        **kwargs,
+    ).to_config()
 
 
 def secure(executor: Any, task_env: Optional[dict[str, str]], secrets: Iterable[str]) -> list[Problem]:
     """A secret in the env would be written into the TrainJob manifest: refused; pods read secrets through
     secretKeyRef (the preset's `secrets=`)."""
     marked = secret_names(list(secrets))
-    return [Problem(f"env.{name}", REDACTED, "is a secret and would be written into the TrainJob manifest.",
-                    f"create a Kubernetes Secret and pass secrets={{'{name}': 'secret-name/key'}} to the "
-                    "kubernetes preset (secretKeyRef).")
-            for source in (executor.env_vars, task_env or {}) for name in source if name in marked]
+    return [
+        Problem(
+            f"env.{name}",
+            REDACTED,
+            "is a secret and would be written into the TrainJob manifest.",
+            f"create a Kubernetes Secret and pass secrets={{'{name}': 'secret-name/key'}} to the "
+            "kubernetes preset (secretKeyRef).",
+        )
+        for source in (executor.env_vars, task_env or {})
+        for name in source
+        if name in marked
+    ]
 
 
 def render(request: Any, executor: Any) -> str:

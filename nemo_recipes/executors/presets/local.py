@@ -9,8 +9,8 @@ import nemo_run as run
 
 from nemo_recipes.errors import Problem
 from nemo_recipes.executors._common import (
-    Count,
     MAX_GPUS_PER_NODE,
+    Count,
     gpu_env,
     mapping,
     optional_bool,
@@ -46,8 +46,9 @@ def local(
     problems += gpu_problems
     problems += positive_int("devices", devices, maximum=MAX_GPUS_PER_NODE)
     problems += optional_bool("torchrun", torchrun)
-    problems += env_problems(env, [] if secret_problems else secrets,
-                             "export it in this shell: local jobs inherit the environment.")
+    problems += env_problems(
+        env, [] if secret_problems else secrets, "export it in this shell: local jobs inherit the environment."
+    )
     raise_if(problems, "local executor")
     return run.LocalExecutor(
         ntasks_per_node=devices,
