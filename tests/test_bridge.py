@@ -96,7 +96,7 @@ def test_parts_build_into_nemo_objects_with_the_table_values(name, no_network):
     )
     assert type(data.tokenizer).__name__ == "NullTokenizer"
     assert type(fdl.build(recipe.log)).__name__ == "NeMoLogger"
-    assert type(fdl.build(recipe.resume)).__name__ == "AutoResume"
+    assert type(fdl.build(recipe.resume)).__name__ == "RecipeResume"  # an AutoResume (tests/test_bridge_resume.py)
     assert no_network == []
 
 

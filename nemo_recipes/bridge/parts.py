@@ -195,4 +195,7 @@ def log(spec: RecipeSpec, dir: Optional[str] = None, name: str = "default") -> r
 
 
 def resume() -> run.Config[nl.AutoResume]:
-    return run.Config(nl.AutoResume, resume_if_exists=True, resume_ignore_no_checkpoint=True)
+    """Resume from the run's newest finished checkpoint if there is one (see resume.py), else start afresh."""
+    from nemo_recipes.bridge.resume import RecipeResume
+
+    return run.Config(RecipeResume, resume_if_exists=True, resume_ignore_no_checkpoint=True)
