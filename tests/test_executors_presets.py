@@ -263,7 +263,7 @@ def test_cli_factories_resolve_presets_profiles_and_the_plugin(tmp_path, monkeyp
 
     (tmp_path / "clusters.yaml").write_text(PROFILES)
     monkeypatch.setenv("NEMO_RECIPES_CLUSTERS", str(tmp_path / "clusters.yaml"))
-    from nemo_recipes.executors import cli
+    from nemo_recipes.executors import nemo_run_factories as cli
 
     cli.register()
     ctx = RunContext(name="t")

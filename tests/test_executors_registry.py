@@ -33,10 +33,10 @@ def test_a_preset_without_a_secret_policy_cannot_be_registered(monkeypatch):
 
 
 def test_the_presets_listed_everywhere_come_from_the_registry():
-    from nemo_recipes.executors import cli, profiles
+    from nemo_recipes.executors import nemo_run_factories, profiles
 
     assert profiles.PRESET_NAMES == registry.NAMES == ("local", "slurm", "kubernetes")
-    registered = set(cli._REGISTERED)
+    registered = set(nemo_run_factories._REGISTERED)
     assert set(registry.NAMES) <= registered and "recipe_plugin" in registered
 
 

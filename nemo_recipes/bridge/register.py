@@ -3,4 +3,4 @@ registers our five factories under `llm.pretrain` beside NeMo's own recipes (nam
 and our executors (`run.executor=slurm|local|kubernetes|<profile>`) and plugin (`run.plugins=recipe_plugin`)."""
 
 from nemo_recipes.bridge import recipes  # noqa: F401  (importing registers the factories)
-from nemo_recipes.executors import cli  # noqa: F401  (importing registers executor and plugin factories)
+from nemo_recipes.executors import nemo_run_factories  # noqa: F401  (importing registers executors and the plugin)
