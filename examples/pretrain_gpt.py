@@ -10,6 +10,9 @@
 the recipe on that hardware: a CPU-friendly way to prove a cluster setup (NeMo's training loop needs CUDA).
 --set KEY=VALUE overrides a recipe field (e.g. --set global_batch_size=2048), read as `nemo-recipes show NAME
 KEY=VALUE` reads it; repeat it for more. A flag the executor does not take (--devices for Slurm) is refused.
+A Slurm job is followed through Slurm's own states (PENDING, RUNNING, requeued n times, SUCCEEDED, FAILED,
+CANCELLED, TIMEOUT, NODE_FAIL, PREEMPTED) and the path of its logs is printed; the exit status is 0 only for a job
+that COMPLETED (--detach: once submitted). A job sbatch refuses leaves no experiment directory behind and exits 2.
 """
 
 import argparse
@@ -146,21 +149,52 @@ def pretrain(args: argparse.Namespace) -> int:
 
             print(artifact(task, executor, name=args.recipe, plugins=plugins))
             return 0
-        with run.Experiment(args.name or args.recipe, executor=executor) as exp:
-            job = exp.add(task, executor=executor, name=args.recipe, plugins=plugins)
-            try:
+        exp = None
+        try:
+            with run.Experiment(args.name or args.recipe, executor=executor) as exp:
+                job = exp.add(task, executor=executor, name=args.recipe, plugins=plugins)
                 exp.run(detach=True)
-            except Exception as error:  # the scheduler refusing the job (account, partition, ...), in its words
-                print(f"{args.executor}: the job was not submitted: {type(error).__name__}: {error}\nFix: check the "
-                      "account, partition, QoS and time limit the cluster accepts (sinfo -s; sacctmgr show assoc "
-                      "user=$USER).", file=sys.stderr)
-                return 1
+        except Exception as error:  # the scheduler refusing the job (account, partition, ...), in its words
+            from nemo_recipes.executors.submission import discard_unsubmitted, refusal_problems
+
+            discard_unsubmitted(exp)  # no half-made experiment for a job that never existed
+            problems = refusal_problems(error, executor)
+            if problems:
+                raise InvalidRecipeError(problems, context=f"{args.executor}: the job was not submitted")
+            print(f"{args.executor}: the job was not submitted: {type(error).__name__}: {error}\nFix: check the "
+                  "account, partition, QoS and time limit the cluster accepts (sinfo -s; sacctmgr show assoc "
+                  "user=$USER).", file=sys.stderr)
+            return 1
     except RecipeError as error:
         print(error, file=sys.stderr)
         return 2
+    if isinstance(executor, run.SlurmExecutor):
+        return follow_slurm(exp, job, executor, once=args.detach)
     if args.detach or isinstance(executor, run.LocalExecutor):
         return 0
     return follow(exp, job)
+
+
+def follow_slurm(exp, job_id: str, executor, once: bool = False, timeout: float = 3600.0) -> int:
+    """Slurm's own word for each state the job goes through (NeMo-Run would say FAILED for TIMEOUT, NODE_FAIL or
+    PREEMPTED, and PENDING for a requeue), then where its logs are: 0 once it COMPLETED, 1 for any other end."""
+    from nemo_recipes.executors import slurm_state
+
+    slurm_id = slurm_state.slurm_job_id(exp, job_id)
+    runner = slurm_state.tunnel_runner(executor.tunnel)
+    show = lambda state: print(state.format(), flush=True)  # noqa: E731
+    if once:
+        state = slurm_state.query(slurm_id, runner)
+        if state is not None:
+            show(state)
+    else:
+        state = slurm_state.follow(slurm_id, runner, report=show, timeout=timeout)
+    if once:
+        print(f"logs: {executor.job_dir}/log-*_{slurm_id}_<requeue count>.out", flush=True)
+        return 0
+    exp.logs(job_id)
+    print(f"logs: {executor.job_dir}/log-*_{slurm_id}_<requeue count>.out", flush=True)
+    return 0 if state is not None and state.succeeded else 1
 
 
 def follow(exp, job_id: str, timeout: float = 3600.0) -> int:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -77,3 +79,50 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", lambda address, *a, **k: refuse(address))
     monkeypatch.setattr(socket, "getaddrinfo", lambda host, *a, **k: refuse(host))
     yield attempts
+
+
+# ---- the single-node Slurm cluster (.ci/start-slurm.sh): tests/test_slurm_jobs.py, tests/test_slurm_training.py ----
+
+def _ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    problem = None
+    if shutil.which("sinfo") is None:
+        problem = "`sinfo` not found: no Slurm here (start one with `sudo .ci/start-slurm.sh`)"
+    else:
+        result = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
+        if result.returncode != 0:
+            problem = f"Slurm does not answer (`sinfo`: {result.stderr.strip()}): run `sudo .ci/start-slurm.sh`"
+    if problem:
+        if _ci():
+            pytest.fail(f"CI is set but {problem}")
+        pytest.skip(problem)
+
+
+@pytest.fixture(scope="module")
+def nemorun_home(tmp_path_factory):
+    """A fresh NEMORUN_HOME for this module, also where NeMo-Run keeps its Slurm job index."""
+    import importlib
+
+    import nemo_run.config
+
+    slurm_scheduler = importlib.import_module("nemo_run.run.torchx_backend.schedulers.slurm")
+
+    home = tmp_path_factory.mktemp("nemorun-home")
+    previous = (nemo_run.config.get_nemorun_home(), slurm_scheduler.SLURM_JOB_DIRS)
+    nemo_run.config.set_nemorun_home(str(home))
+    slurm_scheduler.SLURM_JOB_DIRS = str(home / ".slurm_jobs")
+    yield home
+    nemo_run.config.set_nemorun_home(previous[0])
+    slurm_scheduler.SLURM_JOB_DIRS = previous[1]
+
+
+@pytest.fixture
+def cluster(slurm_cluster, nemorun_home, monkeypatch):
+    # NeMo-Run runs sbatch/sacct through invoke, which reads stdin; pytest's captured stdin refuses reads.
+    with open(os.devnull) as devnull:
+        monkeypatch.setattr(sys, "stdin", devnull)
+        yield nemorun_home

@@ -139,11 +139,12 @@ def _failed(records, **kw):
 def test_a_good_record_passes():
     verdict = judge(_records(), steps=20, stop_step=10, global_batch_size=4)
     assert verdict.passed and verdict.resumed_at == 10 and verdict.device == "cpu"
-    assert len(verdict.checks) == 6 and verdict.seconds_per_step == pytest.approx(0.1)
+    assert len(verdict.checks) == 7 and verdict.seconds_per_step == pytest.approx(0.1)
 
 
 @pytest.mark.parametrize("records, failing", [
-    (_records(resumed_at=0), ["resumed where it stopped"]),
+    # Resumed at 0: the first phase's steps are not in the state it resumed from, so they do not count either.
+    (_records(resumed_at=0), ["every step trained once", "resumed where it stopped"]),
     (_records(consumed_at_start=0), ["resumed where it stopped"]),
     (_records(skip={13}), ["every step trained once"]),
     (_records(repeat={12}), ["every step trained once"]),

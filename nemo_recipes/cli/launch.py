@@ -15,6 +15,7 @@ from typing import Any
 from nemo_recipes.catalog import get_recipe, plain_name_problems
 from nemo_recipes.cli import _output
 from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.executors.submission import discard_unsubmitted, refusal_problems
 from nemo_recipes.overrides import apply_overrides, read_yaml_values
 
 HELP = "run a recipe through a NeMo-Run executor (a preset or a cluster profile); --dryrun submits nothing"
@@ -102,24 +103,61 @@ def run(args: argparse.Namespace) -> int:
         partial = build_partial(spec, name=args.name)
         plugin = RecipePlugin(gpu=gpu)
         name = args.name or spec.name
+        slurm = isinstance(executor, run_api.SlurmExecutor)
+        experiment = None
         try:
             with run_api.Experiment(name, executor=executor) as experiment:
                 # The plugin validates the plan against the executor's hardware here, before any submission.
-                experiment.add(partial, executor=executor, plugins=[plugin], name=name)
+                job_id = experiment.add(partial, executor=executor, plugins=[plugin], name=name)
                 if args.dryrun:
                     experiment.dryrun()
                 else:
-                    experiment.run(detach=args.detach)
+                    # A Slurm job is followed through Slurm's own states below (NeMo-Run folds TIMEOUT,
+                    # NODE_FAIL and PREEMPTED into FAILED).
+                    experiment.run(detach=args.detach or slurm)
                 experiment_id = experiment._id
         except InvalidRecipeError:
             raise
         except Exception as error:  # a scheduler refusing the job, a tunnel failing: NeMo-Run's own message
+            removed = discard_unsubmitted(experiment) if not args.dryrun else None
+            problems = refusal_problems(error, executor)
+            if problems:
+                raise InvalidRecipeError(problems, context=f"launch {name} on {args.executor}: not submitted")
             raise _output.CLIError(f"NeMo-Run could not {'dry-run' if args.dryrun else 'launch'} {name} on "
-                                   f"{args.executor}: {type(error).__name__}: {error}") from None
+                                   f"{args.executor}: {type(error).__name__}: {error}"
+                                   + (f" (nothing was submitted; removed {removed})" if removed else "")) from None
+        state = None
+        if slurm and not args.dryrun:
+            state = _slurm_state(experiment, job_id, executor, follow=not args.detach)
 
     if args.json:
         _output.print_json({"recipe": spec.name, "executor": args.executor,
                             "executor_class": type(executor).__name__, "gpu": gpu, "nodes": executor.nnodes(),
                             "devices": executor.nproc_per_node(), "dryrun": args.dryrun,
-                            "experiment_id": experiment_id, "overrides": overrides})
+                            "experiment_id": experiment_id, "overrides": overrides,
+                            "slurm": state.to_dict() if state else None})
+    if state is not None and state.terminal and not state.succeeded:
+        return _output.EXIT_FAILURE
     return _output.EXIT_OK
+
+
+def _slurm_state(experiment: Any, job_id: str, executor: Any, *, follow: bool) -> Any:
+    """Slurm's state of the job (each change on stderr while following it), and where its files are."""
+    from nemo_recipes.executors import slurm_state
+
+    slurm_id = slurm_state.slurm_job_id(experiment, job_id)
+    if slurm_id is None:
+        return None
+    runner = slurm_state.tunnel_runner(executor.tunnel)
+
+    def report(state: Any) -> None:
+        print(state.format(), file=sys.stderr, flush=True)
+
+    if follow:
+        state = slurm_state.follow(slurm_id, runner, report=report)
+    else:
+        state = slurm_state.query(slurm_id, runner)
+        if state is not None:
+            report(state)
+    print(f"job files (logs: log-*_<job id>_<requeue count>.out): {executor.job_dir}", file=sys.stderr, flush=True)
+    return state

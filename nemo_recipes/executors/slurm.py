@@ -72,7 +72,13 @@ def slurm(
         time: time limit, HH:MM:SS or D-HH:MM:SS.
         exclusive: whole nodes (default: True with GPUs, False without).
         mem: memory per node (sbatch --mem, e.g. "0" for all of it with exclusive nodes).
-        retries: requeues after a failure (NeMo-Run requeues with `scontrol requeue`).
+        retries: how often a job that fails is requeued. NeMo-Run submits every job requeueable (`sbatch
+            --requeue`: Requeue=1 in `scontrol show job`), so a preemption or a lost node puts it back in the
+            queue whatever `retries` is; a job that exits non-zero requeues itself (`scontrol requeue` at the end
+            of its script, TORCHX_MAX_RETRIES=retries) while SLURM_RESTART_COUNT < retries. Requeues of either
+            kind count in SLURM_RESTART_COUNT, so a preempted job has that many fewer retries left. Each run
+            writes its own log, log-<job>_<id>_<restart count>.out, and resumes from the last checkpoint
+            (AutoResume); a job over its time limit ends TIMEOUT and is not requeued.
         tunnel: "local" when this machine runs sbatch, "ssh" to submit through host/user/job_dir/identity.
         job_dir: where jobs write their files on the cluster (SSH: required; local: NeMo-Run's experiments dir).
         env: environment of the job; any value (spaces, quotes, $, backticks, newlines) arrives unchanged.

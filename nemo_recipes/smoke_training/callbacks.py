@@ -14,6 +14,13 @@ from lightning.pytorch.callbacks import Callback
 from nemo_recipes.smoke_training.record import append
 
 
+def attempt() -> int:
+    """Which run of a requeued Slurm job this is (0 for the first, and outside Slurm): Slurm counts requeues in
+    SLURM_RESTART_COUNT, and the judge needs it to tell a killed attempt's steps from its successor's."""
+    count = os.environ.get("SLURM_RESTART_COUNT", "0")
+    return int(count) if count.isdigit() else 0
+
+
 def _number(value: Any) -> float | None:
     """A logged scalar (a tensor) as a float; NaN and infinities are kept: they are what the judge looks for."""
     try:
@@ -62,7 +69,7 @@ class SmokeMetrics(Callback):
                 "sequence_parallel": bool(getattr(pl_module.config, "sequence_parallel", False))},
             "consumed_samples": getattr(sampler, "init_consumed_samples", None),
             "resumed_from": str(trainer.ckpt_path) if trainer.ckpt_path else None,
-            "slurm_job": os.environ.get("SLURM_JOB_ID"), "restart_count": os.environ.get("SLURM_RESTART_COUNT"),
+            "slurm_job": os.environ.get("SLURM_JOB_ID"), "attempt": attempt(),
         })
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
@@ -74,7 +81,7 @@ class SmokeMetrics(Callback):
         metrics = trainer.callback_metrics
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
         append(self.path, {
-            "event": "step", "phase": self.phase, "step": trainer.global_step,
+            "event": "step", "phase": self.phase, "attempt": attempt(), "step": trainer.global_step,
             "loss": _number(metrics.get("reduced_train_loss")),
             "consumed_samples": _number(metrics.get("consumed_samples")),
             "lr": _number(optimizer.param_groups[0]["lr"]) if optimizer else None,
@@ -83,5 +90,5 @@ class SmokeMetrics(Callback):
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         if self._rank_zero(trainer):
-            append(self.path, {"event": "end", "phase": self.phase, "time": time.time(),
+            append(self.path, {"event": "end", "phase": self.phase, "attempt": attempt(), "time": time.time(),
                                "global_step": trainer.global_step})

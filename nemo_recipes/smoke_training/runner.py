@@ -18,7 +18,7 @@ from typing import Any, Callable, Optional, TextIO, Union
 from nemo_recipes.catalog import RecipeSpec, get_recipe
 from nemo_recipes.smoke_training import record
 from nemo_recipes.smoke_training.launchers import Launcher, SmokeError, local_processes
-from nemo_recipes.smoke_training.judge import Verdict, judge
+from nemo_recipes.smoke_training.judge import Verdict, _ranges, judge
 from nemo_recipes.smoke_training.shape import SmokePlan, smoke_plan
 
 PHASES = ("train", "resume")
@@ -53,7 +53,7 @@ class SmokeReport:
                       "global_batch_size": spec.global_batch_size, "num_parameters": spec.num_parameters},
             "losses": [{"step": s, "loss": x} for s, x in v.losses],
             "seconds_per_step": v.seconds_per_step, "phase_seconds": self.phase_seconds,
-            "exit_codes": self.exit_codes,
+            "exit_codes": self.exit_codes, "runs": [a.to_dict() for a in v.attempts],
             "parallel": v.parallel, "checkpoint": v.checkpoint, "checks": [c.to_dict() for c in v.checks], "patches": v.patches,
             "directory": self.directory if self.kept else None, "logs": self.logs if self.kept else {},
         }
@@ -73,6 +73,10 @@ class SmokeReport:
         if v.seconds_per_step is not None:
             phases = " + ".join(f"{self.phase_seconds[p]:.1f} s" for p in PHASES if p in self.phase_seconds)
             lines.append(f"  time        {v.seconds_per_step:.3f} s/step (median); processes {phases}")
+        for run in v.attempts:
+            if run.attempt or run.lost:
+                lines.append(f"  requeued    {run.phase} run {run.attempt}: started at step {run.started_at}, trained "
+                             f"{_ranges(run.steps)}" + (f" (lost with it: {_ranges(run.lost)})" if run.lost else ""))
         if v.checkpoint:
             size = v.checkpoint.get("bytes", 0) / 2**20
             lines.append(f"  checkpoint  {size:.1f} MiB at step {v.checkpoint.get('step')}: {v.checkpoint.get('path')}")
@@ -194,7 +198,8 @@ def smoke(recipe: Union[str, RecipeSpec], overrides: Optional[dict[str, Any]] = 
         if code != 0:
             break
     report.verdict = judge(space.records(), steps=plan.steps, stop_step=plan.stop_step,
-                           global_batch_size=plan.spec.global_batch_size, layout=plan.parallel)
+                           global_batch_size=plan.spec.global_batch_size, layout=plan.parallel,
+                           checkpoint_every=plan.spec.checkpoint_every_steps)
     if report.passed and not keep and not dir:
         shutil.rmtree(space.root, ignore_errors=True)
         report.kept = False

@@ -55,6 +55,7 @@ def train_phase(spec: dict[str, Any], name: str, dir: str, stop_at: Optional[int
     import fiddle as fdl
 
     from nemo_recipes.bridge import cpu_compat
+    from nemo_recipes.smoke_training.callbacks import attempt
     from nemo_recipes.smoke_training.record import append
 
     recipe = build_phase_recipe(RecipeSpec(**spec), name=name, dir=dir, stop_at=stop_at, metrics=metrics,
@@ -65,11 +66,12 @@ def train_phase(spec: dict[str, Any], name: str, dir: str, stop_at: Optional[int
         patches = cpu_compat.engage()
     rank = int(os.environ.get("RANK", "0"))
     if rank == 0:
-        append(metrics, {"event": "launch", "phase": phase, "patches": patches,
+        append(metrics, {"event": "launch", "phase": phase, "attempt": attempt(), "patches": patches,
                          "device": "cpu" if patches else "cuda"})
     fdl.build(recipe)()
     if rank == 0:
-        append(metrics, {"event": "checkpoints", "phase": phase, "checkpoints": inspect_checkpoints(Path(dir))})
+        append(metrics, {"event": "checkpoints", "phase": phase, "attempt": attempt(),
+                         "checkpoints": inspect_checkpoints(Path(dir))})
 
 
 def inspect_checkpoints(root: Path) -> list[dict[str, Any]]:
