@@ -180,20 +180,11 @@ def follow_slurm(exp, job_id: str, executor, once: bool = False, timeout: float 
     PREEMPTED, and PENDING for a requeue), then where its logs are: 0 once it COMPLETED, 1 for any other end."""
     from nemo_recipes.executors import slurm_state
 
-    slurm_id = slurm_state.slurm_job_id(exp, job_id)
-    runner = slurm_state.tunnel_runner(executor.tunnel)
-    show = lambda state: print(state.format(), flush=True)  # noqa: E731
+    state = slurm_state.watch(exp, job_id, executor, follow_job=not once, timeout=timeout,
+                              out=lambda line: print(line, flush=True))
     if once:
-        state = slurm_state.query(slurm_id, runner)
-        if state is not None:
-            show(state)
-    else:
-        state = slurm_state.follow(slurm_id, runner, report=show, timeout=timeout)
-    if once:
-        print(f"logs: {executor.job_dir}/log-*_{slurm_id}_<requeue count>.out", flush=True)
         return 0
     exp.logs(job_id)
-    print(f"logs: {executor.job_dir}/log-*_{slurm_id}_<requeue count>.out", flush=True)
     return 0 if state is not None and state.succeeded else 1
 
 

@@ -194,22 +194,46 @@ def test_the_presets_requeue_settings_are_what_slurm_holds(cluster):
     assert state is not None and state.state == "SUCCEEDED" and state.requeues == 0, state
 
 
-def test_a_refused_submission_leaves_nothing_behind(cluster, tmp_path):
+def launch(capsys, *args: str) -> tuple[int, str, str]:
+    """`nemo-recipes launch ...` in this process: NeMo is imported once for both launch tests (a subprocess
+    each would import it again, ~20 s apiece on the CI machine)."""
+    from nemo_recipes.cli.main import main
+
+    capsys.readouterr()
+    code = main(["launch", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_a_refused_submission_leaves_nothing_behind(cluster, capsys):
     """sbatch refuses an unknown partition: `nemo-recipes launch` exits 2 naming the field, the value and the fix,
     and no experiment directory is left under NEMORUN_HOME."""
-    home = tmp_path / "nemorun"
-    env = {**os.environ, "NEMORUN_HOME": str(home), "PYTHONWARNINGS": "ignore"}
-    result = subprocess.run(
-        [sys.executable, "-m", "nemo_recipes.cli.main", "launch", "gpt_1_3b", "--executor", "slurm", "--json",
-         "-E", f"account={ACCOUNT}", "-E", "partition=no_such_partition", "-E", "gpus_per_node=0",
-         "-E", "container_image=null"], capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL,
-        timeout=300)
-    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-3000:]
-    error = json.loads(result.stdout) if result.stdout.strip().startswith("{") else None
-    text = result.stderr + result.stdout
-    assert "partition" in text and "no_such_partition" in text and "sinfo" in text, text[-3000:]
-    assert "nothing was submitted" in text
-    if error is not None:
-        assert any(p["field"] == "partition" for p in error.get("problems", [])), error
-    leftovers = [p for p in (home / "experiments").rglob("*")] if (home / "experiments").exists() else []
-    assert leftovers == [], leftovers
+    code, out, err = launch(capsys, "gpt_1_3b", "--executor", "slurm", "--json", "--name", "refused",
+                            "-E", f"account={ACCOUNT}", "-E", "partition=no_such_partition", "-E", "gpus_per_node=0",
+                            "-E", "container_image=null")
+    assert code == 2, out[-2000:] + err[-3000:]
+    problems = json.loads(out)["problems"]
+    assert [(p["field"], p["value"]) for p in problems] == [("partition", "no_such_partition")], problems
+    assert "invalid partition" in problems[0]["message"] and "sinfo" in problems[0]["fix"]
+    assert "nothing was submitted" in problems[0]["fix"]
+    assert not (cluster / "experiments" / "refused").exists(), list((cluster / "experiments").rglob("*"))
+
+
+def test_launch_reports_the_slurm_state_and_the_logs(cluster, capsys):
+    """`nemo-recipes launch --detach --json` on the real cluster: Slurm's state of the submitted job (not NeMo-Run's
+    SUBMITTED), in the JSON and on stderr, and where its logs will be. The job (a full-size recipe, which cannot
+    train on this CPU) is cancelled at once."""
+    code, out, err = launch(capsys, "gpt_1_3b", "--executor", "slurm", "--json", "--detach", "--name", "detached",
+                            "-E", f"account={ACCOUNT}", "-E", "gpus_per_node=0", "-E", "container_image=null",
+                            "-E", "time=00:02:00")
+    report = json.loads(out) if out.strip().startswith("{") else {}
+    slurm = report.get("slurm") or {}
+    if slurm.get("job_id"):
+        subprocess.run(["scancel", slurm["job_id"]], capture_output=True)
+    assert code == 0, out[-2000:] + err[-3000:]
+    assert slurm["state"] in ("PENDING", "RUNNING") and slurm["requeues"] == 0 and not slurm["terminal"], slurm
+    assert f"Slurm job {slurm['job_id']}: {slurm['state']}" in err
+    logs = next(line for line in err.splitlines() if line.startswith("logs: "))
+    where = str(cluster / "experiments" / "detached")
+    assert logs.startswith(f"logs: {where}") and logs.endswith(f"_{slurm['job_id']}_<requeue count>.out"), logs
+    assert slurm["stdout"] and slurm["stdout"].startswith(where)

@@ -30,7 +30,11 @@ EXAMPLES = """\
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("launch", help=HELP, description=HELP[0].upper() + HELP[1:] + ". Imports NeMo "
                                    "(several seconds). An invalid plan for the executor's hardware exits 2 before "
-                                   "anything is submitted.", epilog=_output.epilog(EXAMPLES),
+                                   "anything is submitted. A Slurm job is followed through Slurm's own states "
+                                   "(PENDING, RUNNING, requeued n times, SUCCEEDED, FAILED, CANCELLED, TIMEOUT, "
+                                   "NODE_FAIL, PREEMPTED) and where its logs are is printed; it exits 1 unless the "
+                                   "job completed (--detach: the state once). A job sbatch refuses exits 2 and "
+                                   "leaves no experiment directory.", epilog=_output.epilog(EXAMPLES),
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("recipe", metavar="NAME", help="a recipe name (see `nemo-recipes ls`)")
     parser.add_argument("overrides", metavar="key=value", nargs="*", default=[],
@@ -47,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--name", default=None, help="experiment name (default: NAME)")
     parser.add_argument("--json", action="store_true",
                         help="print JSON: {recipe, executor, executor_class, gpu, nodes, devices, dryrun, "
-                             "experiment_id, overrides}")
+                             "experiment_id, overrides, slurm}")
     parser.set_defaults(run=run)
 
 
@@ -142,22 +146,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _slurm_state(experiment: Any, job_id: str, executor: Any, *, follow: bool) -> Any:
-    """Slurm's state of the job (each change on stderr while following it), and where its files are."""
+    """Slurm's state of the job (each change while following it) and where its logs are, on stderr."""
     from nemo_recipes.executors import slurm_state
 
-    slurm_id = slurm_state.slurm_job_id(experiment, job_id)
-    if slurm_id is None:
-        return None
-    runner = slurm_state.tunnel_runner(executor.tunnel)
-
-    def report(state: Any) -> None:
-        print(state.format(), file=sys.stderr, flush=True)
-
-    if follow:
-        state = slurm_state.follow(slurm_id, runner, report=report)
-    else:
-        state = slurm_state.query(slurm_id, runner)
-        if state is not None:
-            report(state)
-    print(f"job files (logs: log-*_<job id>_<requeue count>.out): {executor.job_dir}", file=sys.stderr, flush=True)
-    return state
+    return slurm_state.watch(experiment, job_id, executor, follow_job=follow,
+                             out=lambda line: print(line, file=sys.stderr, flush=True))

@@ -153,3 +153,24 @@ def slurm_job_id(experiment, job_id: str) -> Optional[str]:
         if getattr(job, "id", None) == job_id and getattr(job, "handle", ""):
             return job.handle.partition("://")[2].split("/")[-1] or None
     return None
+
+
+def watch(experiment, job_id: str, executor, *, follow_job: bool = True, out: Callable[[str], None] = print,
+          timeout: float = 3600.0) -> Optional[JobState]:
+    """What `nemo-recipes launch` and examples/pretrain_gpt.py tell a user about a submitted Slurm job: each state
+    Slurm reports until the job ends (or, with follow_job=False, the state now), then where its logs are."""
+    slurm_id = slurm_job_id(experiment, job_id)
+    if slurm_id is None:
+        return None
+    runner = tunnel_runner(executor.tunnel)
+    if follow_job:
+        state = follow(slurm_id, runner, report=lambda s: out(s.format()), timeout=timeout)
+    else:
+        state = query(slurm_id, runner)
+        if state is not None:
+            out(state.format())
+    job_dir = next((j.executor.job_dir for j in getattr(experiment, "jobs", []) if j.id == job_id),
+                   executor.job_dir)
+    # NeMo-Run's srun writes one log per run of the job: a requeued job's next run gets the next count.
+    out(f"logs: {job_dir}/log-*_{slurm_id}_<requeue count>.out")
+    return state
