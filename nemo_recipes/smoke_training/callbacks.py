@@ -36,6 +36,12 @@ class StopAtStep(Callback):
     def __init__(self, step: int):
         self.step = step
 
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        # A run requeued after the first phase had already reached its step (a preemption between the last step
+        # and the job's exit) resumes there: it must not train one more step.
+        if trainer.global_step >= self.step:
+            trainer.should_stop = True
+
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if trainer.global_step >= self.step:
             trainer.should_stop = True
