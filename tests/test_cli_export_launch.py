@@ -118,7 +118,7 @@ def test_launch_dryrun_hands_recipe_executor_and_plugin_to_nemo_run(tmp_path):
     data = json.loads(result.stdout)
     assert {k: v for k, v in data.items() if k != "experiment_id"} == {
         "recipe": "gpt_1_3b", "executor": "local", "executor_class": "LocalExecutor", "gpu": None, "nodes": 1,
-        "devices": 8, "dryrun": True, "overrides": {}}
+        "devices": 8, "dryrun": True, "overrides": {}, "slurm": None}  # slurm: the job's Slurm state, Slurm only
     assert data["experiment_id"].startswith("gpt_1_3b_")
     assert "torchrun" in result.stderr  # NeMo-Run's dry run shows the command it would start
 
