@@ -51,6 +51,10 @@ def discard_unsubmitted(experiment: Any) -> Optional[str]:
 def refusal_problems(error: BaseException, executor: Any) -> list[Problem]:
     """sbatch's refusal as problems naming the executor field it is about; [] when the reason is not one a user
     can fix in the executor's arguments (the caller then reports the scheduler's message as it is)."""
+    import nemo_run as run  # imported by whoever submitted
+
+    if not isinstance(executor, run.SlurmExecutor):  # only sbatch's words are read here
+        return []
     said = [line.strip() for line in re.findall(r"sbatch: error: (.+)", str(error))]
     reason = ("; ".join(said) if said else " ".join(str(error).split()))[:300]
     for pattern, field, how in _REFUSALS:
