@@ -8,22 +8,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from nemo_recipes.catalog import RECIPES, RecipeSpec, closest_recipe, get_recipe, recipe_names
-from nemo_recipes.errors import InvalidRecipeError, Problem, RecipeError
+from nemo_recipes.catalog import RECIPES, RecipeSpec, closest_recipe, config_class_name, get_recipe, recipe_names
+from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem, RecipeError
 
 __version__ = "0.1.0"
 
 # name -> module that defines it; imported lazily by __getattr__ (they import NeMo / NeMo-Run).
 _LAZY = {
-    **{name: "nemo_recipes.bridge.model" for name in (
-        "GPTConfig1_3B", "GPTConfig7B", "GPTConfig13B", "GPTConfig70B", "GPTConfig175B", "model_config")},
-    **{name: "nemo_recipes.bridge.recipes" for name in (
-        "gpt_1_3b", "gpt_7b", "gpt_13b", "gpt_70b", "gpt_175b", "build_recipe")},
+    **{config_class_name(spec): "nemo_recipes.bridge.model" for spec in RECIPES.values()},
+    "model_config": "nemo_recipes.bridge.model",
+    **{name: "nemo_recipes.bridge.recipes" for name in RECIPES},
+    "build_recipe": "nemo_recipes.bridge.recipes",
     "smoke": "nemo_recipes.smoke_training.runner",
 }
 
 __all__ = sorted(["RECIPES", "RecipeSpec", "closest_recipe", "get_recipe", "recipe_names", "InvalidRecipeError",
-                  "Problem", "RecipeError", *_LAZY])
+                  "InvalidConfigError", "Problem", "RecipeError", *_LAZY])
 
 
 def __getattr__(name: str) -> Any:

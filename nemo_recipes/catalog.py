@@ -553,6 +553,12 @@ def field_names() -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(RecipeSpec))
 
 
+def config_class_name(spec: RecipeSpec) -> str:
+    """GPTConfig7B for the 7B row, GPTConfig1_3B for 1.3B: the name of the recipe's NeMo model config class
+    (nemo_recipes.bridge.model), which NeMo-Run writes as the config's target."""
+    return "GPTConfig" + spec.size_label.replace(".", "_")
+
+
 def recipe_names() -> tuple[str, ...]:
     return tuple(RECIPES)
 

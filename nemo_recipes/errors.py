@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from nemo_recipes.credentials import token_like
+
 ERROR = "error"
 WARNING = "warning"
 
@@ -54,6 +56,12 @@ class InvalidRecipeError(RecipeError):
         super().__init__("\n".join(lines))
 
 
+class InvalidConfigError(InvalidRecipeError):
+    """Configuration around a recipe that is wrong: an executor's arguments, a cluster profile file and its YAML, a
+    kubeconfig. A subclass of InvalidRecipeError, so that every `except InvalidRecipeError` that gathers problems,
+    and the CLI's exit code 2, treat it as before."""
+
+
 def raise_if_any(problems: Iterable[Problem], *, context: str = "") -> None:
     """Raise one InvalidRecipeError carrying `problems`, when there are any."""
     problems = list(problems)
@@ -94,8 +102,6 @@ REDACTED_VALUE = "<redacted: looks like a secret>"
 
 
 def looks_secret(text: str) -> bool:
-    from nemo_recipes.executors.secrets import token_like  # standard library only; imported late (it imports us)
-
     return token_like(text) is not None
 
 

@@ -20,7 +20,7 @@ import typing
 from typing import Any, Literal, Mapping, Optional, Sequence
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.cli._output import parse_count
+from nemo_recipes.counts import parse_count
 from nemo_recipes.errors import InvalidRecipeError, Problem
 
 _TRUE = {"true", "yes", "on", "1"}

@@ -31,13 +31,10 @@ def repo_root() -> Path:
 
 
 @pytest.fixture(scope="session")
-def shared_dir() -> Path:
-    """The project's shared/ folder, beside the checkout (CI lays a copy there too). The Kubeflow Trainer CRDs are
-    vendored in tests/data/ instead; the seed is still read from here."""
-    path = REPO.parent / "shared"
-    if not path.is_dir():
-        pytest.fail(f"shared/ not found at {path}: the tests read the seed from it")
-    return path
+def data_dir() -> Path:
+    """What the tests read, carried by the project with its source (tests/data/*/SOURCE.txt): the seed table and the
+    Kubeflow Trainer CRDs. Nothing outside the checkout is read."""
+    return REPO / "tests" / "data"
 
 
 @pytest.fixture(scope="session")

@@ -31,8 +31,8 @@ def test_table_equals_the_seed():
         assert tuple(getattr(spec, column) for column in catalog.SEED_COLUMNS) == row, name
 
 
-def test_seed_columns_are_read_from_the_seed_file(shared_dir):
-    seed = (shared_dir / "seed" / "megatron-recipes.txt").read_text()
+def test_seed_columns_are_read_from_the_seed_file(data_dir):
+    seed = (data_dir / "seed" / "megatron-recipes.txt").read_text()
     lines = [line.split("\t") for line in seed.splitlines() if line[:1].isdigit() and "\t" in line]
     labels = {spec.size_label: spec for spec in RECIPES.values()}
     assert len(lines) == 5

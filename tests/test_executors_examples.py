@@ -106,5 +106,47 @@ def test_dockerfile_base_is_pinned_and_presets_default_to_its_tag():
 
     text = (REPO / "docker" / "Dockerfile").read_text()
     base = [line.split()[1] for line in text.splitlines() if line.startswith("FROM ")]
-    assert base == ["nvcr.io/nvidia/nemo:25.04"]
+    assert base == ["nvcr.io/nvidia/pytorch:25.10-py3"]
     assert DEFAULT_IMAGE == f"nemo-recipes:{__version__}" and f"-t {DEFAULT_IMAGE}" in text
+
+
+def test_dockerfile_installs_the_constraints_and_checks_them_at_build_time():
+    text = (REPO / "docker" / "Dockerfile").read_text()
+    runs = " ".join(line for line in text.replace("\\\n", " ").splitlines() if line.startswith("RUN "))
+    # The pins come from the one constraints file (minus torch, which the base provides as a CUDA build)...
+    assert "COPY constraints.txt" in text and "grep -v '^torch==' constraints.txt" in runs
+    assert "-c /tmp/constraints-gpu.txt" in runs
+    # ...and the build fails when what got installed is not what the tests trained with, or has no FP8 kernels.
+    assert "docker/check_stack.py constraints.txt --skip torch --require transformer_engine" in runs
+
+
+def _check_stack(*args, constraints=None):
+    path = constraints or REPO / "constraints.txt"
+    return subprocess.run([sys.executable, str(REPO / "docker" / "check_stack.py"), str(path), *args],
+                          capture_output=True, text=True)
+
+
+def test_stack_check_passes_on_the_environment_the_tests_run_in():
+    result = _check_stack()
+    assert result.returncode == 0, result.stderr
+    assert "nemo-toolkit" in result.stdout and "megatron-core" in result.stdout
+
+
+def test_stack_check_names_each_package_that_drifted(tmp_path):
+    from importlib import metadata
+
+    drifted = tmp_path / "constraints.txt"
+    text = (REPO / "constraints.txt").read_text()
+    installed = metadata.version("megatron-core")
+    drifted.write_text(text.replace(f"megatron-core=={installed}", "megatron-core==0.16.1")
+                       + "not-a-package-we-have==1.0\n")
+    result = _check_stack(constraints=drifted)
+    assert result.returncode == 1
+    assert f"megatron-core: {installed} installed; constraints.txt pins ==0.16.1" in result.stderr
+    assert "not-a-package-we-have: not installed" in result.stderr
+    assert "2 package(s) differ" in result.stderr
+
+
+def test_stack_check_requires_transformer_engine_where_asked():
+    result = _check_stack("--skip", "torch", "--require", "transformer_engine")
+    assert result.returncode == 1 and "transformer_engine: not installed" in result.stderr

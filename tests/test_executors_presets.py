@@ -80,8 +80,28 @@ def test_kubernetes_without_kubeconfig_says_what_to_set(tmp_path, monkeypatch):
         kubernetes(nodes=2)
 
 
+@pytest.mark.parametrize("text, message", [("a: [unclosed\n", "is not valid YAML"),
+                                           ("- a list\n", "must be a mapping of profile names")])
+def test_configuration_problems_are_config_errors_not_recipe_errors(tmp_path, monkeypatch, text, message):
+    # A kubeconfig or a cluster profile file is not a recipe: its errors say so by their class, and stay
+    # InvalidRecipeErrors so that every handler (and the CLI's exit code 2) treats them as before.
+    from nemo_recipes.errors import InvalidConfigError
+    from nemo_recipes.executors import kubernetes
+    from nemo_recipes.executors.profiles import load_profiles
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(InvalidConfigError, match="no kubeconfig file") as kubeconfig:
+        kubernetes(nodes=2)
+    profiles = tmp_path / "clusters.yaml"
+    profiles.write_text(text)
+    with pytest.raises(InvalidConfigError, match=message) as profile:
+        load_profiles(profiles)
+    assert isinstance(kubeconfig.value, InvalidRecipeError) and isinstance(profile.value, InvalidRecipeError)
+
+
 def test_kubernetes_without_the_package_says_what_to_install(monkeypatch):
-    from nemo_recipes.executors.kubernetes import kubernetes
+    from nemo_recipes.executors.presets.kubernetes import kubernetes
 
     monkeypatch.setitem(sys.modules, "kubernetes", None)  # how Python marks a module as not importable
     with pytest.raises(InvalidRecipeError, match=r"pip install 'nemo-recipes\[kubernetes\]'"):
@@ -234,13 +254,12 @@ def test_cli_kubernetes_factory_passes_the_shared_home_claim(kubeconfig_file, mo
     import fiddle as fdl
     from nemo_run.config import get_nemorun_home
 
-    from nemo_recipes.executors import cli
-
     from nemo_recipes.executors.kubeflow_trainer import pod_volumes, trainer_volume_mounts
+    from nemo_recipes.executors.presets.kubernetes import cli_factory
 
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig_file))
     for version in ("v2.1", "v2.3"):
-        executor = fdl.build(cli.kubernetes(nodes=2, shared_home_pvc="nemo-run-home", trainer_version=version))
+        executor = fdl.build(cli_factory(nodes=2, shared_home_pvc="nemo-run-home", trainer_version=version))
         claims = [v["persistentVolumeClaim"]["claimName"] for v in pod_volumes(executor)
                   if "persistentVolumeClaim" in v]
         assert "nemo-run-home" in claims
@@ -272,6 +291,18 @@ def test_plugin_sets_trainer_from_executor_and_plan_env(recipes):
     one_gpu = slurm(account="a", nodes=1, gpus_per_node=1)
     RecipePlugin().setup(recipes.gpt_1_3b(num_gpus_per_node=1, global_batch_size=8), one_gpu)
     assert "CUDA_DEVICE_MAX_CONNECTIONS" not in one_gpu.env_vars  # TP 1
+
+
+@pytest.mark.parametrize("gpu, connections", [("b200-180gb", "32"), ("GB200-NVL72", "32"), ("b200", "32"),
+                                              ("h100-sxm", "1"), ("h200-141gb", "1")])
+def test_plugin_reads_blackwell_through_the_gpu_table(recipes, gpu, connections):
+    # The plugin is given the user's spelling, not the preset's canonical name: an alias of a Blackwell GPU must get
+    # Blackwell's 32 hardware queues, as the GPU it names does.
+    from nemo_recipes.executors import RecipePlugin, slurm
+
+    executor = slurm(account="a", nodes=8)
+    RecipePlugin(gpu=gpu).setup(recipes.gpt_70b(), executor)
+    assert executor.env_vars["CUDA_DEVICE_MAX_CONNECTIONS"] == connections
 
 
 def test_plugin_refuses_an_invalid_plan_and_nothing_is_submitted(recipes, tmp_path):

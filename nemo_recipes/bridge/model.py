@@ -14,7 +14,7 @@ import nemo_run as run
 from nemo.collections.llm.gpt.model import GPTModel
 from nemo.collections.llm.gpt.model.base import GPTConfig
 
-from nemo_recipes.catalog import RECIPES, RecipeSpec
+from nemo_recipes.catalog import RECIPES, RecipeSpec, config_class_name
 from nemo_recipes.plan.layout import Layout
 
 
@@ -81,19 +81,11 @@ def _config_class(class_name: str, recipe_name: str) -> type[GPTConfig]:
     return dataclasses.dataclass(type(class_name, (GPTConfig,), namespace))
 
 
-GPTConfig1_3B = _config_class("GPTConfig1_3B", "gpt_1_3b")
-GPTConfig7B = _config_class("GPTConfig7B", "gpt_7b")
-GPTConfig13B = _config_class("GPTConfig13B", "gpt_13b")
-GPTConfig70B = _config_class("GPTConfig70B", "gpt_70b")
-GPTConfig175B = _config_class("GPTConfig175B", "gpt_175b")
-
+#: One config class per catalog row, each a module-level name (GPTConfig1_3B, GPTConfig7B, ...): a new row gets its
+#: class here without a line of its own.
 CONFIG_CLASSES: dict[str, type[GPTConfig]] = {
-    "gpt_1_3b": GPTConfig1_3B,
-    "gpt_7b": GPTConfig7B,
-    "gpt_13b": GPTConfig13B,
-    "gpt_70b": GPTConfig70B,
-    "gpt_175b": GPTConfig175B,
-}
+    name: _config_class(config_class_name(spec), name) for name, spec in RECIPES.items()}
+globals().update({cls.__name__: cls for cls in CONFIG_CLASSES.values()})
 
 
 def model_config(spec: RecipeSpec) -> run.Config[GPTConfig]:

@@ -5,7 +5,6 @@ Standard library only, because `ls`, `show` and `plan` must answer without impor
 
 from __future__ import annotations
 
-import decimal
 import errno
 import io
 import json
@@ -13,6 +12,7 @@ import os
 import sys
 from typing import Any, Callable, Iterable, Optional, TextIO
 
+from nemo_recipes.counts import human_count, parse_count  # noqa: F401  (the CLI's helpers, re-exported)
 from nemo_recipes.errors import Problem
 
 PROG = "nemo-recipes"
@@ -125,42 +125,6 @@ def silence_stdout() -> None:
 
 
 # ---- numbers people read ----
-
-_SUFFIXES = (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3))
-
-
-def human_count(n: float) -> str:
-    """1315819520 -> '1.32B', 174615846912 -> '175B': three significant digits, SI-like suffix."""
-    for suffix, scale in _SUFFIXES:
-        if abs(n) >= scale:
-            value = n / scale
-            digits = 2 if value < 10 else 1 if value < 100 else 0
-            return f"{value:.{digits}f}{suffix}"
-    return f"{n:g}"
-
-
-# Counts with more digits are not read as numbers (Python refuses to print integers of over 4300 digits).
-_COUNT_DIGITS = 4000
-
-
-def parse_count(text: str) -> int:
-    """'300B' -> 300_000_000_000; also '1.5T', '375M', '2K', '1e9', '1_000', exactly (no float rounding).
-    ValueError when not a finite whole number."""
-    cleaned = text.strip().replace("_", "").replace(",", "")
-    scale = 1
-    if cleaned and cleaned[-1].upper() in dict(_SUFFIXES):
-        scale = dict(_SUFFIXES)[cleaned[-1].upper()]
-        cleaned = cleaned[:-1]
-    try:
-        value = decimal.Decimal(cleaned) * scale
-    except (ArithmeticError, ValueError):  # decimal signals (invalid, overflow) are ArithmeticErrors
-        raise ValueError(f"{text!r} is not a number") from None
-    if not value.is_finite() or value.adjusted() >= _COUNT_DIGITS:
-        raise ValueError(f"{text!r} is not a finite number")
-    if value != value.to_integral_value():
-        raise ValueError(f"{text!r} is not a whole number")
-    return int(value)
-
 
 def human_value(value: Any) -> str:
     """How a recipe value reads in a table: no quotes around strings, lists comma-separated, None as '-'."""

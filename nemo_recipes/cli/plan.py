@@ -250,11 +250,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _plot(path: str, report: Any, spec: RecipeSpec, cluster: Cluster, throughput: Any, stack: Any) -> str:
-    try:
-        from nemo_recipes.plan.plot import plot_plan
-    except ImportError as error:  # matplotlib is an extra
-        raise _output.CLIError(f"--plot needs matplotlib ({error}); install it with: pip install "
-                               "'nemo-recipes[plot]'") from None
+    from nemo_recipes.plan.plot import plot_plan  # standard library only: matplotlib is imported when it draws
+
     try:
         import matplotlib  # noqa: F401  (checked here to give the install hint rather than a traceback)
     except ImportError:

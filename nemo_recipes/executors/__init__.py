@@ -12,10 +12,10 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from nemo_recipes.executors.registry import PRESETS
+
 _LAZY = {
-    "local": "nemo_recipes.executors.local",
-    "slurm": "nemo_recipes.executors.slurm",
-    "kubernetes": "nemo_recipes.executors.kubernetes",
+    **PRESETS,  # each preset's function, `slurm(...)`, from its module
     "RecipePlugin": "nemo_recipes.executors.plugin",
     "plan_env": "nemo_recipes.executors.plugin",
     "ClusterProfile": "nemo_recipes.executors.profiles",

@@ -6,7 +6,7 @@ Standard library only; every check returns Problems so that a preset reports all
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, Union
 
 from nemo_recipes import __version__
 from nemo_recipes.errors import InvalidRecipeError, Problem, raise_if_any
@@ -14,6 +14,11 @@ from nemo_recipes.plan.hardware import MAX_GPUS_PER_NODE, MAX_NODES, get_gpu
 
 #: The image that `docker/Dockerfile` builds (`docker build -t nemo-recipes:0.1.0 -f docker/Dockerfile .`).
 DEFAULT_IMAGE = f"nemo-recipes:{__version__}"
+
+# Numbers of the presets' CLI factories are annotated `int | str`: NeMo-Run parses a factory's arguments by their
+# annotations, and a value that is not a number (`slurm(nodes=four)`) must reach the preset as text, to get its
+# one-line message (field, value, fix) rather than NeMo-Run's nested "Failed to parse".
+Count = Union[int, str]
 
 #: Environment variable through which a preset records the GPU type it was given, for the plugin to plan with.
 GPU_ENV = "NEMO_RECIPES_GPU"

@@ -4,7 +4,8 @@
 
 Importing this module registers, in NeMo-Run's factory registry under `run.Executor` (the namespace NeMo-Run's
 `executor=NAME` lookup searches first):
-  * `local`, `slurm`, `kubernetes`: the presets, e.g. `run.executor=slurm run.executor.nodes=4`;
+  * each preset of `registry.PRESETS` (`local`, `slurm`, `kubernetes`) by its `cli_factory`, e.g.
+    `run.executor=slurm run.executor.nodes=4`;
   * one factory per cluster profile of the user's clusters.yaml (see `profiles.py`), e.g. `run.executor=my_slurm`;
 and under `run.Plugin`: `recipe_plugin` (optionally `recipe_plugin(gpu=h100)`).
 Each returns a `run.Config` of the stock executor, so NeMo-Run's `executor.FIELD=VALUE` overrides apply to it.
@@ -13,82 +14,14 @@ Each returns a `run.Config` of the stock executor, so NeMo-Run's `executor.FIELD
 from __future__ import annotations
 
 import functools
-import os
-from typing import Optional, Union
+from typing import Optional
 
 import nemo_run as run
 
-from nemo_recipes.errors import InvalidRecipeError, Problem
-from nemo_recipes.executors.kubeflow_trainer import DEFAULT_TRAINER_VERSION
-from nemo_recipes.executors.local import local as _local
-from nemo_recipes.executors.profiles import PRESET_NAMES, load_profiles
-from nemo_recipes.executors.slurm import slurm as _slurm
+from nemo_recipes.executors import registry
+from nemo_recipes.executors.profiles import load_profiles
 
 _REGISTERED: set[str] = set()
-
-
-# Numbers are annotated `int | str`: NeMo-Run parses a factory's arguments by their annotations, and a value that is
-# not a number (`slurm(nodes=four)`) must reach the preset as text, to get its one-line message (field, value, fix)
-# rather than NeMo-Run's nested "Failed to parse".
-Count = Union[int, str]
-
-
-def local(devices: Count = 1, gpu: Optional[str] = None) -> run.Config[run.LocalExecutor]:
-    """torchrun on this machine with `devices` processes."""
-    return _local(devices, gpu=gpu).to_config()
-
-
-def slurm(
-    account: Optional[str] = None,
-    partition: Optional[str] = None,
-    nodes: Count = 1,
-    gpus_per_node: Count = 8,
-    gpu: Optional[str] = None,
-    container_image: Optional[str] = None,
-    time: str = "04:00:00",
-    tunnel: str = "local",
-    host: Optional[str] = None,
-    user: Optional[str] = None,
-    job_dir: Optional[str] = None,
-    identity: Optional[str] = None,
-    retries: Count = 0,
-) -> run.Config[run.SlurmExecutor]:
-    """sbatch with one torchrun rank per GPU; container_image defaults to the nemo-recipes image.
-
-    NeMo-Run's `executor=NAME` takes no arguments (it splits on '='), so the account comes from SBATCH_ACCOUNT or
-    SLURM_ACCOUNT (the variables sbatch itself reads) when not given; other fields: `run.executor.nodes=4`.
-    """
-    kwargs = {} if container_image is None else {"container_image": container_image}
-    if account is None:
-        account = os.environ.get("SBATCH_ACCOUNT") or os.environ.get("SLURM_ACCOUNT")
-        if not account:
-            raise InvalidRecipeError([Problem(
-                "account", None, "the slurm executor needs a Slurm account.",
-                "export SBATCH_ACCOUNT=<account>, or use a cluster profile (run.executor=<profile name>).")])
-    return _slurm(account=account, partition=partition, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu,
-                  time=time, tunnel=tunnel, host=host, user=user, job_dir=job_dir, identity=identity,
-                  retries=retries, **kwargs).to_config()
-
-
-def kubernetes(
-    namespace: str = "default",
-    nodes: Count = 1,
-    gpus_per_node: Count = 8,
-    gpu: Optional[str] = None,
-    image: Optional[str] = None,
-    runtime: str = "torch-distributed",
-    shared_home_pvc: Optional[str] = None,
-    trainer_version: str = DEFAULT_TRAINER_VERSION,
-) -> run.Config[run.KubeflowExecutor]:
-    """A Kubeflow Trainer TrainJob; image defaults to the nemo-recipes image. `shared_home_pvc` names the claim that
-    holds this machine's NEMORUN_HOME, mounted at the same path in the pods so they can read the job's config.
-    `trainer_version` (v2.1, v2.2, v2.3) is the cluster's Kubeflow Trainer release, which decides the TrainJob's
-    shape; a cluster profile can set it too."""
-    from nemo_recipes.executors.kubernetes import kubernetes as _kubernetes
-
-    kwargs = {} if image is None else {"image": image}
-    return _kubernetes(namespace=namespace, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, runtime=runtime,
-                       shared_home_pvc=shared_home_pvc, trainer_version=trainer_version, **kwargs).to_config()
 
 
 def recipe_plugin(gpu: Optional[str] = None, validate: bool = True) -> run.Config[run.Plugin]:
@@ -152,11 +85,15 @@ def register(profiles: bool = True) -> list[str]:
     does not stop the presets from registering: its error is raised when the profile is used.
     """
     names = []
-    for fn in (local, slurm, kubernetes):
-        if fn.__name__ not in _REGISTERED:
-            run.cli.factory(fn, target=run.Executor, name=fn.__name__)
-            _REGISTERED.add(fn.__name__)
-            names.append(fn.__name__)
+    for preset in registry.NAMES:
+        if preset not in _REGISTERED:
+            try:
+                factory = registry.module(preset).cli_factory
+            except ImportError:  # an optional package of this preset is missing: the others still register
+                continue
+            run.cli.factory(factory, target=run.Executor, name=preset)
+            _REGISTERED.add(preset)
+            names.append(preset)
     if "recipe_plugin" not in _REGISTERED:
         run.cli.factory(recipe_plugin, target=run.Plugin, name="recipe_plugin")
         _REGISTERED.add("recipe_plugin")
@@ -167,7 +104,7 @@ def register(profiles: bool = True) -> list[str]:
         except Exception:  # reported with its fix when the profile is used
             found = {}
         for name in found:
-            if name not in PRESET_NAMES:
+            if name not in registry.NAMES:
                 run.cli.factory(_profile_factory(name), target=run.Executor, name=name)
                 _REGISTERED.add(name)
                 names.append(name)

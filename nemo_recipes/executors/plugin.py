@@ -15,13 +15,14 @@ from typing import Any, Optional
 import nemo_run as run
 
 from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem
+from nemo_recipes.executors import registry
 from nemo_recipes.executors._common import GPU_ENV
 from nemo_recipes.executors.kubeflow_trainer import mixed_pod_settings
-from nemo_recipes.executors.secrets import REDACTED, secret_names, secure_slurm
+from nemo_recipes.plan.hardware import get_gpu
 
 #: GPUs of compute capability 10 (Blackwell) use 32 hardware queues with TP/CP overlap, older ones 1
 #: (as NeMo's PerfEnvPlugin does).
-_BLACKWELL = ("b200", "gb200")
+_BLACKWELL_MAJOR = 10
 #: Larger P2P chunks for pipeline-parallel sends across nodes (NeMo's performance recipes use 2 MiB).
 PP_CHUNK_SIZE = "2097152"
 
@@ -78,27 +79,8 @@ class RecipePlugin(run.Plugin):
                                                        "not submitted")
 
     def _secure(self, task: Any, executor: run.Executor) -> list[Problem]:
-        task_env = task.env if isinstance(task, run.Script) else None
-        if isinstance(executor, run.SlurmExecutor):
-            return secure_slurm(executor, task_env, self.secrets)
-        marked = secret_names(self.secrets)
-        problems = []
-        if isinstance(executor, run.KubeflowExecutor):
-            for source in (executor.env_vars, task_env or {}):
-                for name in [n for n in source if n in marked]:
-                    problems.append(Problem(
-                        f"env.{name}", REDACTED, "is a secret and would be written into the TrainJob manifest.",
-                        f"create a Kubernetes Secret and pass secrets={{'{name}': 'secret-name/key'}} to the "
-                        "kubernetes preset (secretKeyRef)."))
-            return problems
-        # Local (and other executors): the job inherits this process's environment; keep values off the disk.
-        for source in (executor.env_vars, task_env or {}):
-            for name in [n for n in source if n in marked]:
-                value = source.pop(name)
-                if os.environ.get(name) != value:
-                    problems.append(Problem(f"env.{name}", REDACTED, "is a secret: it is not written into job files.",
-                                            f"export {name}=... in the environment that starts the job."))
-        return problems
+        # Every executor gets its preset's secret policy (registry.py); one no preset returns, the generic one.
+        return registry.secure(executor, task.env if isinstance(task, run.Script) else None, self.secrets)
 
 
 def _warn_if_config_unreadable(executor: run.KubeflowExecutor) -> None:
@@ -109,7 +91,7 @@ def _warn_if_config_unreadable(executor: run.KubeflowExecutor) -> None:
     class)."""
     from nemo_run.config import get_nemorun_home
 
-    from nemo_recipes.executors.kubernetes import SHARED_HOME_HOW, reads_configs_from
+    from nemo_recipes.executors.presets.kubernetes import SHARED_HOME_HOW, reads_configs_from
 
     if reads_configs_from(executor) is not None:
         return
@@ -132,10 +114,22 @@ def plan_env(spec: Any, nodes: int, gpu: Optional[str]) -> dict[str, str]:
     env: dict[str, str] = {}
     if spec.tensor_parallel > 1 or spec.context_parallel > 1:
         # Megatron's TP/sequence-parallel and CP communication overlap relies on kernels being queued in order.
-        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32" if (gpu or "").lower() in _BLACKWELL else "1"
+        env["CUDA_DEVICE_MAX_CONNECTIONS"] = "32" if _is_blackwell(gpu) else "1"
     if spec.distributed_optimizer and (spec.overlap_grad_reduce or spec.overlap_param_gather):
         # Overlapped collectives on side streams: free buffers when the collective ends, not at the next sync.
         env["TORCH_NCCL_AVOID_RECORD_STREAMS"] = "1"
     if spec.pipeline_parallel > 1 and nodes > 1:
         env["NCCL_P2P_NET_CHUNKSIZE"] = PP_CHUNK_SIZE
     return env
+
+
+def _is_blackwell(gpu: Optional[str]) -> bool:
+    """Through the planner's GPU table, so that an alias ("b200-180gb", "gb200-nvl72") counts as its GPU. An unknown
+    or missing GPU is not Blackwell: validation reports the unknown name."""
+    if not gpu:
+        return False
+    try:
+        capability = get_gpu(gpu).compute_capability
+    except InvalidRecipeError:
+        return False
+    return capability is not None and capability[0] == _BLACKWELL_MAJOR

@@ -29,25 +29,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
-from nemo_recipes.errors import InvalidRecipeError, Problem, did_you_mean
+from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem, did_you_mean
+from nemo_recipes.executors import registry
 from nemo_recipes.executors.kubeflow_trainer import normalise_version
 
 ENV_VAR = "NEMO_RECIPES_CLUSTERS"
-PRESET_NAMES = ("local", "slurm", "kubernetes")
+PRESET_NAMES = registry.NAMES
 
 
 def preset_function(name: str) -> Callable[..., Any]:
     """The preset function called `name` (imported lazily: the Kubernetes one may lack its package)."""
-    if name == "local":
-        from nemo_recipes.executors.local import local as fn
-    elif name == "slurm":
-        from nemo_recipes.executors.slurm import slurm as fn
-    elif name == "kubernetes":
-        from nemo_recipes.executors.kubernetes import kubernetes as fn
-    else:
-        raise InvalidRecipeError([Problem("preset", name, f"unknown preset{did_you_mean(name, PRESET_NAMES)}.",
-                                          f"use one of: {', '.join(PRESET_NAMES)}.")])
-    return fn
+    return registry.function(name)
 
 
 def profiles_path() -> Path:
@@ -95,8 +87,8 @@ def call_preset(preset: str, args: dict[str, Any], *, context: str) -> Any:
         raise InvalidRecipeError(problems, context=context)
     try:
         return function(**args)
-    except InvalidRecipeError as error:
-        raise InvalidRecipeError(error.problems, context=context) from None
+    except InvalidRecipeError as error:  # keeps the class: a kubeconfig problem stays a configuration problem
+        raise type(error)(error.problems, context=context) from None
 
 
 def _required(parameters: Mapping[str, inspect.Parameter]) -> list[str]:
@@ -121,7 +113,7 @@ def load_profiles(path: "str | os.PathLike[str] | None" = None) -> dict[str, Clu
         if profile is not None:
             profiles[name] = profile
     if problems:
-        raise InvalidRecipeError(problems, context=f"cluster profiles in {file}")
+        raise InvalidConfigError(problems, context=f"cluster profiles in {file}")
     return profiles
 
 
@@ -138,8 +130,8 @@ def _read_profiles_file(file: Path) -> dict:
     winning), text that is not UTF-8 and unreadable files are problems naming the file."""
     import yaml
 
-    def refuse(message: str, fix: str) -> InvalidRecipeError:
-        return InvalidRecipeError([Problem("clusters", str(file), message, fix)])
+    def refuse(message: str, fix: str) -> InvalidConfigError:
+        return InvalidConfigError([Problem("clusters", str(file), message, fix)])
 
     try:
         text = file.read_bytes().decode("utf-8")
@@ -191,7 +183,7 @@ def get_profile(name: str, path: "str | os.PathLike[str] | None" = None) -> Clus
     if not isinstance(name, str) or name not in profiles:
         file = Path(path) if path is not None else profiles_path()
         known = ", ".join(profiles) if profiles else ("none" if file.exists() else f"none, the file does not exist")
-        raise InvalidRecipeError([Problem(
+        raise InvalidConfigError([Problem(
             "executor", name, f"is neither a preset nor a cluster profile{did_you_mean(name, [*profiles, *PRESET_NAMES])}.",
             f"use one of the presets ({', '.join(PRESET_NAMES)}) or a profile of {file} (known: {known}).")])
     return profiles[name]

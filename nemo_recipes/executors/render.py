@@ -7,7 +7,6 @@ the sbatch script (Slurm), the TrainJob manifest (Kubernetes) and the torchrun c
 
 from __future__ import annotations
 
-import shlex
 from typing import Any, Optional, Sequence
 
 import nemo_run as run
@@ -36,14 +35,6 @@ def artifact(task: Any, executor: run.Executor, *, name: str = "job",
 
 
 def _text(request: Any, executor: run.Executor) -> str:
-    if isinstance(executor, run.SlurmExecutor):
-        return request.materialize()
-    if isinstance(executor, run.KubeflowExecutor):
-        import yaml
+    from nemo_recipes.executors import registry
 
-        body = executor.get_job_body(executor._trainjob_name(request.name), request.cmd)
-        return yaml.safe_dump(body, sort_keys=False, width=10_000)
-    if isinstance(executor, run.LocalExecutor):
-        (params,) = request.role_params.values()
-        return shlex.join(params[0].args) + "\n"
-    return repr(request)
+    return registry.render(request, executor)

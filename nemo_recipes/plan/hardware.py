@@ -112,10 +112,6 @@ ALIASES: dict[str, str] = {
 }
 
 
-def gpu_names() -> tuple[str, ...]:
-    return tuple(GPUS)
-
-
 def get_gpu(name: "str | GPU") -> GPU:
     """A known GPU by name or alias (case-insensitive); a GPU object is returned as it is."""
     if isinstance(name, GPU):

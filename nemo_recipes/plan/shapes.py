@@ -13,7 +13,7 @@ from typing import Any, Mapping, Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import InvalidRecipeError, Problem
-from nemo_recipes.plan.hardware import Cluster, get_gpu
+from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
 
 REQUIRED = ("layers", "hidden", "heads", "seq", "gpu", "n_gpus", "gbs")
 COLUMNS = REQUIRED + ("kv_heads", "ffn", "vocab", "tp", "pp", "cp", "vp", "dp", "mbs", "precision", "recompute",
@@ -133,81 +133,27 @@ def plan_from_row(row: Mapping[str, Any]) -> tuple[RecipeSpec, Cluster, list[str
     vocab = r.int("vocab", DEFAULT_VOCAB, "the GPT-2 BPE padded to 51200, as in Megatron's GPT examples")
     gpus_per_node = r.int("gpus_per_node", min(DEFAULT_GPUS_PER_NODE, n_gpus or DEFAULT_GPUS_PER_NODE),
                           "an 8-GPU DGX/HGX node")
-
-    vp_value = r.row.get("vp")
-    vp = None
-    if is_missing(vp_value):
-        r.assumptions.append("vp not stated: assumed no interleaving (1F1B)" if (pp or 1) > 1 else
-                             "vp not stated: no pipeline, so no interleaving")
-    else:
-        vp = r.int("vp")
-        if vp == 1:
-            vp = None
-
-    gpu = None
-    if is_missing(r.row.get("gpu")):
-        r.problems.append(Problem("gpu", r.row.get("gpu"), "is required.", "name the GPU, e.g. h100-80gb."))
-    else:
-        try:
-            gpu = get_gpu(str(r.row["gpu"]).strip())
-        except InvalidRecipeError as error:
-            r.problems += error.problems
-
+    vp = _virtual_pipeline(r, pp)
+    gpu = _gpu(r)
     precision = _precision(r)
     recompute = _recompute(r)
     sp = _flag(r, "sp", None, "on whenever TP > 1 (Megatron-Core and NeMo 2 default with TP)")
     dist_opt = _flag(r, "dist_opt", True, "the distributed optimizer with overlapped gradient reduce-scatter and "
                                            "parameter all-gather (NeMo 2 default)")
-
-    # Llama-family shapes: gated MLP (SwiGLU), RoPE, RMSNorm, untied embeddings.
     model = "" if is_missing(r.row.get("model")) else str(r.row.get("model"))
-    gated_value = r.row.get("gated")
-    if not is_missing(gated_value):
-        gated = _leading(gated_value) in ("yes", "y", "true", "on", "1", "swiglu")
-    elif _LLAMA.search(model):
-        gated = True
-        r.assumptions.append(f"model {model!r} is Llama-style: assumed SwiGLU, RoPE, RMSNorm, untied embeddings")
-    elif hidden and ffn and ffn != 4 * hidden:
-        gated = True
-        r.assumptions.append(f"ffn={ffn} is not 4 x hidden: assumed a gated (SwiGLU) MLP, RoPE, RMSNorm and untied "
-                             "embeddings (Llama-style)")
-    else:
-        gated = False
-        if hidden:
-            r.assumptions.append("ffn = 4 x hidden: assumed a GPT-3 style model (GeLU, learned positions, "
-                                 "LayerNorm, tied embeddings)")
-
-    if n_gpus and gpus_per_node and n_gpus % gpus_per_node:
-        if n_gpus < gpus_per_node:
-            gpus_per_node = n_gpus
-        else:
-            r.problems.append(Problem("n_gpus", n_gpus, f"is not a whole number of {gpus_per_node}-GPU nodes.",
-                                      "give a multiple of gpus_per_node, or set gpus_per_node."))
-    dp_stated = r.row.get("dp")
-    if not is_missing(dp_stated) and n_gpus and tp and pp and cp:
-        dp = r.int("dp")
-        if dp and dp * tp * pp * cp != n_gpus:
-            r.problems.append(Problem("dp", dp, f"x TP {tp} x PP {pp} x CP {cp} != n_gpus {n_gpus}.",
-                                      "make n_gpus = DP x TP x PP x CP."))
+    gated = _gated(r, model, hidden, ffn)
+    gpus_per_node = _check_world(r, n_gpus, gpus_per_node, tp, pp, cp)
     if r.problems:
         raise InvalidRecipeError(r.problems, context=f"row {row.get('id', '')!r}".strip())
 
-    name = str(row.get("id") or model or "custom")
-    overrides: dict[str, Any] = {}
-    chunks = (pp or 1) * (vp or 1)
-    if layers and chunks > 1 and layers % chunks and (layers + 2) % chunks == 0:
-        overrides["pipeline_counts_embedding_and_loss"] = True
-        r.assumptions.append(f"{layers} layers do not divide over PP x VP = {chunks}, but {layers} + 2 do: assumed "
-                             "the embedding and the loss count as one layer each in the pipeline split "
-                             "(Megatron-Core account_for_embedding/loss_in_pipeline_split, as NeMo's Llama 3.1 405B "
-                             "recipe)")
+    overrides = _pipeline_split(r, layers, (pp or 1) * (vp or 1))
     if gated:
         overrides.update(gated_linear_unit=True, position_embedding_type="rope", normalization="RMSNorm",
                          share_embeddings=False, hidden_dropout=0.0, attention_dropout=0.0)
     try:
         spec = RecipeSpec(
-            name=name, size_label=model or "custom", num_layers=layers, hidden_size=hidden,
-            num_attention_heads=heads, num_query_groups=kv_heads if kv_heads != heads else None,
+            name=str(row.get("id") or model or "custom"), size_label=model or "custom", num_layers=layers,
+            hidden_size=hidden, num_attention_heads=heads, num_query_groups=kv_heads if kv_heads != heads else None,
             ffn_hidden_size=ffn, vocab_size=vocab, make_vocab_size_divisible_by=VOCAB_MULTIPLE, seq_length=seq,
             tensor_parallel=tp, pipeline_parallel=pp, context_parallel=cp, virtual_pipeline=vp,
             sequence_parallel=sp, micro_batch_size=mbs, global_batch_size=gbs, precision=precision,
@@ -219,6 +165,75 @@ def plan_from_row(row: Mapping[str, Any]) -> tuple[RecipeSpec, Cluster, list[str
         raise InvalidRecipeError(error.problems, context=f"row {row.get('id', '')!r}") from None
     cluster = Cluster.of(n_gpus // gpus_per_node, gpus_per_node, gpu)
     return spec, cluster, r.assumptions
+
+
+def _virtual_pipeline(r: _Reader, pp: Optional[int]) -> Optional[int]:
+    """The interleaving of the pipeline; None for none (a stated 1 included)."""
+    if is_missing(r.row.get("vp")):
+        r.assumptions.append("vp not stated: assumed no interleaving (1F1B)" if (pp or 1) > 1 else
+                             "vp not stated: no pipeline, so no interleaving")
+        return None
+    vp = r.int("vp")
+    return None if vp == 1 else vp
+
+
+def _gpu(r: _Reader) -> Optional[GPU]:
+    if is_missing(r.row.get("gpu")):
+        r.problems.append(Problem("gpu", r.row.get("gpu"), "is required.", "name the GPU, e.g. h100-80gb."))
+        return None
+    try:
+        return get_gpu(str(r.row["gpu"]).strip())
+    except InvalidRecipeError as error:
+        r.problems += error.problems
+        return None
+
+
+def _gated(r: _Reader, model: str, hidden: Optional[int], ffn: Optional[int]) -> bool:
+    """Whether the MLP is gated: stated, or inferred from the model's name or its FFN width. Llama-family shapes:
+    gated MLP (SwiGLU), RoPE, RMSNorm, untied embeddings."""
+    gated_value = r.row.get("gated")
+    if not is_missing(gated_value):
+        return _leading(gated_value) in ("yes", "y", "true", "on", "1", "swiglu")
+    if _LLAMA.search(model):
+        r.assumptions.append(f"model {model!r} is Llama-style: assumed SwiGLU, RoPE, RMSNorm, untied embeddings")
+        return True
+    if hidden and ffn and ffn != 4 * hidden:
+        r.assumptions.append(f"ffn={ffn} is not 4 x hidden: assumed a gated (SwiGLU) MLP, RoPE, RMSNorm and untied "
+                             "embeddings (Llama-style)")
+        return True
+    if hidden:
+        r.assumptions.append("ffn = 4 x hidden: assumed a GPT-3 style model (GeLU, learned positions, "
+                             "LayerNorm, tied embeddings)")
+    return False
+
+
+def _check_world(r: _Reader, n_gpus: Optional[int], gpus_per_node: Optional[int], tp: Optional[int],
+                 pp: Optional[int], cp: Optional[int]) -> Optional[int]:
+    """GPUs per node (fewer GPUs than a node: one node of them), with the problems of a world size that is not
+    whole nodes or disagrees with a stated DP."""
+    if n_gpus and gpus_per_node and n_gpus % gpus_per_node:
+        if n_gpus < gpus_per_node:
+            gpus_per_node = n_gpus
+        else:
+            r.problems.append(Problem("n_gpus", n_gpus, f"is not a whole number of {gpus_per_node}-GPU nodes.",
+                                      "give a multiple of gpus_per_node, or set gpus_per_node."))
+    if not is_missing(r.row.get("dp")) and n_gpus and tp and pp and cp:
+        dp = r.int("dp")
+        if dp and dp * tp * pp * cp != n_gpus:
+            r.problems.append(Problem("dp", dp, f"x TP {tp} x PP {pp} x CP {cp} != n_gpus {n_gpus}.",
+                                      "make n_gpus = DP x TP x PP x CP."))
+    return gpus_per_node
+
+
+def _pipeline_split(r: _Reader, layers: Optional[int], chunks: int) -> dict[str, Any]:
+    """The override that makes an uneven pipeline split even, as NeMo's recipes do, when it is needed."""
+    if layers and chunks > 1 and layers % chunks and (layers + 2) % chunks == 0:
+        r.assumptions.append(f"{layers} layers do not divide over PP x VP = {chunks}, but {layers} + 2 do: assumed "
+                             "the embedding and the loss count as one layer each in the pipeline split "
+                             "(Megatron-Core account_for_embedding/loss_in_pipeline_split, as NeMo's Llama 3.1 405B "
+                             "recipe)")
+        return {"pipeline_counts_embedding_and_loss": True}
+    return {}
 
 
 def stack_from_row(row: Mapping[str, Any]) -> tuple[str, list[str]]:

@@ -348,6 +348,16 @@ def estimate_throughput(spec: RecipeSpec, cluster: Cluster, *, stack: Optional[s
     refuse, and for FP8 on a GPU or a stack without it.
     """
     assumptions: list[str] = []
+    gpu, layout, program = _checked_plan(spec, cluster, stack, assumptions)
+    rates = _Rates.of(gpu, spec.precision == "fp8", constants)
+    layer = _layer(spec, layout, program, gpu, rates, constants)
+    step, breakdown = _step_s(spec, layout, program, gpu, rates, layer)
+    return _throughput(spec, layout, gpu, step, breakdown, assumptions)
+
+
+def _checked_plan(spec: RecipeSpec, cluster: Cluster, stack: Optional[str],
+                  assumptions: list[str]) -> tuple[GPU, Layout, Program]:
+    """The GPU, layout and program of a plan the model can time; the refusals `estimate_throughput` documents."""
     gpu = _resolve_gpu(spec, cluster, assumptions)
     layout = Layout.of(spec, cluster)
     context = f"throughput of {spec.name!r} on {cluster.world_size} GPUs"
@@ -359,8 +369,12 @@ def estimate_throughput(spec: RecipeSpec, cluster: Cluster, *, stack: Optional[s
             f"'{program.stack.name}').", "use precision='bf16', or an FP8-capable GPU with Transformer Engine.")],
             context=context)
     assumptions += program.notes
-    rates = _Rates.of(gpu, spec.precision == "fp8", constants)
-    layer = _layer(spec, layout, program, gpu, rates, constants)
+    return gpu, layout, program
+
+
+def _step_s(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates,
+            layer: _Layer) -> tuple[float, dict[str, float]]:
+    """Seconds of one step (pipeline schedule, exposed communication, optimizer) and their breakdown by kind."""
     logits = _output_layer_s(spec, layout, rates)
     m, p, v = layout.microbatches, layout.pp, layout.vp
 
@@ -397,7 +411,12 @@ def estimate_throughput(spec: RecipeSpec, cluster: Cluster, *, stack: Optional[s
         "dp_gather_exposed": dp_gather,
         "optimizer": optimizer,
     }
+    return step, breakdown
 
+
+def _throughput(spec: RecipeSpec, layout: Layout, gpu: GPU, step: float, breakdown: dict[str, float],
+                assumptions: list[str]) -> Throughput:
+    """Tokens/s, FLOP rates and utilisation of a step of `step` seconds."""
     tokens_per_step = spec.global_batch_size * spec.seq_length
     tokens_per_s = tokens_per_step / step
     per_gpu = tokens_per_s / layout.world
@@ -422,7 +441,7 @@ def estimate_throughput(spec: RecipeSpec, cluster: Cluster, *, stack: Optional[s
         gpu=gpu.name,
         num_gpus=layout.world,
         data_parallel_size=layout.dp,
-        micro_batches=m,
+        micro_batches=layout.microbatches,
         breakdown_s=breakdown,
         assumptions=tuple(assumptions),
     )

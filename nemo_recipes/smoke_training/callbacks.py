@@ -97,4 +97,14 @@ class SmokeMetrics(Callback):
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         if self._rank_zero(trainer):
             append(self.path, {"event": "end", "phase": self.phase, "attempt": attempt(), "time": time.time(),
-                               "global_step": trainer.global_step})
+                               "global_step": trainer.global_step, **_gpu_memory()})
+
+
+def _gpu_memory() -> dict[str, Any]:
+    """Peak GPU memory of this rank (rank 0: the first pipeline stage, the most loaded one), where there is a GPU."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {}
+    return {"gpu": torch.cuda.get_device_name(), "peak_allocated_bytes": torch.cuda.max_memory_allocated(),
+            "peak_reserved_bytes": torch.cuda.max_memory_reserved()}

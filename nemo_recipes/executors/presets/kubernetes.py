@@ -8,10 +8,13 @@ import importlib.util
 import os
 import re
 import traceback
-from typing import Any, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
-from nemo_recipes.errors import InvalidRecipeError, Problem
+import nemo_run as run
+
+from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.executors._common import (
+    Count,
     DEFAULT_IMAGE,
     MAX_GPUS_PER_NODE,
     gpu_env,
@@ -25,7 +28,15 @@ from nemo_recipes.executors._common import (
 )
 from nemo_recipes.executors.kubeflow_trainer import (DEFAULT_TRAINER_VERSION, normalise_version, pod_settings,
                                                      trainer_volume_mounts)
-from nemo_recipes.executors.secrets import SECRET_NAME, env_problems, kubernetes_secret_refs, token_like, token_problem
+from nemo_recipes.executors.secrets import (
+    REDACTED,
+    SECRET_NAME,
+    env_problems,
+    kubernetes_secret_refs,
+    secret_names,
+    token_like,
+    token_problem,
+)
 
 SECRET_HOW = ("create a Kubernetes Secret (kubectl create secret generic NAME --from-literal=KEY=...) and pass "
               "secrets={'ENV_NAME': 'NAME/KEY'}: the pod reads it through secretKeyRef.")
@@ -99,31 +110,13 @@ def kubernetes(
     A missing `kubernetes` package or kubeconfig is reported with what to install or set: NeMo-Run's executor loads
     the kubeconfig when it is built (no API call).
     """
-    env, problems = mapping("env", env, "{'NCCL_DEBUG': 'WARN'}")
-    secrets, found = mapping("secrets", secrets, "{'WANDB_API_KEY': 'wandb/key'}")
-    problems += found
-    pvcs, found = mapping("pvcs", pvcs, "{'datasets': '/data'}")
-    problems += found
-    lists = {"volumes": volumes, "volume_mounts": volume_mounts, "tolerations": tolerations}
-    for field, example in _LIST_EXAMPLES.items():
-        found = mapping_list(field, lists[field], example)
-        problems += found
-        if found:  # reported; the checks below read each of them as a list of mappings
-            lists[field] = ()
-    volumes, volume_mounts, tolerations = lists["volumes"], lists["volume_mounts"], lists["tolerations"]
+    env, secrets, pvcs, (volumes, volume_mounts, tolerations), problems = _mapping_arguments(
+        env, secrets, pvcs, {"volumes": volumes, "volume_mounts": volume_mounts, "tolerations": tolerations})
     recorded, found = gpu_env(gpu)
     problems += found
-    problems += non_empty_str("image", image, "set image to the image built from docker/Dockerfile.")
-    for field, value in (("runtime", runtime), ("cpu", cpu), ("memory", memory), ("shm_size", shm_size)):
-        problems += single_line(field, value)
-    if not isinstance(namespace, str) or not _DNS_LABEL.fullmatch(namespace):
-        problems.append(Problem("namespace", namespace, "is not a Kubernetes namespace name.",
-                                "use lower-case letters, digits and '-'."))
-    problems += positive_int("nodes", nodes)
-    problems += positive_int("gpus_per_node", gpus_per_node, minimum=0, maximum=MAX_GPUS_PER_NODE)
-    if processes_per_node is None:
-        processes_per_node = gpus_per_node if isinstance(gpus_per_node, int) and gpus_per_node > 0 else 1
-    problems += positive_int("processes_per_node", processes_per_node, maximum=MAX_GPUS_PER_NODE)
+    processes_per_node, found = _pod_shape_problems(image, namespace, runtime, cpu, memory, shm_size, nodes,
+                                                    gpus_per_node, processes_per_node)
+    problems += found
     version, version_problems = normalise_version(trainer_version)
     problems += version_problems
     problems += env_problems(env, secrets, SECRET_HOW)
@@ -134,41 +127,18 @@ def kubernetes(
                                     f"give {field} as a dict, e.g. {_EXAMPLES[field]}."))
     secret_env, secret_problems = kubernetes_secret_refs(secrets)
     problems += secret_problems
-    for claim, path in pvcs.items():
-        if not isinstance(claim, str) or not _DNS_LABEL.fullmatch(claim):
-            problems.append(Problem(f"pvcs.{claim}", claim, "is not a PersistentVolumeClaim name.",
-                                    "use the claim's name as `kubectl get pvc` shows it."))
-        if not isinstance(path, str) or not path.startswith("/"):
-            problems.append(Problem(f"pvcs.{claim}", path, "mount path must be absolute.", "e.g. /data."))
-    home_volume, home_mount, home_problems = shared_home(shared_home_pvc)
+    problems += _pvc_problems(pvcs)
+    home_volume, home_mount, home_problems = _shared_home_beside(shared_home_pvc, volumes, volume_mounts, pvcs)
     problems += home_problems
-    if home_mount is not None:
-        taken = [m.get("mountPath") for m in volume_mounts if isinstance(m, Mapping)] + list(pvcs.values())
-        if home_mount["mountPath"] in taken:
-            problems.append(Problem("shared_home_pvc", shared_home_pvc,
-                                    f"another volume is mounted at NEMORUN_HOME ({home_mount['mountPath']}) too.",
-                                    "mount only the shared home there: remove that path from pvcs/volume_mounts."))
-        names = [v.get("name") for v in volumes if isinstance(v, Mapping)] + list(pvcs)
-        if SHARED_HOME_VOLUME in names:
-            problems.append(Problem("volumes", SHARED_HOME_VOLUME, "is the name of the shared_home_pvc volume.",
-                                    "rename your volume (or claim in pvcs)."))
     raise_if(problems, "kubernetes executor")
-    raise_if(environment_problems(), "kubernetes executor")
+    problems = environment_problems()
+    if problems:
+        raise InvalidConfigError(problems, context="kubernetes executor")
 
     import nemo_run as run
 
     _follow_kubeconfig_env()
-    all_volumes = [dict(v) for v in volumes]
-    mounts = [dict(m) for m in volume_mounts]
-    if home_volume is not None:
-        all_volumes.append(home_volume)
-        mounts.append(home_mount)
-    for claim, path in pvcs.items():
-        all_volumes.append({"name": claim, "persistentVolumeClaim": {"claimName": claim}})
-        mounts.append({"name": claim, "mountPath": path})
-    if shm_size:
-        all_volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}})
-        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    all_volumes, mounts = _pod_volumes(volumes, volume_mounts, home_volume, home_mount, pvcs, shm_size)
     settings = pod_settings(version, volumes=all_volumes, volume_mounts=mounts,
                             tolerations=[dict(t) for t in tolerations], node_selector=dict(node_selector or {}),
                             affinity=dict(affinity or {}), image_pull_secrets=list(image_pull_secrets))
@@ -188,6 +158,87 @@ def kubernetes(
         )
 
 
+def _mapping_arguments(env: Any, secrets: Any, pvcs: Any, lists: dict[str, Any]) -> tuple[
+        dict, dict, dict, tuple[Sequence[Mapping], ...], list[Problem]]:
+    """env, secrets, pvcs as dicts and the raw pod lists, each one reported when it is not a mapping (a list of
+    them) and then read as empty, so that the checks after it can rely on its shape."""
+    env, problems = mapping("env", env, "{'NCCL_DEBUG': 'WARN'}")
+    secrets, found = mapping("secrets", secrets, "{'WANDB_API_KEY': 'wandb/key'}")
+    problems += found
+    pvcs, found = mapping("pvcs", pvcs, "{'datasets': '/data'}")
+    problems += found
+    for field, example in _LIST_EXAMPLES.items():
+        found = mapping_list(field, lists[field], example)
+        problems += found
+        if found:
+            lists[field] = ()
+    return env, secrets, pvcs, (lists["volumes"], lists["volume_mounts"], lists["tolerations"]), problems
+
+
+def _pod_shape_problems(image: Any, namespace: Any, runtime: Any, cpu: Any, memory: Any, shm_size: Any, nodes: Any,
+                        gpus_per_node: Any, processes_per_node: Any) -> tuple[Any, list[Problem]]:
+    """The processes per pod (default: one per GPU) and the problems of the image, namespace and pod sizes."""
+    problems = non_empty_str("image", image, "set image to the image built from docker/Dockerfile.")
+    for field, value in (("runtime", runtime), ("cpu", cpu), ("memory", memory), ("shm_size", shm_size)):
+        problems += single_line(field, value)
+    if not isinstance(namespace, str) or not _DNS_LABEL.fullmatch(namespace):
+        problems.append(Problem("namespace", namespace, "is not a Kubernetes namespace name.",
+                                "use lower-case letters, digits and '-'."))
+    problems += positive_int("nodes", nodes)
+    problems += positive_int("gpus_per_node", gpus_per_node, minimum=0, maximum=MAX_GPUS_PER_NODE)
+    if processes_per_node is None:
+        processes_per_node = gpus_per_node if isinstance(gpus_per_node, int) and gpus_per_node > 0 else 1
+    problems += positive_int("processes_per_node", processes_per_node, maximum=MAX_GPUS_PER_NODE)
+    return processes_per_node, problems
+
+
+def _pvc_problems(pvcs: Mapping[Any, Any]) -> list[Problem]:
+    problems = []
+    for claim, path in pvcs.items():
+        if not isinstance(claim, str) or not _DNS_LABEL.fullmatch(claim):
+            problems.append(Problem(f"pvcs.{claim}", claim, "is not a PersistentVolumeClaim name.",
+                                    "use the claim's name as `kubectl get pvc` shows it."))
+        if not isinstance(path, str) or not path.startswith("/"):
+            problems.append(Problem(f"pvcs.{claim}", path, "mount path must be absolute.", "e.g. /data."))
+    return problems
+
+
+def _shared_home_beside(claim: Optional[str], volumes: Sequence[Mapping], volume_mounts: Sequence[Mapping],
+                        pvcs: Mapping[str, str]) -> tuple[Optional[dict], Optional[dict], list[Problem]]:
+    """`shared_home(claim)`, and the problems of another volume taking its mount path or its volume name."""
+    home_volume, home_mount, problems = shared_home(claim)
+    if home_mount is not None:
+        taken = [m.get("mountPath") for m in volume_mounts if isinstance(m, Mapping)] + list(pvcs.values())
+        if home_mount["mountPath"] in taken:
+            problems.append(Problem("shared_home_pvc", claim,
+                                    f"another volume is mounted at NEMORUN_HOME ({home_mount['mountPath']}) too.",
+                                    "mount only the shared home there: remove that path from pvcs/volume_mounts."))
+        names = [v.get("name") for v in volumes if isinstance(v, Mapping)] + list(pvcs)
+        if SHARED_HOME_VOLUME in names:
+            problems.append(Problem("volumes", SHARED_HOME_VOLUME, "is the name of the shared_home_pvc volume.",
+                                    "rename your volume (or claim in pvcs)."))
+    return home_volume, home_mount, problems
+
+
+def _pod_volumes(volumes: Sequence[Mapping], volume_mounts: Sequence[Mapping], home_volume: Optional[dict],
+                 home_mount: Optional[dict], pvcs: Mapping[str, str], shm_size: Optional[str]) -> tuple[
+                     list[dict], list[dict]]:
+    """The pod's volumes and the trainer container's mounts: the user's, then the shared home, the claims and a
+    memory-backed /dev/shm."""
+    all_volumes = [dict(v) for v in volumes]
+    mounts = [dict(m) for m in volume_mounts]
+    if home_volume is not None:
+        all_volumes.append(home_volume)
+        mounts.append(home_mount)
+    for claim, path in pvcs.items():
+        all_volumes.append({"name": claim, "persistentVolumeClaim": {"claimName": claim}})
+        mounts.append({"name": claim, "mountPath": path})
+    if shm_size:
+        all_volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": shm_size}})
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    return all_volumes, mounts
+
+
 @contextlib.contextmanager
 def _kubeconfig_errors_reported() -> Iterator[None]:
     """NeMo-Run's executor loads the kubeconfig when it is built; a file that exists but cannot be read (bad YAML,
@@ -198,9 +249,9 @@ def _kubeconfig_errors_reported() -> Iterator[None]:
     except Exception as error:
         if not _raised_by_the_kubeconfig_loader(error):
             raise
-        paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p] or ["~/.kube/config"]
+        paths = _kubeconfig_paths() or ["~/.kube/config"]
         detail = _kubeconfig_error_detail(error)
-        raise InvalidRecipeError([Problem(
+        raise InvalidConfigError([Problem(
             "kubeconfig", ", ".join(paths), f"cannot be loaded ({type(error).__name__}{detail}).",
             "fix or regenerate it (e.g. `gcloud container clusters get-credentials ...`, `aws eks update-kubeconfig "
             "...`), or point KUBECONFIG at a working one; `kubectl config view` shows what is wrong.")],
@@ -293,7 +344,7 @@ def environment_problems() -> list[Problem]:
                         "pip install 'nemo-recipes[kubernetes]' (or: pip install kubernetes).")]
     if os.environ.get("KUBERNETES_SERVICE_HOST"):
         return []  # in-cluster configuration
-    paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    paths = _kubeconfig_paths()
     where = "KUBECONFIG" if paths else "~/.kube/config"
     paths = paths or [os.path.expanduser("~/.kube/config")]
     if not any(os.path.isfile(p) for p in paths):
@@ -306,14 +357,55 @@ def environment_problems() -> list[Problem]:
 def _follow_kubeconfig_env() -> None:
     """The kubernetes client reads KUBECONFIG once, when imported; NeMo-Run's executor then loads that default.
     Point the default at the current KUBECONFIG so that the file we checked is the file it loads."""
-    paths = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    paths = _kubeconfig_paths()
     if paths:
         from kubernetes.config import kube_config
 
         kube_config.KUBE_CONFIG_DEFAULT_LOCATION = os.pathsep.join(paths)
 
 
-def check_environment() -> None:
-    problems = environment_problems()
-    if problems:
-        raise InvalidRecipeError(problems, context="kubernetes executor")
+def _kubeconfig_paths() -> list[str]:
+    """The files KUBECONFIG names, in order (the kubernetes client merges them); [] when it is unset."""
+    return [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+
+
+# ---- the preset interface (registry.py) ----
+
+EXECUTOR = "KubeflowExecutor"
+
+
+def cli_factory(
+    namespace: str = "default",
+    nodes: Count = 1,
+    gpus_per_node: Count = 8,
+    gpu: Optional[str] = None,
+    image: Optional[str] = None,
+    runtime: str = "torch-distributed",
+    shared_home_pvc: Optional[str] = None,
+    trainer_version: str = DEFAULT_TRAINER_VERSION,
+) -> run.Config[run.KubeflowExecutor]:
+    """A Kubeflow Trainer TrainJob; image defaults to the nemo-recipes image. `shared_home_pvc` names the claim that
+    holds this machine's NEMORUN_HOME, mounted at the same path in the pods so they can read the job's config.
+    `trainer_version` (v2.1, v2.2, v2.3) is the cluster's Kubeflow Trainer release, which decides the TrainJob's
+    shape; a cluster profile can set it too."""
+    kwargs = {} if image is None else {"image": image}
+    return kubernetes(namespace=namespace, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu, runtime=runtime,
+                      shared_home_pvc=shared_home_pvc, trainer_version=trainer_version, **kwargs).to_config()
+
+
+def secure(executor: Any, task_env: Optional[dict[str, str]], secrets: Iterable[str]) -> list[Problem]:
+    """A secret in the env would be written into the TrainJob manifest: refused; pods read secrets through
+    secretKeyRef (the preset's `secrets=`)."""
+    marked = secret_names(list(secrets))
+    return [Problem(f"env.{name}", REDACTED, "is a secret and would be written into the TrainJob manifest.",
+                    f"create a Kubernetes Secret and pass secrets={{'{name}': 'secret-name/key'}} to the "
+                    "kubernetes preset (secretKeyRef).")
+            for source in (executor.env_vars, task_env or {}) for name in source if name in marked]
+
+
+def render(request: Any, executor: Any) -> str:
+    """The TrainJob manifest, as YAML."""
+    import yaml
+
+    body = executor.get_job_body(executor._trainjob_name(request.name), request.cmd)
+    return yaml.safe_dump(body, sort_keys=False, width=10_000)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-from typing import Iterable, Literal, Mapping, Optional, Sequence
+from typing import Any, Iterable, Literal, Mapping, Optional, Sequence
 
 import nemo_run as run
 
-from nemo_recipes.errors import Problem
+from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.executors._common import (
+    Count,
     DEFAULT_IMAGE,
     MAX_GPUS_PER_NODE,
     gpu_env,
@@ -26,6 +27,7 @@ from nemo_recipes.executors.secrets import (
     env_problems,
     export_names,
     secret_name_problems,
+    secure_slurm,
     split_for_slurm,
 )
 
@@ -157,3 +159,50 @@ def slurm(
         additional_parameters={"export": export_names(None, secrets)} if secrets else None,
         poll_estimated_start_time=False,
     )
+
+
+# ---- the preset interface (registry.py) ----
+
+EXECUTOR = "SlurmExecutor"
+
+
+def cli_factory(
+    account: Optional[str] = None,
+    partition: Optional[str] = None,
+    nodes: Count = 1,
+    gpus_per_node: Count = 8,
+    gpu: Optional[str] = None,
+    container_image: Optional[str] = None,
+    time: str = "04:00:00",
+    tunnel: str = "local",
+    host: Optional[str] = None,
+    user: Optional[str] = None,
+    job_dir: Optional[str] = None,
+    identity: Optional[str] = None,
+    retries: Count = 0,
+) -> run.Config[run.SlurmExecutor]:
+    """sbatch with one torchrun rank per GPU; container_image defaults to the nemo-recipes image.
+
+    NeMo-Run's `executor=NAME` takes no arguments (it splits on '='), so the account comes from SBATCH_ACCOUNT or
+    SLURM_ACCOUNT (the variables sbatch itself reads) when not given; other fields: `run.executor.nodes=4`.
+    """
+    kwargs = {} if container_image is None else {"container_image": container_image}
+    if account is None:
+        account = os.environ.get("SBATCH_ACCOUNT") or os.environ.get("SLURM_ACCOUNT")
+        if not account:
+            raise InvalidConfigError([Problem(
+                "account", None, "the slurm executor needs a Slurm account.",
+                "export SBATCH_ACCOUNT=<account>, or use a cluster profile (run.executor=<profile name>).")])
+    return slurm(account=account, partition=partition, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu,
+                 time=time, tunnel=tunnel, host=host, user=user, job_dir=job_dir, identity=identity,
+                 retries=retries, **kwargs).to_config()
+
+
+def secure(executor: run.SlurmExecutor, task_env: Optional[dict[str, str]], secrets: Iterable[str]) -> list[Problem]:
+    """Secrets by reference (`#SBATCH --export`), awkward values quoted in setup lines: see secrets.secure_slurm."""
+    return secure_slurm(executor, task_env, secrets)
+
+
+def render(request: Any, executor: run.SlurmExecutor) -> str:
+    """The sbatch script."""
+    return request.materialize()

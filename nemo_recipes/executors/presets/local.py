@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping, Optional
+import shlex
+from typing import Any, Iterable, Mapping, Optional
 
 import nemo_run as run
 
+from nemo_recipes.errors import Problem
 from nemo_recipes.executors._common import (
+    Count,
     MAX_GPUS_PER_NODE,
     gpu_env,
     mapping,
@@ -15,6 +18,7 @@ from nemo_recipes.executors._common import (
     raise_if,
     str_list,
 )
+from nemo_recipes.executors.registry import generic_secure
 from nemo_recipes.executors.secrets import env_problems, secret_name_problems
 
 
@@ -50,3 +54,24 @@ def local(
         launcher="torchrun" if torchrun else None,
         env_vars={**env, **recorded},
     )
+
+
+# ---- the preset interface (registry.py) ----
+
+EXECUTOR = "LocalExecutor"
+
+
+def cli_factory(devices: Count = 1, gpu: Optional[str] = None) -> run.Config[run.LocalExecutor]:
+    """torchrun on this machine with `devices` processes."""
+    return local(devices, gpu=gpu).to_config()
+
+
+def secure(executor: run.LocalExecutor, task_env: Optional[dict[str, str]], secrets: Iterable[str]) -> list[Problem]:
+    # A local job inherits this process's environment: a secret needs no copy in the files NeMo-Run writes.
+    return generic_secure(executor, task_env, secrets)
+
+
+def render(request: Any, executor: run.LocalExecutor) -> str:
+    """The torchrun (or plain) command line of the job."""
+    (params,) = request.role_params.values()
+    return shlex.join(params[0].args) + "\n"

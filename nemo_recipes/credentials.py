@@ -1,0 +1,52 @@
+"""What a credential looks like, so that none is ever quoted back or written where a name belongs.
+
+Standard library only and below every other module: error messages (errors.py) and the executors' secret policy
+(executors/secrets.py) both ask it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Optional
+
+#: Prefixes that start API tokens and no Secret name or key: {prefix: whose token}. Errors name the prefix only.
+_TOKEN_PREFIXES = {
+    "hf_": "a Hugging Face token", "ghp_": "a GitHub token", "gho_": "a GitHub token", "ghu_": "a GitHub token",
+    "ghs_": "a GitHub token", "ghr_": "a GitHub token", "github_pat_": "a GitHub token", "glpat-": "a GitLab token",
+    "sk-": "an OpenAI-style API key", "sk_live_": "a Stripe key", "xoxb-": "a Slack token", "xoxp-": "a Slack token",
+    "nvapi-": "an NVIDIA API key", "AKIA": "an AWS access key id", "ASIA": "an AWS access key id",
+}
+#: Runs of letters and digits (no separator) at least this long are checked for randomness: names are shorter words.
+_RANDOM_RUN = 20
+_HEX_RUN = re.compile(r"[0-9a-fA-F]{32,}")
+
+
+def token_like(text: str) -> Optional[str]:
+    """Why `text` (where a Secret's name or key belongs) looks like a secret value itself, or None.
+
+    Secret names are DNS names people type ("wandb", "hf-token/HF_TOKEN"); tokens are long random strings, often
+    with a vendor prefix (W&B keys are 40 hexadecimal digits). The reason never quotes the text."""
+    for prefix, kind in _TOKEN_PREFIXES.items():
+        # A random run after the prefix: "sk-team-secrets" is a Secret name, "sk-proj-Zq8Wm3Xn5Vb7Lk2J..." is not.
+        if text.startswith(prefix) and re.search(r"[A-Za-z0-9]{16,}", text[len(prefix):]):
+            return f"starts like {kind} ({prefix}...)"
+    hex_run = _HEX_RUN.search(text)
+    if hex_run:
+        return f"holds {len(hex_run.group())} hexadecimal digits in a row, like a W&B API key"
+    for part in text.split("/"):
+        for run in re.findall(r"[A-Za-z0-9+=]+", part):
+            if len(run) >= _RANDOM_RUN and _random_looking(run):
+                return f"holds a {len(run)}-character random-looking string"
+    return None
+
+
+def _random_looking(run: str) -> bool:
+    """Cut into words the way a name is written (lower-case words, CamelCase words, numbers), a random string falls
+    into pieces of one to three characters, or has digits in four or more places; "teamwandbkey2024" or
+    "HuggingFaceHubToken" do neither. The spread of its characters (>= 3.5 bits each) rules out repetition."""
+    words = re.findall(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[0-9]+|[^A-Za-z0-9]", run)
+    counts = [run.count(c) for c in set(run)]
+    entropy = -sum(n / len(run) * math.log2(n / len(run)) for n in counts)
+    numbers = sum(w.isdigit() for w in words)
+    return (len(run) / len(words) < 3 or numbers >= 4) and entropy >= 3.5

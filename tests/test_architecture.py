@@ -1,0 +1,127 @@
+"""The layers of ARCHITECTURE.md, enforced: which package of nemo_recipes may import which, read from the source
+(imports inside functions count too, so a lazy import cannot hide an upward dependency)."""
+
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "nemo_recipes"
+
+#: Each unit (a top-level module or sub-package) and what it may import, lowest layer first. ARCHITECTURE.md holds
+#: the same table with the reasons.
+CORE = {"errors", "credentials", "counts"}
+ALLOWED: dict[str, set[str]] = {
+    "credentials": set(),
+    "counts": set(),
+    "errors": {"credentials"},
+    "catalog": CORE | {"plan"},
+    "plan": CORE | {"catalog"},
+    "overrides": CORE | {"catalog"},
+    "bridge": CORE | {"catalog", "plan", "overrides", "__init__"},
+    "executors": CORE | {"catalog", "plan", "overrides", "__init__"},
+    "smoke_training": CORE | {"catalog", "plan", "overrides", "bridge", "executors"},
+    "cli": CORE | {"catalog", "plan", "overrides", "bridge", "executors", "smoke_training", "__init__"},
+    "__init__": CORE | {"catalog", "plan", "bridge", "smoke_training"},
+}
+#: Edges across a layer that exist on purpose: (importing module, imported unit) -> why.
+EXCEPTIONS = {
+    # NeMo-Run loads one entry-point module per package; importing it must register the executor factories too.
+    ("bridge/register.py", "executors"): "the nemo_run.cli entry point registers recipes and executors",
+    # The plugin reads the recipe back from the Partial it is given, which only the bridge knows how to do.
+    ("executors/plugin.py", "bridge"): "the recipe plugin reads the RecipeSpec back from a run.Partial",
+}
+#: Units that must stay importable without NeMo, Megatron, torch, Lightning or NeMo-Run (the fast path).
+LIGHT = {"credentials", "counts", "errors", "catalog", "plan", "overrides"}
+HEAVY = {"nemo", "megatron", "torch", "lightning", "nemo_run", "transformer_engine", "fiddle"}
+
+
+def _unit(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "nemo_recipes":
+        return None
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+def _imports(relative: str, source: str) -> list[str]:
+    """Absolute names of every module the file `relative` (to nemo_recipes/) imports, relative imports resolved."""
+    package = ["nemo_recipes", *Path(relative).parent.parts]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[:len(package) - node.level + 1]
+                found.append(".".join(base + ([node.module] if node.module else [])))
+            else:
+                found.append(node.module or "")
+    return found
+
+
+def _own_unit(relative: str) -> str:
+    parts = Path(relative).parts
+    return parts[0] if len(parts) > 1 else Path(relative).stem
+
+
+def layer_violations(relative: str, source: str) -> list[str]:
+    """Modules of ours that `relative` imports against the layers."""
+    own = _own_unit(relative)
+    return [module for module in _imports(relative, source)
+            if (unit := _unit(module)) is not None and unit != own and unit not in ALLOWED[own]
+            and (relative, unit) not in EXCEPTIONS]
+
+
+def heavy_imports(relative: str, source: str) -> list[str]:
+    """Heavy libraries that a fast-path file imports."""
+    if _own_unit(relative) not in LIGHT:
+        return []
+    return sorted({m for m in _imports(relative, source) if m.split(".")[0] in HEAVY})
+
+
+SOURCES = {str(path.relative_to(PACKAGE)): path.read_text(encoding="utf-8") for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_every_unit_has_a_place_in_the_layers():
+    units = {_own_unit(relative) for relative in SOURCES}
+    assert units <= set(ALLOWED), f"add {sorted(units - set(ALLOWED))} to ALLOWED and ARCHITECTURE.md"
+
+
+@pytest.mark.parametrize("relative", list(SOURCES))
+def test_imports_follow_the_layers(relative):
+    wrong = layer_violations(relative, SOURCES[relative])
+    own = _own_unit(relative)
+    assert not wrong, f"{relative} ({own}) imports {wrong}; ARCHITECTURE.md says {own} may import {sorted(ALLOWED[own])}"
+
+
+@pytest.mark.parametrize("relative", [r for r in SOURCES if _own_unit(r) in LIGHT])
+def test_the_fast_path_imports_no_heavy_library(relative):
+    heavy = heavy_imports(relative, SOURCES[relative])
+    assert not heavy, f"{relative} imports {heavy}: the catalog and planner must stay light"
+
+
+def test_the_checks_catch_an_upward_or_heavy_import():
+    # A planner module importing the CLI inside a function, and torch, must both be reported.
+    probe = "def f():\n    from ..cli import main\n    import torch.nn\n"
+    assert layer_violations("plan/probe.py", probe) == ["nemo_recipes.cli"]
+    assert heavy_imports("plan/probe.py", probe) == ["torch.nn"]
+    assert layer_violations("cli/probe.py", probe) == [] and heavy_imports("cli/probe.py", probe) == []
+
+
+def test_nothing_the_tests_or_benchmarks_read_lies_outside_the_checkout():
+    # A user's clone has no ../shared: the suite and benchmarks carry their own data (tests/data, benchmarks/data).
+    root = PACKAGE.parent
+    offenders = []
+    for folder in ("tests", "benchmarks", "examples", "nemo_recipes"):
+        for path in (root / folder).rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            if path != Path(__file__) and ('"shared"' in text or "../shared" in text):
+                offenders.append(str(path.relative_to(root)))
+    assert not offenders, offenders
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))
