@@ -14,6 +14,7 @@ import argparse
 import hashlib
 import json
 import os
+import socket
 import sys
 import time
 
@@ -37,6 +38,7 @@ def main() -> int:
         "rank": rank,
         "world_size": world_size,
         "local_rank": int(os.environ.get("LOCAL_RANK", -1)),
+        "host": socket.gethostname(),
         "node_rank": int(os.environ.get("GROUP_RANK", os.environ.get("NODE_RANK", -1))),
         "rank_sum": int(total.item()),
         "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", 0) or 0),

@@ -25,6 +25,30 @@ def pytest_sessionfinish(session, exitstatus):
 REPO = Path(__file__).resolve().parent.parent
 
 
+def ci() -> bool:
+    """CI sets CI=true: there a missing Slurm cluster is a failure, elsewhere a skip."""
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="module")
+def nemorun_home(tmp_path_factory):
+    """A fresh NEMORUN_HOME for the module, also where NeMo-Run keeps its Slurm job index (shared by the Slurm
+    test modules, single- and two-node)."""
+    import importlib
+
+    import nemo_run.config
+
+    slurm_scheduler = importlib.import_module("nemo_run.run.torchx_backend.schedulers.slurm")
+
+    home = tmp_path_factory.mktemp("nemorun-home")
+    previous = (nemo_run.config.get_nemorun_home(), slurm_scheduler.SLURM_JOB_DIRS)
+    nemo_run.config.set_nemorun_home(str(home))
+    slurm_scheduler.SLURM_JOB_DIRS = str(home / ".slurm_jobs")
+    yield home
+    nemo_run.config.set_nemorun_home(previous[0])
+    slurm_scheduler.SLURM_JOB_DIRS = previous[1]
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO
@@ -80,10 +104,6 @@ def no_network(monkeypatch):
 
 # ---- the single-node Slurm cluster (.ci/start-slurm.sh): tests/test_slurm_jobs.py, tests/test_slurm_training.py ----
 
-def _ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
 @pytest.fixture(scope="module")
 def slurm_cluster():
     problem = None
@@ -94,27 +114,9 @@ def slurm_cluster():
         if result.returncode != 0:
             problem = f"Slurm does not answer (`sinfo`: {result.stderr.strip()}): run `sudo .ci/start-slurm.sh`"
     if problem:
-        if _ci():
+        if ci():
             pytest.fail(f"CI is set but {problem}")
         pytest.skip(problem)
-
-
-@pytest.fixture(scope="module")
-def nemorun_home(tmp_path_factory):
-    """A fresh NEMORUN_HOME for this module, also where NeMo-Run keeps its Slurm job index."""
-    import importlib
-
-    import nemo_run.config
-
-    slurm_scheduler = importlib.import_module("nemo_run.run.torchx_backend.schedulers.slurm")
-
-    home = tmp_path_factory.mktemp("nemorun-home")
-    previous = (nemo_run.config.get_nemorun_home(), slurm_scheduler.SLURM_JOB_DIRS)
-    nemo_run.config.set_nemorun_home(str(home))
-    slurm_scheduler.SLURM_JOB_DIRS = str(home / ".slurm_jobs")
-    yield home
-    nemo_run.config.set_nemorun_home(previous[0])
-    slurm_scheduler.SLURM_JOB_DIRS = previous[1]
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import os
 import contextlib
 import io
 import json
-import shutil
 import subprocess
 import sys
 import time
