@@ -76,6 +76,8 @@ class SmokeMetrics(Callback):
             "consumed_samples": getattr(sampler, "init_consumed_samples", None),
             "resumed_from": str(trainer.ckpt_path) if trainer.ckpt_path else None,
             "slurm_job": os.environ.get("SLURM_JOB_ID"), "attempt": attempt(),
+            # Slurm's own text, as tests/test_slurm_two_nodes.py reads it (None outside a requeued job).
+            "restart_count": os.environ.get("SLURM_RESTART_COUNT"),
         })
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
