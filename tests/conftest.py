@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -66,10 +68,11 @@ def kubeconfig_file(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("kube") / "config"
     path.write_text(
         "apiVersion: v1\nkind: Config\n"
-        "clusters: [{name: test, cluster: {server: \"https://127.0.0.1:6443\"}}]\n"
+        'clusters: [{name: test, cluster: {server: "https://127.0.0.1:6443"}}]\n'
         "contexts: [{name: test, context: {cluster: test, user: test}}]\n"
         "current-context: test\n"
-        "users: [{name: test, user: {token: placeholder}}]\n")
+        "users: [{name: test, user: {token: placeholder}}]\n"
+    )
     return path
 
 
@@ -98,3 +101,29 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket, "create_connection", lambda address, *a, **k: refuse(address))
     monkeypatch.setattr(socket, "getaddrinfo", lambda host, *a, **k: refuse(host))
     yield attempts
+
+
+# ---- the single-node Slurm cluster (.ci/start-slurm.sh): tests/test_slurm_jobs.py, tests/test_slurm_training.py ----
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster():
+    problem = None
+    if shutil.which("sinfo") is None:
+        problem = "`sinfo` not found: no Slurm here (start one with `sudo .ci/start-slurm.sh`)"
+    else:
+        result = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
+        if result.returncode != 0:
+            problem = f"Slurm does not answer (`sinfo`: {result.stderr.strip()}): run `sudo .ci/start-slurm.sh`"
+    if problem:
+        if ci():
+            pytest.fail(f"CI is set but {problem}")
+        pytest.skip(problem)
+
+
+@pytest.fixture
+def cluster(slurm_cluster, nemorun_home, monkeypatch):
+    # NeMo-Run runs sbatch/sacct through invoke, which reads stdin; pytest's captured stdin refuses reads.
+    with open(os.devnull) as devnull:
+        monkeypatch.setattr(sys, "stdin", devnull)
+        yield nemorun_home

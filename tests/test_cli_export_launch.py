@@ -155,7 +155,8 @@ def test_launch_dryrun_hands_recipe_executor_and_plugin_to_nemo_run(tmp_path):
         "devices": 8,
         "dryrun": True,
         "overrides": {},
-    }
+        "slurm": None,
+    }  # slurm: the job's Slurm state, Slurm only
     assert data["experiment_id"].startswith("gpt_1_3b_")
     assert "torchrun" in result.stderr  # NeMo-Run's dry run shows the command it would start
 

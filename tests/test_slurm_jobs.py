@@ -5,13 +5,10 @@ Each job is examples/dist_check.py under torchrun: every rank joins torch.distri
 and world size, which are checked against the plan. Without `sinfo` the tests skip, unless CI is set: then they fail.
 """
 
-import os
-
-
 import contextlib
 import io
 import json
-import shutil
+import os
 import subprocess
 import sys
 import time
@@ -28,7 +25,7 @@ PARTITION = os.environ.get("SLURM_PARTITION") or None
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 TRICKY = {
     "SPACES": "two  words and a tab\there",
-    "QUOTES": "it's \"quoted\"",
+    "QUOTES": 'it\'s "quoted"',
     "DOLLAR": "$HOME ${PATH} $(id -u) $((1+1))",
     "BACKTICKS": "`touch /tmp/nemo-recipes-injected` `id`",
     "NEWLINES": "line one\nline two\n",
@@ -38,38 +35,18 @@ TRICKY = {
 }
 
 
-def _ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
-
-
-@pytest.fixture(scope="module")
-def slurm_cluster():
-    problem = None
-    if shutil.which("sinfo") is None:
-        problem = "`sinfo` not found: no Slurm here (start one with `sudo .ci/start-slurm.sh`)"
-    else:
-        result = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True)
-        if result.returncode != 0:
-            problem = f"Slurm does not answer (`sinfo`: {result.stderr.strip()}): run `sudo .ci/start-slurm.sh`"
-    if problem:
-        if _ci():
-            pytest.fail(f"CI is set but {problem}")
-        pytest.skip(problem)
-
-
-@pytest.fixture
-def cluster(slurm_cluster, nemorun_home, monkeypatch):
-    # NeMo-Run runs sbatch/sacct through invoke, which reads stdin; pytest's captured stdin refuses reads.
-    with open(os.devnull) as devnull:
-        monkeypatch.setattr(sys, "stdin", devnull)
-        yield nemorun_home
-
-
 def executor(**overrides):
     from nemo_recipes.executors import slurm
 
-    args = dict(account=ACCOUNT, partition=PARTITION, gpus_per_node=0, processes_per_node=2, container_image=None,
-                time="00:05:00", env={"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"})
+    args = dict(
+        account=ACCOUNT,
+        partition=PARTITION,
+        gpus_per_node=0,
+        processes_per_node=2,
+        container_image=None,
+        time="00:05:00",
+        env={"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+    )
     env = {**args["env"], **overrides.pop("env", {})}
     return slurm(**{**args, **overrides, "env": env})
 
@@ -113,7 +90,9 @@ class Submitted:
         return buffer.getvalue()
 
     def reports(self) -> list[dict]:
-        return [json.loads(line.split("DIST_CHECK ", 1)[1]) for line in self.logs().splitlines() if "DIST_CHECK " in line]
+        return [
+            json.loads(line.split("DIST_CHECK ", 1)[1]) for line in self.logs().splitlines() if "DIST_CHECK " in line
+        ]
 
     def sbatch_script(self) -> str:
         return (Path(self.exp._exp_dir) / f"{self.job_id}_sbatch.sh").read_text()
@@ -121,6 +100,7 @@ class Submitted:
 
 def submit(task, ex, name="check", plugins=None) -> Submitted:
     import nemo_run as run
+
     from nemo_recipes.executors import RecipePlugin
 
     with run.Experiment(f"slurm-{name}", log_level="WARN") as exp:
@@ -175,8 +155,9 @@ def test_cancelled_job_is_reported_cancelled(cluster):
     job.wait({"RUNNING"}, timeout=60)
     job.exp.cancel(job.job_id)
     assert job.wait() == "CANCELLED"
-    sacct = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", job.slurm_id],
-                           capture_output=True, text=True, check=True).stdout
+    sacct = subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-o", "State", "-j", job.slurm_id], capture_output=True, text=True, check=True
+    ).stdout
     assert sacct.startswith("CANCELLED")
 
 
@@ -200,8 +181,11 @@ def test_retries_requeue_the_job(cluster):
     logs = sorted(Path(job.job.executor.job_dir).glob("log-*.out"))  # one file per run: ..._<restart count>.out
     assert [p.name.rsplit("_", 1)[1] for p in logs] == ["0.out", "1.out"]
     for restart, path in enumerate(logs):
-        lines = [json.loads(line.split("DIST_CHECK ", 1)[1]) for line in path.read_text().splitlines()
-                 if "DIST_CHECK " in line]
+        lines = [
+            json.loads(line.split("DIST_CHECK ", 1)[1])
+            for line in path.read_text().splitlines()
+            if "DIST_CHECK " in line
+        ]
         assert sorted(r["rank"] for r in lines) == [0, 1]
         assert {r["restart_count"] for r in lines} == {restart}
 
@@ -227,8 +211,10 @@ def test_env_values_arrive_unchanged_and_secrets_stay_off_disk(cluster, monkeypa
 
     for report in reports:
         assert report["echo"] == TRICKY
-        assert report["sha256"] == {"MY_TOKEN": hashlib.sha256(secret.encode()).hexdigest(),
-                                    "WANDB_API_KEY": hashlib.sha256(wandb.encode()).hexdigest()}
+        assert report["sha256"] == {
+            "MY_TOKEN": hashlib.sha256(secret.encode()).hexdigest(),
+            "WANDB_API_KEY": hashlib.sha256(wandb.encode()).hexdigest(),
+        }
     assert not Path("/tmp/nemo-recipes-injected").exists()
     script = job.sbatch_script()
     assert "#SBATCH --export=ALL,MY_TOKEN,WANDB_API_KEY" in script

@@ -207,13 +207,14 @@ def _failed(records, **kw):
 def test_a_good_record_passes():
     verdict = judge(_records(), steps=20, stop_step=10, global_batch_size=4)
     assert verdict.passed and verdict.resumed_at == 10 and verdict.device == "cpu"
-    assert len(verdict.checks) == 6 and verdict.seconds_per_step == pytest.approx(0.1)
+    assert len(verdict.checks) == 7 and verdict.seconds_per_step == pytest.approx(0.1)
 
 
 @pytest.mark.parametrize(
     "records, failing",
     [
-        (_records(resumed_at=0), ["resumed where it stopped"]),
+        # Resumed at 0: the first phase's steps are not in the state it resumed from, so they do not count either.
+        (_records(resumed_at=0), ["every step trained once", "resumed where it stopped"]),
         (_records(consumed_at_start=0), ["resumed where it stopped"]),
         (_records(skip={13}), ["every step trained once"]),
         (_records(repeat={12}), ["every step trained once"]),
@@ -280,3 +281,126 @@ def test_a_layout_other_than_planned_fails():
     assert _failed(records, layout=planned) == []
     records[1]["parallel"] = {**planned, "tp": 1, "dp": 2}
     assert _failed(records, layout=planned) == ["layout as planned"]
+
+
+# ---- requeued runs (a preempted Slurm job resumes from its last checkpoint) ----
+
+
+def _requeued(*, killed_at=14, resumed_at=10, consumed=None, checkpoint_step=None, stop=10, steps=20, gbs=4):
+    """The train phase killed after `killed_at` steps and requeued (attempt 1), resuming at `resumed_at` from a
+    checkpoint named after step `checkpoint_step` (NeMo's 0-based name: resumed_at - 1)."""
+    losses = [7.2 - 0.03 * i for i in range(steps + killed_at)]
+    named = resumed_at - 1 if checkpoint_step is None else checkpoint_step
+    records = [{"event": "start", "phase": "train", "attempt": 0, "global_step": 0, "consumed_samples": 0}]
+    records += [
+        {
+            "event": "step",
+            "phase": "train",
+            "attempt": 0,
+            "step": s,
+            "loss": losses[s],
+            "consumed_samples": s * gbs,
+            "seconds": 0.1,
+        }
+        for s in range(1, killed_at + 1)
+    ]
+    records.append(
+        {
+            "event": "start",
+            "phase": "train",
+            "attempt": 1,
+            "global_step": resumed_at,
+            "resumed_from": f"/c/model--step={named}-consumed_samples={resumed_at * gbs}.0-last/weights",
+            "consumed_samples": resumed_at * gbs if consumed is None else consumed,
+        }
+    )
+    records += [
+        {
+            "event": "step",
+            "phase": "train",
+            "attempt": 1,
+            "step": s,
+            "loss": losses[s],
+            "consumed_samples": s * gbs,
+            "seconds": 0.1,
+        }
+        for s in range(resumed_at + 1, 2 * stop + 1)
+    ]
+    records.append(
+        {
+            "event": "start",
+            "phase": "resume",
+            "attempt": 0,
+            "global_step": 2 * stop,
+            "resumed_from": "ckpt",
+            "consumed_samples": 2 * stop * gbs,
+        }
+    )
+    records += [
+        {
+            "event": "step",
+            "phase": "resume",
+            "attempt": 0,
+            "step": s,
+            "loss": losses[s],
+            "consumed_samples": s * gbs,
+            "seconds": 0.1,
+        }
+        for s in range(2 * stop + 1, steps + 1)
+    ]
+    records.append(
+        {
+            "event": "checkpoints",
+            "phase": "resume",
+            "checkpoints": [{"path": "p", "step": steps - 1, "bytes": 100, "tensors": 19, "optimizer": True}],
+        }
+    )
+    return records
+
+
+def _judge_requeued(records, every=5):
+    verdict = judge(records, steps=30, stop_step=20, global_batch_size=4, checkpoint_every=every)
+    return verdict, [c.name for c in verdict.checks if not c.passed]
+
+
+def test_a_requeued_run_that_resumed_at_its_last_checkpoint_passes():
+    verdict, failed = _judge_requeued(_requeued(killed_at=14, resumed_at=10, stop=10, steps=30))
+    assert failed == []
+    assert [s for s, _ in verdict.losses] == list(range(1, 31))  # 11-14 of the killed run are not counted twice
+    first, requeued, resumed = verdict.attempts
+    assert first.lost == [11, 12, 13, 14] and requeued.steps == list(range(11, 21)) and requeued.lost == []
+    assert (requeued.attempt, requeued.started_at, resumed.started_at) == (1, 10, 20)
+
+
+@pytest.mark.parametrize(
+    "record, why",
+    [
+        # resumed from an older checkpoint than the last one the killed run finished (5, though 10 was saved)
+        (dict(killed_at=14, resumed_at=5), "not at the last checkpoint"),
+        # a start step that is not the step its checkpoint holds
+        (dict(killed_at=14, resumed_at=10, checkpoint_step=4), "its checkpoint holds 5"),
+        # the data position did not come back with the step
+        (dict(killed_at=14, resumed_at=10, consumed=0), "consumed samples 0"),
+    ],
+)
+def test_a_requeued_run_that_resumed_elsewhere_fails(record, why):
+    verdict, failed = _judge_requeued(_requeued(stop=10, steps=30, **record))
+    assert "requeued runs resumed from the last checkpoint" in failed
+    assert why in next(c.detail for c in verdict.checks if c.name == "requeued runs resumed from the last checkpoint")
+
+
+def test_a_killed_writer_leaves_a_torn_line_that_the_record_skips(tmp_path):
+    from nemo_recipes.smoke_training import record
+
+    path = tmp_path / "metrics.jsonl"
+    record.append(path, {"event": "step", "step": 1})
+    with open(path, "a", encoding="utf-8") as stream:
+        stream.write('{"event": "step", "st')  # killed in the middle of a write
+    record.append(path, {"event": "start", "attempt": 1})
+    record.append(path, {"event": "step", "step": 2})
+    assert record.read(path) == [
+        {"event": "step", "step": 1},
+        {"event": "start", "attempt": 1},
+        {"event": "step", "step": 2},
+    ]
+    assert path.read_text().count("\n") == 4  # one line each, the torn one included

@@ -28,8 +28,11 @@ NO_DROPOUT = {"hidden_dropout": 0.0, "attention_dropout": 0.0}
 
 
 def _explain(report) -> str:
-    tails = [f"--- {phase} log (tail) ---\n" + Path(log).read_text(errors="replace")[-4000:]
-             for phase, log in report.logs.items() if Path(log).exists()]
+    tails = [
+        f"--- {phase} log (tail) ---\n" + Path(log).read_text(errors="replace")[-4000:]
+        for phase, log in report.logs.items()
+        if Path(log).exists()
+    ]
     return "\n".join([report.format(), *tails])
 
 
@@ -55,8 +58,12 @@ def test_each_recipe_trains_stops_and_resumes_on_one_cpu_process(name, tmp_path)
 @pytest.mark.slow
 def test_the_cli_smoke_of_gpt_1_3b_reports_json(tmp_path):
     """The fifth recipe goes through `nemo-recipes smoke --json`, as a user would run it."""
-    result = subprocess.run([sys.executable, "-m", "nemo_recipes.cli.main", "smoke", "gpt_1_3b", "--json",
-                             "--dir", str(tmp_path)], capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "nemo_recipes.cli.main", "smoke", "gpt_1_3b", "--json", "--dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(result.stdout)
     assert report["passed"] is True and report["recipe"] == "gpt_1_3b" and report["device"] == "cpu"
@@ -67,10 +74,13 @@ def test_the_cli_smoke_of_gpt_1_3b_reports_json(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("overrides, layout, recipe", [
-    ({"tensor_parallel": 2}, "TP2 PP1 CP1 DP1", "gpt_13b"),  # with sequence parallelism, as the recipe has it
-    ({"tensor_parallel": 1, "pipeline_parallel": 2}, "TP1 PP2 CP1 DP1", "gpt_70b"),  # tied embeddings across stages
-])
+@pytest.mark.parametrize(
+    "overrides, layout, recipe",
+    [
+        ({"tensor_parallel": 2}, "TP2 PP1 CP1 DP1", "gpt_13b"),  # with sequence parallelism, as the recipe has it
+        ({"tensor_parallel": 1, "pipeline_parallel": 2}, "TP1 PP2 CP1 DP1", "gpt_70b"),  # tied embeddings across stages
+    ],
+)
 def test_two_processes_train_as_tp2_and_pp2_under_torchrun(overrides, layout, recipe, tmp_path):
     report = smoke(recipe, overrides, processes=2, dir=str(tmp_path), progress=None)
     _assert_trained(report, layout=layout)
@@ -85,8 +95,13 @@ def test_dp2_through_nemo_runs_local_executor(tmp_path, monkeypatch):
 
     with open(os.devnull) as devnull:  # NeMo-Run's local scheduler reads stdin; pytest's captured stdin refuses
         monkeypatch.setattr(sys, "stdin", devnull)
-        report = smoke("gpt_1_3b", processes=2, dir=str(tmp_path), progress=None,
-                       launch=executor_launcher(local(devices=2), experiment="smoke-test"))
+        report = smoke(
+            "gpt_1_3b",
+            processes=2,
+            dir=str(tmp_path),
+            progress=None,
+            launch=executor_launcher(local(devices=2), experiment="smoke-test"),
+        )
     _assert_trained(report, layout="TP1 PP1 CP1 DP2")
     assert "NeMo-Run experiment" in Path(report.logs["train"]).read_text()
 
@@ -102,8 +117,8 @@ def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path):
     assert code == 0, log.read_text()[-4000:]
     straight = [(r["step"], r["loss"]) for r in space.records() if r.get("event") == "step"]
     assert [s for s, _ in straight] == [s for s, _ in resumed.verdict.losses] == list(range(1, 21))
-    differences = [abs(a - b) for (_, a), (_, b) in zip(straight, resumed.verdict.losses)]
-    assert max(differences) <= 1e-6, list(zip(straight, resumed.verdict.losses))
+    differences = [abs(a - b) for (_, a), (_, b) in zip(straight, resumed.verdict.losses, strict=True)]
+    assert max(differences) <= 1e-6, list(zip(straight, resumed.verdict.losses, strict=True))
 
 
 def test_async_save_falls_back_to_synchronous_where_megatron_core_cannot(monkeypatch, caplog):

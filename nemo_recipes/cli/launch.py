@@ -15,38 +15,68 @@ from typing import Any
 from nemo_recipes.catalog import get_recipe, plain_name_problems
 from nemo_recipes.cli import _output
 from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.executors.submission import discard_unsubmitted, refusal_problems
 from nemo_recipes.overrides import apply_overrides, read_yaml_values
 
 HELP = "run a recipe through a NeMo-Run executor (a preset or a cluster profile); --dryrun submits nothing"
 EXAMPLES = """\
   nemo-recipes launch gpt_1_3b --executor local --dryrun
   nemo-recipes launch gpt_1_3b --executor local -E devices=8 --dryrun
-  nemo-recipes launch gpt_70b --executor my_slurm                      # a profile of ~/.config/nemo-recipes/clusters.yaml
+  nemo-recipes launch gpt_70b --executor my_slurm   # a profile of ~/.config/nemo-recipes/clusters.yaml
   nemo-recipes launch gpt_70b --executor slurm -E account=proj -E partition=batch -E nodes=4 -E gpu=h100 --detach
   nemo-recipes launch gpt_7b --executor my_k8s train_tokens=1T --name gpt7b-1t"""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("launch", help=HELP, description=HELP[0].upper() + HELP[1:] + ". Imports NeMo "
-                                   "(several seconds). An invalid plan for the executor's hardware exits 2 before "
-                                   "anything is submitted.", epilog=_output.epilog(EXAMPLES),
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "launch",
+        help=HELP,
+        description=HELP[0].upper() + HELP[1:] + ". Imports NeMo "
+        "(several seconds). An invalid plan for the executor's hardware exits 2 before "
+        "anything is submitted. A Slurm job is followed through Slurm's own states "
+        "(PENDING, RUNNING, requeued n times, SUCCEEDED, FAILED, CANCELLED, TIMEOUT, "
+        "NODE_FAIL, PREEMPTED) and where its logs are is printed; it exits 1 unless the "
+        "job completed (--detach: the state once). A job sbatch refuses exits 2 and "
+        "leaves no experiment directory.",
+        epilog=_output.epilog(EXAMPLES),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("recipe", metavar="NAME", help="a recipe name (see `nemo-recipes ls`)")
-    parser.add_argument("overrides", metavar="key=value", nargs="*", default=[],
-                        help="change recipe fields first, e.g. train_tokens=1T (names as in `nemo-recipes show`)")
-    parser.add_argument("--executor", required=True, metavar="PROFILE",
-                        help="a preset (local, slurm, kubernetes) or a cluster profile name")
-    parser.add_argument("-E", "--executor-arg", action="append", default=[], metavar="key=value",
-                        help="an argument of the preset or a change to the profile (repeatable), e.g. -E nodes=8")
-    parser.add_argument("--clusters", metavar="FILE",
-                        help="cluster profiles file (default: $NEMO_RECIPES_CLUSTERS, else "
-                             "~/.config/nemo-recipes/clusters.yaml)")
+    parser.add_argument(
+        "overrides",
+        metavar="key=value",
+        nargs="*",
+        default=[],
+        help="change recipe fields first, e.g. train_tokens=1T (names as in `nemo-recipes show`)",
+    )
+    parser.add_argument(
+        "--executor",
+        required=True,
+        metavar="PROFILE",
+        help="a preset (local, slurm, kubernetes) or a cluster profile name",
+    )
+    parser.add_argument(
+        "-E",
+        "--executor-arg",
+        action="append",
+        default=[],
+        metavar="key=value",
+        help="an argument of the preset or a change to the profile (repeatable), e.g. -E nodes=8",
+    )
+    parser.add_argument(
+        "--clusters",
+        metavar="FILE",
+        help="cluster profiles file (default: $NEMO_RECIPES_CLUSTERS, else ~/.config/nemo-recipes/clusters.yaml)",
+    )
     parser.add_argument("--dryrun", action="store_true", help="show what would run; submit nothing")
     parser.add_argument("--detach", action="store_true", help="return once submitted instead of following the job")
     parser.add_argument("--name", default=None, help="experiment name (default: NAME)")
-    parser.add_argument("--json", action="store_true",
-                        help="print JSON: {recipe, executor, executor_class, gpu, nodes, devices, dryrun, "
-                             "experiment_id, overrides}")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: {recipe, executor, executor_class, gpu, nodes, devices, dryrun, "
+        "experiment_id, overrides, slurm}",
+    )
     parser.set_defaults(run=run)
 
 
@@ -59,13 +89,20 @@ def _hardware_problems(overrides: dict[str, Any], executor: Any, name: str) -> l
     """The recipe plugin sets the trainer's nodes and devices from the executor, so a recipe override of either
     that the executor does not match would be dropped without a word."""
     problems = []
-    for field, actual, option in (("num_nodes", executor.nnodes(), "nodes"),
-                                  ("num_gpus_per_node", executor.nproc_per_node(), "devices or gpus_per_node")):
+    for field, actual, option in (
+        ("num_nodes", executor.nnodes(), "nodes"),
+        ("num_gpus_per_node", executor.nproc_per_node(), "devices or gpus_per_node"),
+    ):
         if field in overrides and overrides[field] != actual:
-            problems.append(Problem(
-                field, overrides[field], f"differs from the {actual} the {name} executor gives, and the executor "
-                "decides the job's hardware (the recipe plugin sets the trainer from it).",
-                f"set it on the executor instead (-E {option.split()[0]}=...), or drop {field}=..."))
+            problems.append(
+                Problem(
+                    field,
+                    overrides[field],
+                    f"differs from the {actual} the {name} executor gives, and the executor "
+                    "decides the job's hardware (the recipe plugin sets the trainer from it).",
+                    f"set it on the executor instead (-E {option.split()[0]}=...), or drop {field}=...",
+                )
+            )
     return problems
 
 
@@ -93,8 +130,9 @@ def run(args: argparse.Namespace) -> int:
             from nemo_recipes.executors.plugin import RecipePlugin
             from nemo_recipes.executors.profiles import executor_for
         except ImportError as error:
-            raise _output.CLIError(f"launch needs NeMo-Run and the executor presets ({error}); install them with: "
-                                   "pip install nemo-recipes") from None
+            raise _output.CLIError(
+                f"launch needs NeMo-Run and the executor presets ({error}); install them with: pip install nemo-recipes"
+            ) from None
         executor, gpu = executor_for(args.executor, args.clusters, **executor_kwargs)
         problems = _hardware_problems(overrides, executor, args.executor)
         if problems:
@@ -102,24 +140,59 @@ def run(args: argparse.Namespace) -> int:
         partial = build_partial(spec, name=args.name)
         plugin = RecipePlugin(gpu=gpu)
         name = args.name or spec.name
+        slurm = isinstance(executor, run_api.SlurmExecutor)
+        experiment = None
         try:
             with run_api.Experiment(name, executor=executor) as experiment:
                 # The plugin validates the plan against the executor's hardware here, before any submission.
-                experiment.add(partial, executor=executor, plugins=[plugin], name=name)
+                job_id = experiment.add(partial, executor=executor, plugins=[plugin], name=name)
                 if args.dryrun:
                     experiment.dryrun()
                 else:
-                    experiment.run(detach=args.detach)
+                    # A Slurm job is followed through Slurm's own states below (NeMo-Run folds TIMEOUT,
+                    # NODE_FAIL and PREEMPTED into FAILED).
+                    experiment.run(detach=args.detach or slurm)
                 experiment_id = experiment._id
         except InvalidRecipeError:
             raise
         except Exception as error:  # a scheduler refusing the job, a tunnel failing: NeMo-Run's own message
-            raise _output.CLIError(f"NeMo-Run could not {'dry-run' if args.dryrun else 'launch'} {name} on "
-                                   f"{args.executor}: {type(error).__name__}: {error}") from None
+            removed = discard_unsubmitted(experiment) if not args.dryrun else None
+            problems = refusal_problems(error, executor)
+            if problems:
+                raise InvalidRecipeError(problems, context=f"launch {name} on {args.executor}: not submitted") from None
+            raise _output.CLIError(
+                f"NeMo-Run could not {'dry-run' if args.dryrun else 'launch'} {name} on "
+                f"{args.executor}: {type(error).__name__}: {error}"
+                + (f" (nothing was submitted; removed {removed})" if removed else "")
+            ) from None
+        state = None
+        if slurm and not args.dryrun:
+            state = _slurm_state(experiment, job_id, executor, follow=not args.detach)
 
     if args.json:
-        _output.print_json({"recipe": spec.name, "executor": args.executor,
-                            "executor_class": type(executor).__name__, "gpu": gpu, "nodes": executor.nnodes(),
-                            "devices": executor.nproc_per_node(), "dryrun": args.dryrun,
-                            "experiment_id": experiment_id, "overrides": overrides})
+        _output.print_json(
+            {
+                "recipe": spec.name,
+                "executor": args.executor,
+                "executor_class": type(executor).__name__,
+                "gpu": gpu,
+                "nodes": executor.nnodes(),
+                "devices": executor.nproc_per_node(),
+                "dryrun": args.dryrun,
+                "experiment_id": experiment_id,
+                "overrides": overrides,
+                "slurm": state.to_dict() if state else None,
+            }
+        )
+    if state is not None and state.terminal and not state.succeeded:
+        return _output.EXIT_FAILURE
     return _output.EXIT_OK
+
+
+def _slurm_state(experiment: Any, job_id: str, executor: Any, *, follow: bool) -> Any:
+    """Slurm's state of the job (each change while following it) and where its logs are, on stderr."""
+    from nemo_recipes.executors import slurm_state
+
+    return slurm_state.watch(
+        experiment, job_id, executor, follow_job=follow, out=lambda line: print(line, file=sys.stderr, flush=True)
+    )

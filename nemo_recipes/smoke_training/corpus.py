@@ -16,8 +16,7 @@ from pathlib import Path
 FORMAT = 1
 
 
-def write_corpus(prefix: Path, vocab_size: int, *, documents: int = 2000, phrases: int = 64,
-                 seed: int = 1234) -> Path:
+def write_corpus(prefix: Path, vocab_size: int, *, documents: int = 2000, phrases: int = 64, seed: int = 1234) -> Path:
     """Write `prefix`.bin/.idx (once: an identical corpus already there is kept) and return `prefix`."""
     import numpy as np
     import torch

@@ -31,16 +31,29 @@ class SmokeError(RecipeError):
     """A smoke run could not be carried out (as opposed to one that ran and failed its checks)."""
 
 
-def local_processes(config: dict[str, Any], processes: int, log: Path, poll: Callable[[], None],
-                    timeout: float = PHASE_TIMEOUT) -> int:
+def local_processes(
+    config: dict[str, Any], processes: int, log: Path, poll: Callable[[], None], timeout: float = PHASE_TIMEOUT
+) -> int:
     """One phase on this machine: the worker as one process, or under torchrun (standalone rendezvous on a free
     port) for several. The whole process group is stopped on timeout or interrupt: nothing is left running."""
     config_path = log.with_suffix(".json")
     config_path.write_text(json.dumps(config), encoding="utf-8")
     worker = ["-m", "nemo_recipes.smoke_training.worker", str(config_path)]
-    command = [sys.executable, *worker] if processes == 1 else [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1",
-        "--nproc-per-node", str(processes), *worker]
+    command = (
+        [sys.executable, *worker]
+        if processes == 1
+        else [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nnodes",
+            "1",
+            "--nproc-per-node",
+            str(processes),
+            *worker,
+        ]
+    )
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if processes == 1:
         # One process rendezvous with itself through MASTER_PORT; an inherited or fixed port may be held by another
@@ -83,8 +96,6 @@ def _stop(process: subprocess.Popen) -> None:
         process.wait()
 
 
-
-
 def executor_launcher(executor: Any, *, experiment: str = "smoke", timeout: float = PHASE_TIMEOUT) -> Launcher:
     """Each phase becomes a NeMo-Run job, `run.Partial(train_phase, ...)` on a clone of `executor`, followed
     through `run.Experiment` status to its end. Its world (nodes x processes per node) must be the plan's."""
@@ -104,11 +115,29 @@ def executor_launcher(executor: Any, *, experiment: str = "smoke", timeout: floa
             job_executor.env_vars["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), path])
         with run.Experiment(f"{experiment}-{config['phase']}", executor=job_executor, log_level="WARN") as exp:
             job_id = exp.add(run.Partial(train_phase, **config), executor=job_executor, name=config["phase"])
-            exp.run(detach=isinstance(job_executor, run.SlurmExecutor))
-            state = follow(exp, job_id, poll, timeout)
-            log.write_text(f"NeMo-Run experiment {exp._id}, job {job_id}: {state}\n"
-                           f"job files: {job_executor.job_dir}\n", encoding="utf-8")
-            if state not in TERMINAL:
+            slurm = isinstance(job_executor, run.SlurmExecutor)
+            exp.run(detach=slurm)
+            if slurm:
+                # Slurm's own state: NeMo-Run would call a job over its time limit FAILED and a requeued one
+                # PENDING, and a preempted job that is requeued must be followed through its next run.
+                from nemo_recipes.executors import slurm_state
+
+                slurm_id = slurm_state.slurm_job_id(exp, job_id)
+                runner = slurm_state.tunnel_runner(job_executor.tunnel)
+                final = slurm_state.follow(
+                    slurm_id, runner, report=lambda s: poll(), timeout=timeout, interval=1.0, tick=poll
+                )
+                state = "UNKNOWN" if final is None else final.state
+                told = "" if final is None else final.format() + "\n"
+                finished = final is not None and final.terminal
+            else:
+                state, told = follow(exp, job_id, poll, timeout), ""
+                finished = state in TERMINAL
+            files = next((j.executor.job_dir for j in exp.jobs if j.id == job_id), job_executor.job_dir)
+            log.write_text(
+                f"NeMo-Run experiment {exp._id}, job {job_id}: {state}\n{told}job files: {files}\n", encoding="utf-8"
+            )
+            if not finished:
                 exp.cancel(job_id)
         return 0 if state == "SUCCEEDED" else 1
 

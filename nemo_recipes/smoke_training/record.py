@@ -12,8 +12,13 @@ from typing import Any
 
 
 def append(path: str | Path, record: dict[str, Any]) -> None:
-    with open(path, "a", encoding="utf-8") as stream:
-        stream.write(json.dumps(record) + "\n")
+    with open(path, "a+b") as stream:
+        # A run killed in the middle of a write (a preempted Slurm job) leaves a partial line: start a new one.
+        torn = False
+        if stream.seek(0, 2) > 0:
+            stream.seek(-1, 2)
+            torn = stream.read(1) != b"\n"
+        stream.write((("\n" if torn else "") + json.dumps(record) + "\n").encode("utf-8"))
         stream.flush()
 
 
@@ -22,9 +27,12 @@ def read(path: str | Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     records = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    for number, line in enumerate(lines):
         try:
             records.append(json.loads(line))
-        except json.JSONDecodeError:  # the line being written right now
-            break
+        except json.JSONDecodeError:
+            if number == len(lines) - 1:  # the line being written right now
+                break
+            # otherwise the torn line of a killed run; the records after it are whole
     return records

@@ -13,16 +13,15 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, TextIO, Union
+from typing import Any, Optional, TextIO, Union
 
 from nemo_recipes.catalog import RecipeSpec, get_recipe
 from nemo_recipes.smoke_training import record
+from nemo_recipes.smoke_training.judge import Verdict, _ranges, judge
 from nemo_recipes.smoke_training.launchers import Launcher, SmokeError, local_processes
-from nemo_recipes.smoke_training.judge import Verdict, judge
 from nemo_recipes.smoke_training.shape import SmokePlan, smoke_plan
 
 PHASES = ("train", "resume")
-
 
 
 @dataclass
@@ -44,27 +43,47 @@ class SmokeReport:
         spec = self.plan.spec
         v = self.verdict
         return {
-            "recipe": self.recipe, "passed": self.passed, "device": v.device, "processes": self.plan.processes,
-            "layout": self.plan.layout, "steps": self.plan.steps, "stop_step": self.plan.stop_step,
-            "resumed_at": v.resumed_at, "resumed_from": v.resumed_from,
-            "shape": {"num_layers": spec.num_layers, "hidden_size": spec.hidden_size,
-                      "num_attention_heads": spec.num_attention_heads, "seq_length": spec.seq_length,
-                      "vocab_size": spec.vocab_size, "micro_batch_size": spec.micro_batch_size,
-                      "global_batch_size": spec.global_batch_size, "num_parameters": spec.num_parameters},
+            "recipe": self.recipe,
+            "passed": self.passed,
+            "device": v.device,
+            "processes": self.plan.processes,
+            "layout": self.plan.layout,
+            "steps": self.plan.steps,
+            "stop_step": self.plan.stop_step,
+            "resumed_at": v.resumed_at,
+            "resumed_from": v.resumed_from,
+            "shape": {
+                "num_layers": spec.num_layers,
+                "hidden_size": spec.hidden_size,
+                "num_attention_heads": spec.num_attention_heads,
+                "seq_length": spec.seq_length,
+                "vocab_size": spec.vocab_size,
+                "micro_batch_size": spec.micro_batch_size,
+                "global_batch_size": spec.global_batch_size,
+                "num_parameters": spec.num_parameters,
+            },
             "losses": [{"step": s, "loss": x} for s, x in v.losses],
-            "seconds_per_step": v.seconds_per_step, "phase_seconds": self.phase_seconds,
+            "seconds_per_step": v.seconds_per_step,
+            "phase_seconds": self.phase_seconds,
             "exit_codes": self.exit_codes,
-            "parallel": v.parallel, "checkpoint": v.checkpoint, "checks": [c.to_dict() for c in v.checks], "patches": v.patches,
-            "directory": self.directory if self.kept else None, "logs": self.logs if self.kept else {},
+            "runs": [a.to_dict() for a in v.attempts],
+            "parallel": v.parallel,
+            "checkpoint": v.checkpoint,
+            "checks": [c.to_dict() for c in v.checks],
+            "patches": v.patches,
+            "directory": self.directory if self.kept else None,
+            "logs": self.logs if self.kept else {},
         }
 
     def format(self) -> str:
         spec, v = self.plan.spec, self.verdict
-        lines = [f"smoke {self.recipe}: {'PASS' if self.passed else 'FAIL'} ({v.device or '?'}, "
-                 f"{self.plan.processes} process(es), {self.plan.layout})",
-                 f"  shape       {spec.num_layers} layers, hidden {spec.hidden_size}, {spec.num_attention_heads} "
-                 f"heads, sequence {spec.seq_length}, vocabulary {spec.vocab_size}, global batch "
-                 f"{spec.global_batch_size}: {spec.num_parameters:,} parameters"]
+        lines = [
+            f"smoke {self.recipe}: {'PASS' if self.passed else 'FAIL'} ({v.device or '?'}, "
+            f"{self.plan.processes} process(es), {self.plan.layout})",
+            f"  shape       {spec.num_layers} layers, hidden {spec.hidden_size}, {spec.num_attention_heads} "
+            f"heads, sequence {spec.seq_length}, vocabulary {spec.vocab_size}, global batch "
+            f"{spec.global_batch_size}: {spec.num_parameters:,} parameters",
+        ]
         if v.losses:
             split = self.plan.stop_step
             before = " ".join(f"{x:.3f}" for s, x in v.losses if s <= split)
@@ -73,6 +92,12 @@ class SmokeReport:
         if v.seconds_per_step is not None:
             phases = " + ".join(f"{self.phase_seconds[p]:.1f} s" for p in PHASES if p in self.phase_seconds)
             lines.append(f"  time        {v.seconds_per_step:.3f} s/step (median); processes {phases}")
+        for run in v.attempts:
+            if run.attempt or run.lost:
+                lines.append(
+                    f"  requeued    {run.phase} run {run.attempt}: started at step {run.started_at}, trained "
+                    f"{_ranges(run.steps)}" + (f" (lost with it: {_ranges(run.lost)})" if run.lost else "")
+                )
         if v.checkpoint:
             size = v.checkpoint.get("bytes", 0) / 2**20
             lines.append(f"  checkpoint  {size:.1f} MiB at step {v.checkpoint.get('step')}: {v.checkpoint.get('path')}")
@@ -106,8 +131,10 @@ class Progress:
         if not self.tty and self.shown % 5 and self.shown != self.total:
             return
         loss = last.get("loss")
-        self._emit(f"{self.label}: step {self.shown}/{self.total}  loss {loss:.3f}  "
-                   f"{last.get('seconds', 0):.2f} s/step", final=not self.tty)
+        self._emit(
+            f"{self.label}: step {self.shown}/{self.total}  loss {loss:.3f}  {last.get('seconds', 0):.2f} s/step",
+            final=not self.tty,
+        )
 
     def done(self) -> None:
         if self.tty and self.shown:
@@ -141,8 +168,15 @@ class Workspace:
         return record.read(self.metrics)
 
     def phase_config(self, phase: str, stop_at: Optional[int]) -> dict[str, Any]:
-        return {"spec": self.plan.spec.to_dict(), "name": self.name, "dir": str(self.root),
-                "metrics": str(self.metrics), "phase": phase, "data_prefix": str(self.corpus), "stop_at": stop_at}
+        return {
+            "spec": self.plan.spec.to_dict(),
+            "name": self.name,
+            "dir": str(self.root),
+            "metrics": str(self.metrics),
+            "phase": phase,
+            "data_prefix": str(self.corpus),
+            "stop_at": stop_at,
+        }
 
 
 def workspace(plan: SmokePlan, dir: Optional[str] = None, name: str = "smoke") -> Workspace:
@@ -153,28 +187,44 @@ def workspace(plan: SmokePlan, dir: Optional[str] = None, name: str = "smoke") -
     root.mkdir(parents=True, exist_ok=True)
     if any(r.get("event") == "step" for r in record.read(root / "metrics.jsonl")):
         raise SmokeError(f"{root} holds an earlier smoke run; give an empty or new directory")
-    return Workspace(root=root, corpus=write_corpus(root / "data" / "corpus", plan.spec.vocab_size), plan=plan,
-                     name=name)
+    return Workspace(
+        root=root, corpus=write_corpus(root / "data" / "corpus", plan.spec.vocab_size), plan=plan, name=name
+    )
 
 
-def run_phase(space: Workspace, phase: str, stop_at: Optional[int], launch: Launcher,
-              progress: Optional[Progress] = None) -> tuple[int, float, Path]:
+def run_phase(
+    space: Workspace, phase: str, stop_at: Optional[int], launch: Launcher, progress: Optional[Progress] = None
+) -> tuple[int, float, Path]:
     """One phase (fresh processes, resuming from whatever checkpoint the directory holds): (status, seconds, log)."""
     log = space.root / f"{phase}.log"
     if progress:
         progress.phase(phase)
     started = time.monotonic()
-    code = launch(space.phase_config(phase, stop_at), space.plan.processes, log,
-                  (lambda: progress.update(space.records())) if progress else (lambda: None))
+    code = launch(
+        space.phase_config(phase, stop_at),
+        space.plan.processes,
+        log,
+        (lambda: progress.update(space.records())) if progress else (lambda: None),
+    )
     if progress:
         progress.done()
     return code, round(time.monotonic() - started, 1), log
 
 
-def smoke(recipe: Union[str, RecipeSpec], overrides: Optional[dict[str, Any]] = None, *, processes: int = 1,
-          steps: int = 20, stop_step: Optional[int] = None, full_size: bool = False, dir: Optional[str] = None,
-          keep: bool = False, launch: Optional[Launcher] = None, progress: Optional[TextIO] = sys.stderr,
-          name: str = "smoke") -> SmokeReport:
+def smoke(
+    recipe: Union[str, RecipeSpec],
+    overrides: Optional[dict[str, Any]] = None,
+    *,
+    processes: int = 1,
+    steps: int = 20,
+    stop_step: Optional[int] = None,
+    full_size: bool = False,
+    dir: Optional[str] = None,
+    keep: bool = False,
+    launch: Optional[Launcher] = None,
+    progress: Optional[TextIO] = sys.stderr,
+    name: str = "smoke",
+) -> SmokeReport:
     """Scale `recipe` down in shape (unless `full_size`), train it for `stop_step` steps with NeMo's `llm.pretrain`,
     stop, resume from the checkpoint in fresh processes, train to `steps`, and judge the record.
 
@@ -183,18 +233,25 @@ def smoke(recipe: Union[str, RecipeSpec], overrides: Optional[dict[str, Any]] = 
     `launch` runs a phase elsewhere (see `executor_launcher`).
     """
     spec = get_recipe(recipe) if isinstance(recipe, str) else recipe
-    plan = smoke_plan(spec, processes=processes, steps=steps, stop_step=stop_step, full_size=full_size,
-                      overrides=overrides)
+    plan = smoke_plan(
+        spec, processes=processes, steps=steps, stop_step=stop_step, full_size=full_size, overrides=overrides
+    )
     space = workspace(plan, dir, name)
     report = SmokeReport(recipe=spec.name, plan=plan, verdict=Verdict(), directory=str(space.root))
     shown = Progress(progress, plan.steps, f"smoke {spec.name}") if progress else None
-    for phase, stop_at in zip(PHASES, (plan.stop_step, None)):
+    for phase, stop_at in zip(PHASES, (plan.stop_step, None), strict=True):
         code, seconds, log = run_phase(space, phase, stop_at, launch or local_processes, shown)
         report.exit_codes[phase], report.phase_seconds[phase], report.logs[phase] = code, seconds, str(log)
         if code != 0:
             break
-    report.verdict = judge(space.records(), steps=plan.steps, stop_step=plan.stop_step,
-                           global_batch_size=plan.spec.global_batch_size, layout=plan.parallel)
+    report.verdict = judge(
+        space.records(),
+        steps=plan.steps,
+        stop_step=plan.stop_step,
+        global_batch_size=plan.spec.global_batch_size,
+        layout=plan.parallel,
+        checkpoint_every=plan.spec.checkpoint_every_steps,
+    )
     if report.passed and not keep and not dir:
         shutil.rmtree(space.root, ignore_errors=True)
         report.kept = False

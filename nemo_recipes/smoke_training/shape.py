@@ -42,19 +42,31 @@ class SmokePlan:
     @property
     def layout(self) -> str:
         s = self.spec
-        return (f"TP{s.tensor_parallel} PP{s.pipeline_parallel} CP{s.context_parallel} DP{s.data_parallel_size}"
-                + (f" VP{s.virtual_pipeline}" if s.virtual_pipeline else ""))
+        return f"TP{s.tensor_parallel} PP{s.pipeline_parallel} CP{s.context_parallel} DP{s.data_parallel_size}" + (
+            f" VP{s.virtual_pipeline}" if s.virtual_pipeline else ""
+        )
 
     @property
     def parallel(self) -> dict[str, Any]:
         """The process groups Megatron should build (as the smoke record reports them)."""
         s = self.spec
-        return {"tp": s.tensor_parallel, "pp": s.pipeline_parallel, "cp": s.context_parallel,
-                "dp": s.data_parallel_size, "sequence_parallel": s.sequence_parallel_enabled}
+        return {
+            "tp": s.tensor_parallel,
+            "pp": s.pipeline_parallel,
+            "cp": s.context_parallel,
+            "dp": s.data_parallel_size,
+            "sequence_parallel": s.sequence_parallel_enabled,
+        }
 
     def to_dict(self) -> dict[str, Any]:
-        return {"processes": self.processes, "steps": self.steps, "stop_step": self.stop_step,
-                "full_size": self.full_size, "layout": self.layout, "spec": self.spec.to_dict()}
+        return {
+            "processes": self.processes,
+            "steps": self.steps,
+            "stop_step": self.stop_step,
+            "full_size": self.full_size,
+            "layout": self.layout,
+            "spec": self.spec.to_dict(),
+        }
 
 
 def _largest_divisor_at_most(n: int, limit: int) -> int:
@@ -66,14 +78,26 @@ def fit_layout(spec: RecipeSpec, processes: int, given: dict[str, Any]) -> dict[
     cp = given.get("context_parallel", 1)
     tp = given.get("tensor_parallel") or _largest_divisor_at_most(processes // max(cp, 1) or 1, spec.tensor_parallel)
     pp = given.get("pipeline_parallel") or _largest_divisor_at_most(
-        max(1, processes // max(tp * cp, 1)), spec.pipeline_parallel)
-    layout = {"tensor_parallel": tp, "pipeline_parallel": pp, "context_parallel": cp,
-              "virtual_pipeline": given.get("virtual_pipeline")}
+        max(1, processes // max(tp * cp, 1)), spec.pipeline_parallel
+    )
+    layout = {
+        "tensor_parallel": tp,
+        "pipeline_parallel": pp,
+        "context_parallel": cp,
+        "virtual_pipeline": given.get("virtual_pipeline"),
+    }
     return layout
 
 
-def smoke_plan(spec: RecipeSpec, *, processes: int = 1, steps: int = 20, stop_step: Optional[int] = None,
-               full_size: bool = False, overrides: Optional[dict[str, Any]] = None) -> SmokePlan:
+def smoke_plan(
+    spec: RecipeSpec,
+    *,
+    processes: int = 1,
+    steps: int = 20,
+    stop_step: Optional[int] = None,
+    full_size: bool = False,
+    overrides: Optional[dict[str, Any]] = None,
+) -> SmokePlan:
     """The smoke run of `spec` on `processes` processes (one per GPU, or CPU processes under gloo).
 
     `overrides` are recipe fields applied last (e.g. tensor_parallel=2, precision="fp8", hidden_dropout=0.0), so a
@@ -90,17 +114,28 @@ def smoke_plan(spec: RecipeSpec, *, processes: int = 1, steps: int = 20, stop_st
     layout = fit_layout(spec, processes, {k: overrides[k] for k in LAYOUT_FIELDS if k in overrides})
     model_parallel = layout["tensor_parallel"] * layout["pipeline_parallel"] * layout["context_parallel"]
     if processes % model_parallel:
-        raise InvalidRecipeError([Problem(
-            "processes", processes, f"is not a multiple of TP x PP x CP = {model_parallel}.",
-            f"run {model_parallel} (or a multiple) processes, or lower tensor_parallel/pipeline_parallel.")],
-            context=f"smoke {spec.name}")
+        raise InvalidRecipeError(
+            [
+                Problem(
+                    "processes",
+                    processes,
+                    f"is not a multiple of TP x PP x CP = {model_parallel}.",
+                    f"run {model_parallel} (or a multiple) processes, or lower tensor_parallel/pipeline_parallel.",
+                )
+            ],
+            context=f"smoke {spec.name}",
+        )
     values: dict[str, Any] = {} if full_size else _small_shape(spec, layout)
     values.update(layout, num_nodes=1, num_gpus_per_node=processes)
     values.update(overrides)  # the user's choices win over the scaled-down defaults
     micro = values.get("micro_batch_size", spec.micro_batch_size)
     # Scaled down: two micro-batches per pipeline stage and step, so that accumulation and 1F1B both run.
-    values.setdefault("global_batch_size", spec.global_batch_size if full_size
-                      else micro * (processes // model_parallel) * 2 * layout["pipeline_parallel"])
+    values.setdefault(
+        "global_batch_size",
+        spec.global_batch_size
+        if full_size
+        else micro * (processes // model_parallel) * 2 * layout["pipeline_parallel"],
+    )
     values.setdefault("checkpoint_every_steps", max(1, stop // 2))
     tokens_per_step = values["global_batch_size"] * values.get("seq_length", spec.seq_length)
     for key, value in _schedule(spec, steps, tokens_per_step).items():
@@ -115,8 +150,9 @@ def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
     tp, pp, cp = layout["tensor_parallel"], layout["pipeline_parallel"], layout["context_parallel"]
     heads = max(HEADS, tp)
     hidden = heads * HEAD_DIM
-    groups = None if spec.num_query_groups is None else max(tp, heads * spec.num_query_groups
-                                                           // spec.num_attention_heads)
+    groups = (
+        None if spec.num_query_groups is None else max(tp, heads * spec.num_query_groups // spec.num_attention_heads)
+    )
     ffn_ratio = spec.ffn_hidden_size / spec.hidden_size
     seq = math.lcm(SEQ_LENGTH, tp, 2 * cp)
     return {
@@ -140,8 +176,11 @@ def _schedule(spec: RecipeSpec, steps: int, tokens_per_step: int) -> dict[str, i
     step, so that the learning rate is not zero throughout)."""
     warmup = max(1, round(steps * spec.warmup_tokens / spec.train_tokens))
     decay = max(warmup + 1, round(steps * spec.decay_tokens / spec.train_tokens))
-    return {"warmup_tokens": warmup * tokens_per_step, "decay_tokens": min(decay, steps) * tokens_per_step,
-            "train_tokens": steps * tokens_per_step}
+    return {
+        "warmup_tokens": warmup * tokens_per_step,
+        "decay_tokens": min(decay, steps) * tokens_per_step,
+        "train_tokens": steps * tokens_per_step,
+    }
 
 
 def _argument_problems(processes: Any, steps: Any, stop_step: Any) -> list[Problem]:
@@ -149,10 +188,18 @@ def _argument_problems(processes: Any, steps: Any, stop_step: Any) -> list[Probl
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
         problems.append(Problem("processes", processes, "must be a positive integer.", "give e.g. --processes 2."))
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 2:
-        problems.append(Problem("steps", steps, "must be an integer of at least 2 (train, stop, resume).",
-                                "give e.g. --steps 20."))
-    elif stop_step is not None and (isinstance(stop_step, bool) or not isinstance(stop_step, int)
-                                    or not 1 <= stop_step < steps):
-        problems.append(Problem("stop_step", stop_step, f"must be between 1 and steps - 1 = {steps - 1}.",
-                                f"give e.g. --stop-step {steps // 2}."))
+        problems.append(
+            Problem("steps", steps, "must be an integer of at least 2 (train, stop, resume).", "give e.g. --steps 20.")
+        )
+    elif stop_step is not None and (
+        isinstance(stop_step, bool) or not isinstance(stop_step, int) or not 1 <= stop_step < steps
+    ):
+        problems.append(
+            Problem(
+                "stop_step",
+                stop_step,
+                f"must be between 1 and steps - 1 = {steps - 1}.",
+                f"give e.g. --stop-step {steps // 2}.",
+            )
+        )
     return problems

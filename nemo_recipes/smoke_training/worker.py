@@ -1,9 +1,9 @@
 """One phase of a smoke run, in every rank: build the scaled-down recipe, engage the CPU compatibility layer where
 there is no CUDA, and let NeMo's own `llm.pretrain` train (and, with AutoResume, resume).
 
-Started by the runner as `python -m nemo_recipes.smoke_training.worker CONFIG.json` (under torchrun for several processes),
-or by a NeMo-Run executor as `run.Partial(train_phase, ...)`. The world comes from torchrun's environment, so the
-same phase runs on one machine or across Slurm nodes.
+Started by the runner as `python -m nemo_recipes.smoke_training.worker CONFIG.json` (under torchrun for several
+processes), or by a NeMo-Run executor as `run.Partial(train_phase, ...)`. The world comes from torchrun's
+environment, so the same phase runs on one machine or across Slurm nodes.
 """
 
 from __future__ import annotations
@@ -27,8 +27,17 @@ def world_from_environment() -> tuple[int, int]:
     return max(1, world // max(1, local)), local
 
 
-def build_phase_recipe(spec: RecipeSpec, *, name: str, dir: str, stop_at: Optional[int], metrics: str, phase: str,
-                       data_prefix: str, val_batches: int = VAL_BATCHES) -> Any:
+def build_phase_recipe(
+    spec: RecipeSpec,
+    *,
+    name: str,
+    dir: str,
+    stop_at: Optional[int],
+    metrics: str,
+    phase: str,
+    data_prefix: str,
+    val_batches: int = VAL_BATCHES,
+) -> Any:
     """The recipe NeMo will run for this phase: the scaled-down spec on the corpus, stopping after `stop_at` steps
     (None: at the end of the schedule, spec.train_steps)."""
     import nemo_run as run
@@ -49,27 +58,60 @@ def build_phase_recipe(spec: RecipeSpec, *, name: str, dir: str, stop_at: Option
     return recipe
 
 
-def train_phase(spec: dict[str, Any], name: str, dir: str, stop_at: Optional[int], metrics: str, phase: str,
-                data_prefix: str, val_batches: int = VAL_BATCHES) -> None:
+def train_phase(
+    spec: dict[str, Any],
+    name: str,
+    dir: str,
+    stop_at: Optional[int],
+    metrics: str,
+    phase: str,
+    data_prefix: str,
+    val_batches: int = VAL_BATCHES,
+) -> None:
     """Train one phase with NeMo's `llm.pretrain`; rank 0 then records the checkpoints it finds."""
     import fiddle as fdl
 
     from nemo_recipes.bridge import cpu_compat
+    from nemo_recipes.smoke_training.callbacks import attempt
     from nemo_recipes.smoke_training.record import append
 
-    recipe = build_phase_recipe(RecipeSpec(**spec), name=name, dir=dir, stop_at=stop_at, metrics=metrics,
-                                phase=phase, data_prefix=data_prefix, val_batches=val_batches)
+    recipe = build_phase_recipe(
+        RecipeSpec(**spec),
+        name=name,
+        dir=dir,
+        stop_at=stop_at,
+        metrics=metrics,
+        phase=phase,
+        data_prefix=data_prefix,
+        val_batches=val_batches,
+    )
     patches: list[str] = []
     if not cpu_compat.cuda_available():
         cpu_compat.cpu_settings(recipe, recipe.trainer.devices)
         patches = cpu_compat.engage()
     rank = int(os.environ.get("RANK", "0"))
     if rank == 0:
-        append(metrics, {"event": "launch", "phase": phase, "patches": patches,
-                         "device": "cpu" if patches else "cuda"})
+        append(
+            metrics,
+            {
+                "event": "launch",
+                "phase": phase,
+                "attempt": attempt(),
+                "patches": patches,
+                "device": "cpu" if patches else "cuda",
+            },
+        )
     fdl.build(recipe)()
     if rank == 0:
-        append(metrics, {"event": "checkpoints", "phase": phase, "checkpoints": inspect_checkpoints(Path(dir))})
+        append(
+            metrics,
+            {
+                "event": "checkpoints",
+                "phase": phase,
+                "attempt": attempt(),
+                "checkpoints": inspect_checkpoints(Path(dir)),
+            },
+        )
 
 
 def inspect_checkpoints(root: Path) -> list[dict[str, Any]]:
@@ -79,8 +121,11 @@ def inspect_checkpoints(root: Path) -> list[dict[str, Any]]:
 
     found = []
     for weights in sorted(root.glob("**/checkpoints/*/weights")):
-        entry: dict[str, Any] = {"path": str(weights.parent), "step": _step_of(weights.parent.name),
-                                 "bytes": sum(f.stat().st_size for f in weights.parent.rglob("*") if f.is_file())}
+        entry: dict[str, Any] = {
+            "path": str(weights.parent),
+            "step": _step_of(weights.parent.name),
+            "bytes": sum(f.stat().st_size for f in weights.parent.rglob("*") if f.is_file()),
+        }
         try:
             metadata = dist_checkpointing.load_tensors_metadata(str(weights))
             entry["tensors"] = len(metadata)

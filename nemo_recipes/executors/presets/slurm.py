@@ -9,9 +9,9 @@ import nemo_run as run
 
 from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.executors._common import (
-    Count,
     DEFAULT_IMAGE,
     MAX_GPUS_PER_NODE,
+    Count,
     gpu_env,
     mapping,
     non_empty_str,
@@ -31,8 +31,10 @@ from nemo_recipes.executors.secrets import (
     split_for_slurm,
 )
 
-SECRET_HOW = ("list its name in secrets=[...] and export it in the environment that runs sbatch: "
-              "Slurm copies it into the job (--export), never into the script.")
+SECRET_HOW = (
+    "list its name in secrets=[...] and export it in the environment that runs sbatch: "
+    "Slurm copies it into the job (--export), never into the script."
+)
 
 
 def slurm(
@@ -74,7 +76,13 @@ def slurm(
         time: time limit, HH:MM:SS or D-HH:MM:SS.
         exclusive: whole nodes (default: True with GPUs, False without).
         mem: memory per node (sbatch --mem, e.g. "0" for all of it with exclusive nodes).
-        retries: requeues after a failure (NeMo-Run requeues with `scontrol requeue`).
+        retries: how often a job that fails is requeued. NeMo-Run submits every job requeueable (`sbatch
+            --requeue`: Requeue=1 in `scontrol show job`), so a preemption or a lost node puts it back in the
+            queue whatever `retries` is; a job that exits non-zero requeues itself (`scontrol requeue` at the end
+            of its script, TORCHX_MAX_RETRIES=retries) while SLURM_RESTART_COUNT < retries. Requeues of either
+            kind count in SLURM_RESTART_COUNT, so a preempted job has that many fewer retries left. Each run
+            writes its own log, log-<job>_<id>_<restart count>.out, and resumes from the last checkpoint
+            (AutoResume); a job over its time limit ends TIMEOUT and is not requeued.
         tunnel: "local" when this machine runs sbatch, "ssh" to submit through host/user/job_dir/identity.
         job_dir: where jobs write their files on the cluster (SSH: required; local: NeMo-Run's experiments dir).
         env: environment of the job; any value (spaces, quotes, $, backticks, newlines) arrives unchanged.
@@ -95,21 +103,48 @@ def slurm(
         processes_per_node = gpus_per_node if isinstance(gpus_per_node, int) and gpus_per_node > 0 else 1
     problems += positive_int("processes_per_node", processes_per_node, maximum=MAX_GPUS_PER_NODE)
     # Each of these becomes one `#SBATCH` line or one argument of the script.
-    for field, value in (("partition", partition), ("qos", qos), ("constraint", constraint), ("mem", mem),
-                         ("container_image", container_image), ("job_dir", job_dir)):
+    for field, value in (
+        ("partition", partition),
+        ("qos", qos),
+        ("constraint", constraint),
+        ("mem", mem),
+        ("container_image", container_image),
+        ("job_dir", job_dir),
+    ):
         problems += single_line(field, value)
     problems += optional_bool("exclusive", exclusive)
     if setup_lines is not None and not isinstance(setup_lines, str):
-        problems.append(Problem("setup_lines", setup_lines, "must be a string of shell lines.",
-                                "give setup_lines as one string, lines separated by newlines."))
+        problems.append(
+            Problem(
+                "setup_lines",
+                setup_lines,
+                "must be a string of shell lines.",
+                "give setup_lines as one string, lines separated by newlines.",
+            )
+        )
     if packager is not None and not isinstance(packager, run.Packager):
-        problems.append(Problem("packager", packager, "must be a NeMo-Run Packager.",
-                                "pass e.g. run.GitArchivePackager(), or leave packager unset."))
-    if (isinstance(gpus_per_node, int) and gpus_per_node > 0 and isinstance(processes_per_node, int)
-            and processes_per_node != gpus_per_node):
-        problems.append(Problem("processes_per_node", processes_per_node,
-                                f"differs from gpus_per_node={gpus_per_node}: Megatron wants one rank per GPU.",
-                                "leave processes_per_node unset."))
+        problems.append(
+            Problem(
+                "packager",
+                packager,
+                "must be a NeMo-Run Packager.",
+                "pass e.g. run.GitArchivePackager(), or leave packager unset.",
+            )
+        )
+    if (
+        isinstance(gpus_per_node, int)
+        and gpus_per_node > 0
+        and isinstance(processes_per_node, int)
+        and processes_per_node != gpus_per_node
+    ):
+        problems.append(
+            Problem(
+                "processes_per_node",
+                processes_per_node,
+                f"differs from gpus_per_node={gpus_per_node}: Megatron wants one rank per GPU.",
+                "leave processes_per_node unset.",
+            )
+        )
     problems += slurm_time("time", time)
     problems += positive_int("retries", retries, minimum=0)
     problems += str_list("container_mounts", container_mounts)
@@ -117,16 +152,16 @@ def slurm(
     if tunnel == "ssh":
         for field, value in (("host", host), ("user", user), ("job_dir", job_dir)):
             problems += non_empty_str(field, value, f"set {field} for the SSH tunnel (tunnel='ssh').")
-        if identity is not None and (not isinstance(identity, str)
-                                     or not os.path.exists(os.path.expanduser(identity))):
+        if identity is not None and (not isinstance(identity, str) or not os.path.exists(os.path.expanduser(identity))):
             problems.append(Problem("identity", identity, "no such file.", "give the path of your SSH private key."))
     elif tunnel != "local":
         problems.append(Problem("tunnel", tunnel, "unknown tunnel.", "use 'local' or 'ssh'."))
     raise_if(problems, "slurm executor")
 
     if tunnel == "ssh":
-        the_tunnel = run.SSHTunnel(host=host, user=user, job_dir=job_dir,
-                                   identity=os.path.expanduser(identity) if identity else None)
+        the_tunnel = run.SSHTunnel(
+            host=host, user=user, job_dir=job_dir, identity=os.path.expanduser(identity) if identity else None
+        )
     else:
         the_tunnel = run.LocalTunnel(job_dir=job_dir or "")
     plain, quoted = split_for_slurm(env)
@@ -184,12 +219,31 @@ def cli_factory(
     if account is None:
         account = os.environ.get("SBATCH_ACCOUNT") or os.environ.get("SLURM_ACCOUNT")
         if not account:
-            raise InvalidConfigError([Problem(
-                "account", None, "the slurm executor needs a Slurm account.",
-                "export SBATCH_ACCOUNT=<account>, or use a cluster profile (run.executor=<profile name>).")])
-    return slurm(account=account, partition=partition, nodes=nodes, gpus_per_node=gpus_per_node, gpu=gpu,
-                 time=time, tunnel=tunnel, host=host, user=user, job_dir=job_dir, identity=identity,
-                 retries=retries, **kwargs).to_config()
+            raise InvalidConfigError(
+                [
+                    Problem(
+                        "account",
+                        None,
+                        "the slurm executor needs a Slurm account.",
+                        "export SBATCH_ACCOUNT=<account>, or use a cluster profile (run.executor=<profile name>).",
+                    )
+                ]
+            )
+    return slurm(
+        account=account,
+        partition=partition,
+        nodes=nodes,
+        gpus_per_node=gpus_per_node,
+        gpu=gpu,
+        time=time,
+        tunnel=tunnel,
+        host=host,
+        user=user,
+        job_dir=job_dir,
+        identity=identity,
+        retries=retries,
+        **kwargs,
+    ).to_config()
 
 
 def secure(executor: run.SlurmExecutor, task_env: Optional[dict[str, str]], secrets: Iterable[str]) -> list[Problem]:

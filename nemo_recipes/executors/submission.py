@@ -1,0 +1,77 @@
+"""After a submission the scheduler refused: no half-made experiment left behind, and sbatch's reason as a problem
+that names the field, the value and the fix.
+
+NeMo-Run writes the experiment directory (config, task, sbatch script, code) before it calls sbatch; when sbatch
+refuses, that directory describes a job that never existed and `nemo experiment list` would show it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Optional
+
+from nemo_recipes.errors import Problem
+
+# sbatch's own words (Slurm 22.05 - 24.x) for the refusals a user can fix in the executor's arguments.
+_REFUSALS = (
+    (re.compile(r"invalid partition", re.I), "partition", "sinfo -s lists the partitions you may use"),
+    (
+        re.compile(r"invalid account|account/partition combination", re.I),
+        "account",
+        "sacctmgr show assoc user=$USER format=account,partition lists your accounts",
+    ),
+    (re.compile(r"invalid qos|qos", re.I), "qos", "sacctmgr show assoc user=$USER format=account,qos lists yours"),
+    (re.compile(r"time limit|invalid time", re.I), "time", "sinfo -o '%P %l' lists each partition's time limit"),
+    (
+        re.compile(r"node configuration is not available|more processors|gres|memory", re.I),
+        "nodes",
+        "ask for what a node has (sinfo -N -o '%N %c %m %G') or fewer nodes",
+    ),
+)
+
+
+def submitted(experiment: Any) -> bool:
+    """Whether any job of the experiment got a handle (an id from the scheduler)."""
+    return any(getattr(job, "handle", "") for job in getattr(experiment, "jobs", []) or [])
+
+
+def discard_unsubmitted(experiment: Any) -> Optional[str]:
+    """Remove the experiment's directory when none of its jobs was submitted; returns the path removed. Only a
+    directory under NeMo-Run's experiments folder is touched, and its title folder too once it is empty."""
+    if experiment is None or submitted(experiment):
+        return None
+    directory = Path(getattr(experiment, "_exp_dir", "") or "")
+    if not directory.name or directory.parent.parent.name != "experiments" or not directory.is_dir():
+        return None
+    shutil.rmtree(directory, ignore_errors=True)
+    try:
+        os.rmdir(directory.parent)  # the experiment's title folder, when this was its only run
+    except OSError:
+        pass
+    return str(directory)
+
+
+def refusal_problems(error: BaseException, executor: Any) -> list[Problem]:
+    """sbatch's refusal as problems naming the executor field it is about; [] when the reason is not one a user
+    can fix in the executor's arguments (the caller then reports the scheduler's message as it is)."""
+    import nemo_run as run  # imported by whoever submitted
+
+    if not isinstance(executor, run.SlurmExecutor):  # only sbatch's words are read here
+        return []
+    said = [line.strip() for line in re.findall(r"sbatch: error: (.+)", str(error))]
+    reason = ("; ".join(said) if said else " ".join(str(error).split()))[:300]
+    for pattern, field, how in _REFUSALS:
+        if pattern.search(reason):
+            value = getattr(executor, field, None)
+            return [
+                Problem(
+                    field,
+                    value,
+                    f"the scheduler refused the job: {reason}",
+                    f"give a {field} the cluster accepts ({how}); nothing was submitted.",
+                )
+            ]
+    return []
