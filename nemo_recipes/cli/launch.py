@@ -14,8 +14,7 @@ from typing import Any
 
 from nemo_recipes.catalog import get_recipe, plain_name_problems
 from nemo_recipes.cli import _output
-from nemo_recipes.errors import InvalidRecipeError, Problem
-from nemo_recipes.executors.submission import discard_unsubmitted, refusal_problems
+from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem
 from nemo_recipes.overrides import apply_overrides, read_yaml_values
 
 HELP = "run a recipe through a NeMo-Run executor (a preset or a cluster profile); --dryrun submits nothing"
@@ -125,8 +124,7 @@ def run(args: argparse.Namespace) -> int:
     quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with quiet:
         try:
-            import nemo_run as run_api
-
+            from nemo_recipes.executors import submission
             from nemo_recipes.executors.plugin import RecipePlugin
             from nemo_recipes.executors.profiles import executor_for
         except ImportError as error:
@@ -138,36 +136,24 @@ def run(args: argparse.Namespace) -> int:
         if problems:
             raise InvalidRecipeError(problems, context=f"launch {spec.name} on {args.executor}")
         partial = build_partial(spec, name=args.name)
-        plugin = RecipePlugin(gpu=gpu)
         name = args.name or spec.name
-        slurm = isinstance(executor, run_api.SlurmExecutor)
-        experiment = None
         try:
-            with run_api.Experiment(name, executor=executor) as experiment:
-                # The plugin validates the plan against the executor's hardware here, before any submission.
-                job_id = experiment.add(partial, executor=executor, plugins=[plugin], name=name)
-                if args.dryrun:
-                    experiment.dryrun()
-                else:
-                    # A Slurm job is followed through Slurm's own states below (NeMo-Run folds TIMEOUT,
-                    # NODE_FAIL and PREEMPTED into FAILED).
-                    experiment.run(detach=args.detach or slurm)
-                experiment_id = experiment._id
-        except InvalidRecipeError:
-            raise
-        except Exception as error:  # a scheduler refusing the job, a tunnel failing: NeMo-Run's own message
-            removed = discard_unsubmitted(experiment) if not args.dryrun else None
-            problems = refusal_problems(error, executor)
-            if problems:
-                raise InvalidRecipeError(problems, context=f"launch {name} on {args.executor}: not submitted") from None
+            job = submission.submit(
+                partial, executor, name=name, plugins=[RecipePlugin(gpu=gpu)], dryrun=args.dryrun, detach=args.detach
+            )
+        except InvalidConfigError as error:  # the scheduler refused what the user can fix
+            raise InvalidConfigError(
+                error.problems, context=f"launch {name} on {args.executor}: not submitted"
+            ) from None
+        except submission.SubmissionError as error:  # a scheduler refusing the job, a tunnel failing
             raise _output.CLIError(
-                f"NeMo-Run could not {'dry-run' if args.dryrun else 'launch'} {name} on "
-                f"{args.executor}: {type(error).__name__}: {error}"
-                + (f" (nothing was submitted; removed {removed})" if removed else "")
+                f"NeMo-Run could not {'dry-run' if args.dryrun else 'launch'} {name} on {args.executor}: {error}"
+                + (f" (nothing was submitted; removed {error.removed})" if error.removed else "")
             ) from None
         state = None
-        if slurm and not args.dryrun:
-            state = _slurm_state(experiment, job_id, executor, follow=not args.detach)
+        if job.slurm and not args.dryrun:
+            # NeMo-Run folds TIMEOUT, NODE_FAIL and PREEMPTED into FAILED: Slurm's own states are followed here.
+            state = _slurm_state(job.experiment, job.job_id, executor, follow=not args.detach)
 
     if args.json:
         _output.print_json(
@@ -179,7 +165,7 @@ def run(args: argparse.Namespace) -> int:
                 "nodes": executor.nnodes(),
                 "devices": executor.nproc_per_node(),
                 "dryrun": args.dryrun,
-                "experiment_id": experiment_id,
+                "experiment_id": job.experiment_id,
                 "overrides": overrides,
                 "slurm": state.to_dict() if state else None,
             }

@@ -1,5 +1,8 @@
-"""After a submission the scheduler refused: no half-made experiment left behind, and sbatch's reason as a problem
-that names the field, the value and the fix.
+"""Submitting a task through NeMo-Run, and after a submission the scheduler refused: no half-made experiment left
+behind, and sbatch's reason as a problem that names the field, the value and the fix.
+
+The one place that reads NeMo-Run's private experiment attributes (`_id`, `_exp_dir`): NeMo-Run 0.11.1 exposes
+neither, and the CLI needs both (the id to report, the directory to remove).
 
 NeMo-Run writes the experiment directory (config, task, sbatch script, code) before it calls sbatch; when sbatch
 refuses, that directory describes a job that never existed and `nemo experiment list` would show it.
@@ -10,10 +13,11 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
-from nemo_recipes.errors import Problem
+from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem
 
 # sbatch's own words (Slurm 22.05 - 24.x) for the refusals a user can fix in the executor's arguments.
 _REFUSALS = (
@@ -33,6 +37,60 @@ _REFUSALS = (
 )
 
 
+class SubmissionError(RuntimeError):
+    """NeMo-Run could not submit (or dry-run) the task for a reason outside the user's input: a tunnel, a scheduler
+    down. `removed` is the experiment directory removed because nothing was submitted."""
+
+    def __init__(self, error: BaseException, removed: Optional[str]):
+        self.error, self.removed = error, removed
+        super().__init__(f"{type(error).__name__}: {error}")
+
+
+@dataclass
+class Submitted:
+    experiment: Any
+    job_id: str
+    experiment_id: str
+    slurm: bool
+
+
+def experiment_id(experiment: Any) -> str:
+    return str(experiment._id)
+
+
+def experiment_dir(experiment: Any) -> str:
+    return str(getattr(experiment, "_exp_dir", "") or "")
+
+
+def submit(
+    task: Any, executor: Any, *, name: str, plugins: Sequence[Any] = (), dryrun: bool = False, detach: bool = False
+) -> Submitted:
+    """`task` on `executor` as one NeMo-Run experiment named `name`: dry-run, or run (a Slurm job always detached:
+    its caller follows it through Slurm's own states). A refusal the user can fix in the executor's arguments raises
+    InvalidConfigError; any other failure SubmissionError. Either way nothing unsubmitted is left on disk."""
+    import nemo_run as run
+
+    slurm = isinstance(executor, run.SlurmExecutor)
+    experiment = None
+    try:
+        with run.Experiment(name, executor=executor) as experiment:
+            # The plugins validate the plan against the executor's hardware here, before any submission.
+            job_id = experiment.add(task, executor=executor, plugins=list(plugins), name=name)
+            if dryrun:
+                experiment.dryrun()
+            else:
+                experiment.run(detach=detach or slurm)
+            return Submitted(experiment, job_id, experiment_id(experiment), slurm)
+    except InvalidRecipeError:
+        raise
+    except Exception as error:
+        removed = None if dryrun else discard_unsubmitted(experiment)
+        problems = refusal_problems(error, executor)
+        if problems:
+            raise InvalidConfigError(problems, context=f"{name}: not submitted") from None
+        raise SubmissionError(error, removed) from None
+
+
 def submitted(experiment: Any) -> bool:
     """Whether any job of the experiment got a handle (an id from the scheduler)."""
     return any(getattr(job, "handle", "") for job in getattr(experiment, "jobs", []) or [])
@@ -43,7 +101,7 @@ def discard_unsubmitted(experiment: Any) -> Optional[str]:
     directory under NeMo-Run's experiments folder is touched, and its title folder too once it is empty."""
     if experiment is None or submitted(experiment):
         return None
-    directory = Path(getattr(experiment, "_exp_dir", "") or "")
+    directory = Path(experiment_dir(experiment))
     if not directory.name or directory.parent.parent.name != "experiments" or not directory.is_dir():
         return None
     shutil.rmtree(directory, ignore_errors=True)

@@ -103,6 +103,7 @@ def executor_launcher(executor: Any, *, experiment: str = "smoke", timeout: floa
     def launch(config: dict[str, Any], processes: int, log: Path, poll: Callable[[], None]) -> int:
         import nemo_run as run
 
+        from nemo_recipes.executors.submission import experiment_id
         from nemo_recipes.smoke_training.worker import train_phase
 
         world = executor.nnodes() * executor.nproc_per_node()
@@ -135,7 +136,8 @@ def executor_launcher(executor: Any, *, experiment: str = "smoke", timeout: floa
                 finished = state in TERMINAL
             files = next((j.executor.job_dir for j in exp.jobs if j.id == job_id), job_executor.job_dir)
             log.write_text(
-                f"NeMo-Run experiment {exp._id}, job {job_id}: {state}\n{told}job files: {files}\n", encoding="utf-8"
+                f"NeMo-Run experiment {experiment_id(exp)}, job {job_id}: {state}\n{told}job files: {files}\n",
+                encoding="utf-8",
             )
             if not finished:
                 exp.cancel(job_id)
