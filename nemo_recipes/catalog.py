@@ -14,7 +14,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, TypeGuard
 
 from nemo_recipes.errors import InvalidRecipeError, Problem, did_you_mean
 
@@ -354,7 +354,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def is_finite(value: Any) -> bool:
+def is_finite(value: Any) -> TypeGuard[float]:
     """True for a number that is neither NaN nor infinite; an int too large for a float counts as infinite."""
     try:
         return _is_number(value) and math.isfinite(value)

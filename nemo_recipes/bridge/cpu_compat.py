@@ -25,7 +25,8 @@ import inspect
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from types import FrameType
+from typing import Any, Callable, Iterator, Optional
 
 from nemo_recipes.errors import RecipeError
 
@@ -104,7 +105,7 @@ _HERE = (os.path.dirname(contextlib.__file__), __file__)
 def _trace(what: str) -> None:
     if os.environ.get(TRACE_ENV) != "1":
         return
-    frame = sys._getframe(2)
+    frame: Optional[FrameType] = sys._getframe(2)
     import torch
 
     skip = _HERE + (os.path.dirname(torch.__file__),)
@@ -219,7 +220,7 @@ def _replace(patch: Patch, make: Callable[[Callable], Callable]) -> bool:
     if getattr(function, "__cpu_compat__", False):
         return True  # already wrapped in this process
     wrapper = functools.wraps(function)(make(function))
-    wrapper.__cpu_compat__ = True
+    wrapper.__cpu_compat__ = True  # type: ignore[attr-defined]  # a marker on the function object
     setattr(owner, attribute, staticmethod(wrapper) if is_static else wrapper)
     return True
 

@@ -17,7 +17,7 @@ from nemo_recipes.catalog import RECIPES, RecipeSpec, field_names
 from nemo_recipes.errors import InvalidRecipeError, Problem
 from nemo_recipes.plan.layout import Layout
 
-_RECIPE_OF_CLASS = {cls: name for name, cls in CONFIG_CLASSES.items()}
+_RECIPE_OF_CLASS: dict[Any, str] = {cls: name for name, cls in CONFIG_CLASSES.items()}
 
 
 def _get(config: Any, path: str, default: Any = None) -> Any:

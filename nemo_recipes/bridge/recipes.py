@@ -71,7 +71,8 @@ def _cli_annotation(hint: Any) -> Any:
     if origin is Literal:
         return str
     if origin is tuple:  # the catalog keeps lists as tuples (hashable, frozen); on the command line they are lists
-        return Optional[Union[list[typing.get_args(hint)[0]], str]]
+        item: Any = typing.get_args(hint)[0]
+        return Optional[Union[list[item], str]]
     if hint is str or hint == Optional[str]:
         return hint
     return Union[hint, str]
@@ -139,7 +140,8 @@ def _make_factory(recipe_name: str):
             inspect.Parameter("unknown", inspect.Parameter.VAR_KEYWORD),
         ]
     )
-    factory.__signature__ = inspect.Signature(parameters, return_annotation=run.Partial)
+    # A function object takes the attribute at run time; mypy knows no `__signature__` on functions.
+    factory.__signature__ = inspect.Signature(parameters, return_annotation=run.Partial)  # type: ignore[attr-defined]
     factory.__name__ = factory.__qualname__ = recipe_name
     factory.__module__ = __name__
     factory.__doc__ = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from nemo_recipes.catalog import RECIPES, RecipeSpec
 from nemo_recipes.cli import _output
@@ -43,7 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def row(spec: RecipeSpec) -> dict:
     """One recipe as JSON: stable keys, the seed's columns under the catalog's field names."""
-    out = {"name": spec.name, "size_label": spec.size_label}
+    out: dict[str, Any] = {"name": spec.name, "size_label": spec.size_label}
     out.update({key: getattr(spec, key) for _, key in COLUMNS})
     out.update(num_nodes=spec.num_nodes, num_gpus_per_node=spec.num_gpus_per_node, default_gpu=spec.default_gpu)
     return out

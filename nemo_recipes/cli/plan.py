@@ -192,6 +192,7 @@ def _spec_and_cluster(args: argparse.Namespace) -> tuple[RecipeSpec, Cluster, Op
         problems += error.problems
     if problems:
         raise InvalidRecipeError(problems, context=f"recipe {base.name!r}")
+    assert spec is not None, "apply_overrides gave a spec or raised, reported above"
     cluster = Cluster.of(spec.num_nodes, spec.num_gpus_per_node, gpu)
     if args.fit or args.best:
         # --fit and --best move the recipe onto the cluster themselves (--fit scales the batch from the recipe's own

@@ -10,11 +10,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
+from typing import TYPE_CHECKING, Optional
 
 from nemo_recipes.catalog import get_recipe
 from nemo_recipes.cli import _output
 from nemo_recipes.cli._overrides import parse_overrides
 from nemo_recipes.errors import InvalidRecipeError, Problem
+
+if TYPE_CHECKING:  # this process stays light: the launchers are imported only with --executor
+    from nemo_recipes.smoke_training.launchers import Launcher
 
 HELP = "train a recipe scaled down with NeMo's own loop, stop, resume, and judge it (CPU or GPU)"
 EXAMPLES = """\
@@ -95,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     overrides, problems = parse_overrides(args.overrides)
     if problems:
         raise InvalidRecipeError(problems, context=f"smoke {spec.name}")
-    launch, processes = None, args.processes if args.processes is not None else 1
+    launch: Optional[Launcher] = None
+    processes = args.processes if args.processes is not None else 1
     # NeMo-Run prints its progress on stdout; with --json, stdout holds only the report.
     quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with quiet:
@@ -120,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     return _output.EXIT_OK if report.passed else _output.EXIT_FAILURE
 
 
-def _executor_launch(args: argparse.Namespace) -> tuple[object, int]:
+def _executor_launch(args: argparse.Namespace) -> tuple[Launcher, int]:
     from nemo_recipes.cli.launch import executor_args
     from nemo_recipes.executors.profiles import executor_for
     from nemo_recipes.smoke_training.launchers import executor_launcher

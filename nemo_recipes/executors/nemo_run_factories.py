@@ -74,7 +74,7 @@ def dry_runs_apply_recipe_plugins() -> None:
         finally:
             run.dryrun_fn = plain
 
-    execute_task._applies_recipe_plugins = True
+    execute_task._applies_recipe_plugins = True  # type: ignore[attr-defined]  # a marker on the function object
     RunContext._execute_task = execute_task
 
 

@@ -69,7 +69,7 @@ def module(name: str) -> PresetModule:
     if missing:
         # A programming error in a preset, not user input: say which part of the interface is absent.
         raise TypeError(f"preset {name!r} ({PRESETS[name]}) lacks {missing}; see nemo_recipes/executors/registry.py")
-    return found  # type: ignore[return-value]
+    return found
 
 
 def function(name: str) -> Callable[..., Any]:

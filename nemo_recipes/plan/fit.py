@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 from nemo_recipes.catalog import RecipeSpec, closest_recipe
 from nemo_recipes.errors import ERROR, InvalidRecipeError, Problem
@@ -64,7 +64,7 @@ class FitResult:
 
 
 def _on_cluster(spec: RecipeSpec, cluster: Cluster) -> RecipeSpec:
-    changes = {"num_nodes": cluster.nodes, "num_gpus_per_node": cluster.gpus_per_node}
+    changes: dict[str, Any] = {"num_nodes": cluster.nodes, "num_gpus_per_node": cluster.gpus_per_node}
     if cluster.gpu is not None and cluster.gpu.name in GPUS:
         changes["default_gpu"] = cluster.gpu.name
     return spec.replace(**changes)

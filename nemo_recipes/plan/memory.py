@@ -154,7 +154,7 @@ def activation_memory(
     layout = layout or Layout.of(spec)
     s, b, h, t, c = spec.seq_length, layout.micro_batch, spec.hidden_size, layout.tp, layout.cp
     sp = layout.sequence_parallel
-    shape = dict(
+    shape: dict[str, Any] = dict(
         seq=s,
         micro_batch=b,
         hidden=h,

@@ -118,12 +118,17 @@ class PlanReport:
         return [p for p in self.problems if p.severity == WARNING]
 
     @property
+    def _known_layout(self) -> Layout:
+        assert self.layout is not None, "__post_init__ fills in the layout when none is given"
+        return self.layout
+
+    @property
     def data_parallel_size(self) -> int:
-        return self.layout.dp
+        return self._known_layout.dp
 
     @property
     def grad_accumulation_steps(self) -> int:
-        return self.layout.microbatches
+        return self._known_layout.microbatches
 
     def with_throughput(self, throughput: Any) -> "PlanReport":
         """A copy carrying a throughput estimate: a mapping, or an object with `to_dict()` (the throughput

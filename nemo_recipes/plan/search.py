@@ -67,11 +67,17 @@ class Candidate:
 
     @property
     def headroom_gib(self) -> Optional[float]:
-        return None if self.capacity_gib is None else self.capacity_gib - self.total_gib
+        # total_gib and capacity_gib are both None or both set (without a GPU type or with one)
+        return None if self.capacity_gib is None or self.total_gib is None else self.capacity_gib - self.total_gib
 
     @property
     def tight(self) -> bool:
-        return self.capacity_gib is not None and self.headroom_gib < TIGHT_MEMORY_FRACTION * self.capacity_gib
+        headroom = self.headroom_gib
+        return (
+            self.capacity_gib is not None
+            and headroom is not None
+            and headroom < TIGHT_MEMORY_FRACTION * self.capacity_gib
+        )
 
     def label(self) -> str:
         s = self.spec
@@ -79,7 +85,7 @@ class Candidate:
         if s.virtual_pipeline:
             parts.append(f"VP {s.virtual_pipeline}")
         parts.append(f"micro batch {s.micro_batch_size}")
-        recompute = s.recompute
+        recompute: str = s.recompute
         if s.recompute == "full" and s.recompute_num_layers:
             recompute += f" ({s.recompute_num_layers} layers/chunk)"
         parts.append(f"recompute {recompute}")
@@ -216,7 +222,9 @@ def recompute_options(
             else:
                 high = mid
         best = everything if low == chunk else _with(base, recompute="full", recompute_num_layers=low)
-        yield best, _memory(best, cluster, stack)
+        total = _memory(best, cluster, stack)
+        assert total is not None, "the search above found that best fits"
+        yield best, total
 
 
 def valid_plans(

@@ -9,9 +9,9 @@ that a prediction always says what it assumed.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, TypeVar, cast
 
-from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.catalog import Precision, RecipeSpec, Recompute
 from nemo_recipes.errors import InvalidRecipeError, Problem
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
 
@@ -42,6 +42,8 @@ VOCAB_MULTIPLE = 128
 # Vocabulary of Megatron's GPT examples and of the Megatron papers (GPT-2 BPE padded to 51200).
 DEFAULT_VOCAB = 51200
 
+_T = TypeVar("_T")
+
 _MISSING = ("", "n/s", "ns", "na", "n/a", "none", "-", "?")
 _LLAMA = re.compile(r"llama|mistral|qwen|nemotron", re.IGNORECASE)
 
@@ -52,6 +54,13 @@ def is_missing(value: Any) -> bool:
         return True
     text = str(value).strip().lower()
     return text in _MISSING or text.startswith("n/s")
+
+
+def _checked(value: Optional[_T]) -> _T:
+    """A value read without a problem: `_Reader` returns None for a value only with a problem (or for a missing
+    required one), and `plan_from_row` raises on any problem before it builds the plan."""
+    assert value is not None, "a value read with a problem reached the plan"
+    return value
 
 
 def _leading(value: Any) -> str:
@@ -88,12 +97,12 @@ class _Reader:
         return int(number)
 
 
-def _precision(reader: _Reader) -> str:
+def _precision(reader: _Reader) -> Precision:
     value = reader.row.get("precision")
     text = "" if value is None else str(value).lower()
     for name in ("fp8", "bf16", "fp16"):
         if name in text and not text.strip().startswith("n/s"):
-            return name
+            return cast(Precision, name)
     if "bf16" in text:  # "n/s (MFU vs 989 => BF16 peak)": the source measured against the BF16 peak
         reader.assumptions.append("precision not stated: assumed bf16 (the source quotes the BF16 peak)")
         return "bf16"
@@ -104,7 +113,7 @@ def _precision(reader: _Reader) -> str:
     return "bf16"
 
 
-def _recompute(reader: _Reader) -> str:
+def _recompute(reader: _Reader) -> Recompute:
     value = reader.row.get("recompute")
     if is_missing(value):
         reader.assumptions.append(
@@ -116,7 +125,7 @@ def _recompute(reader: _Reader) -> str:
     if word in ("none", "no", "off", "false", "0"):
         return "none"
     if word in ("selective", "full"):
-        return word
+        return cast(Recompute, word)
     reader.problems.append(Problem("recompute", value, "is not a recomputation mode.", "use none, selective or full."))
     return "none"
 
@@ -168,6 +177,9 @@ def plan_from_row(row: Mapping[str, Any]) -> tuple[RecipeSpec, Cluster, list[str
     gpus_per_node = _check_world(r, n_gpus, gpus_per_node, tp, pp, cp)
     if r.problems:
         raise InvalidRecipeError(r.problems, context=f"row {row.get('id', '')!r}".strip())
+    layers, hidden, heads, seq, n_gpus, gbs = map(_checked, (layers, hidden, heads, seq, n_gpus, gbs))
+    tp, pp, cp, mbs, ffn, vocab = map(_checked, (tp, pp, cp, mbs, ffn, vocab))
+    gpus_per_node = _checked(gpus_per_node)
 
     overrides = _pipeline_split(r, layers, (pp or 1) * (vp or 1))
     if gated:

@@ -181,7 +181,11 @@ class _Rates:
     @classmethod
     def of(cls, gpu: GPU, fp8: bool, k: ModelConstants) -> "_Rates":
         bf16 = gpu.bf16_tflops * 1e12 * k.matmul
-        dense = gpu.fp8_tflops * 1e12 * k.fp8_matmul if fp8 else bf16
+        if fp8:
+            assert gpu.fp8_tflops is not None, "FP8 plans on a GPU without FP8 are refused before the rates"
+            dense = gpu.fp8_tflops * 1e12 * k.fp8_matmul
+        else:
+            dense = bf16
         return cls(
             bf16=bf16,
             dense=dense,

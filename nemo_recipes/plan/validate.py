@@ -532,6 +532,7 @@ def memory_fixes(spec: RecipeSpec, cluster: Cluster, *, stack: Optional[str] = N
         if _error_fields(layout_problems(candidate, cluster)) - baseline:
             return None
         total = estimate_memory(candidate, cluster, stack=stack).total
+        assert cluster.gpu is not None, "memory fixes are for a cluster with a GPU type"
         return total if total <= cluster.gpu.memory_gib else None
 
     def first(candidates: Iterable[tuple[str, RecipeSpec]]) -> None:
@@ -596,7 +597,9 @@ def memory_problems(
                 fix,
             )
         ]
-    if memory.headroom < TIGHT_MEMORY_FRACTION * gpu.memory_gib:
+    headroom = memory.headroom
+    assert headroom is not None, "memory estimated on a cluster with a GPU type has its capacity"
+    if headroom < TIGHT_MEMORY_FRACTION * gpu.memory_gib:
         return [
             Problem(
                 "memory",

@@ -8,7 +8,7 @@ import importlib.util
 import os
 import re
 import traceback
-from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, cast
 
 import nemo_run as run
 
@@ -149,6 +149,7 @@ def kubernetes(
     home_volume, home_mount, home_problems = _shared_home_beside(shared_home_pvc, volumes, volume_mounts, pvcs)
     problems += home_problems
     raise_if(problems, "kubernetes executor")
+    assert version is not None, "normalise_version gives a version or a problem, raised above"
     problems = environment_problems()
     if problems:
         raise InvalidConfigError(problems, context="kubernetes executor")
@@ -287,7 +288,7 @@ def _pod_volumes(
     memory-backed /dev/shm."""
     all_volumes = [dict(v) for v in volumes]
     mounts = [dict(m) for m in volume_mounts]
-    if home_volume is not None:
+    if home_volume is not None and home_mount is not None:  # shared_home() gives both or neither
         all_volumes.append(home_volume)
         mounts.append(home_mount)
     for claim, path in pvcs.items():
@@ -496,11 +497,12 @@ def cli_factory(
     holds this machine's NEMORUN_HOME, mounted at the same path in the pods so they can read the job's config.
     `trainer_version` (v2.1, v2.2, v2.3) is the cluster's Kubeflow Trainer release, which decides the TrainJob's
     shape; a cluster profile can set it too."""
-    kwargs = {} if image is None else {"image": image}
+    kwargs: dict[str, Any] = {} if image is None else {"image": image}
+    # Text that is not a number reaches kubernetes() as it is, which reports it (field, value, fix).
     return kubernetes(
         namespace=namespace,
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
+        nodes=cast(int, nodes),
+        gpus_per_node=cast(int, gpus_per_node),
         gpu=gpu,
         runtime=runtime,
         shared_home_pvc=shared_home_pvc,

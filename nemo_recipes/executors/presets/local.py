@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import shlex
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, cast
 
 import nemo_run as run
 
@@ -64,7 +64,8 @@ EXECUTOR = "LocalExecutor"
 
 def cli_factory(devices: Count = 1, gpu: Optional[str] = None) -> run.Config[run.LocalExecutor]:
     """torchrun on this machine with `devices` processes."""
-    return local(devices, gpu=gpu).to_config()
+    # Text that is not a number reaches local() as it is, which reports it (field, value, fix).
+    return local(cast(int, devices), gpu=gpu).to_config()
 
 
 def secure(executor: run.LocalExecutor, task_env: Optional[dict[str, str]], secrets: Iterable[str]) -> list[Problem]:
