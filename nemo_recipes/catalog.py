@@ -27,6 +27,9 @@ GPT2_VOCAB_SIZE = (
     50257  # GPT-2 byte-level BPE (Radford et al. 2019), the tokenizer of GPT-3 and Megatron's GPT examples
 )
 
+#: Longest checkpoint interval by time a recipe takes (checkpoint_every_minutes).
+MINUTES_PER_YEAR = 525_600
+
 
 @dataclass(frozen=True, kw_only=True)
 class RecipeSpec:
@@ -380,12 +383,13 @@ def _type_problems(spec: RecipeSpec) -> list[Problem]:
             )
     problems += _bound_problems(spec)
     value = spec.checkpoint_every_minutes
-    if is_finite(value) and not value > 0:
+    # NeMo turns it into a timedelta, which overflows far beyond a year; a year is longer than any run checkpoints.
+    if is_finite(value) and not 0 < value <= MINUTES_PER_YEAR:
         problems.append(
             Problem(
                 "checkpoint_every_minutes",
                 value,
-                "must be a positive, finite number of minutes or unset.",
+                f"must be a positive number of minutes up to a year ({MINUTES_PER_YEAR:,}), or unset.",
                 "set checkpoint_every_minutes to e.g. 15, or None for no time interval.",
             )
         )

@@ -135,3 +135,11 @@ def test_importing_the_catalog_and_planner_loads_no_heavy_module():
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert json.loads(out) == []
+
+
+@pytest.mark.parametrize("minutes", [2**63, 1e9, 525_601, 0, -5])
+def test_checkpoint_time_interval_is_bounded(minutes):
+    # NeMo builds a timedelta from it: 2**63 minutes overflowed at build time instead of being refused here.
+    with pytest.raises(InvalidRecipeError, match="checkpoint_every_minutes"):
+        RECIPES["gpt_7b"].replace(checkpoint_every_minutes=minutes)
+    assert RECIPES["gpt_7b"].replace(checkpoint_every_minutes=525_600).checkpoint_every_minutes == 525_600

@@ -300,7 +300,8 @@ def test_other_fast_verbs_answer_any_argument_list(empty_cwd, verb, rest):
     if verb in ("export", "launch"):
         # Only what is refused before NeMo is imported (fast): an unknown recipe first.
         argv = [verb, "gpt70b", *rest]
-    if verb == "diff" and any(Path(a).exists() for a in rest if a):
+    # os.path.exists, not Path.exists: a name longer than the file system allows is "not a file", not an OSError.
+    if verb == "diff" and any(os.path.exists(a) for a in rest if a):
         return  # a real file would be compared (NeMo for a recipe side): not this test's business
     code, out, err = run_cli(argv)
     check_cli_answer(argv, code, out, err)

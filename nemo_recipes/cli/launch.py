@@ -131,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
             raise _output.CLIError(
                 f"launch needs NeMo-Run and the executor presets ({error}); install them with: pip install nemo-recipes"
             ) from None
+        assert spec is not None  # set whenever no problem was raised above
         executor, gpu = executor_for(args.executor, args.clusters, **executor_kwargs)
         problems = _hardware_problems(overrides, executor, args.executor)
         if problems:

@@ -234,7 +234,7 @@ def judge(
     saved = [c for r in _phase(records, second, "checkpoints") for c in r.get("checkpoints", [])]
     last = max(saved, key=lambda c: c.get("step") or -1) if saved else None
     verdict.checkpoint = last
-    loadable = bool(last) and "error" not in last and last.get("optimizer") is True and last.get("tensors", 0) > 0
+    loadable = last is not None and "error" not in last and last.get("optimizer") is True and last.get("tensors", 0) > 0
     verdict.checks.append(
         Check(
             "last checkpoint resumable",

@@ -125,8 +125,12 @@ def executor_launcher(executor: Any, *, experiment: str = "smoke", timeout: floa
 
                 slurm_id = slurm_state.slurm_job_id(exp, job_id)
                 runner = slurm_state.tunnel_runner(job_executor.tunnel)
-                final = slurm_state.follow(
-                    slurm_id, runner, report=lambda s: poll(), timeout=timeout, interval=1.0, tick=poll
+                final = (
+                    None  # no Slurm id: NeMo-Run got none back from sbatch
+                    if slurm_id is None
+                    else slurm_state.follow(
+                        slurm_id, runner, report=lambda s: poll(), timeout=timeout, interval=1.0, tick=poll
+                    )
                 )
                 state = "UNKNOWN" if final is None else final.state
                 told = "" if final is None else final.format() + "\n"

@@ -116,7 +116,7 @@ class Progress:
 
     def __init__(self, stream: Optional[TextIO], total_steps: int, label: str):
         self.stream, self.total, self.label = stream, total_steps, label
-        self.tty = bool(stream) and hasattr(stream, "isatty") and stream.isatty()
+        self.tty = stream is not None and hasattr(stream, "isatty") and stream.isatty()
         self.shown = 0
 
     def phase(self, phase: str) -> None:
@@ -137,7 +137,7 @@ class Progress:
         )
 
     def done(self) -> None:
-        if self.tty and self.shown:
+        if self.stream is not None and self.tty and self.shown:
             self.stream.write("\n")
             self.stream.flush()
 

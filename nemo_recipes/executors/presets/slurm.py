@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Iterable, Literal, Mapping, Optional, Sequence
+from typing import Any, Iterable, Literal, Mapping, Optional, Sequence, cast
 
 import nemo_run as run
 
@@ -215,7 +215,7 @@ def cli_factory(
     NeMo-Run's `executor=NAME` takes no arguments (it splits on '='), so the account comes from SBATCH_ACCOUNT or
     SLURM_ACCOUNT (the variables sbatch itself reads) when not given; other fields: `run.executor.nodes=4`.
     """
-    kwargs = {} if container_image is None else {"container_image": container_image}
+    kwargs: dict[str, Any] = {} if container_image is None else {"container_image": container_image}
     if account is None:
         account = os.environ.get("SBATCH_ACCOUNT") or os.environ.get("SLURM_ACCOUNT")
         if not account:
@@ -232,16 +232,17 @@ def cli_factory(
     return slurm(
         account=account,
         partition=partition,
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
+        # Text that is not a number reaches the preset as it is, for its message (see Count).
+        nodes=cast(int, nodes),
+        gpus_per_node=cast(int, gpus_per_node),
         gpu=gpu,
         time=time,
-        tunnel=tunnel,
+        tunnel=cast(Literal["local", "ssh"], tunnel),
         host=host,
         user=user,
         job_dir=job_dir,
         identity=identity,
-        retries=retries,
+        retries=cast(int, retries),
         **kwargs,
     ).to_config()
 
