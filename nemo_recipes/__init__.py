@@ -15,10 +15,10 @@ __version__ = "0.1.0"
 
 # name -> module that defines it; imported lazily by __getattr__ (they import NeMo / NeMo-Run).
 _LAZY = {
-    **{config_class_name(spec): "nemo_recipes.bridge.model" for spec in RECIPES.values()},
-    "model_config": "nemo_recipes.bridge.model",
-    **{name: "nemo_recipes.bridge.recipes" for name in RECIPES},
-    "build_recipe": "nemo_recipes.bridge.recipes",
+    **{config_class_name(spec): "nemo_recipes.training.model" for spec in RECIPES.values()},
+    "model_config": "nemo_recipes.training.model",
+    **{name: "nemo_recipes.training.factories" for name in RECIPES},
+    "build_recipe": "nemo_recipes.training.factories",
     "smoke": "nemo_recipes.smoke_training.runner",
 }
 

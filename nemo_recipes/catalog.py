@@ -700,7 +700,7 @@ def field_names() -> tuple[str, ...]:
 
 def config_class_name(spec: RecipeSpec) -> str:
     """GPTConfig7B for the 7B row, GPTConfig1_3B for 1.3B: the name of the recipe's NeMo model config class
-    (nemo_recipes.bridge.model), which NeMo-Run writes as the config's target."""
+    (nemo_recipes.training.model), which NeMo-Run writes as the config's target."""
     return "GPTConfig" + spec.size_label.replace(".", "_")
 
 

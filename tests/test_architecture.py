@@ -21,18 +21,18 @@ ALLOWED: dict[str, set[str]] = {
     "catalog": CORE | {"plan"},
     "plan": CORE | {"catalog"},
     "overrides": CORE | {"catalog"},
-    "bridge": CORE | {"catalog", "plan", "overrides", "__init__"},
+    "training": CORE | {"catalog", "plan", "overrides", "__init__"},
     "executors": CORE | {"catalog", "plan", "overrides", "__init__"},
-    "smoke_training": CORE | {"catalog", "plan", "overrides", "bridge", "executors"},
-    "cli": CORE | {"catalog", "plan", "overrides", "bridge", "executors", "smoke_training", "__init__"},
-    "__init__": CORE | {"catalog", "plan", "bridge", "smoke_training"},
+    "smoke_training": CORE | {"catalog", "plan", "overrides", "training", "executors"},
+    "cli": CORE | {"catalog", "plan", "overrides", "training", "executors", "smoke_training", "__init__"},
+    "__init__": CORE | {"catalog", "plan", "training", "smoke_training"},
 }
 #: Edges across a layer that exist on purpose: (importing module, imported unit) -> why.
 EXCEPTIONS = {
     # NeMo-Run loads one entry-point module per package; importing it must register the executor factories too.
-    ("bridge/register.py", "executors"): "the nemo_run.cli entry point registers recipes and executors",
-    # The plugin reads the recipe back from the Partial it is given, which only the bridge knows how to do.
-    ("executors/plugin.py", "bridge"): "the recipe plugin reads the RecipeSpec back from a run.Partial",
+    ("training/register.py", "executors"): "the nemo_run.cli entry point registers recipes and executors",
+    # The plugin reads the recipe back from the Partial it is given, which only training/introspect.py knows how to do.
+    ("executors/plugin.py", "training"): "the recipe plugin reads the RecipeSpec back from a run.Partial",
 }
 #: Units that must stay importable without NeMo, Megatron, torch, Lightning or NeMo-Run (the fast path).
 LIGHT = {"credentials", "counts", "errors", "catalog", "plan", "overrides"}

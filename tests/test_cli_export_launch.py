@@ -85,7 +85,7 @@ def test_export_writes_a_checked_nemo_run_file(exported):
 ROUND_TRIP = textwrap.dedent("""
     import sys, tempfile, os
     from nemo_recipes.catalog import get_recipe
-    from nemo_recipes.bridge.recipes import build_recipe
+    from nemo_recipes.training.factories import build_recipe
     from nemo_recipes.cli.export import load, serialize
     expected = build_recipe(get_recipe("gpt_1_3b").replace(num_nodes=2), name="gpt_1_3b")
     results = {"cli_yaml": load(sys.argv[1]) == expected}

@@ -665,7 +665,7 @@ def test_factories_through_nemo_runs_parser_refuse_with_our_message_or_build(fac
     except InvalidRecipeError as error:
         assert all(p.fix for p in error.problems)
         return
-    from nemo_recipes.bridge.introspect import spec_from_partial
+    from nemo_recipes.training.introspect import spec_from_partial
 
     assert_sane_spec(spec_from_partial(partial))
 

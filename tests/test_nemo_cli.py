@@ -86,9 +86,9 @@ def test_factory_arguments_on_the_command_line(dry_runs):
 def test_to_yaml_round_trips(tmp_path):
     """`--to-yaml` writes every part; reading it back gives a Partial equal to the factory's. (NeMo-Run 0.11.1's
     own `--yaml` reader refuses the `_partial_` marker its `--to-yaml` writes, for NeMo's recipes too, so the file
-    is read with nemo_recipes.bridge.serialization.load.)"""
+    is read with nemo_recipes.training.serialization.load.)"""
     import nemo_recipes
-    from nemo_recipes.bridge.serialization import load
+    from nemo_recipes.training.serialization import load
 
     target = tmp_path / "gpt_7b.yaml"
     done = subprocess.run(

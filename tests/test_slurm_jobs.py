@@ -118,14 +118,14 @@ def test_torchrun_starts_the_planned_ranks(cluster):
     plan = ex.nnodes() * ex.nproc_per_node()
     try:
         import nemo_recipes
-        from nemo_recipes.bridge.introspect import spec_from_partial
+        from nemo_recipes.training.introspect import spec_from_partial
 
         recipe = nemo_recipes.gpt_1_3b(num_gpus_per_node=2, global_batch_size=8)
         plugin.setup(recipe, ex.clone())
         spec = spec_from_partial(recipe)
         assert (spec.num_nodes, spec.num_gpus_per_node) == (1, 2)
         plan = spec.world_size
-    except ImportError:  # the NeMo bridge is optional for this test; the executor's own count is the plan then
+    except ImportError:  # NeMo is optional for this test; the executor's own count is the plan then
         pass
     assert plan == 2
 

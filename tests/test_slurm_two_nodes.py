@@ -249,7 +249,7 @@ def _training_job(tmp_path: Path, ex, *, processes: int, steps: int, every: int,
 def _wait_beyond_a_checkpoint(space, job: Job, timeout: float = 300.0) -> tuple[int, int]:
     """Waits until a checkpoint is complete and training has gone past it: (its global step, the last step seen).
     Saves are asynchronous: a checkpoint is complete only once finalized, steps after it was started. (A node lost
-    before then leaves only an unfinished checkpoint: RecipeResume starts afresh, see tests/test_bridge_resume.py;
+    before then leaves only an unfinished checkpoint: RecipeResume starts afresh, see tests/test_training_resume.py;
     these tests check a resume from a finished one.)"""
     deadline = time.time() + timeout
     while True:

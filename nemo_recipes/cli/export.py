@@ -74,10 +74,10 @@ def _quiet_stdout():
 
 
 def build_partial(spec: RecipeSpec, *, name: Optional[str] = None, dir: Optional[str] = None) -> Any:
-    """The recipe's `run.Partial`, through the NeMo bridge; a clear failure (exit 1) when NeMo is missing."""
+    """The recipe's `run.Partial`, through the NeMo training objects; a clear failure (exit 1) when NeMo is missing."""
     with _quiet_stdout():
         try:
-            from nemo_recipes.bridge.recipes import build_recipe
+            from nemo_recipes.training.factories import build_recipe
         except ImportError as error:
             raise _output.CLIError(
                 f"this verb needs NeMo 2 and NeMo-Run ({error}); install them with: pip install nemo-recipes"
@@ -86,13 +86,13 @@ def build_partial(spec: RecipeSpec, *, name: Optional[str] = None, dir: Optional
 
 
 def serialize(partial: Any, fmt: str) -> str:
-    from nemo_recipes.bridge.serialization import dumps
+    from nemo_recipes.training.serialization import dumps
 
     return dumps(partial, fmt)
 
 
 def load(path: str) -> Any:
-    from nemo_recipes.bridge.serialization import load as load_config
+    from nemo_recipes.training.serialization import load as load_config
 
     return load_config(path)
 

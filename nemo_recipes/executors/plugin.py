@@ -57,8 +57,8 @@ class RecipePlugin(run.Plugin):
         if isinstance(task, run.Partial) and getattr(task, "trainer", None) is not None:
             task.trainer.num_nodes = nodes
             task.trainer.devices = devices
-            from nemo_recipes.bridge.introspect import spec_from_partial
             from nemo_recipes.plan import Cluster, validate
+            from nemo_recipes.training.introspect import spec_from_partial
 
             spec = spec_from_partial(task)
             if self.validate:

@@ -1,8 +1,8 @@
 """The parallel layout of a recipe on a cluster: every derived size, computed once and read everywhere.
 
-Standard library only. Validation, memory, throughput, fit, the catalog's derived values and the NeMo bridge all read
-`Layout.of(spec, cluster)` (DESIGN.md: "one truth per number"), so data-parallel size, micro-batches per step, layers
-per pipeline stage and per model chunk, and parameters per GPU have one formula each.
+Standard library only. Validation, memory, throughput, fit, the catalog's derived values and the NeMo training
+objects all read `Layout.of(spec, cluster)` (DESIGN.md: "one truth per number"), so data-parallel size,
+micro-batches per step, layers per pipeline stage and per model chunk, and parameters per GPU have one formula each.
 
 `Layout.of` never raises: when the world size or the batch does not divide, the sizes round (DP and micro-batches
 down, at least 1; layers per stage and chunk up) and `world_divides`, `batch_divides` and `layers_divide` say so; the
@@ -139,7 +139,7 @@ class Layout:
 
     def recomputed_fraction(self, spec: RecipeSpec) -> float:
         """Fraction of each model chunk's layers that full recompute covers: the first `recompute_num_layers`
-        layers of every chunk (Megatron's 'block' method, as the bridge builds it), all of them when unset."""
+        layers of every chunk (Megatron's 'block' method, as the training objects build it), all of them when unset."""
         if spec.recompute != "full":
             return 0.0
         n = spec.recompute_num_layers or self.layers_per_chunk

@@ -3,7 +3,7 @@ an allowance for everything PyTorch does not count as a tensor of the model.
 
 Standard library only. Formulas and sources: `benchmarks/data/perf-model.md` sections 2.1, 2.3 and 2.4.
 
-Model state (Megatron-Core distributed optimizer guide, bf16 row; what our NeMo bridge builds): bf16 weights
+Model state (Megatron-Core distributed optimizer guide, bf16 row; what our training objects build): bf16 weights
 (2 bytes/param), fp32 main gradients (4, `grad_reduce_in_fp32=True`), fp32 master weights plus Adam m and v (12).
 The distributed optimizer shards only the 12 optimizer bytes, over the data-parallel x context-parallel group
 (Megatron-Core builds its optimizer shards on the DP group that includes CP ranks), giving 6 + 12/(d c).
@@ -20,7 +20,7 @@ container) stores no score matrix, the same saving as selective recomputation; M
     attention core, sharded by TP:  5 a s / h           (softmax output 2, its dropout mask 1, dropout output 2)
 
 with F = 4 ffn/h for a GeLU MLP (activation input and FC2 input, each ffn wide) and F = 8 ffn/h for SwiGLU without
-fusion, as the bridge builds it (the 2*ffn-wide FC1 output, silu's output and the product). For GPT-3 shapes
+fusion, as the training objects build it (the 2*ffn-wide FC1 output, silu's output and the product). For GPT-3 shapes
 (g = a, ffn = 4h) this is exactly Korthikanti's 34 + 5as/h. The approximation: GQA is counted through the size of K
 and V only, and dropout masks are counted even when a dropout probability is 0 (a slight overestimate).
 

@@ -16,11 +16,11 @@ same job. What runs follows from the recipe (its overlap fields and layout) and 
   sequence parallelism, as NVIDIA's performance recipes on H100 and B200); it happens only with Transformer Engine on a
   GPU of compute capability 9.0 or newer: Transformer Engine's userbuffers need CUDA multicast (`initialize_ub`
   asserts `device_supports_multicast()`), and NeMo's callback switches it off without TE, SP or TP > 1. The job's
-  callback (`nemo_recipes.bridge.overlap`) applies the same rule on the node.
-- **Pipeline communication overlap.** With an interleaved schedule (VP > 1) the bridge sets Megatron-Core's
+  callback (`nemo_recipes.training.overlap`) applies the same rule on the node.
+- **Pipeline communication overlap.** With an interleaved schedule (VP > 1) the training objects set Megatron-Core's
   `overlap_p2p_comm` (and drops `batch_p2p_comm`), as NeMo's `MegatronCommOverlapCallback` does for every VP run.
 - **Data-parallel overlap.** The recipe's `overlap_grad_reduce`; `overlap_param_gather` only with the distributed
-  optimizer (Megatron-Core needs it; `bridge.parts.ddp` passes the same condition).
+  optimizer (Megatron-Core needs it; `training.parts.ddp` passes the same condition).
 """
 
 from __future__ import annotations

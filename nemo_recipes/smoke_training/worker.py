@@ -42,8 +42,8 @@ def build_phase_recipe(
     (None: at the end of the schedule, spec.train_steps)."""
     import nemo_run as run
 
-    from nemo_recipes.bridge.recipes import build_recipe
     from nemo_recipes.smoke_training.callbacks import SmokeMetrics, StopAtStep
+    from nemo_recipes.training.factories import build_recipe
 
     nodes, per_node = world_from_environment()
     spec = spec.replace(num_nodes=nodes, num_gpus_per_node=per_node, data_paths=(data_prefix,), data_weights=())
@@ -71,9 +71,9 @@ def train_phase(
     """Train one phase with NeMo's `llm.pretrain`; rank 0 then records the checkpoints it finds."""
     import fiddle as fdl
 
-    from nemo_recipes.bridge import cpu_compat
     from nemo_recipes.smoke_training.callbacks import attempt
     from nemo_recipes.smoke_training.record import append
+    from nemo_recipes.training import cpu_compat
 
     recipe = build_phase_recipe(
         RecipeSpec(**spec),

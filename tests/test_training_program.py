@@ -13,11 +13,11 @@ pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (tier 
 import fiddle as fdl  # noqa: E402
 
 import nemo_recipes  # noqa: E402
-from nemo_recipes.bridge.introspect import spec_from_partial  # noqa: E402
-from nemo_recipes.bridge.model import model_config_values, recompute_values  # noqa: E402
-from nemo_recipes.bridge.overlap import TensorParallelCommOverlap, inert_reason  # noqa: E402
 from nemo_recipes.catalog import RECIPES  # noqa: E402
 from nemo_recipes.plan import Cluster, Layout, program_for  # noqa: E402
+from nemo_recipes.training.introspect import spec_from_partial  # noqa: E402
+from nemo_recipes.training.model import model_config_values, recompute_values  # noqa: E402
+from nemo_recipes.training.overlap import TensorParallelCommOverlap, inert_reason  # noqa: E402
 
 pytestmark = pytest.mark.nemo
 

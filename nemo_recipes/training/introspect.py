@@ -11,11 +11,11 @@ from typing import Any
 
 import fiddle as fdl
 
-from nemo_recipes.bridge.model import CONFIG_CLASSES
-from nemo_recipes.bridge.overlap import TensorParallelCommOverlap
 from nemo_recipes.catalog import RECIPES, RecipeSpec, field_names
 from nemo_recipes.errors import InvalidRecipeError, Problem
 from nemo_recipes.plan.layout import Layout
+from nemo_recipes.training.model import CONFIG_CLASSES
+from nemo_recipes.training.overlap import TensorParallelCommOverlap
 
 _RECIPE_OF_CLASS: dict[Any, str] = {cls: name for name, cls in CONFIG_CLASSES.items()}
 
@@ -112,7 +112,7 @@ def spec_from_partial(partial: Any) -> RecipeSpec:
 
 
 def _normalised(spec: RecipeSpec, recompute_num_layers: Any, tp_overlap: bool) -> RecipeSpec:
-    """The catalog's spelling of what the bridge writes explicitly: 'every layer of a chunk' is
+    """The catalog's spelling of what the training objects write explicitly: 'every layer of a chunk' is
     recompute_num_layers=None, and TP overlap where the recipe asks for it by default is tp_comm_overlap=None."""
     count = None
     if spec.recompute == "full" and recompute_num_layers != Layout.of(spec).layers_per_chunk:

@@ -16,13 +16,13 @@ from typing import Any, Literal, Optional, Union
 import nemo_run as run
 from nemo.collections.llm.api import pretrain
 
-from nemo_recipes.bridge import parts
-from nemo_recipes.bridge.model import model
-from nemo_recipes.bridge.overlap import comm_overlap_callbacks
 from nemo_recipes.catalog import RECIPES, RecipeSpec, get_recipe, not_a_spec, plain_name_problems
 from nemo_recipes.errors import Problem, raise_if_any
 from nemo_recipes.overrides import read_value
 from nemo_recipes.plan import Cluster, validate
+from nemo_recipes.training import parts
+from nemo_recipes.training.model import model
+from nemo_recipes.training.overlap import comm_overlap_callbacks
 
 # Catalog fields that describe the row itself rather than a knob a user turns.
 _NOT_KNOBS = ("name", "size_label", "default_gpu")
@@ -158,7 +158,7 @@ def _make_factory(recipe_name: str):
     return run.cli.factory(target=pretrain, name=recipe_name)(factory)
 
 
-#: One factory per catalog row, each a module-level name (`nemo_recipes.bridge.recipes.gpt_70b`) registered with
+#: One factory per catalog row, each a module-level name (`nemo_recipes.training.factories.gpt_70b`) registered with
 #: NeMo-Run's CLI under the recipe's name: a new row gets its factory without a line of its own.
 FACTORIES = {name: _make_factory(name) for name in RECIPES}
 globals().update(FACTORIES)

@@ -2,5 +2,5 @@
 registers our five factories under `llm.pretrain` beside NeMo's own recipes (names `gpt_*`, NeMo's are `gpt3_*`),
 and our executors (`run.executor=slurm|local|kubernetes|<profile>`) and plugin (`run.plugins=recipe_plugin`)."""
 
-from nemo_recipes.bridge import recipes  # noqa: F401  (importing registers the factories)
 from nemo_recipes.executors import nemo_run_factories  # noqa: F401  (importing registers executors and the plugin)
+from nemo_recipes.training import factories  # noqa: F401  (importing registers the recipe factories)

@@ -16,13 +16,13 @@ from nemo.collections.llm.api import pretrain  # noqa: E402
 from nemo.collections.llm.gpt.model.base import GPTConfig  # noqa: E402
 
 import nemo_recipes  # noqa: E402
-from nemo_recipes.bridge import parts  # noqa: E402
-from nemo_recipes.bridge.introspect import spec_from_partial  # noqa: E402
-from nemo_recipes.bridge.model import CONFIG_CLASSES, model_config  # noqa: E402
-from nemo_recipes.bridge.preflight import Preflight, fp8_problems  # noqa: E402
-from nemo_recipes.bridge.recipes import FACTORIES, knob_names  # noqa: E402
 from nemo_recipes.catalog import RECIPES, field_names  # noqa: E402
 from nemo_recipes.errors import InvalidRecipeError  # noqa: E402
+from nemo_recipes.training import parts  # noqa: E402
+from nemo_recipes.training.factories import FACTORIES, knob_names  # noqa: E402
+from nemo_recipes.training.introspect import spec_from_partial  # noqa: E402
+from nemo_recipes.training.model import CONFIG_CLASSES, model_config  # noqa: E402
+from nemo_recipes.training.preflight import Preflight, fp8_problems  # noqa: E402
 
 pytestmark = pytest.mark.nemo
 NAMES = list(RECIPES)
@@ -96,7 +96,7 @@ def test_parts_build_into_nemo_objects_with_the_table_values(name, no_network):
     )
     assert type(data.tokenizer).__name__ == "NullTokenizer"
     assert type(fdl.build(recipe.log)).__name__ == "NeMoLogger"
-    assert type(fdl.build(recipe.resume)).__name__ == "RecipeResume"  # an AutoResume (tests/test_bridge_resume.py)
+    assert type(fdl.build(recipe.resume)).__name__ == "RecipeResume"  # an AutoResume (tests/test_training_resume.py)
     assert no_network == []
 
 

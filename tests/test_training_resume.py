@@ -7,7 +7,7 @@ import pytest
 from nemo import lightning as nl
 from nemo.lightning.pytorch.callbacks.model_checkpoint import ModelCheckpoint
 
-from nemo_recipes.bridge.resume import RecipeResume, newest_finished
+from nemo_recipes.training.resume import RecipeResume, newest_finished
 
 
 def _checkpoint(directory, name, *, finished=True):

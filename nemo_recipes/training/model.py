@@ -59,7 +59,7 @@ def recompute_values(spec: RecipeSpec) -> dict[str, Any]:
         return {"recompute_granularity": "selective", "recompute_method": None, "recompute_num_layers": None}
     if spec.recompute == "full":
         # 'block' recomputes the first N layers of each model chunk fully; with N = all of them it equals 'uniform'
-        # with 1. The chunk size is the planner's (one formula for bridge, memory and throughput).
+        # with 1. The chunk size is the planner's (one formula for the model, memory and throughput).
         return {
             "recompute_granularity": "full",
             "recompute_method": "block",

@@ -6,7 +6,7 @@ with userbuffers configs for H100 and B200). `TensorParallelCommOverlap` is that
 
 - it changes nothing but TP overlap: the data-parallel and pipeline settings it would otherwise rewrite are passed
   back as the recipe's own values (`overlap_grad_reduce`, `overlap_param_gather`; `overlap_p2p_comm` and
-  `batch_p2p_comm` as `bridge.model.pipeline_comm_values` sets them), so the planner's program is what runs;
+  `batch_p2p_comm` as `training.model.pipeline_comm_values` sets them), so the planner's program is what runs;
 - its `setup` does nothing where TP overlap cannot work: no Transformer Engine, no CUDA (the CPU smoke training),
   or a GPU older than compute capability 9.0 (Transformer Engine's userbuffers need CUDA multicast). NeMo's own
   checks (TP > 1, sequence parallelism) still apply after ours.
@@ -79,7 +79,7 @@ def comm_overlap_callbacks(spec: RecipeSpec) -> list[run.Config]:
     """The callback for the recipe's TP overlap, or nothing when the recipe does not ask for it."""
     if not spec.tp_comm_overlap_enabled:
         return []
-    from nemo_recipes.bridge.model import pipeline_comm_values
+    from nemo_recipes.training.model import pipeline_comm_values
 
     p2p = pipeline_comm_values(spec)
     return [

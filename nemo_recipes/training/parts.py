@@ -1,6 +1,6 @@
 """The parts of a recipe, each usable on its own (the seed's 'recipe as a starting point' table):
 
-- `model(spec)` and `model_config(spec)` (in `bridge.model`): a custom architecture starts from the closest recipe;
+- `model(spec)` and `model_config(spec)` (in `training.model`): a custom architecture starts from the closest recipe;
 - `strategy(spec)` and `trainer(spec)`: parallelism, precision, activation checkpointing, cluster size;
 - `optim(spec)`: AdamW with warmup and cosine decay, for a novel objective that keeps the recipe's optimizer;
 - `data(spec)`: mock data (no download) or a Megatron blend with a local tokenizer;
@@ -26,9 +26,9 @@ from nemo.collections.llm.gpt.data.pre_training import PreTrainingDataModule
 from nemo.lightning.pytorch.optim import CosineAnnealingScheduler, MegatronOptimizerModule
 from nemo.utils.exp_manager import TimingCallback
 
-from nemo_recipes.bridge.checkpoint import RecipeCheckpoint
-from nemo_recipes.bridge.preflight import Preflight
 from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.training.checkpoint import RecipeCheckpoint
+from nemo_recipes.training.preflight import Preflight
 
 # NeMo's own recipes validate every 2000 steps on 32 batches; we keep that cadence.
 VAL_CHECK_INTERVAL = 2000
@@ -196,6 +196,6 @@ def log(spec: RecipeSpec, dir: Optional[str] = None, name: str = "default") -> r
 
 def resume() -> run.Config[nl.AutoResume]:
     """Resume from the run's newest finished checkpoint if there is one (see resume.py), else start afresh."""
-    from nemo_recipes.bridge.resume import RecipeResume
+    from nemo_recipes.training.resume import RecipeResume
 
     return run.Config(RecipeResume, resume_if_exists=True, resume_ignore_no_checkpoint=True)
