@@ -42,6 +42,12 @@ class CLIError(Exception):
         self.problems = list(problems)
 
 
+def recipe_arguments(parser: Any, overrides_help: str) -> None:
+    """The positional arguments of the verbs that act on one recipe: its name, then `key=value` overrides."""
+    parser.add_argument("recipe", metavar="NAME", help="a recipe name (see `nemo-recipes ls`)")
+    parser.add_argument("overrides", metavar="key=value", nargs="*", default=[], help=overrides_help)
+
+
 def epilog(examples: str) -> str:
     """A verb's epilog: its real examples, then the exit codes."""
     return f"examples:\n{examples.rstrip()}\n\n{EXIT_CODES_EPILOG}"

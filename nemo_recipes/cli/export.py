@@ -37,14 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=_output.epilog(EXAMPLES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("recipe", metavar="NAME", help="a recipe name (see `nemo-recipes ls`)")
-    parser.add_argument(
-        "overrides",
-        metavar="key=value",
-        nargs="*",
-        default=[],
-        help="change recipe fields first, e.g. num_nodes=8 (names as in `nemo-recipes show`)",
-    )
+    _output.recipe_arguments(parser, "change recipe fields first, e.g. num_nodes=8 (names as in `nemo-recipes show`)")
     parser.add_argument("--format", choices=FORMATS, help="output format (default: from the -o extension, else yaml)")
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
     parser.add_argument("--name", default=None, help="experiment name in the log configuration (default: NAME)")

@@ -40,13 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=_output.epilog(EXAMPLES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("recipe", metavar="NAME", help="a recipe name (see `nemo-recipes ls`)")
-    parser.add_argument(
-        "overrides",
-        metavar="key=value",
-        nargs="*",
-        default=[],
-        help="change recipe fields first, e.g. train_tokens=1T (names as in `nemo-recipes show`)",
+    _output.recipe_arguments(
+        parser, "change recipe fields first, e.g. train_tokens=1T (names as in `nemo-recipes show`)"
     )
     parser.add_argument(
         "--executor",

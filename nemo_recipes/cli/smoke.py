@@ -39,13 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=_output.epilog(EXAMPLES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("recipe", metavar="NAME", help="a recipe name (see `nemo-recipes ls`)")
-    parser.add_argument(
-        "overrides",
-        metavar="key=value",
-        nargs="*",
-        default=[],
-        help="recipe fields applied after scaling down, e.g. tensor_parallel=2 or hidden_dropout=0",
+    _output.recipe_arguments(
+        parser, "recipe fields applied after scaling down, e.g. tensor_parallel=2 or hidden_dropout=0"
     )
     parser.add_argument(
         "--processes",
