@@ -97,12 +97,74 @@ def slurm(
     recorded, gpu_problems = gpu_env(gpu)
     problems += gpu_problems
     problems += non_empty_str("account", account, "set account to your Slurm account (sacctmgr show assoc user=$USER).")
-    problems += positive_int("nodes", nodes)
+    processes_per_node, shape_problems = _shape_problems(nodes, gpus_per_node, processes_per_node)
+    problems += shape_problems
+    problems += _script_problems(partition, qos, constraint, mem, container_image, job_dir, exclusive, setup_lines)
+    if packager is not None and not isinstance(packager, run.Packager):
+        problems.append(
+            Problem(
+                "packager",
+                packager,
+                "must be a NeMo-Run Packager.",
+                "pass e.g. run.GitArchivePackager(), or leave packager unset.",
+            )
+        )
+    problems += _one_rank_per_gpu(gpus_per_node, processes_per_node)
+    problems += slurm_time("time", time)
+    problems += positive_int("retries", retries, minimum=0)
+    problems += str_list("container_mounts", container_mounts)
+    problems += env_problems(env, secrets, SECRET_HOW)
+    problems += _tunnel_problems(tunnel, host, user, job_dir, identity)
+    raise_if(problems, "slurm executor")
+
+    plain, quoted = split_for_slurm(env)
+    has_gpus = gpus_per_node > 0
+    return run.SlurmExecutor(
+        account=account,
+        partition=partition,
+        nodes=nodes,
+        ntasks_per_node=processes_per_node,  # NeMo-Run's torchrun launcher turns it into --nproc-per-node
+        gpus_per_node=gpus_per_node if has_gpus else None,
+        container_image=container_image,
+        container_mounts=list(container_mounts),
+        time=time,
+        exclusive=(has_gpus if exclusive is None else exclusive) or None,
+        mem=mem,
+        qos=qos,
+        constraint=constraint,
+        retries=retries,
+        tunnel=_tunnel(tunnel, host, user, job_dir, identity),
+        packager=packager or run.Packager(),
+        launcher="torchrun",
+        env_vars={**plain, **recorded},
+        setup_lines=add_setup_exports(setup_lines, quoted),
+        additional_parameters={"export": export_names(None, secrets)} if secrets else None,
+        poll_estimated_start_time=False,
+    )
+
+
+def _shape_problems(nodes: Any, gpus_per_node: Any, processes_per_node: Any) -> tuple[Any, list[Problem]]:
+    """(ranks per node, with its default: one per GPU, or 1 without GPUs; problems of the three counts)."""
+    problems = positive_int("nodes", nodes)
     problems += positive_int("gpus_per_node", gpus_per_node, minimum=0, maximum=MAX_GPUS_PER_NODE)
     if processes_per_node is None:
         processes_per_node = gpus_per_node if isinstance(gpus_per_node, int) and gpus_per_node > 0 else 1
     problems += positive_int("processes_per_node", processes_per_node, maximum=MAX_GPUS_PER_NODE)
-    # Each of these becomes one `#SBATCH` line or one argument of the script.
+    return processes_per_node, problems
+
+
+def _script_problems(
+    partition: Any,
+    qos: Any,
+    constraint: Any,
+    mem: Any,
+    container_image: Any,
+    job_dir: Any,
+    exclusive: Any,
+    setup_lines: Any,
+) -> list[Problem]:
+    """What would break the batch script: each of these becomes one `#SBATCH` line or one argument of it."""
+    problems: list[Problem] = []
     for field, value in (
         ("partition", partition),
         ("qos", qos),
@@ -122,33 +184,29 @@ def slurm(
                 "give setup_lines as one string, lines separated by newlines.",
             )
         )
-    if packager is not None and not isinstance(packager, run.Packager):
-        problems.append(
-            Problem(
-                "packager",
-                packager,
-                "must be a NeMo-Run Packager.",
-                "pass e.g. run.GitArchivePackager(), or leave packager unset.",
-            )
-        )
+    return problems
+
+
+def _one_rank_per_gpu(gpus_per_node: Any, processes_per_node: Any) -> list[Problem]:
     if (
         isinstance(gpus_per_node, int)
         and gpus_per_node > 0
         and isinstance(processes_per_node, int)
         and processes_per_node != gpus_per_node
     ):
-        problems.append(
+        return [
             Problem(
                 "processes_per_node",
                 processes_per_node,
                 f"differs from gpus_per_node={gpus_per_node}: Megatron wants one rank per GPU.",
                 "leave processes_per_node unset.",
             )
-        )
-    problems += slurm_time("time", time)
-    problems += positive_int("retries", retries, minimum=0)
-    problems += str_list("container_mounts", container_mounts)
-    problems += env_problems(env, secrets, SECRET_HOW)
+        ]
+    return []
+
+
+def _tunnel_problems(tunnel: Any, host: Any, user: Any, job_dir: Any, identity: Any) -> list[Problem]:
+    problems: list[Problem] = []
     if tunnel == "ssh":
         for field, value in (("host", host), ("user", user), ("job_dir", job_dir)):
             problems += non_empty_str(field, value, f"set {field} for the SSH tunnel (tunnel='ssh').")
@@ -156,38 +214,16 @@ def slurm(
             problems.append(Problem("identity", identity, "no such file.", "give the path of your SSH private key."))
     elif tunnel != "local":
         problems.append(Problem("tunnel", tunnel, "unknown tunnel.", "use 'local' or 'ssh'."))
-    raise_if(problems, "slurm executor")
+    return problems
 
+
+def _tunnel(tunnel: str, host: Any, user: Any, job_dir: Any, identity: Any) -> Any:
+    """NeMo-Run's tunnel for checked arguments: sbatch on this machine, or through SSH."""
     if tunnel == "ssh":
-        the_tunnel = run.SSHTunnel(
+        return run.SSHTunnel(
             host=host, user=user, job_dir=job_dir, identity=os.path.expanduser(identity) if identity else None
         )
-    else:
-        the_tunnel = run.LocalTunnel(job_dir=job_dir or "")
-    plain, quoted = split_for_slurm(env)
-    has_gpus = gpus_per_node > 0
-    return run.SlurmExecutor(
-        account=account,
-        partition=partition,
-        nodes=nodes,
-        ntasks_per_node=processes_per_node,  # NeMo-Run's torchrun launcher turns it into --nproc-per-node
-        gpus_per_node=gpus_per_node if has_gpus else None,
-        container_image=container_image,
-        container_mounts=list(container_mounts),
-        time=time,
-        exclusive=(has_gpus if exclusive is None else exclusive) or None,
-        mem=mem,
-        qos=qos,
-        constraint=constraint,
-        retries=retries,
-        tunnel=the_tunnel,
-        packager=packager or run.Packager(),
-        launcher="torchrun",
-        env_vars={**plain, **recorded},
-        setup_lines=add_setup_exports(setup_lines, quoted),
-        additional_parameters={"export": export_names(None, secrets)} if secrets else None,
-        poll_estimated_start_time=False,
-    )
+    return run.LocalTunnel(job_dir=job_dir or "")
 
 
 # ---- the preset interface (registry.py) ----
