@@ -15,5 +15,4 @@ echo "test.sh: lint, format and type checks passed"
 bash .ci/start-slurm.sh
 # Beside it, a two-node cluster in network namespaces for the multi-node tests (tests/test_slurm_two_nodes.py).
 bash .ci/start-two-node-slurm.sh
-# Two workers (PYTEST_WORKERS to change): tests that share a Slurm cluster stay together on one (tests/conftest.py).
-exec python -m pytest -n "${PYTEST_WORKERS:-2}" --dist loadgroup --durations=15 "$@"
+exec python -m pytest --durations=15 "$@"

@@ -22,18 +22,6 @@ def pytest_sessionfinish(session, exitstatus):
     shutil.rmtree(_NEMORUN_HOME, ignore_errors=True)
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist turns the group into the test's id
-def pytest_collection_modifyitems(config, items):
-    """scripts/test.sh runs the suite on two pytest-xdist workers (`--dist loadgroup`). Tests that submit to the same
-    Slurm cluster go to one worker, one after another: they count its jobs, requeue and cancel them, and each
-    cluster has two CPUs. Everything else spreads over both workers."""
-    for item in items:
-        if item.get_closest_marker("slurm2"):
-            item.add_marker(pytest.mark.xdist_group("slurm2"))
-        elif item.get_closest_marker("slurm"):
-            item.add_marker(pytest.mark.xdist_group("slurm"))
-
-
 REPO = Path(__file__).resolve().parent.parent
 
 
