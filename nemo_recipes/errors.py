@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional, TypeVar
 
 from nemo_recipes.credentials import token_like
 
@@ -121,3 +121,14 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, dict):
         return {str(k): jsonable(v) for k, v in value.items()}
     return repr(value)
+
+
+_T = TypeVar("_T")
+
+
+def known(value: Optional[_T], why: str) -> _T:
+    """`value`, which cannot be None here (`why` says why). A None is a defect of this package, not of the user's
+    input: it is raised as one, also under `python -O`, where an assert would vanish."""
+    if value is None:
+        raise RuntimeError(f"internal error, please report it: {why}")
+    return value

@@ -14,7 +14,7 @@ from typing import Any
 
 from nemo_recipes.catalog import get_recipe, plain_name_problems
 from nemo_recipes.cli import _output
-from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem, known
 from nemo_recipes.overrides import apply_overrides, read_yaml_values
 
 HELP = "run a recipe through a NeMo-Run executor (a preset or a cluster profile); --dryrun submits nothing"
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
             raise _output.CLIError(
                 f"launch needs NeMo-Run and the executor presets ({error}); install them with: pip install nemo-recipes"
             ) from None
-        assert spec is not None  # set whenever no problem was raised above
+        spec = known(spec, "apply_overrides gave a spec or a problem, raised above")
         executor, gpu = executor_for(args.executor, args.clusters, **executor_kwargs)
         problems = _hardware_problems(overrides, executor, args.executor)
         if problems:

@@ -14,7 +14,7 @@ from typing import Any, Optional
 from nemo_recipes.catalog import INT64_MAX, RECIPES, RecipeSpec, closest_recipe, get_recipe
 from nemo_recipes.cli import _output
 from nemo_recipes.cli._table import render
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidRecipeError, Problem, known
 from nemo_recipes.overrides import apply_overrides
 from nemo_recipes.plan.hardware import GPUS, Cluster, get_gpu
 from nemo_recipes.plan.stack import DEFAULT_STACK, STACK_CHOICES
@@ -192,7 +192,7 @@ def _spec_and_cluster(args: argparse.Namespace) -> tuple[RecipeSpec, Cluster, Op
         problems += error.problems
     if problems:
         raise InvalidRecipeError(problems, context=f"recipe {base.name!r}")
-    assert spec is not None, "apply_overrides gave a spec or raised, reported above"
+    spec = known(spec, "apply_overrides gave a spec or raised, reported above")
     cluster = Cluster.of(spec.num_nodes, spec.num_gpus_per_node, gpu)
     if args.fit or args.best:
         # --fit and --best move the recipe onto the cluster themselves (--fit scales the batch from the recipe's own

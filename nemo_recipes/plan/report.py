@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from nemo_recipes.catalog import RecipeSpec, not_a_spec
-from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem, jsonable
+from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem, jsonable, known
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.memory import MemoryBreakdown
@@ -119,8 +119,7 @@ class PlanReport:
 
     @property
     def _known_layout(self) -> Layout:
-        assert self.layout is not None, "__post_init__ fills in the layout when none is given"
-        return self.layout
+        return known(self.layout, "__post_init__ fills in the layout when none is given")
 
     @property
     def data_parallel_size(self) -> int:

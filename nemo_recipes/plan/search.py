@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.errors import ERROR, InvalidRecipeError
+from nemo_recipes.errors import ERROR, InvalidRecipeError, known
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.memory import estimate_memory
@@ -222,9 +222,7 @@ def recompute_options(
             else:
                 high = mid
         best = everything if low == chunk else _with(base, recompute="full", recompute_num_layers=low)
-        total = _memory(best, cluster, stack)
-        assert total is not None, "the search above found that best fits"
-        yield best, total
+        yield best, known(_memory(best, cluster, stack), "the search above found that best fits")
 
 
 def valid_plans(

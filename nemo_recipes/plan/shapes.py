@@ -12,7 +12,7 @@ import re
 from typing import Any, Mapping, Optional, TypeVar, cast
 
 from nemo_recipes.catalog import Precision, RecipeSpec, Recompute
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidRecipeError, Problem, known
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
 
 REQUIRED = ("layers", "hidden", "heads", "seq", "gpu", "n_gpus", "gbs")
@@ -59,8 +59,7 @@ def is_missing(value: Any) -> bool:
 def _checked(value: Optional[_T]) -> _T:
     """A value read without a problem: `_Reader` returns None for a value only with a problem (or for a missing
     required one), and `plan_from_row` raises on any problem before it builds the plan."""
-    assert value is not None, "a value read with a problem reached the plan"
-    return value
+    return known(value, "a value read with a problem reached the plan")
 
 
 def _leading(value: Any) -> str:

@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidRecipeError, Problem, known
 from nemo_recipes.plan import flops as _flops
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
 from nemo_recipes.plan.layout import Layout
@@ -182,8 +182,8 @@ class _Rates:
     def of(cls, gpu: GPU, fp8: bool, k: ModelConstants) -> "_Rates":
         bf16 = gpu.bf16_tflops * 1e12 * k.matmul
         if fp8:
-            assert gpu.fp8_tflops is not None, "FP8 plans on a GPU without FP8 are refused before the rates"
-            dense = gpu.fp8_tflops * 1e12 * k.fp8_matmul
+            fp8_tflops = known(gpu.fp8_tflops, "FP8 plans on a GPU without FP8 are refused before the rates")
+            dense = fp8_tflops * 1e12 * k.fp8_matmul
         else:
             dense = bf16
         return cls(

@@ -13,7 +13,7 @@ import math
 from typing import Callable, Iterable, Optional
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem
+from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem, known
 from nemo_recipes.plan.hardware import GPUS, Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.memory import MemoryBreakdown, estimate_memory
@@ -525,6 +525,9 @@ def _error_fields(problems: list[Problem]) -> set[str]:
 def memory_fixes(spec: RecipeSpec, cluster: Cluster, *, stack: Optional[str] = None) -> list[str]:
     """Single changes that make `spec` fit on `cluster` without adding another error: recompute, a larger TP or
     PP, a smaller micro batch, the distributed optimizer. Each as 'field=value (total GiB)'."""
+    if cluster.gpu is None:
+        return []  # without a GPU type there is no memory to fit in
+    capacity = cluster.gpu.memory_gib
     baseline = _error_fields(layout_problems(spec, cluster))
     fixes: list[str] = []
 
@@ -532,8 +535,7 @@ def memory_fixes(spec: RecipeSpec, cluster: Cluster, *, stack: Optional[str] = N
         if _error_fields(layout_problems(candidate, cluster)) - baseline:
             return None
         total = estimate_memory(candidate, cluster, stack=stack).total
-        assert cluster.gpu is not None, "memory fixes are for a cluster with a GPU type"
-        return total if total <= cluster.gpu.memory_gib else None
+        return total if total <= capacity else None
 
     def first(candidates: Iterable[tuple[str, RecipeSpec]]) -> None:
         for text, candidate in candidates:
@@ -597,8 +599,7 @@ def memory_problems(
                 fix,
             )
         ]
-    headroom = memory.headroom
-    assert headroom is not None, "memory estimated on a cluster with a GPU type has its capacity"
+    headroom = known(memory.headroom, "memory estimated on a cluster with a GPU type has its capacity")
     if headroom < TIGHT_MEMORY_FRACTION * gpu.memory_gib:
         return [
             Problem(

@@ -12,7 +12,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, cast
 
 import nemo_run as run
 
-from nemo_recipes.errors import InvalidConfigError, Problem
+from nemo_recipes.errors import InvalidConfigError, Problem, known
 from nemo_recipes.executors._common import (
     DEFAULT_IMAGE,
     MAX_GPUS_PER_NODE,
@@ -149,7 +149,7 @@ def kubernetes(
     home_volume, home_mount, home_problems = _shared_home_beside(shared_home_pvc, volumes, volume_mounts, pvcs)
     problems += home_problems
     raise_if(problems, "kubernetes executor")
-    assert version is not None, "normalise_version gives a version or a problem, raised above"
+    version = known(version, "normalise_version gives a version or a problem, raised above")
     problems = environment_problems()
     if problems:
         raise InvalidConfigError(problems, context="kubernetes executor")
