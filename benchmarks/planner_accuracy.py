@@ -47,10 +47,14 @@ GRID: dict[str, tuple[float, ...]] = {
     "fp8_matmul": tuple(round(0.40 + 0.01 * i, 2) for i in range(51)),  # 0.40 .. 0.90
     "attention": tuple(round(0.20 + 0.01 * i, 2) for i in range(41)),  # 0.20 .. 0.60
     "hbm": tuple(round(0.50 + 0.05 * i, 2) for i in range(10)),  # 0.50 .. 0.95
-    "comm": tuple(round(0.40 + 0.05 * i, 2) for i in range(12)),  # 0.40 .. 0.95
+    "comm": tuple(round(0.40 + 0.05 * i, 2) for i in range(11)),  # 0.40 .. 0.90
     "tp_overlap": tuple(round(0.05 * i, 2) for i in range(21)),  # 0 .. 1
+    "step_overhead": tuple(round(0.01 * i, 2) for i in range(16)),  # 0 .. 0.15 s
 }
 MAX_SWEEPS = 8
+# Extra starting points for the descent. The fixed per-step cost trades against every efficiency at once (a long
+# valley that one-constant-at-a-time moves leave slowly), so the descent also starts from a few values of it.
+RESTARTS: tuple[dict[str, float], ...] = ({"step_overhead": 0.0}, {"step_overhead": 0.05}, {"step_overhead": 0.1})
 
 
 def _number(value: Any) -> Optional[float]:
@@ -226,8 +230,14 @@ def refit(
     cases: list[Case], start: ModelConstants = CONSTANTS, grid: Optional[dict[str, tuple[float, ...]]] = None
 ) -> ModelConstants:
     """The constants minimising the mean absolute error on `cases`: coordinate descent over `grid`, one constant
-    at a time, until a sweep changes nothing. Constants no case depends on keep their starting value."""
+    at a time, until a sweep changes nothing, from `start` and from each of `RESTARTS` (the best result wins).
+    Constants no case depends on keep their starting value."""
     grid = grid or GRID
+    results = [_descend(cases, begin, grid) for begin in (start, *(start.replace(**r) for r in RESTARTS))]
+    return min(results, key=lambda fitted: mean_abs_error(cases, fitted))
+
+
+def _descend(cases: list[Case], start: ModelConstants, grid: dict[str, tuple[float, ...]]) -> ModelConstants:
     best, score = start, mean_abs_error(cases, start)
     for _ in range(MAX_SWEEPS):
         moved = False

@@ -135,6 +135,14 @@ def test_state_bytes_per_param_follow_megatron_distributed_optimizer_table():
         assert weights + grads + optimizer == pytest.approx(6 + 12 / d)
 
 
+def test_gradients_are_held_in_the_bytes_of_the_program():
+    spec, cluster = RECIPES["gpt_7b"], Cluster.of(1, 8, "h100")
+    recipe = estimate_memory(spec, cluster)  # the recipes keep fp32 main gradients
+    harness = estimate_memory(spec, cluster, stack="nemo-performance")  # NVIDIA's harness keeps them in bf16
+    assert recipe.gradients == pytest.approx(2 * harness.gradients, rel=1e-9)
+    assert recipe.weights == harness.weights and recipe.optimizer == harness.optimizer
+
+
 @pytest.mark.parametrize("name", list(RECIPES))
 def test_params_per_gpu_without_parallelism_is_the_catalog_count(name):
     spec = RECIPES[name].replace(tensor_parallel=1, pipeline_parallel=1, sequence_parallel=None)

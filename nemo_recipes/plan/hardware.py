@@ -31,6 +31,7 @@ class GPU:
     nvlink_domain: int  # GPUs that share one NVLink domain (a node, or an NVL72 rack)
     description: str = ""
     compute_capability: Optional[tuple[int, int]] = None  # CUDA's (major, minor); None: unknown
+    tdp_w: Optional[float] = None  # board power limit, W (data sheet); None: unknown
 
     def __post_init__(self) -> None:
         problems = gpu_problems(self)
@@ -69,6 +70,15 @@ def gpu_problems(gpu: GPU) -> list[Problem]:
                 "set fp8_tflops from the data sheet, or None where the GPU has no FP8.",
             )
         )
+    if gpu.tdp_w is not None and not _positive_finite(gpu.tdp_w):
+        problems.append(
+            Problem(
+                "tdp_w",
+                gpu.tdp_w,
+                "must be a positive, finite number of watts or None.",
+                "set tdp_w from the data sheet (the GPU's maximum board power), or None where unknown.",
+            )
+        )
     domain = gpu.nvlink_domain
     if isinstance(domain, bool) or not isinstance(domain, int) or not 1 <= domain <= MAX_GPUS_PER_NODE:
         problems.append(
@@ -85,7 +95,8 @@ def gpu_problems(gpu: GPU) -> list[Problem]:
 GPUS: dict[str, GPU] = {
     gpu.name: gpu
     for gpu in (
-        # A100: 312 TFLOP/s BF16 dense, no FP8; NVLink 3 600 GB/s total (300 per direction); HDR 200 Gb/s per GPU.
+        # A100 SXM (400 W): 312 TFLOP/s BF16 dense, no FP8; NVLink 3 600 GB/s total (300 per direction); HDR 200 Gb/s
+        # per GPU.
         GPU(
             name="a100-40gb",
             memory_gib=40.0,
@@ -97,6 +108,7 @@ GPUS: dict[str, GPU] = {
             nvlink_domain=8,
             description="NVIDIA A100 SXM 40 GB",
             compute_capability=(8, 0),
+            tdp_w=400.0,
         ),
         GPU(
             name="a100-80gb",
@@ -109,8 +121,9 @@ GPUS: dict[str, GPU] = {
             nvlink_domain=8,
             description="NVIDIA A100 SXM 80 GB",
             compute_capability=(8, 0),
+            tdp_w=400.0,
         ),
-        # H100 SXM: 989 BF16 / 1979 FP8 dense; NVLink 4 900 GB/s total; NDR 400 Gb/s per GPU (DGX H100).
+        # H100 SXM (700 W): 989 BF16 / 1979 FP8 dense; NVLink 4 900 GB/s total; NDR 400 Gb/s per GPU (DGX H100).
         GPU(
             name="h100-80gb",
             memory_gib=79.6,
@@ -122,8 +135,9 @@ GPUS: dict[str, GPU] = {
             nvlink_domain=8,
             description="NVIDIA H100 SXM 80 GB",
             compute_capability=(9, 0),
+            tdp_w=700.0,
         ),
-        # H200: the H100's compute with 141 GB HBM3e at 4.8 TB/s.
+        # H200 SXM (700 W): the H100's compute with 141 GB HBM3e at 4.8 TB/s.
         GPU(
             name="h200",
             memory_gib=140.4,
@@ -135,6 +149,7 @@ GPUS: dict[str, GPU] = {
             nvlink_domain=8,
             description="NVIDIA H200 SXM 141 GB",
             compute_capability=(9, 0),
+            tdp_w=700.0,
         ),
         # B200 (HGX, 1000 W): 2250 BF16 / 4500 FP8 dense; NVLink 5 1.8 TB/s total; 400 Gb/s per GPU.
         GPU(
@@ -148,6 +163,7 @@ GPUS: dict[str, GPU] = {
             nvlink_domain=8,
             description="NVIDIA B200 (HGX) 180 GB",
             compute_capability=(10, 0),
+            tdp_w=1000.0,
         ),
         # B200 in GB200 NVL72 (1200 W): 2500 BF16 / 5000 FP8 dense; one NVLink domain of 72 GPUs.
         GPU(
@@ -161,6 +177,7 @@ GPUS: dict[str, GPU] = {
             nvlink_domain=72,
             description="NVIDIA GB200 NVL72, per GPU",
             compute_capability=(10, 0),
+            tdp_w=1200.0,
         ),
     )
 }

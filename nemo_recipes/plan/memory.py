@@ -40,7 +40,7 @@ from nemo_recipes.plan.stack import Program, program_for
 GIB = float(2**30)
 
 WEIGHT_BYTES = 2  # bf16 parameters
-GRADIENT_BYTES = 4  # fp32 main gradients (grad_reduce_in_fp32=True)
+GRADIENT_BYTES = 4  # fp32 main gradients (grad_reduce_in_fp32=True, as the recipes set it)
 OPTIMIZER_BYTES = 12  # fp32 master weights + Adam first and second moments
 
 # "other": what the model's tensors do not account for. CUDA context and kernel images (~0.5 GiB with lazy loading
@@ -62,10 +62,13 @@ _ATTENTION_CORE_FACTOR = 5.0  # 5 a s^2 b bytes: softmax output, dropout mask, d
 # ---- model state ----
 
 
-def state_bytes_per_param(distributed_optimizer: bool, shards: int = 1) -> tuple[float, float, float]:
-    """(weights, gradients, optimizer) bytes per parameter held; `shards` = DP x CP ranks sharing optimizer state."""
+def state_bytes_per_param(
+    distributed_optimizer: bool, shards: int = 1, gradient_bytes: int = GRADIENT_BYTES
+) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer) bytes per parameter held; `shards` = DP x CP ranks sharing optimizer state;
+    `gradient_bytes` the program's main-gradient element (`Program.gradient_bytes`)."""
     optimizer = OPTIMIZER_BYTES / max(1, shards) if distributed_optimizer else float(OPTIMIZER_BYTES)
-    return float(WEIGHT_BYTES), float(GRADIENT_BYTES), optimizer
+    return float(WEIGHT_BYTES), float(gradient_bytes), optimizer
 
 
 def params_per_gpu(spec: RecipeSpec, cluster: Optional[Cluster] = None) -> float:
@@ -266,7 +269,9 @@ def estimate_memory(
     layout = layout or Layout.of(spec, cluster)
     program = program or program_for(spec, gpu, stack, layout.interleaved)
     params = layout.params_per_rank
-    w_bytes, g_bytes, o_bytes = state_bytes_per_param(spec.distributed_optimizer, layout.optimizer_shards)
+    w_bytes, g_bytes, o_bytes = state_bytes_per_param(
+        spec.distributed_optimizer, layout.optimizer_shards, program.gradient_bytes
+    )
     acts = activation_memory(spec, layout, fused_attention=program.fused_attention)
     weights, gradients, optimizer = params * w_bytes / GIB, params * g_bytes / GIB, params * o_bytes / GIB
     activations = acts.total / GIB

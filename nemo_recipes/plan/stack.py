@@ -38,6 +38,10 @@ TRANSFORMER_ENGINE_MODULE = "transformer_engine"
 # Userbuffers (TP comm overlap) need CUDA multicast: Hopper (9.0) and newer.
 TP_OVERLAP_MIN_CAPABILITY = (9, 0)
 LOCAL = "local"
+FP32_BYTES, HALF_BYTES, FP8_BYTES = 4, 2, 1
+# How NVIDIA's performance harness configured its published runs: the calibration benchmark reads it from its rows;
+# `plan` does not offer it, since the recipes keep fp32 gradients.
+PERFORMANCE_HARNESS = "nemo-performance"
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,12 @@ class Stack:
     name: str
     transformer_engine: bool
     description: str
+    # Megatron-Core keeps (and reduces) main gradients in fp32 unless told otherwise; NeMo's performance harness
+    # turns it off (bf16 gradient buffers and reductions).
+    grad_reduce_in_fp32: bool = True
+    # Transformer Engine's fused cross entropy over the vocabulary (`cross_entropy_fusion_impl="te"`) instead of
+    # Megatron-Core's unfused fp32 vocab-parallel cross entropy.
+    fused_cross_entropy: bool = False
 
 
 STACKS: dict[str, Stack] = {
@@ -55,6 +65,15 @@ STACKS: dict[str, Stack] = {
             True,
             "Megatron-Core with Transformer Engine, as in the NeMo container: fused (cuDNN/flash) attention, FP8, "
             "TP communication overlap with userbuffers",
+        ),
+        Stack(
+            PERFORMANCE_HARNESS,
+            True,
+            "Megatron-Core with Transformer Engine as NVIDIA's performance harness configures it (NeMo "
+            "scripts/performance, the source of the NeMo and Megatron-Bridge performance tables): gradients kept and "
+            "reduced in BF16 (grad_reduce_in_fp32=False), Transformer Engine's fused cross entropy",
+            grad_reduce_in_fp32=False,
+            fused_cross_entropy=True,
         ),
         Stack(
             "megatron-core",
@@ -71,7 +90,7 @@ STACKS: dict[str, Stack] = {
     )
 }
 DEFAULT_STACK = "transformer-engine"
-STACK_CHOICES = (*STACKS, LOCAL)
+STACK_CHOICES = (*(name for name in STACKS if name != PERFORMANCE_HARNESS), LOCAL)
 
 
 @functools.lru_cache(maxsize=None)
@@ -119,6 +138,9 @@ class Program:
     pp_comm_overlap: bool
     overlap_grad_reduce: bool
     overlap_param_gather: bool
+    gradient_bytes: int  # per main-gradient element, held and reduced across data-parallel ranks
+    param_gather_bytes: int  # per parameter all-gathered by the distributed optimizer
+    fused_cross_entropy: bool
     notes: tuple[str, ...]
 
     def to_dict(self) -> dict[str, Any]:
@@ -130,6 +152,9 @@ class Program:
             "pp_comm_overlap": self.pp_comm_overlap,
             "overlap_grad_reduce": self.overlap_grad_reduce,
             "overlap_param_gather": self.overlap_param_gather,
+            "gradient_bytes": self.gradient_bytes,
+            "param_gather_bytes": self.param_gather_bytes,
+            "cross_entropy": "fused" if self.fused_cross_entropy else "unfused",
             "notes": list(self.notes),
         }
 
@@ -166,6 +191,14 @@ def program_for(
         f"data-parallel overlap: gradient reduce {'on' if spec.overlap_grad_reduce else 'off'}, parameter "
         f"gather {'on' if gather else 'off'}"
     )
+    gradient_bytes = FP32_BYTES if resolved.grad_reduce_in_fp32 else HALF_BYTES
+    # FP8 runs gather FP8 parameters (fp8_param_gather: our FP8 recipes and NeMo's FP8 mixed-precision presets).
+    param_gather_bytes = FP8_BYTES if spec.precision == "fp8" else HALF_BYTES
+    notes.append(
+        f"gradients reduced in {'fp32' if gradient_bytes == FP32_BYTES else 'bf16'}, parameters gathered in "
+        f"{'fp8' if param_gather_bytes == FP8_BYTES else 'bf16'}; cross entropy "
+        f"{'fused (Transformer Engine)' if resolved.fused_cross_entropy else 'unfused (fp32, Megatron-Core)'}"
+    )
     return Program(
         stack=resolved,
         fused_attention=te,
@@ -173,6 +206,9 @@ def program_for(
         pp_comm_overlap=interleaved,
         overlap_grad_reduce=spec.overlap_grad_reduce,
         overlap_param_gather=gather,
+        gradient_bytes=gradient_bytes,
+        param_gather_bytes=param_gather_bytes,
+        fused_cross_entropy=resolved.fused_cross_entropy,
         notes=tuple(notes),
     )
 

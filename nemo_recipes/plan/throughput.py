@@ -55,8 +55,9 @@ from nemo_recipes.plan.validate import raise_if_unstructured
 @dataclass(frozen=True)
 class ModelConstants:
     """The efficiencies the model cannot derive, each one global (every GPU, every model). The defaults are the refit
-    of benchmarks/planner_accuracy.py on every row of benchmarks/data/calibration.csv, each within the range its
-    source below gives; the benchmark also prints the values refitted without each source."""
+    of benchmarks/planner_accuracy.py on every row of benchmarks/data/calibration.csv (all but `power_exponent`,
+    which is derived), each within the range its source below gives; the benchmark also prints the values refitted
+    without each source."""
 
     # Fraction of the dense tensor-core peak that the math of a BF16/FP16 GEMM reaches, before its operand traffic
     # (which `_gemm_s` adds): cuBLAS reaches 80-90 % of 312 TFLOP/s on large A100 GEMMs and about 75-80 % of 989 on
@@ -64,19 +65,29 @@ class ModelConstants:
     matmul: float = 0.81
     # FP8 GEMMs reach a smaller fraction of their doubled peak (power and clock limits; H100 FP8 cuBLAS GEMMs reach
     # about 1300 of 1979 TFLOP/s).
-    fp8_matmul: float = 0.62
+    fp8_matmul: float = 0.61
     # Fused (flash) attention reaches a smaller fraction of the peak than plain GEMMs: "FlashAttention-2 achieving
     # only 35% utilization on the H100 GPU" (Shah et al. 2024, FlashAttention-3, abstract). On the FLOPs it executes.
     attention: float = 0.36
     # Fraction of the HBM bandwidth that streaming (element-wise) kernels reach: STREAM-like copies reach 80-90 %.
-    hbm: float = 0.80
-    # Fraction of the link bandwidth NCCL collectives reach as bus bandwidth for large messages (nccl-tests
-    # PERFORMANCE.md: all-reduce bus bandwidth of about 230-240 GB/s on A100 NVLink (300 GB/s per direction)).
-    comm: float = 0.75
+    hbm: float = 0.85
+    # Fraction of the link bandwidth NCCL collectives reach as bus bandwidth for large messages: about 80 % on
+    # NVLink (nccl-tests PERFORMANCE.md: 230-240 GB/s of A100's 300 GB/s per direction) and 90 % or more of an
+    # InfiniBand NIC's line rate.
+    comm: float = 0.90
     # Fraction of the TP communication hidden behind GEMMs when the program overlaps it (Transformer Engine
     # userbuffers split the all-gather/reduce-scatter of SP into chunks overlapped with the neighbouring GEMM); the
     # first and last chunks and the slowdown of GEMMs sharing the GPU with communication stay exposed.
-    tp_overlap: float = 0.65
+    tp_overlap: float = 0.35
+    # Exponent of the power-limit derating (`_power_derate`), derived rather than fitted: a GPU with fewer watts per
+    # peak TFLOP/s than the reference sustains a lower tensor clock under dense GEMMs. Dynamic power grows with
+    # frequency x voltage^2 and the voltage with the frequency, so the sustainable clock goes as power^(1/3).
+    power_exponent: float = 1.0 / 3.0
+    # Seconds every step costs besides the model's kernels: the gradient-norm and loss reductions that synchronise
+    # all ranks, the optimizer's launch-bound multi-tensor kernels, the data loader and logging. Published
+    # throughputs include them ("End-to-end measurement: Throughputs include all operations (data loading,
+    # optimizer steps, communication, logging)", Megatron-LM README); they weigh most on short steps (small models).
+    step_overhead: float = 0.08
 
     def replace(self, **values: float) -> "ModelConstants":
         return dataclasses.replace(self, **values)
@@ -102,15 +113,15 @@ FP8_CAST_BYTES_PER_ELEMENT = 4
 # (read 4), subtract the max (4 + 4), exp (4 + 4), sum (4), normalise (4 + 4); backward: scale the saved softmax
 # (4 + 4) and cast down (read 4, write 2). 52 bytes (megatron/core/tensor_parallel/cross_entropy.py).
 CROSS_ENTROPY_BYTES_PER_LOGIT = 52
+# Transformer Engine's fused cross entropy keeps the logits in BF16: one pass for the running max and sum (read 2),
+# one that writes the gradient in place of the logit (read 2, write 2), and a backward that scales it by the loss
+# gradient (read 2, write 2).
+FUSED_CROSS_ENTROPY_BYTES_PER_LOGIT = 10
 # Adam step per updated parameter (fp32 master weight, gradient, momentum, variance read = 16 bytes; master, momentum,
 # variance written = 12; the BF16 copy written = 2; gradient norm read = 4), and zeroing the fp32 gradient buffer of
 # every local parameter (4 bytes).
 ADAM_BYTES_PER_PARAM = 34
 GRAD_BUFFER_BYTES_PER_PARAM = 4
-# Gradients are reduced in fp32 (NeMo 2 and Megatron-Core: grad_reduce_in_fp32 / accumulate_allreduce_grads_in_fp32
-# for BF16); parameters are all-gathered in the 2-byte training dtype.
-GRAD_REDUCE_BYTES = 4
-PARAM_GATHER_BYTES = 2
 ACTIVATION_BYTES = 2
 # Unfused attention (Megatron-LM before Transformer Engine): per score element, forward: fused scale-mask-softmax reads
 # and writes 2-byte values, dropout reads 2 and writes 2 plus a 1-byte mask (9 bytes); backward: dropout reads the
@@ -118,6 +129,8 @@ ACTIVATION_BYTES = 2
 SOFTMAX_DROPOUT_BYTES = (9, 11)
 
 FLOPS_CONVENTION = _flops.MODEL_FLOPS_CONVENTION
+# The H100 SXM's board power per dense BF16 TFLOP/s (700 W / 989): the reference of `_power_derate`.
+POWER_REFERENCE_W_PER_TFLOPS = 700.0 / 989.0
 
 
 @dataclass(frozen=True)
@@ -168,6 +181,16 @@ def _gemm_s(m: float, k: float, n: float, rate: float, hbm: float, operand_bytes
     return 2.0 * m * k * n / rate + (operand_bytes * (m * k + k * n) + ACTIVATION_BYTES * m * n) / hbm
 
 
+def _power_derate(gpu: GPU, k: ModelConstants) -> float:
+    """The fraction of its rated tensor-core peak a GPU sustains under its power limit, relative to the H100 SXM
+    (whose rows the efficiencies are mostly measured on): (W per peak TFLOP/s / the H100's) ^ `power_exponent`,
+    at most 1. Blackwell rates twice Hopper's peak at 1.4-1.7 times its power, so its GEMMs run at a lower clock."""
+    if gpu.tdp_w is None:
+        return 1.0
+    ratio = (gpu.tdp_w / gpu.bf16_tflops) / POWER_REFERENCE_W_PER_TFLOPS
+    return min(1.0, ratio**k.power_exponent)
+
+
 @dataclass(frozen=True)
 class _Rates:
     """Achievable rates of one GPU, in FLOP/s and bytes/s."""
@@ -180,16 +203,17 @@ class _Rates:
 
     @classmethod
     def of(cls, gpu: GPU, fp8: bool, k: ModelConstants) -> "_Rates":
-        bf16 = gpu.bf16_tflops * 1e12 * k.matmul
+        derate = _power_derate(gpu, k)
+        bf16 = gpu.bf16_tflops * 1e12 * k.matmul * derate
         if fp8:
             fp8_tflops = known(gpu.fp8_tflops, "FP8 plans on a GPU without FP8 are refused before the rates")
-            dense = fp8_tflops * 1e12 * k.fp8_matmul
+            dense = fp8_tflops * 1e12 * k.fp8_matmul * derate
         else:
             dense = bf16
         return cls(
             bf16=bf16,
             dense=dense,
-            attention=gpu.bf16_tflops * 1e12 * k.attention,
+            attention=gpu.bf16_tflops * 1e12 * k.attention * derate,
             hbm=gpu.hbm_tb_s * 1e12 * k.hbm,
             comm=k.comm,
         )
@@ -309,7 +333,7 @@ def _layer(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: 
     return _Layer(dense_f, dense_b, attention_f, attention_b, memory_f, memory_b, tp_f, tp_f, cp_f, cp_b, recompute)
 
 
-def _output_layer_s(spec: RecipeSpec, layout: Layout, rates: _Rates) -> float:
+def _output_layer_s(spec: RecipeSpec, layout: Layout, program: Program, rates: _Rates) -> float:
     """The output layer (forward, data and weight gradients, in BF16) and the loss, per micro-batch."""
     tokens, h, vocab = layout.tokens_per_rank, spec.hidden_size, spec.padded_vocab_size / layout.tp
     logits = (
@@ -317,7 +341,8 @@ def _output_layer_s(spec: RecipeSpec, layout: Layout, rates: _Rates) -> float:
         + _gemm_s(tokens, vocab, h, rates.bf16, rates.hbm, ACTIVATION_BYTES)
         + _gemm_s(h, tokens, vocab, rates.bf16, rates.hbm, ACTIVATION_BYTES)
     )
-    return logits + tokens * vocab * CROSS_ENTROPY_BYTES_PER_LOGIT / rates.hbm
+    per_logit = FUSED_CROSS_ENTROPY_BYTES_PER_LOGIT if program.fused_cross_entropy else CROSS_ENTROPY_BYTES_PER_LOGIT
+    return logits + tokens * vocab * per_logit / rates.hbm
 
 
 def _p2p_s(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates, chunk_s: float) -> float:
@@ -337,21 +362,39 @@ def _p2p_s(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: 
 
 
 def _data_parallel_s(
-    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates, window_b: float, window_f: float
+    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates, chunk_b: float, chunk_f: float
 ) -> tuple[float, float]:
-    """Exposed gradient reduce and parameter gather per step: one synchronisation per step, hidden (with overlap)
-    behind the backward (forward) of one micro-batch through the stage."""
+    """Exposed gradient reduce and parameter gather per step, in the bytes the program moves (`Program.
+    gradient_bytes`, `param_gather_bytes`).
+
+    With overlap, Megatron-Core reduces a bucket as soon as the last micro-batch's backward has produced it, so the
+    reduction of a model chunk hides behind that chunk's own last backward (`chunk_b`). With the interleaved
+    schedule each of the v chunks starts its reduction when its final backward ends, and these ends are p chunk
+    backwards apart (the last group of p micro-batches goes through the chunks in turn), so the reductions of the
+    later chunks also hide behind the backward of the earlier ones; the parameter gathers mirror this in the
+    forward (`param_sync_func` launches the next chunk's gather at the first forward of the current one)."""
     params, d = layout.params_per_rank, layout.dp
     link = _group_bandwidth_gb_s(gpu, d, layout.tp * layout.cp, layout.gpus_per_node)
     if spec.distributed_optimizer:
-        reduce = rates.gather_s(params * GRAD_REDUCE_BYTES, d, link)
-        gather = rates.gather_s(params * PARAM_GATHER_BYTES, d, link)
+        reduce = rates.gather_s(params * program.gradient_bytes, d, link)
+        gather = rates.gather_s(params * program.param_gather_bytes, d, link)
     else:
-        reduce = rates.allreduce_s(params * GRAD_REDUCE_BYTES, d, link)
+        reduce = rates.allreduce_s(params * program.gradient_bytes, d, link)
         gather = 0.0
-    reduce = max(0.0, reduce - window_b) if program.overlap_grad_reduce else reduce
-    gather = max(0.0, gather - window_f) if program.overlap_param_gather else gather
+    if program.overlap_grad_reduce:
+        reduce = _exposed_behind_chunks(reduce, layout, chunk_b)
+    if program.overlap_param_gather:
+        gather = _exposed_behind_chunks(gather, layout, chunk_f)
     return reduce, gather
+
+
+def _exposed_behind_chunks(total: float, layout: Layout, chunk: float) -> float:
+    """What is left of `total` seconds of communication, split evenly over the v model chunks, each part starting
+    when its chunk is done (p chunk passes apart) and the last one hidden behind one chunk pass."""
+    v = layout.vp
+    spacing = layout.pp * chunk
+    tail = max(total / v, total - (v - 1) * spacing)
+    return max(0.0, tail - chunk)
 
 
 def estimate_throughput(
@@ -368,7 +411,7 @@ def estimate_throughput(
     gpu, layout, program = _checked_plan(spec, cluster, stack, assumptions)
     rates = _Rates.of(gpu, spec.precision == "fp8", constants)
     layer = _layer(spec, layout, program, gpu, rates, constants)
-    step, breakdown = _step_s(spec, layout, program, gpu, rates, layer)
+    step, breakdown = _step_s(spec, layout, program, gpu, rates, layer, constants)
     return _throughput(spec, layout, gpu, step, breakdown, assumptions)
 
 
@@ -398,10 +441,10 @@ def _checked_plan(
 
 
 def _step_s(
-    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates, layer: _Layer
+    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates, layer: _Layer, k: ModelConstants
 ) -> tuple[float, dict[str, float]]:
     """Seconds of one step (pipeline schedule, exposed communication, optimizer) and their breakdown by kind."""
-    logits = _output_layer_s(spec, layout, rates)
+    logits = _output_layer_s(spec, layout, program, rates)
     m, p, v = layout.microbatches, layout.pp, layout.vp
 
     per_layer = layer.forward + layer.backward
@@ -411,14 +454,14 @@ def _step_s(
     bubble = (p - 1) / v * (layout.layers_per_stage * per_layer + logits / p)
     chunk_s = layout.layers_per_chunk * min(layer.forward, layer.backward)
     p2p = _p2p_s(spec, layout, program, gpu, rates, chunk_s)
-    window_b = layout.layers_per_stage * layer.backward / v
-    window_f = layout.layers_per_stage * layer.forward / v
-    dp_reduce, dp_gather = _data_parallel_s(spec, layout, program, gpu, rates, window_b, window_f)
+    chunk_b = layout.layers_per_chunk * layer.backward
+    chunk_f = layout.layers_per_chunk * layer.forward
+    dp_reduce, dp_gather = _data_parallel_s(spec, layout, program, gpu, rates, chunk_b, chunk_f)
     # Optimizer step: Adam on the local shard, and the gradient buffer reset.
     params = layout.params_per_rank
     updated = params / layout.dp if spec.distributed_optimizer else params
     optimizer = (updated * ADAM_BYTES_PER_PARAM + params * GRAD_BUFFER_BYTES_PER_PARAM) / rates.hbm
-    step = compute + bubble + p2p + dp_reduce + dp_gather + optimizer
+    step = compute + bubble + p2p + dp_reduce + dp_gather + optimizer + k.step_overhead
 
     # The compute of the slowest stage, by kind of work (the idle time of a stage waiting for a slower one is
     # counted where it arises, in the kind that makes the slow stage slow).
@@ -436,6 +479,7 @@ def _step_s(
         "dp_reduce_exposed": dp_reduce,
         "dp_gather_exposed": dp_gather,
         "optimizer": optimizer,
+        "step_overhead": k.step_overhead,
     }
     return step, breakdown
 
