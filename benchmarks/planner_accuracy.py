@@ -14,6 +14,9 @@ Then the honest figure: leave-one-source-out cross-validation. The model's globa
 (a) on every row (in sample) and (b) once per source on the rows of all the other sources, and each source is scored
 with the constants fitted without it. A source is a publication (the id prefix: K22, N21, MLM, NeMo24.07, ...): its
 rows share software, hardware and measurement habits, so leaving out single rows would flatter the model.
+`power_exponent` is derived (power ~ clock^3), not fitted. The error surface is flat in places (the fixed per-step
+cost trades against the efficiencies), so the descent also restarts from a few values of it (`RESTARTS`), and the
+folds start from the fit on every row; figures move by a few tenths of a percent with the starting point.
 
 TFLOP/s targets are compared as tokens/s: through the `derived_tokens_per_gpu` or `derived_step_s` columns when
 present, otherwise converted with the FLOP formula that the row's `flops_convention` names.

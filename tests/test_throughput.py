@@ -448,7 +448,9 @@ def test_power_limited_gpus_sustain_less_of_their_peak():
     spec = RECIPES["gpt_7b"]
     cluster = Cluster.of(1, 8, "b200")
     unknown_power = Cluster.of(1, 8, replace(get_gpu("b200"), name="b200-no-tdp", tdp_w=None))
-    assert estimate_throughput(spec, unknown_power).step_time_s < estimate_throughput(spec, cluster).step_time_s
+    derated = estimate_throughput(spec, cluster)
+    assert estimate_throughput(spec, unknown_power).step_time_s < derated.step_time_s
+    assert any("b200 sustains 0.86 of its rated tensor-core peak" in line for line in derated.assumptions)
 
 
 def test_every_step_pays_the_fixed_overhead():

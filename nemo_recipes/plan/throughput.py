@@ -410,6 +410,12 @@ def estimate_throughput(
     assumptions: list[str] = []
     gpu, layout, program = _checked_plan(spec, cluster, stack, assumptions)
     rates = _Rates.of(gpu, spec.precision == "fp8", constants)
+    derate = _power_derate(gpu, constants)
+    if derate < 1.0:
+        assumptions.append(
+            f"{gpu.name} sustains {derate:.2f} of its rated tensor-core peak (board power {gpu.tdp_w:g} W for "
+            f"{gpu.bf16_tflops:g} BF16 TFLOP/s, against the H100's 700 W for 989: a power-limited clock)"
+        )
     layer = _layer(spec, layout, program, gpu, rates, constants)
     step, breakdown = _step_s(spec, layout, program, gpu, rates, layer, constants)
     return _throughput(spec, layout, gpu, step, breakdown, assumptions)
