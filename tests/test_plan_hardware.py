@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from nemo_recipes.catalog import RECIPES
@@ -58,17 +60,7 @@ def test_a_user_described_gpu_plans_like_a_known_one():
 
 def test_a_gpu_power_limit_must_be_a_positive_number_of_watts():
     with pytest.raises(InvalidRecipeError) as raised:
-        GPU(
-            name="bad-power",
-            memory_gib=80.0,
-            bf16_tflops=989.0,
-            fp8_tflops=None,
-            hbm_tb_s=3.35,
-            nvlink_gb_s=450.0,
-            network_gb_s=50.0,
-            nvlink_domain=8,
-            tdp_w=-700.0,
-        )
+        dataclasses.replace(get_gpu("h100"), name="bad-power", tdp_w=-700.0)
     assert [(p.field, p.value) for p in raised.value.problems] == [("tdp_w", -700.0)]
     assert get_gpu("b200").tdp_w == 1000.0 and get_gpu("gb200").tdp_w == 1200.0
 

@@ -413,20 +413,10 @@ def test_gradients_and_parameter_gathers_move_the_bytes_of_the_program():
 
 
 def test_interleaving_hides_more_of_the_gradient_reduction():
-    from nemo_recipes.plan.hardware import GPU
+    from dataclasses import replace
 
     # A slow network makes the reduction longer than one chunk's backward, so the windows decide what is exposed.
-    slow = GPU(
-        name="slow-net",
-        memory_gib=80,
-        bf16_tflops=989,
-        fp8_tflops=1979,
-        hbm_tb_s=3.35,
-        nvlink_gb_s=450,
-        network_gb_s=5,
-        nvlink_domain=8,
-        compute_capability=(9, 0),
-    )
+    slow = replace(get_gpu("h100"), name="slow-net", network_gb_s=5.0)
     cluster = Cluster.of(16, 8, slow)
     spec = gpt(global_batch_size=128)
     plain = estimate_throughput(spec, cluster).breakdown_s["dp_reduce_exposed"]
