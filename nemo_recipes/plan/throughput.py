@@ -22,10 +22,14 @@ Standard library only. An analytical model of one Megatron training step, built 
   micro-batch, hidden behind the next chunk's compute when the interleaved schedule overlaps them
   (`overlap_p2p_comm`), except in warm-up and cool-down.
 - **Data parallelism** (2.6): gradient reduce-scatter and parameter all-gather (distributed optimizer) or all-reduce,
-  over NVLink when the group fits in a node and otherwise over the NICs of the group's GPUs; with overlap only what
-  exceeds the backward (forward) of one micro-batch is exposed.
+  in the bytes the program moves (fp32 or bf16 gradients, bf16 or FP8 parameters), over NVLink when the group fits
+  in a node and otherwise over the NICs of the group's GPUs; with overlap, each model chunk's share hides behind the
+  backward (forward) that follows its last (first) pass, as Megatron-Core launches it.
 - **Context parallelism**: each rank holds `s/c` tokens; K/V chunks travel in a ring, hidden behind attention compute.
 - **Optimizer**: Adam on the local (distributed-optimizer) shard and the gradient-buffer reset, at HBM bandwidth.
+- **Power.** A GPU with fewer board watts per peak TFLOP/s than the H100 (Blackwell) sustains a lower tensor clock:
+  its tensor-core rates are derated by the cube root of that ratio (`_power_derate`).
+- **Fixed cost per step** (`ModelConstants.step_overhead`): synchronisations, optimizer launches, data, logging.
 
 `stack=` names the software (`stack.resolve_stack`; default: the NeMo container, Megatron-Core with Transformer
 Engine); without Transformer Engine (Megatron-Core's local spec, or the Megatron-LM of the 2021-22 papers) attention
@@ -200,6 +204,7 @@ class _Rates:
     attention: float
     hbm: float
     comm: float  # fraction of a link's bandwidth collectives reach
+    derate: float  # the power-limit derating applied to the tensor-core rates
 
     @classmethod
     def of(cls, gpu: GPU, fp8: bool, k: ModelConstants) -> "_Rates":
@@ -216,6 +221,7 @@ class _Rates:
             attention=gpu.bf16_tflops * 1e12 * k.attention * derate,
             hbm=gpu.hbm_tb_s * 1e12 * k.hbm,
             comm=k.comm,
+            derate=derate,
         )
 
     def allreduce_s(self, nbytes: float, n: int, bus_gb_s: float) -> float:
@@ -410,10 +416,9 @@ def estimate_throughput(
     assumptions: list[str] = []
     gpu, layout, program = _checked_plan(spec, cluster, stack, assumptions)
     rates = _Rates.of(gpu, spec.precision == "fp8", constants)
-    derate = _power_derate(gpu, constants)
-    if derate < 1.0:
+    if rates.derate < 1.0:
         assumptions.append(
-            f"{gpu.name} sustains {derate:.2f} of its rated tensor-core peak (board power {gpu.tdp_w:g} W for "
+            f"{gpu.name} sustains {rates.derate:.2f} of its rated tensor-core peak (board power {gpu.tdp_w:g} W for "
             f"{gpu.bf16_tflops:g} BF16 TFLOP/s, against the H100's 700 W for 989: a power-limited clock)"
         )
     layer = _layer(spec, layout, program, gpu, rates, constants)
