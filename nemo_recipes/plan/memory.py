@@ -35,12 +35,12 @@ from typing import Any, Optional, Union
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
 from nemo_recipes.plan.layout import Layout
-from nemo_recipes.plan.stack import Program, program_for
+from nemo_recipes.plan.stack import FP32_BYTES, Program, program_for
 
 GIB = float(2**30)
 
 WEIGHT_BYTES = 2  # bf16 parameters
-GRADIENT_BYTES = 4  # fp32 main gradients (grad_reduce_in_fp32=True, as the recipes set it)
+GRADIENT_BYTES = FP32_BYTES  # fp32 main gradients (grad_reduce_in_fp32=True, as the recipes set it)
 OPTIMIZER_BYTES = 12  # fp32 master weights + Adam first and second moments
 
 # "other": what the model's tensors do not account for. CUDA context and kernel images (~0.5 GiB with lazy loading

@@ -133,8 +133,8 @@ ACTIVATION_BYTES = 2
 SOFTMAX_DROPOUT_BYTES = (9, 11)
 
 FLOPS_CONVENTION = _flops.MODEL_FLOPS_CONVENTION
-# The H100 SXM's board power per dense BF16 TFLOP/s (700 W / 989): the reference of `_power_derate`.
-POWER_REFERENCE_W_PER_TFLOPS = 700.0 / 989.0
+# The GPU whose board power per dense BF16 TFLOP/s is the reference of `_power_derate` (the H100 SXM, 700 W / 989).
+POWER_REFERENCE = get_gpu("h100-80gb")
 
 
 @dataclass(frozen=True)
@@ -189,9 +189,10 @@ def _power_derate(gpu: GPU, k: ModelConstants) -> float:
     """The fraction of its rated tensor-core peak a GPU sustains under its power limit, relative to the H100 SXM
     (whose rows the efficiencies are mostly measured on): (W per peak TFLOP/s / the H100's) ^ `power_exponent`,
     at most 1. Blackwell rates twice Hopper's peak at 1.4-1.7 times its power, so its GEMMs run at a lower clock."""
+    reference = known(POWER_REFERENCE.tdp_w, "the reference GPU's board power is in the GPU table")
     if gpu.tdp_w is None:
         return 1.0
-    ratio = (gpu.tdp_w / gpu.bf16_tflops) / POWER_REFERENCE_W_PER_TFLOPS
+    ratio = (gpu.tdp_w / gpu.bf16_tflops) / (reference / POWER_REFERENCE.bf16_tflops)
     return min(1.0, ratio**k.power_exponent)
 
 
@@ -419,7 +420,8 @@ def estimate_throughput(
     if rates.derate < 1.0:
         assumptions.append(
             f"{gpu.name} sustains {rates.derate:.2f} of its rated tensor-core peak (board power {gpu.tdp_w:g} W for "
-            f"{gpu.bf16_tflops:g} BF16 TFLOP/s, against the H100's 700 W for 989: a power-limited clock)"
+            f"{gpu.bf16_tflops:g} BF16 TFLOP/s, against the {POWER_REFERENCE.name}'s {POWER_REFERENCE.tdp_w:g} W for "
+            f"{POWER_REFERENCE.bf16_tflops:g}: a power-limited clock)"
         )
     layer = _layer(spec, layout, program, gpu, rates, constants)
     step, breakdown = _step_s(spec, layout, program, gpu, rates, layer, constants)
