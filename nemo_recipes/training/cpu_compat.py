@@ -142,6 +142,8 @@ def _cuda_as_cpu_mode() -> Any:
         the CPU, pin_memory is off, and Tensor.type() names the torch.cuda type that Megatron's checks expect."""
 
         def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func is torch.autograd.backward or func is torch.Tensor.backward:
+                return _backward_in_mode(self, func, args, dict(kwargs or {}))
             kwargs = dict(kwargs or {})
             if _means_cuda(kwargs.get("device")):
                 _trace(f"{getattr(func, '__name__', func)}(device=cuda)")
@@ -161,6 +163,55 @@ def _cuda_as_cpu_mode() -> Any:
             return func(*args, **kwargs)
 
     return CudaAsCpu()
+
+
+def _backward_in_mode(mode: Any, func: Any, args: tuple, kwargs: dict) -> Any:
+    """Run a backward pass reached through the mode with the mode still active.
+
+    torch 2.13's `torch.autograd.backward` (and `Tensor.backward`) dispatch to `__torch_function__`, and torch pops
+    a mode while its own handler runs, so a plain `func(*args)` here would run the whole backward outside the mode.
+    That is what Megatron's full recomputation does: `CheckpointFunction.backward` (tensor_parallel/random.py)
+    recomputes the layer and calls `torch.autograd.backward` on it, and with sequence parallelism the recomputed
+    all-gather (mappings.py `_gather_along_first_dim`) asks for a buffer on `torch.cuda.current_device()`. The engine
+    entry point below does not dispatch, so the mode can be re-entered around it without recursing; the argument
+    handling is `torch.autograd.backward`'s own (the helpers it calls).
+    """
+    import torch
+    from torch.autograd import _make_grads, _tensor_or_tensors_to_tuple
+    from torch.autograd.graph import _engine_run_backward
+
+    if func is torch.Tensor.backward:
+        tensor, *rest = args
+        names: tuple[str, ...] = ("gradient", "retain_graph", "create_graph", "inputs")
+        options = {**dict(zip(names, rest, strict=False)), **kwargs}
+        tensors: tuple = (tensor,)
+        grads, inputs = options.get("gradient"), options.get("inputs")
+    else:
+        first, *rest = args
+        names = ("grad_tensors", "retain_graph", "create_graph", "grad_variables", "inputs")
+        options = {**dict(zip(names, rest, strict=False)), **kwargs}
+        tensors = (first,) if isinstance(first, torch.Tensor) else tuple(first)
+        grads, inputs = options.get("grad_tensors"), options.get("inputs")
+    if inputs is None:
+        inputs_tuple: tuple = ()
+    else:
+        inputs_tuple = (inputs,) if isinstance(inputs, torch.Tensor) else tuple(inputs)
+    create_graph = bool(options.get("create_graph", False))
+    retain_graph = options.get("retain_graph")
+    if retain_graph is None:
+        retain_graph = create_graph
+    with mode:
+        grad_tensors = _make_grads(tensors, _tensor_or_tensors_to_tuple(grads, len(tensors)), is_grads_batched=False)
+        _engine_run_backward(
+            tensors,
+            grad_tensors,
+            retain_graph,
+            create_graph,
+            inputs_tuple,
+            allow_unreachable=True,
+            accumulate_grad=True,
+        )
+    return None
 
 
 @contextlib.contextmanager
