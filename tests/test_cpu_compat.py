@@ -21,7 +21,6 @@ pytestmark = [pytest.mark.nemo]
 #: reduce-scatter); gradients compared with a plain run.
 NESTED_BACKWARD = textwrap.dedent(
     """
-    import sys
     import torch
     from megatron.core import tensor_parallel
     from nemo_recipes.training import cpu_compat
@@ -43,24 +42,28 @@ NESTED_BACKWARD = textwrap.dedent(
     def layer(x, w):
         return torch.tanh(Gather.apply(x) @ w)
 
-    torch.manual_seed(0)
-    x, w = torch.randn(4, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)
-    how = sys.argv[1]
-    with cpu_compat.cpu_scope():
-        if how == "recompute":
-            out = tensor_parallel.checkpoint(layer, False, x, w)
-        else:
-            out = layer(x, w)
-        loss = (out * out).sum()
-        # the schedule's entry point (schedules.py custom_backward) runs the engine directly; the nested
-        # torch.autograd.backward is CheckpointFunction's own
-        if sys.argv[2] == "engine":
-            torch.autograd.graph._engine_run_backward((loss,), (torch.ones(()),), False, False, (), True, True)
-        elif sys.argv[2] == "function":
-            torch.autograd.backward(loss)
-        else:
-            loss.backward()
-    print("grads", repr(x.grad.sum().item()), repr(w.grad.sum().item()))
+    def gradients(how, entry):
+        torch.manual_seed(0)
+        x, w = torch.randn(4, 8, requires_grad=True), torch.randn(8, 8, requires_grad=True)
+        with cpu_compat.cpu_scope():
+            out = tensor_parallel.checkpoint(layer, False, x, w) if how == "recompute" else layer(x, w)
+            loss = (out * out).sum()
+            # the schedule's entry point (schedules.py custom_backward) runs the engine directly; the nested
+            # torch.autograd.backward is CheckpointFunction's own
+            if entry == "engine":
+                torch.autograd.graph._engine_run_backward((loss,), (torch.ones(()),), False, False, (), True, True)
+            elif entry == "function":
+                torch.autograd.backward(loss)
+            else:
+                loss.backward()
+        return x.grad.tolist(), w.grad.tolist()
+
+    for entry in ("engine", "function", "method"):
+        try:
+            same = gradients("recompute", entry) == gradients("plain", entry)
+            print(entry, "same gradients" if same else "different gradients")
+        except RuntimeError as error:
+            print(entry, "failed:", error)
     """
 )
 
@@ -83,22 +86,19 @@ WITH_CUDA = textwrap.dedent(
 )
 
 
-def _python(code: str, *args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=300, check=False
-    )
+def _python(code: str) -> str:
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 
 
-@pytest.mark.parametrize("entry", ["engine", "function", "method"])
-def test_full_recomputation_backward_stays_on_the_cpu(entry):
+def test_full_recomputation_backward_stays_on_the_cpu():
     """Before the fix, every entry point failed with 'Cannot access accelerator device when none is available'
     inside CheckpointFunction.backward: torch pops the mode while its handler for torch.autograd.backward runs."""
-    plain = _python(NESTED_BACKWARD, "plain", entry).splitlines()
-    recomputed = _python(NESTED_BACKWARD, "recompute", entry).splitlines()
-    assert plain[0] == recomputed[0] and int(plain[0].split()[1]) > 0
-    assert plain[1] == recomputed[1]  # same gradients to the last bit: the recomputation is the same maths
+    lines = _python(NESTED_BACKWARD).splitlines()
+    assert int(lines[0].split()[1]) > 0  # the patches were installed, as on every CPU run
+    # the same gradients to the last bit: the recomputation is the same maths, on the CPU
+    assert lines[1:] == ["engine same gradients", "function same gradients", "method same gradients"]
 
 
 def test_the_layer_changes_nothing_where_cuda_is_present():
