@@ -48,7 +48,6 @@ DEFAULT_CSV = REPO / "benchmarks" / "data" / "calibration.csv"
 GRID: dict[str, tuple[float, ...]] = {
     "matmul": tuple(round(0.60 + 0.01 * i, 2) for i in range(36)),  # 0.60 .. 0.95
     "fp8_matmul": tuple(round(0.40 + 0.01 * i, 2) for i in range(51)),  # 0.40 .. 0.90
-    "attention": tuple(round(0.20 + 0.01 * i, 2) for i in range(41)),  # 0.20 .. 0.60
     "hbm": tuple(round(0.50 + 0.05 * i, 2) for i in range(10)),  # 0.50 .. 0.95
     "comm": tuple(round(0.40 + 0.05 * i, 2) for i in range(11)),  # 0.40 .. 0.90
     "tp_overlap": tuple(round(0.05 * i, 2) for i in range(21)),  # 0 .. 1
