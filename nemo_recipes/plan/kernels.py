@@ -6,8 +6,9 @@ interpolates them when asked.
 **Attention** (`attention_efficiency`). Fused attention's speed grows with the sequence length (more tiles per head to
 hide each tile's softmax and pipeline fill) and with the head dimension (more math per byte of K and V), and a causal
 mask costs most on short sequences (the diagonal tiles are half empty and the work per query row is unbalanced).
-The table is the cuDNN kernel that Transformer Engine runs on Hopper (its `FusedAttention` backend), BF16, H100 SXM5,
-as published in the FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608): Fig. 5, "Attention forward speed
+The tables are the two kernels Transformer Engine can run (`stack.Stack.attention_kernel`): cuDNN's (its
+`FusedAttention` backend, preferred on Hopper and newer) and Tri Dao's FlashAttention-2, BF16, H100 SXM5, as
+published in the FlashAttention-3 paper (Shah et al. 2024, arXiv:2407.08608): Fig. 5, "Attention forward speed
 (FP16/BF16) on H100 GPU", with and without causal mask, head dimensions 64, 128 and 256; Fig. 6, "Attention backward
 speed (FP16/BF16) on H100 GPU", without causal mask, head dimensions 64 and 128. Each point holds batch x sequence
 at 16k tokens with hidden size 2048. The paper counts FLOPs as FlashAttention does: 4·s²·d per head forward, half
@@ -53,21 +54,40 @@ from typing import Optional
 ATTENTION_SEQUENCES = (512, 1024, 2048, 4096, 8192, 16384)
 # The dense BF16 peak the published TFLOP/s are divided by: the H100 SXM5 of the benchmarks.
 ATTENTION_REFERENCE_TFLOPS = 989.0
-# cuDNN, BF16, H100 SXM5, TFLOP/s at ATTENTION_SEQUENCES: (pass, causal) -> {head dim: figures}.
-ATTENTION_TFLOPS: dict[tuple[str, bool], dict[int, tuple[float, ...]]] = {
-    ("forward", False): {
-        64: (335, 373, 395, 408, 412, 413),
-        128: (497, 574, 617, 609, 600, 595),
-        256: (470, 546, 580, 581, 580, 581),
+# BF16, H100 SXM5, TFLOP/s at ATTENTION_SEQUENCES: kernel -> (pass, causal) -> {head dim: figures}. "cudnn" is the
+# red bars of the paper's figures, "flash-attn-2" the orange ones (FlashAttention-2, Tri Dao's flash-attn package).
+ATTENTION_TFLOPS: dict[str, dict[tuple[str, bool], dict[int, tuple[float, ...]]]] = {
+    "cudnn": {
+        ("forward", False): {
+            64: (335, 373, 395, 408, 412, 413),
+            128: (497, 574, 617, 609, 600, 595),
+            256: (470, 546, 580, 581, 580, 581),
+        },
+        ("forward", True): {
+            64: (225, 288, 334, 363, 379, 388),
+            128: (315, 410, 484, 518, 529, 539),
+            256: (308, 391, 450, 483, 497, 509),
+        },
+        ("backward", False): {
+            64: (266, 348, 395, 417, 432, 433),
+            128: (305, 408, 465, 499, 518, 516),
+        },
     },
-    ("forward", True): {
-        64: (225, 288, 334, 363, 379, 388),
-        128: (315, 410, 484, 518, 529, 539),
-        256: (308, 391, 450, 483, 497, 509),
-    },
-    ("backward", False): {
-        64: (266, 348, 395, 417, 432, 433),
-        128: (305, 408, 465, 499, 518, 516),
+    "flash-attn-2": {
+        ("forward", False): {
+            64: (282, 306, 318, 321, 322, 324),
+            128: (309, 350, 362, 368, 370, 370),
+            256: (275, 313, 321, 323, 324, 326),
+        },
+        ("forward", True): {
+            64: (180, 229, 262, 284, 295, 299),
+            128: (191, 260, 298, 319, 333, 335),
+            256: (208, 251, 278, 293, 297, 298),
+        },
+        ("backward", False): {
+            64: (198, 238, 264, 279, 287, 291),
+            128: (214, 260, 291, 310, 318, 322),
+        },
     },
 }
 
@@ -88,9 +108,10 @@ def _between(points: tuple[float, ...], values: tuple[float, ...], x: float) -> 
     return values[-1]
 
 
-def _published(kind: str, causal: bool, seq: float, head_dim: float) -> float:
-    """Published TFLOP/s of one (pass, mask) series at `seq`, interpolated in log2(seq) and in head dimension."""
-    by_dim = ATTENTION_TFLOPS[(kind, causal)]
+def _published(kernel: str, kind: str, causal: bool, seq: float, head_dim: float) -> float:
+    """Published TFLOP/s of one (kernel, pass, mask) series at `seq`, interpolated in log2(seq) and in head
+    dimension."""
+    by_dim = ATTENTION_TFLOPS[kernel][(kind, causal)]
     dims = tuple(sorted(by_dim))
     x = math.log2(max(seq, 1.0))
     logs = tuple(math.log2(s) for s in ATTENTION_SEQUENCES)
@@ -98,16 +119,16 @@ def _published(kind: str, causal: bool, seq: float, head_dim: float) -> float:
     return _between(tuple(float(d) for d in dims), at_dims, head_dim)
 
 
-def attention_efficiency(seq: float, head_dim: float, causal: bool, backward: bool) -> float:
-    """Fraction of the dense BF16 peak a fused (cuDNN) attention kernel reaches on the FLOPs it executes, for
-    sequences of `seq` tokens (per kernel call: s/CP under context parallelism) and heads of `head_dim`."""
-    forward = _published("forward", causal, seq, head_dim)
+def attention_efficiency(seq: float, head_dim: float, causal: bool, backward: bool, kernel: str = "cudnn") -> float:
+    """Fraction of the dense BF16 peak a fused attention kernel (`kernel`: "cudnn" or "flash-attn-2") reaches on the
+    FLOPs it executes, for sequences of `seq` tokens (per kernel call) and heads of `head_dim`."""
+    forward = _published(kernel, "forward", causal, seq, head_dim)
     if not backward:
         return forward / ATTENTION_REFERENCE_TFLOPS
     dim = min(head_dim, 128.0)
-    tflops = _published("backward", False, seq, dim)
+    tflops = _published(kernel, "backward", False, seq, dim)
     if causal:
-        tflops *= _published("forward", True, seq, dim) / _published("forward", False, seq, dim)
+        tflops *= _published(kernel, "forward", True, seq, dim) / _published(kernel, "forward", False, seq, dim)
     return tflops / ATTENTION_REFERENCE_TFLOPS
 
 

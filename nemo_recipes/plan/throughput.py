@@ -335,7 +335,9 @@ def _layer(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: 
 
     attention_flops = _flops.forward_flops_per_token(spec).attention / spec.num_layers * tokens / t
     if program.fused_attention:
-        attention_f, attention_b = _fused_attention_s(0.5 * attention_flops, s, c, d_head, rates)
+        attention_f, attention_b = _fused_attention_s(
+            0.5 * attention_flops, s, c, d_head, rates, program.stack.attention_kernel
+        )
     else:
         # Unfused: per head, batched GEMMs over the whole s x s matrix (scores = Q K^T, context = P V; backward two
         # each), whose s x s operand goes through HBM, and softmax and dropout over the s x s values.
@@ -380,7 +382,9 @@ def _layer(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: 
     return _Layer(dense_f, dense_b, attention_f, attention_b, memory_f, memory_b, tp_f, tp_f, cp_f, cp_b, recompute)
 
 
-def _fused_attention_s(executed: float, s: int, c: int, d_head: int, rates: _Rates) -> tuple[float, float]:
+def _fused_attention_s(
+    executed: float, s: int, c: int, d_head: int, rates: _Rates, kernel: str = "cudnn"
+) -> tuple[float, float]:
     """Forward and backward seconds of a fused (flash) attention core that executes `executed` forward FLOPs (half
     the causal score matrix; the backward executes 2.5 times as much: it recomputes the scores, Dao 2023, Sec. 4.1),
     at the published efficiency of its sequence length, head dimension and mask (`kernels.attention_efficiency`).
@@ -393,9 +397,14 @@ def _fused_attention_s(executed: float, s: int, c: int, d_head: int, rates: _Rat
     for causal, share, length in ((True, 1.0 / c, s / c), (False, 1.0 - 1.0 / c, s / (2 * c))):
         if share <= 0.0:
             continue
-        forward += share * executed / (rates.attention * _kernels.attention_efficiency(length, d_head, causal, False))
+        forward += (
+            share * executed / (rates.attention * _kernels.attention_efficiency(length, d_head, causal, False, kernel))
+        )
         backward += (
-            share * 2.5 * executed / (rates.attention * _kernels.attention_efficiency(length, d_head, causal, True))
+            share
+            * 2.5
+            * executed
+            / (rates.attention * _kernels.attention_efficiency(length, d_head, causal, True, kernel))
         )
     return forward, backward
 
