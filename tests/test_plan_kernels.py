@@ -118,3 +118,20 @@ def test_step_terms_add_up_to_the_step_and_name_the_dominant_one():
         pipeline_parallel=8, tensor_parallel=4, virtual_pipeline=None, global_batch_size=8, micro_batch_size=1
     )
     assert estimate_throughput(bubbly, cluster).dominant_term == "pipeline_bubble"
+
+
+def test_flash_attention_2_is_the_papers_orange_bars_and_slower_than_cudnn_on_hopper():
+    assert kernels.attention_efficiency(16384, 128, True, False, "flash-attn-2") * PEAK == pytest.approx(335)
+    assert kernels.attention_efficiency(1024, 64, False, True, "flash-attn-2") * PEAK == pytest.approx(238)
+    for seq in (512, 4096, 16384):
+        for causal in (True, False):
+            for backward in (True, False):
+                fa2 = kernels.attention_efficiency(seq, 128, causal, backward, "flash-attn-2")
+                assert fa2 < kernels.attention_efficiency(seq, 128, causal, backward)
+    # The stack that runs it (Transformer Engine with NVTE_FUSED_ATTN=0, or its early-2024 releases) makes the
+    # step's attention slower and nothing else.
+    spec, cluster = RECIPES["gpt_7b"].replace(seq_length=16384, global_batch_size=64), Cluster.of(1, 8, "h100")
+    cudnn = estimate_throughput(spec, cluster).breakdown_s
+    fa2 = estimate_throughput(spec, cluster, stack="transformer-engine-flash-attn").breakdown_s
+    assert fa2["attention"] > 1.4 * cudnn["attention"]
+    assert fa2["dense_matmul"] == cudnn["dense_matmul"]
