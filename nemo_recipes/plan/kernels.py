@@ -21,9 +21,12 @@ causal/non-causal ratio at the same length and head dimension (the same diagonal
 passes; the paper plots no causal backward), and head dimensions above 128 take the backward of 128 (no published
 backward at 256). Between the published points the efficiency is interpolated linearly in log2(sequence) and in
 head dimension, and held at the end points outside them. The same fractions of the peak serve every GPU: on A100,
-FlashAttention-2 reaches 50-73 % of the peak forward and up to 63 % backward (Dao 2023, abstract and Sec. 4.1), the
-same range as cuDNN's fractions on H100; no per-length Blackwell figures are published, and Blackwell's lower
-sustained clock is applied by the caller (`throughput._power_derate`).
+FlashAttention-2 reaches 50-73 % of the peak (Dao 2023, abstract), the range of cuDNN's fractions on H100. No
+per-length Blackwell figures are published; the caller applies Blackwell's power derating (`throughput.
+_power_derate`: B200 0.86, GB200 0.88), which agrees with the one published Blackwell point: FlashAttention-4
+reaches 1613 TFLOP/s on B200 in BF16, "up to 1.3x" cuDNN 9.13 (the FlashAttention-4 paper, 2026, abstract), so
+cuDNN reaches at least 1240 of 2250 (0.55), against its best 617 of 989 (0.62) on H100: 0.89 of the Hopper
+fraction.
 
 **GEMMs** (`gemm_efficiency`). A GEMM runs as output tiles, one thread block per tile, a wave of tiles per pass over
 the GPU's streaming multiprocessors. Two shape effects follow (NVIDIA, "Matrix Multiplication Background User's
@@ -37,9 +40,9 @@ Guide", Deep Learning Performance Documentation, sections "Tile quantization" an
   instruction and the epilogue that stores the tile), worth about two K-blocks of the main loop. A K-block is
   128 bytes of K: 64 elements in BF16, 128 in FP8 (CUTLASS sm90 tile shapes 128x256x64 for 16-bit inputs and
   128x256x128 for FP8). The depth fraction is `K / (K + 2·K-block)`. FP8's fixed cost is twice as large in K: an
-  FP8 GEMM's speed-up over BF16 grows with its size, as NVIDIA publishes for cuBLAS 12.9 on Hopper ("a 1.75x
-  speedup for large matmuls and at least a 1.25x speedup for most other cases compared to the BF16 baseline",
-  NVIDIA technical blog "Boosting Matrix Multiplication Speed and Flexibility with NVIDIA cuBLAS 12.9", 2025).
+  FP8 GEMM's speed-up over BF16 grows with its size, as NVIDIA reports for cuBLAS 12.9 on Hopper (block-scaled
+  FP8: about 1.75x BF16 on large matmuls, at least 1.25x on most other shapes; NVIDIA technical blog "Boosting
+  Matrix Multiplication Speed and Flexibility with NVIDIA cuBLAS 12.9", 2025).
 
 The product multiplies the ceiling efficiencies of `throughput.ModelConstants` (`matmul`, `fp8_matmul`: what the
 largest GEMMs reach). Operand traffic through HBM is added by the caller (`throughput._gemm_s`).

@@ -4,12 +4,15 @@ Standard library only. An analytical model of one Megatron training step, built 
 `perf-model.md` (section numbers below refer to it):
 
 - **Compute.** Every GEMM of a layer (forward, data and weight gradients; 2.2), recomputation included, at the GPU's
-  dense peak for the precision times an achievable matrix efficiency, plus its operands' HBM traffic (a smooth
-  roofline, so small GEMMs are slower per FLOP). FP8 (Transformer Engine) runs the linear layers of the transformer
-  blocks in FP8; attention and the output layer stay in BF16 (as in Megatron-Core and NeMo unless FP8 attention is
-  asked for). With Transformer Engine the attention core is a fused (flash) kernel: it skips the masked half of the
-  causal score matrix and its backward recomputes the scores, so it executes `0.5 x (1 + 2.5)` times the forward
-  attention FLOPs that the 72-formula counts three times (Dao 2023, FlashAttention-2, Sec. 3).
+  dense peak for the precision times the ceiling efficiency of the largest GEMMs and its shape's fraction of it
+  (`kernels.gemm_efficiency`: wave quantisation over the GPU's SMs and the depth K against each tile's fixed cost),
+  plus its operands' HBM traffic (a smooth roofline, so small GEMMs are slower per FLOP). FP8 (Transformer Engine)
+  runs the linear layers of the transformer blocks in FP8; attention and the output layer stay in BF16 (as in
+  Megatron-Core and NeMo unless FP8 attention is asked for). With Transformer Engine the attention core is a fused
+  (flash) kernel: it skips the masked half of the causal score matrix and its backward recomputes the scores, so it
+  executes `0.5 x (1 + 2.5)` times the forward attention FLOPs that the 72-formula counts three times (Dao 2023,
+  FlashAttention-2, Sec. 3), at the published speed of the stack's kernel (cuDNN or FlashAttention-2) for its
+  sequence length, head dimension and mask (`kernels.attention_efficiency`; no fitted constant).
 - **Memory-bound work.** Layer norms, bias-dropout-add, the activation function, FP8 casts, the cross-entropy over the
   vocabulary and the optimizer step move bytes at the achievable HBM bandwidth. Without sequence parallelism the
   norms and dropouts are replicated on every tensor-parallel rank (Korthikanti et al. 2022, Sec. 4.2.2).
@@ -36,7 +39,9 @@ Engine); without Transformer Engine (Megatron-Core's local spec, or the Megatron
 is unfused: its s x s tensors go through HBM. Layout sizes come from `layout.Layout`, and the plans it refuses are
 exactly those `validate.STRUCTURAL_RULES` call errors. The efficiencies in `ModelConstants` are global (one value
 each for every GPU and model, no per-row adjustment); `benchmarks/planner_accuracy.py` refits them, in sample and
-leaving each source out.
+leaving each source out. `Throughput.terms_s` groups the step into the terms a user can act on (`STEP_TERMS`: matmul,
+attention, memory-bound kernels, recomputation, exposed communication, pipeline bubble, per-step cost) and
+`dominant_term` names the largest: why a layout is as slow as it is.
 """
 
 from __future__ import annotations
