@@ -85,7 +85,7 @@ class ModelConstants:
     # Fraction of the TP communication hidden behind GEMMs when the program overlaps it (Transformer Engine
     # userbuffers split the all-gather/reduce-scatter of SP into chunks overlapped with the neighbouring GEMM); the
     # first and last chunks and the slowdown of GEMMs sharing the GPU with communication stay exposed.
-    tp_overlap: float = 0.2
+    tp_overlap: float = 0.25
     # Exponent of the power-limit derating (`_power_derate`), derived rather than fitted: a GPU with fewer watts per
     # peak TFLOP/s than the reference sustains a lower tensor clock under dense GEMMs. Dynamic power grows with
     # frequency x voltage^2 and the voltage with the frequency, so the sustainable clock goes as power^(1/3).
@@ -94,7 +94,7 @@ class ModelConstants:
     # all ranks, the optimizer's launch-bound multi-tensor kernels, the data loader and logging. Published
     # throughputs include them ("End-to-end measurement: Throughputs include all operations (data loading,
     # optimizer steps, communication, logging)", Megatron-LM README); they weigh most on short steps (small models).
-    step_overhead: float = 0.07
+    step_overhead: float = 0.09
 
     def replace(self, **values: float) -> "ModelConstants":
         return dataclasses.replace(self, **values)
