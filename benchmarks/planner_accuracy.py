@@ -7,7 +7,8 @@
 
 One line per row: the predicted and the published value (step time for `iteration_time_s` rows, tokens/s per GPU
 otherwise) and the error in %, with the constants the planner ships (`throughput.CONSTANTS`); then the mean and
-maximum absolute error overall, per source, and on the rows whose id starts with `--subset`.
+maximum absolute error overall, per source, on the rows whose id starts with `--subset`, and by sequence length,
+model size and GPU generation (the cross-validation prints the same groups held out).
 
 Then the honest figure: leave-one-source-out cross-validation. The model's global efficiencies
 (`throughput.ModelConstants`) are refitted by coordinate descent on a grid, minimising the mean absolute error,
