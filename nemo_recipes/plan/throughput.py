@@ -66,7 +66,7 @@ from nemo_recipes.plan.validate import raise_if_unstructured
 class ModelConstants:
     """The efficiencies the model cannot derive, each one global (every GPU, every model). The defaults are the refit
     of benchmarks/planner_accuracy.py on every row of benchmarks/data/calibration.csv (all but `power_exponent`,
-    which is derived), each within the range its source below gives; the benchmark also prints the values refitted
+    which is derived), each within the range its source below gives except `hbm` (see there); the benchmark also prints the values refitted
     without each source."""
 
     # Fraction of the dense tensor-core peak that the math of the largest BF16/FP16 GEMMs reaches, before their
@@ -77,6 +77,8 @@ class ModelConstants:
     # about 1300 of 1979 TFLOP/s).
     fp8_matmul: float = 0.64
     # Fraction of the HBM bandwidth that streaming (element-wise) kernels reach: STREAM-like copies reach 80-90 %.
+    # The refit lands at the top of its grid (0.95), above that range: the element-wise bytes counted below are an
+    # upper bound (Transformer Engine fuses some of them into its GEMMs and norms).
     hbm: float = 0.95
     # Fraction of the link bandwidth NCCL collectives reach as bus bandwidth for large messages: about 80 % on
     # NVLink (nccl-tests PERFORMANCE.md: 230-240 GB/s of A100's 300 GB/s per direction) and 90 % or more of an
