@@ -66,8 +66,9 @@ from nemo_recipes.plan.validate import raise_if_unstructured
 class ModelConstants:
     """The efficiencies the model cannot derive, each one global (every GPU, every model). The defaults are the refit
     of benchmarks/planner_accuracy.py on every row of benchmarks/data/calibration.csv (all but `power_exponent`,
-    which is derived), each within the range its source below gives except `hbm` (see there); the benchmark also prints the values refitted
-    without each source."""
+    which is derived), each within the range its source below gives except `hbm` (see there); the benchmark also
+    prints the values refitted without each source. Attention has no constant: it runs at the published kernel speed
+    (`kernels.attention_efficiency`)."""
 
     # Fraction of the dense tensor-core peak that the math of the largest BF16/FP16 GEMMs reaches, before their
     # shape (`kernels.gemm_efficiency`: waves and depth) and their operand traffic (`_gemm_s`): cuBLAS reaches
