@@ -454,12 +454,14 @@ def test_every_step_pays_the_fixed_overhead():
 
 
 def test_shipped_constants_meet_the_accuracy_targets_on_the_calibration_rows():
-    """Issue 14's in-sample targets on benchmarks/data/calibration.csv: mean |error| <= 4 %, no row beyond 15 %
-    (the cross-validated figure is the benchmark's, about 30 s)."""
+    """In-sample accuracy on benchmarks/data/calibration.csv (54 rows, 10 sources since issue 22 added Megatron-Bridge
+    25.11 and 26.02, NeMo 24.03's long sequences and more rows of two sources): mean |error| <= 4 %, no row beyond
+    issue 22's 12 % (issue 14 allowed 15 % on 29 rows). The cross-validated figure is the benchmark's (about 13
+    minutes on two shared cores)."""
     from benchmarks import planner_accuracy as bench
 
     cases = [bench.case(row) for row in bench._rows(bench.DEFAULT_CSV)]
     errors = {c.id: c.error_pct() for c in cases}
-    assert len(errors) == 29
+    assert len(errors) == 54
     assert sum(abs(e) for e in errors.values()) / len(errors) <= 4.0
-    assert {k: round(e, 1) for k, e in errors.items() if abs(e) > 15} == {}
+    assert {k: round(e, 1) for k, e in errors.items() if abs(e) > 12} == {}

@@ -398,6 +398,13 @@ def _human(report: dict, spec: RecipeSpec, changed_by: str = "--fit") -> str:
             ["tokens/s", f"{t['tokens_per_s']:,.0f} ({t['tokens_per_s_per_gpu']:,.0f} per GPU)"],
             ["model TFLOP/s per GPU", f"{t['model_tflops_per_gpu']:.0f} (MFU {100 * t['mfu']:.1f} %)"],
         ]
+        terms = t.get("terms_s") or {}
+        if terms and t["step_time_s"] > 0:
+            shares = [(name, 100 * seconds / t["step_time_s"]) for name, seconds in terms.items()]
+            rows.append(["dominant term", f"{_term(shares[0][0])} ({shares[0][1]:.0f} % of the step)"])
+            rows.append(
+                ["step by term", ", ".join(f"{_term(name)} {share:.0f} %" for name, share in shares if share >= 0.5)]
+            )
         timing = report.get("time_to_train")
         if timing:
             rows.append(
@@ -437,6 +444,11 @@ def _grouped(changes: list[dict]) -> list[tuple[str, list[str]]]:
         move = f"{ch['field']}: {_output.human_value(ch['from'])} -> {_output.human_value(ch['to'])}"
         groups.setdefault(ch["why"], []).append(move)
     return list(groups.items())
+
+
+def _term(name: str) -> str:
+    """A step term (`throughput.STEP_TERMS`) as words."""
+    return name.replace("_", " ").replace("per step", "per-step cost")
 
 
 def _advice_text(advice: dict) -> str:

@@ -32,6 +32,7 @@ class GPU:
     description: str = ""
     compute_capability: Optional[tuple[int, int]] = None  # CUDA's (major, minor); None: unknown
     tdp_w: Optional[float] = None  # board power limit, W (data sheet); None: unknown
+    sm_count: Optional[int] = None  # streaming multiprocessors (GEMM wave quantisation); None: unknown
 
     def __post_init__(self) -> None:
         problems = gpu_problems(self)
@@ -79,6 +80,16 @@ def gpu_problems(gpu: GPU) -> list[Problem]:
                 "set tdp_w from the data sheet (the GPU's maximum board power), or None where unknown.",
             )
         )
+    sms = gpu.sm_count
+    if sms is not None and (isinstance(sms, bool) or not isinstance(sms, int) or not 1 <= sms <= 4096):
+        problems.append(
+            Problem(
+                "sm_count",
+                sms,
+                "must be an integer from 1 to 4096 or None.",
+                "set sm_count from the data sheet (streaming multiprocessors), or None where unknown.",
+            )
+        )
     domain = gpu.nvlink_domain
     if isinstance(domain, bool) or not isinstance(domain, int) or not 1 <= domain <= MAX_GPUS_PER_NODE:
         problems.append(
@@ -96,7 +107,8 @@ GPUS: dict[str, GPU] = {
     gpu.name: gpu
     for gpu in (
         # A100 SXM (400 W): 312 TFLOP/s BF16 dense, no FP8; NVLink 3 600 GB/s total (300 per direction); HDR 200 Gb/s
-        # per GPU.
+        # per GPU. SMs: A100 108, H100 SXM5 and H200 132 (NVIDIA A100 and H100 architecture whitepapers), B200 148
+        # (two dies of 74).
         GPU(
             name="a100-40gb",
             memory_gib=40.0,
@@ -109,6 +121,7 @@ GPUS: dict[str, GPU] = {
             description="NVIDIA A100 SXM 40 GB",
             compute_capability=(8, 0),
             tdp_w=400.0,
+            sm_count=108,
         ),
         GPU(
             name="a100-80gb",
@@ -122,6 +135,7 @@ GPUS: dict[str, GPU] = {
             description="NVIDIA A100 SXM 80 GB",
             compute_capability=(8, 0),
             tdp_w=400.0,
+            sm_count=108,
         ),
         # H100 SXM (700 W): 989 BF16 / 1979 FP8 dense; NVLink 4 900 GB/s total; NDR 400 Gb/s per GPU (DGX H100).
         GPU(
@@ -136,6 +150,7 @@ GPUS: dict[str, GPU] = {
             description="NVIDIA H100 SXM 80 GB",
             compute_capability=(9, 0),
             tdp_w=700.0,
+            sm_count=132,
         ),
         # H200 SXM (700 W): the H100's compute with 141 GB HBM3e at 4.8 TB/s.
         GPU(
@@ -150,6 +165,7 @@ GPUS: dict[str, GPU] = {
             description="NVIDIA H200 SXM 141 GB",
             compute_capability=(9, 0),
             tdp_w=700.0,
+            sm_count=132,
         ),
         # B200 (HGX, 1000 W): 2250 BF16 / 4500 FP8 dense; NVLink 5 1.8 TB/s total; 400 Gb/s per GPU.
         GPU(
@@ -164,6 +180,7 @@ GPUS: dict[str, GPU] = {
             description="NVIDIA B200 (HGX) 180 GB",
             compute_capability=(10, 0),
             tdp_w=1000.0,
+            sm_count=148,
         ),
         # B200 in GB200 NVL72 (1200 W): 2500 BF16 / 5000 FP8 dense; one NVLink domain of 72 GPUs.
         GPU(
@@ -178,6 +195,7 @@ GPUS: dict[str, GPU] = {
             description="NVIDIA GB200 NVL72, per GPU",
             compute_capability=(10, 0),
             tdp_w=1200.0,
+            sm_count=148,
         ),
     )
 }

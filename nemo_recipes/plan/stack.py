@@ -55,6 +55,11 @@ class Stack:
     # Transformer Engine's fused cross entropy over the vocabulary (`cross_entropy_fusion_impl="te"`) instead of
     # Megatron-Core's unfused fp32 vocab-parallel cross entropy.
     fused_cross_entropy: bool = False
+    # The fused attention kernel Transformer Engine runs (`kernels.ATTENTION_TFLOPS`): cuDNN's, which TE prefers on
+    # Hopper and newer ("Disabling FlashAttention to give FusedAttention preference on Hopper+ for performance
+    # reasons", TE's get_attention_backend; NeMo PR #9188, 2024: "Transformer Engine prefers cuDNN flash attention on
+    # Hopper+ architectures, and Tri Dao flash attention on pre-Hopper"), or Tri Dao's FlashAttention-2.
+    attention_kernel: str = "cudnn"
 
 
 STACKS: dict[str, Stack] = {
@@ -74,6 +79,14 @@ STACKS: dict[str, Stack] = {
             "reduced in BF16 (grad_reduce_in_fp32=False), Transformer Engine's fused cross entropy",
             grad_reduce_in_fp32=False,
             fused_cross_entropy=True,
+        ),
+        Stack(
+            "transformer-engine-flash-attn",
+            True,
+            "Megatron-Core with Transformer Engine running Tri Dao's FlashAttention-2 instead of cuDNN's fused "
+            "attention (NVTE_FUSED_ATTN=0, or the Transformer Engine releases of early 2024, which preferred it on "
+            "Hopper): FP8, TP communication overlap with userbuffers",
+            attention_kernel="flash-attn-2",
         ),
         Stack(
             "megatron-core",

@@ -4,12 +4,15 @@ Standard library only. An analytical model of one Megatron training step, built 
 `perf-model.md` (section numbers below refer to it):
 
 - **Compute.** Every GEMM of a layer (forward, data and weight gradients; 2.2), recomputation included, at the GPU's
-  dense peak for the precision times an achievable matrix efficiency, plus its operands' HBM traffic (a smooth
-  roofline, so small GEMMs are slower per FLOP). FP8 (Transformer Engine) runs the linear layers of the transformer
-  blocks in FP8; attention and the output layer stay in BF16 (as in Megatron-Core and NeMo unless FP8 attention is
-  asked for). With Transformer Engine the attention core is a fused (flash) kernel: it skips the masked half of the
-  causal score matrix and its backward recomputes the scores, so it executes `0.5 x (1 + 2.5)` times the forward
-  attention FLOPs that the 72-formula counts three times (Dao 2023, FlashAttention-2, Sec. 3).
+  dense peak for the precision times the ceiling efficiency of the largest GEMMs and its shape's fraction of it
+  (`kernels.gemm_efficiency`: wave quantisation over the GPU's SMs and the depth K against each tile's fixed cost),
+  plus its operands' HBM traffic (a smooth roofline, so small GEMMs are slower per FLOP). FP8 (Transformer Engine)
+  runs the linear layers of the transformer blocks in FP8; attention and the output layer stay in BF16 (as in
+  Megatron-Core and NeMo unless FP8 attention is asked for). With Transformer Engine the attention core is a fused
+  (flash) kernel: it skips the masked half of the causal score matrix and its backward recomputes the scores, so it
+  executes `0.5 x (1 + 2.5)` times the forward attention FLOPs that the 72-formula counts three times (Dao 2023,
+  FlashAttention-2, Sec. 3), at the published speed of the stack's kernel (cuDNN or FlashAttention-2) for its
+  sequence length, head dimension and mask (`kernels.attention_efficiency`; no fitted constant).
 - **Memory-bound work.** Layer norms, bias-dropout-add, the activation function, FP8 casts, the cross-entropy over the
   vocabulary and the optimizer step move bytes at the achievable HBM bandwidth. Without sequence parallelism the
   norms and dropouts are replicated on every tensor-parallel rank (Korthikanti et al. 2022, Sec. 4.2.2).
@@ -36,7 +39,9 @@ Engine); without Transformer Engine (Megatron-Core's local spec, or the Megatron
 is unfused: its s x s tensors go through HBM. Layout sizes come from `layout.Layout`, and the plans it refuses are
 exactly those `validate.STRUCTURAL_RULES` call errors. The efficiencies in `ModelConstants` are global (one value
 each for every GPU and model, no per-row adjustment); `benchmarks/planner_accuracy.py` refits them, in sample and
-leaving each source out.
+leaving each source out. `Throughput.terms_s` groups the step into the terms a user can act on (`STEP_TERMS`: matmul,
+attention, memory-bound kernels, recomputation, exposed communication, pipeline bubble, per-step cost) and
+`dominant_term` names the largest: why a layout is as slow as it is.
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ from typing import Any, Optional
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import InvalidRecipeError, Problem, known
 from nemo_recipes.plan import flops as _flops
+from nemo_recipes.plan import kernels as _kernels
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.stack import Program, program_for
@@ -60,21 +66,21 @@ from nemo_recipes.plan.validate import raise_if_unstructured
 class ModelConstants:
     """The efficiencies the model cannot derive, each one global (every GPU, every model). The defaults are the refit
     of benchmarks/planner_accuracy.py on every row of benchmarks/data/calibration.csv (all but `power_exponent`,
-    which is derived), each within the range its source below gives; the benchmark also prints the values refitted
-    without each source."""
+    which is derived), each within the range its source below gives except `hbm` (see there); the benchmark also
+    prints the values refitted without each source. Attention has no constant: it runs at the published kernel speed
+    (`kernels.attention_efficiency`)."""
 
-    # Fraction of the dense tensor-core peak that the math of a BF16/FP16 GEMM reaches, before its operand traffic
-    # (which `_gemm_s` adds): cuBLAS reaches 80-90 % of 312 TFLOP/s on large A100 GEMMs and about 75-80 % of 989 on
-    # H100 SXM.
-    matmul: float = 0.81
+    # Fraction of the dense tensor-core peak that the math of the largest BF16/FP16 GEMMs reaches, before their
+    # shape (`kernels.gemm_efficiency`: waves and depth) and their operand traffic (`_gemm_s`): cuBLAS reaches
+    # 80-90 % of 312 TFLOP/s on large A100 GEMMs and about 75-80 % of 989 on H100 SXM.
+    matmul: float = 0.87
     # FP8 GEMMs reach a smaller fraction of their doubled peak (power and clock limits; H100 FP8 cuBLAS GEMMs reach
     # about 1300 of 1979 TFLOP/s).
-    fp8_matmul: float = 0.61
-    # Fused (flash) attention reaches a smaller fraction of the peak than plain GEMMs: "FlashAttention-2 achieving
-    # only 35% utilization on the H100 GPU" (Shah et al. 2024, FlashAttention-3, abstract). On the FLOPs it executes.
-    attention: float = 0.36
+    fp8_matmul: float = 0.64
     # Fraction of the HBM bandwidth that streaming (element-wise) kernels reach: STREAM-like copies reach 80-90 %.
-    hbm: float = 0.85
+    # The refit lands at the top of its grid (0.95), above that range: the element-wise bytes counted below are an
+    # upper bound (Transformer Engine fuses some of them into its GEMMs and norms).
+    hbm: float = 0.95
     # Fraction of the link bandwidth NCCL collectives reach as bus bandwidth for large messages: about 80 % on
     # NVLink (nccl-tests PERFORMANCE.md: 230-240 GB/s of A100's 300 GB/s per direction) and 90 % or more of an
     # InfiniBand NIC's line rate.
@@ -82,7 +88,7 @@ class ModelConstants:
     # Fraction of the TP communication hidden behind GEMMs when the program overlaps it (Transformer Engine
     # userbuffers split the all-gather/reduce-scatter of SP into chunks overlapped with the neighbouring GEMM); the
     # first and last chunks and the slowdown of GEMMs sharing the GPU with communication stay exposed.
-    tp_overlap: float = 0.35
+    tp_overlap: float = 0.25
     # Exponent of the power-limit derating (`_power_derate`), derived rather than fitted: a GPU with fewer watts per
     # peak TFLOP/s than the reference sustains a lower tensor clock under dense GEMMs. Dynamic power grows with
     # frequency x voltage^2 and the voltage with the frequency, so the sustainable clock goes as power^(1/3).
@@ -91,7 +97,7 @@ class ModelConstants:
     # all ranks, the optimizer's launch-bound multi-tensor kernels, the data loader and logging. Published
     # throughputs include them ("End-to-end measurement: Throughputs include all operations (data loading,
     # optimizer steps, communication, logging)", Megatron-LM README); they weigh most on short steps (small models).
-    step_overhead: float = 0.08
+    step_overhead: float = 0.09
 
     def replace(self, **values: float) -> "ModelConstants":
         return dataclasses.replace(self, **values)
@@ -158,11 +164,45 @@ class Throughput:
     breakdown_s: dict[str, float] = field(default_factory=dict)
     assumptions: tuple[str, ...] = ()
 
+    @property
+    def terms_s(self) -> dict[str, float]:
+        """The step by the term a user can act on (`STEP_TERMS`), in seconds, largest first."""
+        terms = {term: sum(self.breakdown_s.get(part, 0.0) for part in parts) for term, parts in STEP_TERMS.items()}
+        return dict(sorted(terms.items(), key=lambda item: -item[1]))
+
+    @property
+    def dominant_term(self) -> str:
+        """The term that takes the largest share of the step: why the layout is as slow as it is."""
+        return next(iter(self.terms_s))
+
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["breakdown_s"] = dict(self.breakdown_s)
         out["assumptions"] = list(self.assumptions)
+        out["terms_s"] = self.terms_s
+        out["dominant_term"] = self.dominant_term
         return out
+
+
+# The terms of a step a user can act on, each the sum of parts of `Throughput.breakdown_s`: GEMMs (the transformer
+# blocks' and the output layer's, with the loss), the attention core, memory-bound kernels (norms, activations,
+# casts, the optimizer step), recomputation, communication that is not hidden behind compute (TP, CP, pipeline
+# sends, DP reduce and gather), the pipeline bubble and the fixed per-step cost.
+STEP_TERMS: dict[str, tuple[str, ...]] = {
+    "matmul": ("dense_matmul", "output_layer"),
+    "attention": ("attention",),
+    "memory_bound": ("memory_bound", "optimizer"),
+    "recompute": ("recompute",),
+    "exposed_communication": (
+        "tp_comm_exposed",
+        "cp_comm_exposed",
+        "pp_p2p",
+        "dp_reduce_exposed",
+        "dp_gather_exposed",
+    ),
+    "pipeline_bubble": ("pp_bubble",),
+    "per_step": ("step_overhead",),
+}
 
 
 # ---- the model ----
@@ -176,13 +216,20 @@ def _resolve_gpu(spec: RecipeSpec, cluster: Cluster, assumptions: list[str]) -> 
     return gpu
 
 
-def _gemm_s(m: float, k: float, n: float, rate: float, hbm: float, operand_bytes: int) -> float:
-    """Time of an (m x k) @ (k x n) GEMM: its math at `rate` plus its operands and 2-byte output through HBM.
+def _gemm_s(
+    m: float, k: float, n: float, rate: float, rates: "_Rates", operand_bytes: int, batch: float = 1.0
+) -> float:
+    """Time of `batch` (m x k) @ (k x n) GEMMs launched together: their math at `rate` times their shape's
+    efficiency (`kernels.gemm_efficiency`: wave quantisation over all their tiles, and depth), plus their operands
+    and 2-byte outputs through HBM.
 
     A smooth roofline (math and traffic added, not overlapped): a GEMM whose arithmetic intensity is a few times the
     GPU's ridge point loses a visible fraction of its speed, which is why larger models reach a higher MFU (Megatron-LM
     README: "larger GEMMs have higher arithmetic intensity and are consequently more efficient")."""
-    return 2.0 * m * k * n / rate + (operand_bytes * (m * k + k * n) + ACTIVATION_BYTES * m * n) / hbm
+    efficiency = _kernels.gemm_efficiency(m, n, k, rates.sms, operand_bytes, batch)
+    return batch * (
+        2.0 * m * k * n / (rate * efficiency) + (operand_bytes * (m * k + k * n) + ACTIVATION_BYTES * m * n) / rates.hbm
+    )
 
 
 def _power_derate(gpu: GPU, k: ModelConstants) -> float:
@@ -202,10 +249,11 @@ class _Rates:
 
     bf16: float
     dense: float  # the transformer blocks' GEMMs: FP8 for FP8 plans
-    attention: float
+    attention: float  # the dense BF16 peak under the power derating, before `kernels.attention_efficiency`
     hbm: float
     comm: float  # fraction of a link's bandwidth collectives reach
     derate: float  # the power-limit derating applied to the tensor-core rates
+    sms: Optional[int]  # streaming multiprocessors, for the GEMMs' wave quantisation
 
     @classmethod
     def of(cls, gpu: GPU, fp8: bool, k: ModelConstants) -> "_Rates":
@@ -219,10 +267,11 @@ class _Rates:
         return cls(
             bf16=bf16,
             dense=dense,
-            attention=gpu.bf16_tflops * 1e12 * k.attention * derate,
+            attention=gpu.bf16_tflops * 1e12 * derate,
             hbm=gpu.hbm_tb_s * 1e12 * k.hbm,
             comm=k.comm,
             derate=derate,
+            sms=gpu.sm_count,
         )
 
     def allreduce_s(self, nbytes: float, n: int, bus_gb_s: float) -> float:
@@ -286,28 +335,29 @@ def _layer(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: 
 
     gemms = [(h, (q + 2 * kv) / t), (q / t, h), (h, mlp_in / t), (ffn / t, h)]
     operand = 1 if fp8 else ACTIVATION_BYTES
-    dense_f = sum(_gemm_s(tokens, a, n, rates.dense, rates.hbm, operand) for a, n in gemms)
+    dense_f = sum(_gemm_s(tokens, a, n, rates.dense, rates, operand) for a, n in gemms)
     dense_b = sum(
-        _gemm_s(tokens, n, a, rates.dense, rates.hbm, operand) + _gemm_s(a, tokens, n, rates.dense, rates.hbm, operand)
+        _gemm_s(tokens, n, a, rates.dense, rates, operand) + _gemm_s(a, tokens, n, rates.dense, rates, operand)
         for a, n in gemms
     )
 
     attention_flops = _flops.forward_flops_per_token(spec).attention / spec.num_layers * tokens / t
     if program.fused_attention:
-        # Flash attention executes half the (causal) score matrix; its backward recomputes the scores.
-        attention_f = 0.5 * attention_flops / rates.attention
-        attention_b = 2.5 * attention_f
+        attention_f, attention_b = _fused_attention_s(
+            0.5 * attention_flops, s, c, d_head, rates, program.stack.attention_kernel
+        )
     else:
         # Unfused: per head, batched GEMMs over the whole s x s matrix (scores = Q K^T, context = P V; backward two
         # each), whose s x s operand goes through HBM, and softmax and dropout over the s x s values.
         heads = layout.micro_batch * spec.num_attention_heads / t
         sq, sk = s / c, s
-        qk = _gemm_s(sq, d_head, sk, rates.bf16, rates.hbm, ACTIVATION_BYTES)  # Q K^T, and dP = dO V^T
-        pv = _gemm_s(sq, sk, d_head, rates.bf16, rates.hbm, ACTIVATION_BYTES)  # P V, and dQ = dS K
-        pt = _gemm_s(sk, sq, d_head, rates.bf16, rates.hbm, ACTIVATION_BYTES)  # dV = P^T dO, and dK = dS^T Q
+        # One batched GEMM over all heads of the micro-batch for each product.
+        qk = _gemm_s(sq, d_head, sk, rates.bf16, rates, ACTIVATION_BYTES, heads)  # Q K^T, and dP = dO V^T
+        pv = _gemm_s(sq, sk, d_head, rates.bf16, rates, ACTIVATION_BYTES, heads)  # P V, and dQ = dS K
+        pt = _gemm_s(sk, sq, d_head, rates.bf16, rates, ACTIVATION_BYTES, heads)  # dV = P^T dO, and dK = dS^T Q
         scores = heads * sq * sk
-        attention_f = heads * (qk + pv) + scores * SOFTMAX_DROPOUT_BYTES[0] / rates.hbm
-        attention_b = heads * (qk + pv + 2 * pt) + scores * SOFTMAX_DROPOUT_BYTES[1] / rates.hbm
+        attention_f = qk + pv + scores * SOFTMAX_DROPOUT_BYTES[0] / rates.hbm
+        attention_b = qk + pv + 2 * pt + scores * SOFTMAX_DROPOUT_BYTES[1] / rates.hbm
 
     replicated = NORM_DROPOUT_BYTES_PER_HIDDEN * h / (t if layout.sequence_parallel else 1)
     split = ACTIVATION_BYTES_PER_FFN[spec.gated_linear_unit] * ffn / t
@@ -340,13 +390,40 @@ def _layer(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: 
     return _Layer(dense_f, dense_b, attention_f, attention_b, memory_f, memory_b, tp_f, tp_f, cp_f, cp_b, recompute)
 
 
+def _fused_attention_s(
+    executed: float, s: int, c: int, d_head: int, rates: _Rates, kernel: str = "cudnn"
+) -> tuple[float, float]:
+    """Forward and backward seconds of a fused (flash) attention core that executes `executed` forward FLOPs (half
+    the causal score matrix; the backward executes 2.5 times as much: it recomputes the scores, Dao 2023, Sec. 4.1),
+    at the published efficiency of its sequence length, head dimension and mask (`kernels.attention_efficiency`).
+
+    Under context parallelism a rank attends its s/c queries to the s keys in c ring steps: the step on its own
+    chunk is causal (1/c of the work, length s/c); the c - 1 others are full (unmasked) blocks that pair s/c queries
+    with half a chunk of keys, or half the queries with a whole chunk (Megatron-Core's load-balanced split: each rank
+    holds two mirrored halves of chunks), so their shorter side, s/(2c), sets the kernel's length."""
+    forward = backward = 0.0
+    for causal, share, length in ((True, 1.0 / c, s / c), (False, 1.0 - 1.0 / c, s / (2 * c))):
+        if share <= 0.0:
+            continue
+        forward += (
+            share * executed / (rates.attention * _kernels.attention_efficiency(length, d_head, causal, False, kernel))
+        )
+        backward += (
+            share
+            * 2.5
+            * executed
+            / (rates.attention * _kernels.attention_efficiency(length, d_head, causal, True, kernel))
+        )
+    return forward, backward
+
+
 def _output_layer_s(spec: RecipeSpec, layout: Layout, program: Program, rates: _Rates) -> float:
     """The output layer (forward, data and weight gradients, in BF16) and the loss, per micro-batch."""
     tokens, h, vocab = layout.tokens_per_rank, spec.hidden_size, spec.padded_vocab_size / layout.tp
     logits = (
-        _gemm_s(tokens, h, vocab, rates.bf16, rates.hbm, ACTIVATION_BYTES)
-        + _gemm_s(tokens, vocab, h, rates.bf16, rates.hbm, ACTIVATION_BYTES)
-        + _gemm_s(h, tokens, vocab, rates.bf16, rates.hbm, ACTIVATION_BYTES)
+        _gemm_s(tokens, h, vocab, rates.bf16, rates, ACTIVATION_BYTES)
+        + _gemm_s(tokens, vocab, h, rates.bf16, rates, ACTIVATION_BYTES)
+        + _gemm_s(h, tokens, vocab, rates.bf16, rates, ACTIVATION_BYTES)
     )
     per_logit = FUSED_CROSS_ENTROPY_BYTES_PER_LOGIT if program.fused_cross_entropy else CROSS_ENTROPY_BYTES_PER_LOGIT
     return logits + tokens * vocab * per_logit / rates.hbm
