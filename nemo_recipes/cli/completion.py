@@ -9,8 +9,9 @@ from __future__ import annotations
 import argparse
 
 from nemo_recipes.cli import _output
+from nemo_recipes.cli.verbs import VERBS
 
-HELP = "print a shell completion script (recipe names, GPUs, verbs, options)"
+HELP = VERBS["completion"].help
 EXAMPLES = """\
   nemo-recipes completion bash > ~/.local/share/bash-completion/completions/nemo-recipes
   eval "$(nemo-recipes completion bash)"                 # this shell only

@@ -15,9 +15,10 @@ from typing import Any
 from nemo_recipes.catalog import DERIVED_SOURCES, RECIPES, field_names, get_recipe
 from nemo_recipes.cli import _output
 from nemo_recipes.cli._table import render
+from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidRecipeError, Problem
 
-HELP = "what differs between two recipes, or a recipe and a file written by `export`"
+HELP = VERBS["diff"].help
 EXAMPLES = """\
   nemo-recipes diff gpt_13b gpt_70b             # catalog values, instant
   nemo-recipes export gpt_70b -o mine.yaml && $EDITOR mine.yaml

@@ -15,10 +15,11 @@ from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec, get_recipe, plain_name_problems
 from nemo_recipes.cli import _output
+from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidRecipeError, Problem, raise_if_any
 from nemo_recipes.overrides import apply_overrides
 
-HELP = "write the resolved recipe as NeMo-Run configuration (YAML, JSON or TOML), loadable again"
+HELP = VERBS["export"].help
 EXAMPLES = """\
   nemo-recipes export gpt_70b -o gpt_70b.yaml                     # format from the extension
   nemo-recipes export gpt_70b --format toml num_nodes=8 > gpt_70b_8n.toml

@@ -14,10 +14,11 @@ from typing import Any
 
 from nemo_recipes.catalog import get_recipe, plain_name_problems
 from nemo_recipes.cli import _output
+from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem, known
 from nemo_recipes.overrides import apply_overrides, read_yaml_values
 
-HELP = "run a recipe through a NeMo-Run executor (a preset or a cluster profile); --dryrun submits nothing"
+HELP = VERBS["launch"].help
 EXAMPLES = """\
   nemo-recipes launch gpt_1_3b --executor local --dryrun
   nemo-recipes launch gpt_1_3b --executor local -E devices=8 --dryrun

@@ -8,8 +8,9 @@ from typing import Any
 from nemo_recipes.catalog import RECIPES, RecipeSpec
 from nemo_recipes.cli import _output
 from nemo_recipes.cli._table import render
+from nemo_recipes.cli.verbs import VERBS
 
-HELP = "list the recipes: size, shape, parallelism, batch and default cluster"
+HELP = VERBS["ls"].help
 EXAMPLES = """\
   nemo-recipes ls                 # the table
   nemo-recipes ls --names         # one name per line, for scripts and shell completion

@@ -1,13 +1,15 @@
-"""The `nemo-recipes` command: one small module per verb, dispatched here.
+"""The `nemo-recipes` command: one small module per verb (`verbs.VERBS`), dispatched here.
 
-Only argparse and the standard library are imported at start-up; verbs that need NeMo (`export`, `launch`, and
-`diff` against a file) import it inside the verb, so `ls`, `show` and `plan` answer in a fraction of a second.
+Start-up imports argparse and the verb table, then the chosen verb's module only: `ls` never loads the planner, and
+verbs that need NeMo (`export`, `launch`, `smoke`, and `diff` against a file) import it inside the verb, so `ls`,
+`show` and `plan` answer in a fraction of a second. The top-level `--help` lists the verbs from the table alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import os
 import re
 import sys
@@ -15,10 +17,10 @@ import traceback
 from typing import NoReturn, Optional, Sequence
 
 from nemo_recipes import __version__
-from nemo_recipes.cli import _output, completion, diff, export, launch, ls, plan, show, smoke
+from nemo_recipes.cli import _output
+from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidRecipeError, RecipeError, did_you_mean
 
-VERB_MODULES = (ls, show, plan, diff, export, launch, smoke, completion)
 DEBUG_ENV = "NEMO_RECIPES_DEBUG"
 
 DESCRIPTION = """\
@@ -59,7 +61,10 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(self, message)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(verb: Optional[str] = None) -> argparse.ArgumentParser:
+    """The command's parser: every verb's full parser, or with `verb` that verb's alone and the others as their name
+    and one line of help (enough for the top-level `--help` and for "did you mean"), so that only the chosen verb's
+    module is imported."""
     parser = _Parser(
         prog=_output.PROG,
         description=DESCRIPTION,
@@ -72,9 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
     verbs.required = True
-    for module in VERB_MODULES:
-        module.register(verbs)
+    for name, entry in VERBS.items():
+        if verb is None or name == verb:
+            importlib.import_module(entry.module).register(verbs)
+        else:
+            verbs.add_parser(name, help=entry.help)
     return parser
+
+
+def chosen_verb(argv: Sequence[str]) -> str:
+    """The verb on the command line: its first word that is not an option (no top-level option takes a value); ""
+    when there is none (`nemo-recipes --help`), which builds no verb's parser."""
+    return next((word for word in argv if not word.startswith("-")), "")
 
 
 def parse(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -108,7 +122,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     _output.tolerant_streams()
     debug = "--debug" in argv or os.environ.get(DEBUG_ENV, "") not in ("", "0")
     try:
-        args = parse(build_parser(), argv)
+        args = parse(build_parser(chosen_verb(argv)), argv)
     except UsageError as error:
         return _usage_error(error, as_json="--json" in argv, debug=debug)
     try:

@@ -14,12 +14,13 @@ from typing import Any, Optional
 from nemo_recipes.catalog import INT64_MAX, RECIPES, RecipeSpec, closest_recipe, get_recipe
 from nemo_recipes.cli import _output
 from nemo_recipes.cli._table import render
+from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidRecipeError, Problem, known
 from nemo_recipes.overrides import apply_overrides
 from nemo_recipes.plan.hardware import GPUS, Cluster, get_gpu
 from nemo_recipes.plan.stack import DEFAULT_STACK, STACK_CHOICES
 
-HELP = "check a recipe against your cluster: problems, memory per GPU, throughput, time to train"
+HELP = VERBS["plan"].help
 EXAMPLES = """\
   nemo-recipes plan gpt_70b                                  # on its default cluster (4 x 8 H100 80 GB)
   nemo-recipes plan gpt_70b --nodes 16 --gpu h200 --tokens 1T

@@ -7,9 +7,10 @@ import argparse
 from nemo_recipes.catalog import DERIVED_SOURCES, SOURCES, field_names, get_recipe
 from nemo_recipes.cli import _output
 from nemo_recipes.cli._table import render
+from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.overrides import apply_overrides
 
-HELP = "every value of one recipe, derived ones included, with the source of each choice"
+HELP = VERBS["show"].help
 EXAMPLES = """\
   nemo-recipes show gpt_70b
   nemo-recipes show gpt_70b tensor_parallel=4 pipeline_parallel=8 num_nodes=8   # overridden values are marked

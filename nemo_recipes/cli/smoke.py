@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING, Optional
 from nemo_recipes.catalog import get_recipe
 from nemo_recipes.cli import _output
 from nemo_recipes.cli._overrides import parse_overrides
+from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidRecipeError, Problem
 
 if TYPE_CHECKING:  # this process stays light: the launchers are imported only with --executor
     from nemo_recipes.smoke_training.launchers import Launcher
 
-HELP = "train a recipe scaled down with NeMo's own loop, stop, resume, and judge it (CPU or GPU)"
+HELP = VERBS["smoke"].help
 EXAMPLES = """\
   nemo-recipes smoke gpt_1_3b                                  # 1 process, 20 steps: train 10, stop, resume to 20
   nemo-recipes smoke gpt_70b --processes 2                     # TP2, as far as two processes allow

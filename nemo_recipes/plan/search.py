@@ -28,7 +28,7 @@ from nemo_recipes.errors import ERROR, InvalidRecipeError, known
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.memory import estimate_memory
-from nemo_recipes.plan.stack import program_for
+from nemo_recipes.plan.stack import Program, program_for
 from nemo_recipes.plan.throughput import estimate_throughput
 from nemo_recipes.plan.validate import TIGHT_MEMORY_FRACTION, layout_problems, program_problems
 
@@ -181,13 +181,10 @@ def layouts(
                         yield _with(base, virtual_pipeline=v, distributed_optimizer=dist)
 
 
-def _memory(spec: RecipeSpec, cluster: Cluster, stack: Optional[str]) -> Optional[float]:
-    """Total GiB when `spec` has no error and fits (0.0 without a GPU type), else None."""
-    layout = Layout.of(spec, cluster)
-    if _errors(spec, cluster, layout):
-        return None
-    program = program_for(spec, cluster.gpu, stack, layout.interleaved)
-    if program_problems(spec, program):
+def _memory(spec: RecipeSpec, cluster: Cluster, layout: Layout, program: Program) -> Optional[float]:
+    """Total GiB when `spec` (whose layout and program these are) has no error and fits (0.0 without a GPU type),
+    else None."""
+    if _errors(spec, cluster, layout) or program_problems(spec, program):
         return None
     if cluster.gpu is None:
         return 0.0
@@ -200,29 +197,32 @@ def recompute_options(
 ) -> Iterator[tuple[RecipeSpec, float]]:
     """Each recompute mode that fits `base`'s layout, with full covering the fewest layers per chunk that fit."""
     floor = "none" if space is Space.BEST or spec.recompute == "none" else "selective"
+    # Recomputation changes neither the layout nor the program: both are computed once for every mode tried.
+    layout = Layout.of(base, cluster)
+    program = program_for(base, cluster.gpu, stack, layout.interleaved)
     for mode in _RECOMPUTE_ORDER[_RECOMPUTE_ORDER.index(floor) :]:
         if mode != "full":
             candidate = _with(base, recompute=mode, recompute_num_layers=None)
-            total = _memory(candidate, cluster, stack)
+            total = _memory(candidate, cluster, layout, program)
             if total is not None:
                 yield candidate, total
                 if mode == "none":
                     return  # recomputing more of the same layout only adds time
             continue
         everything = _with(base, recompute="full", recompute_num_layers=None)
-        if _memory(everything, cluster, stack) is None:
+        if _memory(everything, cluster, layout, program) is None:
             return
-        chunk = Layout.of(base, cluster).layers_per_chunk
+        chunk = layout.layers_per_chunk
         low, high = 1, chunk  # memory falls as more layers are recomputed: find the fewest that fit
         while low < high:
             mid = (low + high) // 2
             trial = _with(base, recompute="full", recompute_num_layers=mid)
-            if _memory(trial, cluster, stack) is None:
+            if _memory(trial, cluster, layout, program) is None:
                 low = mid + 1
             else:
                 high = mid
         best = everything if low == chunk else _with(base, recompute="full", recompute_num_layers=low)
-        yield best, known(_memory(best, cluster, stack), "the search above found that best fits")
+        yield best, known(_memory(best, cluster, layout, program), "the search above found that best fits")
 
 
 def valid_plans(
