@@ -392,7 +392,8 @@ def process_shard(plan: ShardPlan, shard: Shard, encoder: tokenizers.Encoder, re
         os.replace(f"{temporary}.idx", f"{final}.idx")
     except BaseException:
         if builder is not None:
-            builder.data_file.close()
+            with contextlib.suppress(OSError):  # closing flushes, which fails again on a full disk
+                builder.data_file.close()
         for suffix in (".bin", ".idx"):
             Path(f"{temporary}{suffix}").unlink(missing_ok=True)
         raise
