@@ -185,6 +185,20 @@ def test_a_trained_tokenizer_is_written_beside_the_data_and_reused(corpus, tmp_p
     assert "reusing" in stream.getvalue() and "nothing to do" in stream.getvalue()
 
 
+def test_a_trained_sentencepiece_tokenizer_writes_a_model_file_beside_the_data(corpus, tmp_path):
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    out = tmp_path / "out"
+    [manifest] = prepare([str(corpus["root"] / "plain.jsonl")], out, train_tokenizer=True, vocab_size=400,
+                         tokenizer_kind="sentencepiece", progress="none", stream=io.StringIO())  # fmt: skip
+    assert manifest.tokenizer.kind == "sentencepiece" and manifest.tokenizer.path == str(out / "tokenizer.model")
+    encoder = tokenizers.load(out / "tokenizer.model")
+    dataset = IndexedDataset(str(out / "plain"))  # held: its memory map closes with it
+    ids = dataset[3].tolist()
+    assert ids[-1] == encoder.eod_id == manifest.tokenizer.eod_id
+    assert encoder.decode(ids[:-1]) == corpus["expected"]["plain"][3]
+
+
 def test_a_vocabulary_too_large_for_uint16_is_stored_as_int32_and_said(corpus, tokenizer, tmp_path):
     from megatron.core.datasets.indexed_dataset import DType, IndexedDataset
     from tokenizers import Tokenizer

@@ -336,6 +336,11 @@ def _sentencepiece_train(sentencepiece: Any, texts: Iterable[str], model: Any, v
         model_type="bpe",
         byte_fallback=True,  # no unknown token: any byte encodes
         character_coverage=1.0,
+        # Text as it is: no NFKC, newlines and runs of spaces kept (poetry, code), so decode(encode(text)) == text.
+        normalization_rule_name="identity",
+        remove_extra_whitespaces=False,
+        allow_whitespace_only_pieces=True,
+        user_defined_symbols=["\n"],
         hard_vocab_limit=False,  # a small corpus gets a smaller vocabulary instead of an error
         num_threads=1,  # deterministic
         minloglevel=2,
