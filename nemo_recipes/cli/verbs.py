@@ -42,6 +42,10 @@ VERBS: dict[str, Verb] = {
         "nemo_recipes.cli.smoke",
         "train a recipe scaled down with NeMo's own loop, stop, resume, and judge it (CPU or GPU)",
     ),
+    "data": Verb(
+        "nemo_recipes.cli.data",
+        "prepare your own text as Megatron training data (.bin/.idx + manifest), and inspect it",
+    ),
     "completion": Verb(
         "nemo_recipes.cli.completion", "print a shell completion script (recipe names, GPUs, verbs, options)"
     ),
