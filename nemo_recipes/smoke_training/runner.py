@@ -156,7 +156,7 @@ class Workspace:
     """The files of one smoke run: the corpus, the record, and one log (and config) per phase."""
 
     root: Path
-    corpus: Path
+    corpus: Optional[Path]  # the learnable corpus, written when the plan names no data of its own
     plan: SmokePlan
     name: str = "smoke"
 
@@ -174,22 +174,21 @@ class Workspace:
             "dir": str(self.root),
             "metrics": str(self.metrics),
             "phase": phase,
-            "data_prefix": str(self.corpus),
+            "data_prefix": str(self.corpus) if self.corpus else None,
             "stop_at": stop_at,
         }
 
 
 def workspace(plan: SmokePlan, dir: Optional[str] = None, name: str = "smoke") -> Workspace:
-    """A new (or empty) directory with the learnable corpus written into it."""
+    """A new (or empty) directory, with the learnable corpus written into it when the plan has no data_paths."""
     from nemo_recipes.smoke_training.corpus import write_corpus
 
     root = Path(dir) if dir else Path(tempfile.mkdtemp(prefix=f"nemo-recipes-smoke-{plan.spec.name}-"))
     root.mkdir(parents=True, exist_ok=True)
     if any(r.get("event") == "step" for r in record.read(root / "metrics.jsonl")):
         raise SmokeError(f"{root} holds an earlier smoke run; give an empty or new directory")
-    return Workspace(
-        root=root, corpus=write_corpus(root / "data" / "corpus", plan.spec.vocab_size), plan=plan, name=name
-    )
+    corpus = None if plan.spec.data_paths else write_corpus(root / "data" / "corpus", plan.spec.vocab_size)
+    return Workspace(root=root, corpus=corpus, plan=plan, name=name)
 
 
 def run_phase(

@@ -165,9 +165,6 @@ def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
         "vocab_size": VOCAB_SIZE,
         "micro_batch_size": MICRO_BATCH,
         "recompute_num_layers": None,
-        "data_paths": (),
-        "data_weights": (),
-        "tokenizer_path": None,
     }
 
 
