@@ -19,7 +19,7 @@ ALLOWED: dict[str, set[str]] = {
     "counts": set(),
     "errors": {"credentials"},
     "catalog": CORE | {"plan"},
-    "plan": CORE | {"catalog"},
+    "plan": CORE | {"catalog", "data"},
     "overrides": CORE | {"catalog"},
     "data": CORE | {"catalog", "__init__"},
     "training": CORE | {"catalog", "plan", "overrides", "__init__"},
