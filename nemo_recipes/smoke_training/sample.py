@@ -2,7 +2,7 @@
 recipe's config (with the tokenizer's vocabulary), its weights loaded from the distributed checkpoint, then greedy
 or temperature sampling one token at a time.
 
-Run in a process of its own (`python -m nemo_recipes.smoke_training.sample CONFIG.json OUT.json`), as the training
+Run in a process of its own (`python -m nemo_recipes.smoke_training.sample CONFIG.json OUT.json`, by `learned.py`), as the training
 phases are, so that the runner stays light; on a machine without CUDA the CPU compatibility layer engages.
 """
 
@@ -59,25 +59,25 @@ def load_model(spec: RecipeSpec, weights: str) -> tuple[Any, Any]:
     return gpt, tokenizer
 
 
-def generate(gpt: Any, tokenizer: Any, prompt: str, tokens: int, temperature: float, seq_length: int) -> str:
-    """`prompt` continued by `tokens` tokens (greedy when temperature is 0), each from a full forward pass over the
-    last `seq_length` tokens."""
+def generate(gpt: Any, prompt: list[int], tokens: int, temperature: float, seq_length: int, vocab: int) -> list[int]:
+    """`prompt` (token ids) continued by `tokens` tokens (greedy when temperature is 0), each from a full forward
+    pass over the last `seq_length` tokens; logits of Megatron's padding entries (beyond `vocab`) are ignored."""
     import torch
 
-    ids = list(tokenizer.text_to_ids(prompt))
+    ids = list(prompt)
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad(), _device_scope():
         for _ in range(tokens):
             window = torch.tensor([ids[-seq_length:]], dtype=torch.long)
             positions = torch.arange(window.shape[1], dtype=torch.long).unsqueeze(0)
             mask = torch.triu(torch.ones(1, 1, window.shape[1], window.shape[1], dtype=torch.bool), diagonal=1)
-            logits = gpt(window, positions, mask)[0, -1, : tokenizer.vocab_size].float()
+            logits = gpt(window, positions, mask)[0, -1, :vocab].float()
             if temperature <= 0:
                 ids.append(int(logits.argmax()))
             else:
                 probabilities = torch.softmax(logits / temperature, dim=-1)
                 ids.append(int(torch.multinomial(probabilities, 1, generator=generator)))
-    return str(tokenizer.ids_to_text(ids))
+    return ids
 
 
 def _device_scope() -> Any:
@@ -93,11 +93,18 @@ def main(argv: list[str]) -> int:
     config = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     spec = RecipeSpec(**config["spec"])
     gpt, tokenizer = load_model(spec, config["weights"])
-    texts = [
-        generate(gpt, tokenizer, prompt, config["tokens"], config["temperature"], spec.seq_length)
-        for prompt in config["prompts"]
+    prompt = config["prompt_ids"]
+    samples = [
+        {
+            "temperature": temperature,
+            "prompt": tokenizer.ids_to_text(prompt),
+            "text": tokenizer.ids_to_text(
+                generate(gpt, prompt, config["tokens"], temperature, spec.seq_length, tokenizer.vocab_size)
+            ),
+        }
+        for temperature in config["temperatures"]
     ]
-    Path(argv[1]).write_text(json.dumps({"samples": texts}, ensure_ascii=False), encoding="utf-8")
+    Path(argv[1]).write_text(json.dumps({"samples": samples}, ensure_ascii=False), encoding="utf-8")
     return 0
 
 
