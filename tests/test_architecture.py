@@ -24,7 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "data": CORE | {"catalog", "__init__"},
     "training": CORE | {"catalog", "plan", "overrides", "__init__"},
     "executors": CORE | {"catalog", "plan", "overrides", "__init__"},
-    "smoke_training": CORE | {"catalog", "plan", "overrides", "training", "executors"},
+    "smoke_training": CORE | {"catalog", "plan", "overrides", "data", "training", "executors"},
     "cli": CORE | {"catalog", "plan", "overrides", "training", "executors", "smoke_training", "__init__"},
     "__init__": CORE | {"catalog", "plan", "training", "smoke_training"},
 }

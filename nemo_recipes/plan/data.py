@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from nemo_recipes.catalog import GPT2_VOCAB_SIZE, RecipeSpec, data_problems
+from nemo_recipes.catalog import RecipeSpec, data_problems
 from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem
 
 #: Epochs of one source above which the plan warns. Muennighoff et al. 2023 ("Scaling Data-Constrained Language
@@ -89,7 +89,7 @@ class DataReport:
         for s in self.sources:
             if s.tokens is None:
                 continue
-            epochs = f"{s.epochs:,.2f}" if s.epochs is not None else "-"
+            epochs = f"{s.epochs:,.1f}" if s.epochs is not None else "-"
             lines.append(
                 f"{s.path}: {s.tokens:,} tokens, {s.documents:,} documents, weight {s.weight:.3f}: "
                 f"{epochs} epochs of it in {s.planned_tokens:,.0f} planned tokens"
@@ -142,11 +142,6 @@ def checked_data(spec: RecipeSpec, *, vocab_given: bool = False, context: str = 
     if report.errors:
         raise InvalidRecipeError(report.problems, context=context)
     return spec, report
-
-
-def vocab_was_given(spec: RecipeSpec) -> bool:
-    """Whether a spec's vocab_size is the user's, where nothing else says: any value but the catalog's default."""
-    return spec.vocab_size != GPT2_VOCAB_SIZE
 
 
 def _sources(spec: RecipeSpec, info: Any, problems: list[Problem]) -> tuple[Source, ...]:
