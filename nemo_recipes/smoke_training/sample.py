@@ -50,7 +50,9 @@ def load_model(spec: RecipeSpec, weights: str) -> tuple[Any, Any]:
         # The checkpoint names the model's tensors as NeMo's MegatronParallel wraps them: `module.` + Megatron's key.
         sharded = gpt.sharded_state_dict(prefix="module.")
         state = dist_checkpointing.load(sharded, weights)
-    result = gpt.load_state_dict({key.removeprefix("module."): value for key, value in state.items()}, strict=False)
+    # (the loaded dict also holds the trainer's common state: step, loops, optimizer, data position)
+    weights_only = {key.removeprefix("module."): value for key, value in state.items() if key.startswith("module.")}
+    result = gpt.load_state_dict(weights_only, strict=False)
     missing = [key for key in result.missing_keys if not key.endswith("_extra_state")]
     if missing or result.unexpected_keys:
         raise RuntimeError(f"the checkpoint at {weights} does not match the model: missing {missing}, "
