@@ -27,8 +27,7 @@ EXAMPLES = """\
   nemo-recipes smoke gpt_70b --processes 2 tensor_parallel=1 pipeline_parallel=2
   nemo-recipes smoke gpt_7b --executor local -E devices=2      # through NeMo-Run's local executor (torchrun)
   nemo-recipes smoke gpt_1_3b --full-size --steps 30 --json    # on a GPU: the real shape, tokens/s in the report
-  nemo-recipes smoke gpt_70b data_paths=[data/hamlet,data/macbeth] tokenizer_path=data/tokenizer --steps 300
-                                                               # on your data (nemo-recipes data prepare)"""
+  nemo-recipes smoke gpt_7b data_paths=[d/hamlet,d/macbeth] tokenizer_path=d/tokenizer  # on `data prepare`d text"""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
