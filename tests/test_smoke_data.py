@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from _cli import cli
 
 pytestmark = [pytest.mark.nemo, pytest.mark.slow]

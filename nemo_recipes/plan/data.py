@@ -11,6 +11,7 @@ vocabulary to NeMo, which takes the tokenizer's at configure time).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import pairwise
 from pathlib import Path
 from typing import Any, Optional
 
@@ -230,16 +231,17 @@ def split_documents(documents: int, split: tuple[int, ...] = SPLIT) -> list[int]
     bounds = [0.0]
     for part in split:
         bounds.append(bounds[-1] + part / total)
-    return [int(round(b * documents)) - int(round(a * documents)) for a, b in zip(bounds, bounds[1:])]
+    return [int(round(b * documents)) - int(round(a * documents)) for a, b in pairwise(bounds)]
 
 
 def _split_problems(source: Source) -> list[Problem]:
     documents = source.documents or 0
     counts = split_documents(documents)
-    empty = [name for name, n, part in zip(("train", "validation", "test"), counts, SPLIT) if part and not n]
+    names = ("train", "validation", "test")
+    empty = [name for name, n, part in zip(names, counts, SPLIT, strict=True) if part and not n]
     if not empty:
         return []
-    enough = next(n for n in range(1, 10_000) if all(c for c, part in zip(split_documents(n), SPLIT) if part))
+    enough = next(n for n in range(1, 10_000) if all(split_documents(n)[i] for i, part in enumerate(SPLIT) if part))
     return [
         Problem(
             "data_paths",

@@ -9,7 +9,6 @@
 from __future__ import annotations
 
 import json
-import math
 import subprocess
 import sys
 from dataclasses import dataclass, field

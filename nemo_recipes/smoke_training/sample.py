@@ -2,8 +2,9 @@
 recipe's config (with the tokenizer's vocabulary), its weights loaded from the distributed checkpoint, then greedy
 or temperature sampling one token at a time.
 
-Run in a process of its own (`python -m nemo_recipes.smoke_training.sample CONFIG.json OUT.json`, by `learned.py`), as the training
-phases are, so that the runner stays light; on a machine without CUDA the CPU compatibility layer engages.
+Run in a process of its own (`python -m nemo_recipes.smoke_training.sample CONFIG.json OUT.json`, by
+`learned.py`), as the training phases are, so that the runner stays light; on a machine without CUDA the CPU
+compatibility layer engages.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from nemo_recipes.catalog import RecipeSpec
 def load_model(spec: RecipeSpec, weights: str) -> tuple[Any, Any]:
     """(Megatron GPTModel with the checkpoint's weights, NeMo tokenizer), in this single process."""
     import fiddle as fdl
-    import torch
     import torch.distributed as dist
     from megatron.core import dist_checkpointing, parallel_state
 
@@ -55,8 +55,10 @@ def load_model(spec: RecipeSpec, weights: str) -> tuple[Any, Any]:
     result = gpt.load_state_dict(weights_only, strict=False)
     missing = [key for key in result.missing_keys if not key.endswith("_extra_state")]
     if missing or result.unexpected_keys:
-        raise RuntimeError(f"the checkpoint at {weights} does not match the model: missing {missing}, "
-                           f"unexpected {result.unexpected_keys}")
+        raise RuntimeError(
+            f"the checkpoint at {weights} does not match the model: missing {missing}, "
+            f"unexpected {result.unexpected_keys}"
+        )
     gpt.eval()
     return gpt, tokenizer
 
