@@ -171,3 +171,20 @@ def test_smoke_plans_with_the_tokenizers_vocabulary_and_refuses_a_missing_tokeni
         smoke_plan(spec, overrides={"data_paths": (str(out / "plays"),), "tokenizer_path": str(out / "nope")})
     assert [p.field for p in error.value.problems] == ["tokenizer_path"]
     assert "no such file" in error.value.problems[0].message and error.value.problems[0].fix
+
+
+@pytest.mark.nemo
+def test_the_recipe_plugin_refuses_missing_or_foreign_data_before_submitting(data):
+    import nemo_recipes
+    from nemo_recipes.executors import RecipePlugin, local
+
+    out = data / "out"
+    # Building the recipe opens no file: the missing prefix is found when the plugin attaches it to hardware.
+    recipe = nemo_recipes.gpt_1_3b(data_paths=[str(out / "plays"), str(out / "gone")],
+                                   tokenizer_path=str(data / "other" / "tokenizer"))  # fmt: skip
+    with pytest.raises(InvalidRecipeError, match="not submitted") as error:
+        RecipePlugin().setup(recipe, local(devices=8))
+    found = {(p.field, Path(str(p.value)).name) for p in error.value.problems if p.severity == ERROR}
+    assert found == {("data_paths", "gone"), ("tokenizer_path", "tokenizer")}
+    fine = nemo_recipes.gpt_1_3b(data_paths=[str(out / "plays")], tokenizer_path=str(out / "tokenizer"))
+    RecipePlugin().setup(fine, local(devices=8))
