@@ -187,4 +187,7 @@ def test_the_recipe_plugin_refuses_missing_or_foreign_data_before_submitting(dat
     found = {(p.field, Path(str(p.value)).name) for p in error.value.problems if p.severity == ERROR}
     assert found == {("data_paths", "gone"), ("tokenizer_path", "tokenizer")}
     fine = nemo_recipes.gpt_1_3b(data_paths=[str(out / "plays")], tokenizer_path=str(out / "tokenizer"))
+    # The model config leaves the vocabulary to NeMo, which sizes the embedding from the tokenizer at configure time.
+    assert fine.model.config.vocab_size is None
+    assert fine.data.tokenizer.pretrained_model_name == str(out / "tokenizer")
     RecipePlugin().setup(fine, local(devices=8))
