@@ -473,6 +473,79 @@ def _optimizer_problems(spec: RecipeSpec) -> list[Problem]:
     return problems
 
 
+#: Suffixes Megatron appends to a prefix itself (and the manifest's, written beside them).
+DATASET_SUFFIXES = (".bin", ".idx", ".manifest.json")
+
+
+def data_problems(spec: RecipeSpec) -> list[Problem]:
+    """The blend's shape, read from the spec alone (no file is opened): one positive weight per path, no empty
+    path, a prefix without Megatron's suffixes, a tokenizer path that is not blank. Every command line that takes
+    recipe fields checks these (`show` included); the planner adds what the files say (`plan.data`)."""
+    paths, weights = spec.data_paths, spec.data_weights
+    problems = []
+    if weights and not paths:
+        problems.append(
+            Problem(
+                "data_weights",
+                list(weights),
+                "blend weights given without data_paths.",
+                "give one data path per weight, or remove data_weights.",
+            )
+        )
+    elif weights and len(weights) != len(paths):
+        problems.append(
+            Problem(
+                "data_weights",
+                list(weights),
+                f"{len(weights)} weights for {len(paths)} data paths.",
+                f"give exactly {len(paths)} weights (one per path), or none for an equal blend.",
+            )
+        )
+    bad = [w for w in weights if not (isinstance(w, (int, float)) and math.isfinite(w) and w > 0)]
+    if bad:
+        problems.append(
+            Problem(
+                "data_weights",
+                list(weights),
+                f"weights must be positive numbers; got {bad}.",
+                "use positive weights (they need not sum to 1; Megatron normalises them).",
+            )
+        )
+    empty = [p for p in paths if not str(p).strip()]
+    if empty:
+        problems.append(
+            Problem(
+                "data_paths",
+                list(paths),
+                "contains an empty path.",
+                "give Megatron .bin/.idx prefixes, or leave data_paths empty for mock data.",
+            )
+        )
+    for path in paths:
+        suffix = next((s for s in DATASET_SUFFIXES if str(path).endswith(s)), None)
+        if suffix:
+            problems.append(
+                Problem(
+                    "data_paths",
+                    path,
+                    f"a prefix names a dataset without its file suffix; Megatron appends .bin and .idx itself and "
+                    f"would look for {str(path).rsplit('/', 1)[-1]}.bin.",
+                    f"drop the suffix: {str(path)[: -len(suffix)]}",
+                )
+            )
+    if spec.tokenizer_path is not None and not spec.tokenizer_path.strip():
+        problems.append(
+            Problem(
+                "tokenizer_path",
+                spec.tokenizer_path,
+                "is blank.",
+                "give a local Hugging Face tokenizer directory or a SentencePiece .model, or leave tokenizer_path "
+                "out (mock data's NullTokenizer).",
+            )
+        )
+    return problems
+
+
 def plain_name_problems(field: str, name: Any) -> list[Problem]:
     """Problems unless `name` can be one directory name (a recipe, experiment or log name): NeMo-Run and NeMo make
     directories of them, so a separator or '..' would write outside the directory they belong in."""

@@ -19,7 +19,7 @@ import types
 import typing
 from typing import Any, Literal, Mapping, Optional, Sequence
 
-from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.catalog import RecipeSpec, data_problems
 from nemo_recipes.counts import parse_count
 from nemo_recipes.errors import InvalidRecipeError, Problem
 
@@ -93,6 +93,7 @@ def apply_overrides(
         overrides[field] = value
     try:
         changed = spec.replace(**overrides) if overrides else spec
+        problems += data_problems(changed)  # the blend's shape, so that `show` refuses what the factory refuses
     except InvalidRecipeError as error:
         problems += error.problems
     if problems:

@@ -6,6 +6,7 @@ Catalog and planner only (standard library); matplotlib is imported only with `-
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import textwrap
@@ -17,6 +18,7 @@ from nemo_recipes.cli._table import render
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidRecipeError, Problem, known
 from nemo_recipes.overrides import apply_overrides
+from nemo_recipes.plan.data import DataReport, read_data
 from nemo_recipes.plan.hardware import GPUS, Cluster, get_gpu
 from nemo_recipes.plan.stack import DEFAULT_STACK, STACK_CHOICES
 
@@ -144,6 +146,7 @@ def json_error(message: str, problems: list[Problem], args: Any) -> dict[str, An
         "changes": [],
         "plot": None,
         "error": message,
+        "data": None,
     }
 
 
@@ -152,9 +155,9 @@ def json_error(message: str, problems: list[Problem], args: Any) -> dict[str, An
 CLUSTER_FLAGS = (("nodes", "num_nodes"), ("gpus_per_node", "num_gpus_per_node"))
 
 
-def _spec_and_cluster(args: argparse.Namespace) -> tuple[RecipeSpec, Cluster, Optional[int]]:
-    """The recipe with the command line's changes, the cluster to plan on, and the tokens to time (every problem
-    with them at once)."""
+def _spec_and_cluster(args: argparse.Namespace) -> tuple[RecipeSpec, Cluster, Optional[int], DataReport]:
+    """The recipe with the command line's changes (and its tokenizer's vocabulary), the cluster to plan on, the
+    tokens to time, and what the data files say (every problem with the input at once)."""
     overrides = list(args.overrides)
     recipe = args.recipe
     if recipe is not None and "=" in recipe:  # `plan --custom ... tensor_parallel=2`: no name, only overrides
@@ -179,8 +182,9 @@ def _spec_and_cluster(args: argparse.Namespace) -> tuple[RecipeSpec, Cluster, Op
     )
     problems: list[Problem] = []
     spec = gpu = tokens = None
+    applied: dict[str, Any] = {}
     try:
-        spec, _ = apply_overrides(base, overrides, flags)
+        spec, applied = apply_overrides(base, overrides, flags)
     except InvalidRecipeError as error:
         problems += error.problems
     try:
@@ -194,12 +198,14 @@ def _spec_and_cluster(args: argparse.Namespace) -> tuple[RecipeSpec, Cluster, Op
     if problems:
         raise InvalidRecipeError(problems, context=f"recipe {base.name!r}")
     spec = known(spec, "apply_overrides gave a spec or raised, reported above")
+    # The tokenizer decides the vocabulary, so parameters, memory and throughput follow it.
+    spec, data = read_data(spec, vocab_given="vocab_size" in applied)
     cluster = Cluster.of(spec.num_nodes, spec.num_gpus_per_node, gpu)
     if args.fit or args.best:
         # --fit and --best move the recipe onto the cluster themselves (--fit scales the batch from the recipe's own
         # data parallelism).
         spec = spec.replace(num_nodes=base.num_nodes, num_gpus_per_node=base.num_gpus_per_node)
-    return spec, cluster, tokens
+    return spec, cluster, tokens, data
 
 
 def _tokens(text: Optional[str]) -> Optional[int]:
@@ -311,7 +317,7 @@ def run(args: argparse.Namespace) -> int:
                 )
             ]
         )
-    spec, cluster, tokens = _spec_and_cluster(args)
+    spec, cluster, tokens, data = _spec_and_cluster(args)
     explanation = None
     if args.fit or args.best:
         if args.best:
@@ -329,6 +335,7 @@ def run(args: argparse.Namespace) -> int:
         report = validate(spec, cluster, stack=args.stack)
 
     report = with_estimates(report, tokens=tokens, stack=args.stack, advise=not args.best)
+    report = dataclasses.replace(report, problems=report.problems + list(data.problems))
 
     plotted = None
     if args.plot:
@@ -337,10 +344,11 @@ def run(args: argparse.Namespace) -> int:
     payload = report.to_dict()
     payload["explanation"] = explanation
     payload["plot"] = plotted
+    payload["data"] = data.to_dict()
     if args.json:
         _output.print_json(payload)
     else:
-        print(_human(payload, spec, "--best" if args.best else "--fit"))
+        print(_human(payload, spec, "--best" if args.best else "--fit", data.format()))
     return _output.EXIT_OK if report.valid else _output.EXIT_INVALID
 
 
@@ -366,7 +374,7 @@ def _plot(path: str, report: Any, spec: RecipeSpec, cluster: Cluster, throughput
 # ---- the human report ----
 
 
-def _human(report: dict, spec: RecipeSpec, changed_by: str = "--fit") -> str:
+def _human(report: dict, spec: RecipeSpec, changed_by: str = "--fit", data: tuple[str, ...] = ()) -> str:
     c, p = report["cluster"], report["parallelism"]
     verdict = "valid" if report["valid"] else "INVALID"
     gpu = c["gpu"] or "GPUs"
@@ -378,6 +386,9 @@ def _human(report: dict, spec: RecipeSpec, changed_by: str = "--fit") -> str:
         f"  micro batch {p['micro_batch_size']}, global batch {p['global_batch_size']}, gradient accumulation "
         f"{p['grad_accumulation']}, sequence {spec.seq_length}",
     ]
+
+    if data:
+        lines += ["", "data"] + [_wrapped(text) for text in data]
 
     memory = report["memory_gib"]
     if memory:

@@ -27,7 +27,8 @@ EXAMPLES = """\
   nemo-recipes smoke gpt_70b --processes 2                     # TP2, as far as two processes allow
   nemo-recipes smoke gpt_70b --processes 2 tensor_parallel=1 pipeline_parallel=2
   nemo-recipes smoke gpt_7b --executor local -E devices=2      # through NeMo-Run's local executor (torchrun)
-  nemo-recipes smoke gpt_1_3b --full-size --steps 30 --json    # on a GPU: the real shape, tokens/s in the report"""
+  nemo-recipes smoke gpt_1_3b --full-size --steps 30 --json    # on a GPU: the real shape, tokens/s in the report
+  nemo-recipes smoke gpt_7b data_paths=[d/hamlet,d/macbeth] tokenizer_path=d/tokenizer  # on `data prepare`d text"""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -67,6 +68,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--dir", default=None, help="keep the run's files here (default: a temporary directory, removed after a pass)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory after a pass")
+    parser.add_argument(
+        "--no-sample",
+        dest="sample",
+        action="store_false",
+        help="with data_paths and tokenizer_path: skip sampling text from the last checkpoint (saves a minute)",
+    )
     parser.add_argument(
         "--executor",
         metavar="PROFILE",
@@ -113,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
             keep=args.keep,
             launch=launch,
             progress=sys.stderr,
+            sample=args.sample,
         )
     if args.json:
         _output.print_json(report.to_dict())

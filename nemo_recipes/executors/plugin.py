@@ -58,10 +58,15 @@ class RecipePlugin(run.Plugin):
             task.trainer.num_nodes = nodes
             task.trainer.devices = devices
             from nemo_recipes.plan import Cluster, validate
+            from nemo_recipes.plan.data import read_data
             from nemo_recipes.training.introspect import spec_from_partial
 
             spec = spec_from_partial(task)
             if self.validate:
+                # The data files, before any GPU hour: prefixes that exist, ids that fit the tokenizer, the
+                # tokenizer that wrote them; and the plan with the tokenizer's vocabulary.
+                spec, data = read_data(spec)
+                problems += data.problems
                 report = validate(spec, Cluster.of(nodes, devices, gpu))
                 problems += report.problems
             if self.performance_env:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Iterable, Optional
 
-from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.catalog import RecipeSpec, data_problems
 from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem, known
 from nemo_recipes.plan.hardware import GPUS, Cluster
 from nemo_recipes.plan.layout import Layout
@@ -405,47 +405,9 @@ def fp8_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
 
 
 def data_blend_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
-    paths, weights = spec.data_paths, spec.data_weights
-    problems = []
-    if weights and not paths:
-        problems.append(
-            Problem(
-                "data_weights",
-                list(weights),
-                "blend weights given without data_paths.",
-                "give one data path per weight, or remove data_weights.",
-            )
-        )
-    elif weights and len(weights) != len(paths):
-        problems.append(
-            Problem(
-                "data_weights",
-                list(weights),
-                f"{len(weights)} weights for {len(paths)} data paths.",
-                f"give exactly {len(paths)} weights (one per path), or none for an equal blend.",
-            )
-        )
-    bad = [w for w in weights if not (isinstance(w, (int, float)) and math.isfinite(w) and w > 0)]
-    if bad:
-        problems.append(
-            Problem(
-                "data_weights",
-                list(weights),
-                f"weights must be positive numbers; got {bad}.",
-                "use positive weights (they need not sum to 1; Megatron normalises them).",
-            )
-        )
-    empty = [p for p in paths if not str(p).strip()]
-    if empty:
-        problems.append(
-            Problem(
-                "data_paths",
-                list(paths),
-                "contains an empty path.",
-                "give Megatron .bin/.idx prefixes, or leave data_paths empty for mock data.",
-            )
-        )
-    return problems
+    """The blend's shape (the catalog's `data_problems`, which every command line also checks); what the files say
+    is `plan.data`'s."""
+    return data_problems(spec)
 
 
 RULES: tuple[Rule, ...] = (

@@ -19,6 +19,7 @@ from nemo_recipes.catalog import RecipeSpec, get_recipe
 from nemo_recipes.smoke_training import record
 from nemo_recipes.smoke_training.judge import Verdict, _ranges, judge
 from nemo_recipes.smoke_training.launchers import Launcher, SmokeError, local_processes
+from nemo_recipes.smoke_training.learned import Learned, learned
 from nemo_recipes.smoke_training.shape import SmokePlan, smoke_plan
 
 PHASES = ("train", "resume")
@@ -34,6 +35,7 @@ class SmokeReport:
     phase_seconds: dict[str, float] = field(default_factory=dict)
     exit_codes: dict[str, int] = field(default_factory=dict)
     kept: bool = True
+    learned: Optional[Learned] = None  # on the user's data: the unigram entropy and samples
 
     @property
     def passed(self) -> bool:
@@ -71,6 +73,7 @@ class SmokeReport:
             "checkpoint": v.checkpoint,
             "checks": [c.to_dict() for c in v.checks],
             "patches": v.patches,
+            "learned": self.learned.to_dict() if self.learned else None,
             "directory": self.directory if self.kept else None,
             "logs": self.logs if self.kept else {},
         }
@@ -84,6 +87,12 @@ class SmokeReport:
             f"heads, sequence {spec.seq_length}, vocabulary {spec.vocab_size}, global batch "
             f"{spec.global_batch_size}: {spec.num_parameters:,} parameters",
         ]
+        if spec.data_paths:
+            lines.append(
+                f"  data        {', '.join(spec.data_paths)}"
+                + (f" (weights {', '.join(f'{w:g}' for w in spec.data_weights)})" if spec.data_weights else "")
+                + (f"; tokenizer {spec.tokenizer_path}" if spec.tokenizer_path else "")
+            )
         if v.losses:
             split = self.plan.stop_step
             before = " ".join(f"{x:.3f}" for s, x in v.losses if s <= split)
@@ -101,6 +110,8 @@ class SmokeReport:
         if v.checkpoint:
             size = v.checkpoint.get("bytes", 0) / 2**20
             lines.append(f"  checkpoint  {size:.1f} MiB at step {v.checkpoint.get('step')}: {v.checkpoint.get('path')}")
+        if self.learned:
+            lines += self.learned.format()
         for check in v.checks:
             lines.append(f"  [{'ok' if check.passed else 'FAIL'}] {check.name}: {check.detail}")
         for phase, code in self.exit_codes.items():
@@ -156,7 +167,7 @@ class Workspace:
     """The files of one smoke run: the corpus, the record, and one log (and config) per phase."""
 
     root: Path
-    corpus: Path
+    corpus: Optional[Path]  # the learnable corpus, written when the plan names no data of its own
     plan: SmokePlan
     name: str = "smoke"
 
@@ -174,22 +185,21 @@ class Workspace:
             "dir": str(self.root),
             "metrics": str(self.metrics),
             "phase": phase,
-            "data_prefix": str(self.corpus),
+            "data_prefix": str(self.corpus) if self.corpus else None,
             "stop_at": stop_at,
         }
 
 
 def workspace(plan: SmokePlan, dir: Optional[str] = None, name: str = "smoke") -> Workspace:
-    """A new (or empty) directory with the learnable corpus written into it."""
+    """A new (or empty) directory, with the learnable corpus written into it when the plan has no data_paths."""
     from nemo_recipes.smoke_training.corpus import write_corpus
 
     root = Path(dir) if dir else Path(tempfile.mkdtemp(prefix=f"nemo-recipes-smoke-{plan.spec.name}-"))
     root.mkdir(parents=True, exist_ok=True)
     if any(r.get("event") == "step" for r in record.read(root / "metrics.jsonl")):
         raise SmokeError(f"{root} holds an earlier smoke run; give an empty or new directory")
-    return Workspace(
-        root=root, corpus=write_corpus(root / "data" / "corpus", plan.spec.vocab_size), plan=plan, name=name
-    )
+    corpus = None if plan.spec.data_paths else write_corpus(root / "data" / "corpus", plan.spec.vocab_size)
+    return Workspace(root=root, corpus=corpus, plan=plan, name=name)
 
 
 def run_phase(
@@ -224,13 +234,16 @@ def smoke(
     launch: Optional[Launcher] = None,
     progress: Optional[TextIO] = sys.stderr,
     name: str = "smoke",
+    sample: bool = True,
 ) -> SmokeReport:
     """Scale `recipe` down in shape (unless `full_size`), train it for `stop_step` steps with NeMo's `llm.pretrain`,
     stop, resume from the checkpoint in fresh processes, train to `steps`, and judge the record.
 
     `overrides` are recipe fields applied last (layout such as tensor_parallel=2, or any choice); `dir` keeps the
     run's files there (default: a temporary directory, removed after a pass unless `keep`; kept after a failure);
-    `launch` runs a phase elsewhere (see `executor_launcher`).
+    `launch` runs a phase elsewhere (see `executor_launcher`). With `data_paths` (the user's data, read through NeMo's
+    PreTrainingDataModule with the tokenizer's vocabulary) the report adds the data's unigram entropy and, with
+    `sample` and a tokenizer, text sampled from the last checkpoint.
     """
     spec = get_recipe(recipe) if isinstance(recipe, str) else recipe
     plan = smoke_plan(
@@ -252,6 +265,9 @@ def smoke(
         layout=plan.parallel,
         checkpoint_every=plan.spec.checkpoint_every_steps,
     )
+    if plan.spec.data_paths and report.verdict.losses and all(code == 0 for code in report.exit_codes.values()):
+        checkpoint = (report.verdict.checkpoint or {}).get("path")
+        report.learned = learned(plan.spec, report.verdict.losses, space.root, checkpoint, sample)
     if report.passed and not keep and not dir:
         shutil.rmtree(space.root, ignore_errors=True)
         report.kept = False

@@ -16,6 +16,7 @@ from typing import Any, Optional
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import InvalidRecipeError, Problem
 from nemo_recipes.plan import Cluster, validate
+from nemo_recipes.plan.data import checked_data
 
 #: Head dimension, heads and sequence of the scaled-down model: a few hundred thousand parameters, whose steps take
 #: a fraction of a second on a CPU core, big enough for the loss to fall visibly within tens of steps.
@@ -141,6 +142,9 @@ def smoke_plan(
     for key, value in _schedule(spec, steps, tokens_per_step).items():
         values.setdefault(key, value)
     small = spec.replace(**values)
+    # The user's data and tokenizer, before any process starts: the vocabulary is the tokenizer's, and a missing
+    # prefix or tokenizer, or ids beyond the vocabulary, fail here with the fix (not in the training log).
+    small, _ = checked_data(small, vocab_given="vocab_size" in overrides, context=f"smoke {spec.name}")
     # The planner's rules, before any process starts: a layout Megatron would refuse fails here with the fix.
     validate(small, Cluster.of(small.num_nodes, small.num_gpus_per_node)).raise_if_invalid()
     return SmokePlan(spec=small, processes=processes, steps=steps, stop_step=stop, full_size=full_size)
@@ -165,9 +169,6 @@ def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
         "vocab_size": VOCAB_SIZE,
         "micro_batch_size": MICRO_BATCH,
         "recompute_num_layers": None,
-        "data_paths": (),
-        "data_weights": (),
-        "tokenizer_path": None,
     }
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.errors import known
 
 #: Validation batches per validation (the recipe's 32 are scaled down with the batch).
 VAL_BATCHES = 2
@@ -35,18 +36,21 @@ def build_phase_recipe(
     stop_at: Optional[int],
     metrics: str,
     phase: str,
-    data_prefix: str,
+    data_prefix: Optional[str],
     val_batches: int = VAL_BATCHES,
 ) -> Any:
-    """The recipe NeMo will run for this phase: the scaled-down spec on the corpus, stopping after `stop_at` steps
-    (None: at the end of the schedule, spec.train_steps)."""
+    """The recipe NeMo will run for this phase: the scaled-down spec on its own data (the user's `data_paths` and
+    tokenizer) or else on the learnable corpus at `data_prefix`, stopping after `stop_at` steps (None: at the end of
+    the schedule, spec.train_steps)."""
     import nemo_run as run
 
     from nemo_recipes.smoke_training.callbacks import SmokeMetrics, StopAtStep
     from nemo_recipes.training.factories import build_recipe
 
     nodes, per_node = world_from_environment()
-    spec = spec.replace(num_nodes=nodes, num_gpus_per_node=per_node, data_paths=(data_prefix,), data_weights=())
+    spec = spec.replace(num_nodes=nodes, num_gpus_per_node=per_node)
+    if not spec.data_paths:
+        spec = spec.replace(data_paths=(known(data_prefix, "a smoke run without data_paths writes a corpus"),))
     recipe = build_recipe(spec, name=name, dir=dir)
     recipe.trainer.limit_val_batches = val_batches
     recipe.trainer.limit_test_batches = val_batches
@@ -65,7 +69,7 @@ def train_phase(
     stop_at: Optional[int],
     metrics: str,
     phase: str,
-    data_prefix: str,
+    data_prefix: Optional[str],
     val_batches: int = VAL_BATCHES,
 ) -> None:
     """Train one phase with NeMo's `llm.pretrain`; rank 0 then records the checkpoints it finds."""

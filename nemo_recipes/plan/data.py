@@ -1,0 +1,255 @@
+"""What the files say about a recipe's data, before any GPU hour: each source's tokens and documents (its manifest,
+else its `.idx` header), how many epochs of it the planned training tokens make, and the tokenizer's vocabulary.
+
+The only planner module that opens files, and still on the fast path: it reads manifests and `.idx` headers
+(`data.manifest`, standard library) and fingerprints the tokenizer's files; `data.tokenizers.describe` reads the
+tokenizer's vocabulary with `tokenizers` or `sentencepiece` (tens of milliseconds). `plan`, `launch`, the recipe
+plugin and `smoke` call `read_data`; a recipe is still built without touching a file (its model config leaves the
+vocabulary to NeMo, which takes the tokenizer's at configure time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from itertools import pairwise
+from pathlib import Path
+from typing import Any, Optional
+
+from nemo_recipes.catalog import RecipeSpec, data_problems
+from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem
+
+#: Epochs of one source above which the plan warns. Muennighoff et al. 2023 ("Scaling Data-Constrained Language
+#: Models", Fig. 3-4): up to about 4 epochs, repeated tokens are worth almost as much as new ones; beyond that their
+#: value falls off quickly and the model starts to memorise.
+EPOCHS_WARNING = 4.0
+#: PreTrainingDataModule's default train/validation/test split, which the recipes keep; Megatron cuts it by document.
+SPLIT = (900, 50, 50)
+
+
+@dataclass(frozen=True)
+class Source:
+    """One prefix of the blend."""
+
+    path: str
+    weight: float  # normalised: the share of training samples Megatron draws from it
+    tokens: Optional[int]  # None when the prefix could not be read
+    documents: Optional[int]
+    max_token_id: Optional[int]  # None without a manifest
+    manifest: bool
+    planned_tokens: float  # the recipe's training tokens x weight
+
+    @property
+    def epochs(self) -> Optional[float]:
+        return self.planned_tokens / self.tokens if self.tokens else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "weight": self.weight,
+            "tokens": self.tokens,
+            "documents": self.documents,
+            "max_token_id": self.max_token_id,
+            "manifest": self.manifest,
+            "planned_tokens": round(self.planned_tokens),
+            "epochs": self.epochs,
+        }
+
+
+@dataclass(frozen=True)
+class DataReport:
+    sources: tuple[Source, ...] = ()
+    tokenizer: Optional[Any] = None  # data.manifest.TokenizerInfo of tokenizer_path
+    vocab_size: Optional[int] = None  # the model's vocabulary before padding, when the tokenizer decides it
+    problems: tuple[Problem, ...] = field(default_factory=tuple)
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.severity == ERROR]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sources": [s.to_dict() for s in self.sources],
+            "tokenizer": None
+            if self.tokenizer is None
+            else {
+                "path": self.tokenizer.path,
+                "kind": self.tokenizer.kind,
+                "fingerprint": self.tokenizer.fingerprint,
+                "vocab_size": self.tokenizer.vocab_size,
+                "eod_id": self.tokenizer.eod_id,
+            },
+            "vocab_size": self.vocab_size,
+            "problems": [p.to_dict() for p in self.problems],
+        }
+
+    def format(self) -> tuple[str, ...]:
+        lines = []
+        if self.tokenizer is not None:
+            t = self.tokenizer
+            lines.append(f"tokenizer {t.path} ({t.kind}): vocabulary {t.vocab_size:,}, EOD id {t.eod_id}")
+        for s in self.sources:
+            if s.tokens is None:
+                continue
+            epochs = f"{s.epochs:,.1f}" if s.epochs is not None else "-"
+            lines.append(
+                f"{s.path}: {s.tokens:,} tokens, {s.documents:,} documents, weight {s.weight:.3f}: "
+                f"{epochs} epochs of it in {s.planned_tokens:,.0f} planned tokens"
+                + ("" if s.manifest else " (no manifest: counted from the .idx)")
+            )
+        return tuple(lines)
+
+
+def read_data(spec: RecipeSpec, *, vocab_given: bool = False) -> tuple[RecipeSpec, DataReport]:
+    """`spec` with the tokenizer's vocabulary (when `tokenizer_path` names one), and what its data files say.
+
+    `vocab_given`: the user set vocab_size themselves (on the command line, in Python); one that disagrees with the
+    tokenizer is a problem. Problems never raise here: they are in the report, errors and warnings together."""
+    from nemo_recipes.data import tokenizers
+
+    if not spec.data_paths and spec.tokenizer_path is None:
+        return spec, DataReport()
+    problems = list(data_problems(spec))
+    info = None
+    if spec.tokenizer_path is not None and spec.tokenizer_path.strip():
+        try:
+            info = tokenizers.describe(spec.tokenizer_path)
+        except InvalidRecipeError as error:
+            problems += error.problems
+    if info is not None:
+        if vocab_given and spec.vocab_size != info.vocab_size:
+            problems.append(
+                Problem(
+                    "vocab_size",
+                    spec.vocab_size,
+                    f"disagrees with the tokenizer at {spec.tokenizer_path}, whose vocabulary has "
+                    f"{info.vocab_size:,} entries (the model's embedding is sized from the tokenizer).",
+                    "leave vocab_size out when tokenizer_path is given.",
+                )
+            )
+        spec = spec.replace(vocab_size=info.vocab_size)
+    shape_is_valid = not any(p.severity == ERROR for p in problems if p.field in ("data_paths", "data_weights"))
+    sources = _sources(spec, info, problems) if spec.data_paths and shape_is_valid else ()
+    return spec, DataReport(
+        sources=sources,
+        tokenizer=info,
+        vocab_size=info.vocab_size if info else None,
+        problems=tuple(problems),
+    )
+
+
+def checked_data(spec: RecipeSpec, *, vocab_given: bool = False, context: str = "") -> tuple[RecipeSpec, DataReport]:
+    """`read_data`, raising one InvalidRecipeError (errors and warnings) when any error is found."""
+    spec, report = read_data(spec, vocab_given=vocab_given)
+    if report.errors:
+        raise InvalidRecipeError(report.problems, context=context)
+    return spec, report
+
+
+def _sources(spec: RecipeSpec, info: Any, problems: list[Problem]) -> tuple[Source, ...]:
+    weights = spec.data_weights or (1.0,) * len(spec.data_paths)
+    total = float(sum(weights))
+    vocab = info.vocab_size if info is not None else spec.vocab_size
+    sources = []
+    for path, weight in zip(spec.data_paths, weights, strict=True):
+        source = _source(str(path), weight / total, spec.train_tokens * weight / total, info, vocab, problems)
+        sources.append(source)
+        if source.documents is not None:
+            problems += _split_problems(source)
+        if source.epochs is not None and source.epochs > EPOCHS_WARNING:
+            field_name = "data_weights" if spec.data_weights else "data_paths"
+            problems.append(
+                Problem(
+                    field_name,
+                    path,
+                    f"the plan draws {source.planned_tokens:,.0f} tokens (weight {source.weight:.3f} of "
+                    f"{spec.train_tokens:,} training tokens) from a source of {source.tokens:,}: "
+                    f"{source.epochs:,.1f} epochs of it. Megatron samples by weight whatever a source's size, and "
+                    f"beyond about {EPOCHS_WARNING:g} epochs repeated tokens are worth much less than new ones.",
+                    "add more data to this source, lower its weight, or lower train_tokens.",
+                    WARNING,
+                )
+            )
+    return tuple(sources)
+
+
+def _source(path: str, weight: float, planned: float, info: Any, vocab: int, problems: list[Problem]) -> Source:
+    from nemo_recipes.data.manifest import index_summary, manifest_path, read_manifest
+
+    try:
+        if manifest_path(path).is_file():
+            manifest = read_manifest(path)
+            summary = None
+        else:
+            summary = index_summary(path)
+    except InvalidRecipeError as error:
+        problems += error.problems
+        return Source(path, weight, None, None, None, False, planned)
+    if summary is not None:
+        if summary.dtype not in ("uint8", "int8") and vocab < 2 ** (8 * (2 if summary.dtype.endswith("16") else 4)):
+            problems.append(
+                Problem(
+                    "data_paths",
+                    path,
+                    f"has no manifest ({Path(path).name}.manifest.json), so its token ids are not checked against "
+                    f"the vocabulary of {vocab:,}.",
+                    "prepare it with `nemo-recipes data prepare` (which writes the manifest), or check it with "
+                    "`nemo-recipes data inspect`.",
+                    WARNING,
+                )
+            )
+        return Source(path, weight, summary.tokens, summary.documents, None, False, planned)
+    written_by = manifest.tokenizer
+    if info is not None and written_by.fingerprint != info.fingerprint:
+        problems.append(
+            Problem(
+                "tokenizer_path",
+                info.path,
+                f"is not the tokenizer that wrote {path} (its manifest names {written_by.path}, fingerprint "
+                f"{written_by.fingerprint[:19]}...; this one is {info.fingerprint[:19]}...): the model would read "
+                "token ids that mean other words.",
+                f"give tokenizer_path={written_by.path}, or prepare the data again with this tokenizer.",
+            )
+        )
+    elif manifest.max_token_id >= vocab:
+        named = f"the tokenizer's vocabulary of {vocab:,}" if info else f"vocab_size={vocab:,} (no tokenizer_path)"
+        problems.append(
+            Problem(
+                "data_paths",
+                path,
+                f"holds token ids up to {manifest.max_token_id:,}, which do not fit {named}: the embedding lookup "
+                "would fail, or read past the table, on the first step.",
+                f"give the tokenizer that wrote it: tokenizer_path={written_by.path}.",
+            )
+        )
+    return Source(path, weight, manifest.tokens, manifest.documents, manifest.max_token_id, True, planned)
+
+
+def split_documents(documents: int, split: tuple[int, ...] = SPLIT) -> list[int]:
+    """Documents in each split of a source, as Megatron-Core cuts them (blended_megatron_dataset_builder: the
+    cumulative split fractions times the documents, each rounded with Python's round)."""
+    total = float(sum(split))
+    bounds = [0.0]
+    for part in split:
+        bounds.append(bounds[-1] + part / total)
+    return [int(round(b * documents)) - int(round(a * documents)) for a, b in pairwise(bounds)]
+
+
+def _split_problems(source: Source) -> list[Problem]:
+    documents = source.documents or 0
+    counts = split_documents(documents)
+    names = ("train", "validation", "test")
+    empty = [name for name, n, part in zip(names, counts, SPLIT, strict=True) if part and not n]
+    if not empty:
+        return []
+    enough = next(n for n in range(1, 10_000) if all(split_documents(n)[i] for i, part in enumerate(SPLIT) if part))
+    return [
+        Problem(
+            "data_paths",
+            source.path,
+            f"has {documents} document(s): the {SPLIT[0]},{SPLIT[1]},{SPLIT[2]} split gives its "
+            f"{' and '.join(empty)} split none, and Megatron-Core never finishes building an empty split "
+            "(gpt_dataset._get_num_epochs loops).",
+            f"give it at least {enough} documents (cut its text into more documents), or merge it into a larger "
+            "source.",
+        )
+    ]
