@@ -16,7 +16,7 @@ from typing import NoReturn, Optional, Sequence
 
 from nemo_recipes import __version__
 from nemo_recipes.cli import _output, completion, diff, export, launch, ls, plan, show, smoke
-from nemo_recipes.errors import InvalidRecipeError, RecipeError, did_you_mean
+from nemo_recipes.errors import InvalidRecipeError, RecipeError, did_you_mean, redact_text
 
 VERB_MODULES = (ls, show, plan, diff, export, launch, smoke, completion)
 DEBUG_ENV = "NEMO_RECIPES_DEBUG"
@@ -161,7 +161,7 @@ def _usage_error(error: UsageError, *, as_json: bool, debug: bool) -> int:
     if debug:
         traceback.print_exception(error, file=sys.stderr)
     error.parser.print_usage(sys.stderr)
-    print(f"{error.parser.prog}: error: {error.message}", file=sys.stderr)
+    print(f"{error.parser.prog}: error: {redact_text(error.message)}", file=sys.stderr)
     if as_json:
         shape = error.parser.get_default("json_error")
         _output.print_json(_output.error_payload(error.message, [], json_shape=shape, args=None))
