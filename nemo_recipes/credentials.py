@@ -29,15 +29,22 @@ DEFAULT_SECRETS = frozenset(
         "MLFLOW_TRACKING_PASSWORD",
     }
 )
-#: Words that make a key name a secret's (MY_SERVICE_TOKEN, db_password, private-key): its value is never quoted.
-_SECRET_KEY = re.compile(r"token|secret|passw(or)?d|api[-_]?key|access[-_]?key|private[-_]?key|credential", re.I)
+#: Words that make a key name a secret's (MY_SERVICE_TOKEN, db_password, WANDB_API_KEY): its value is never quoted.
+#: Whole words only: `tokens`, `tokenizer_path` or a toleration's `key` are no secrets.
+_SECRET_WORDS = frozenset({"token", "secret", "password", "passwd", "credential", "credentials", "apikey"})
+_SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key"), ("secret", "key")})
 #: Shorter values of secret environment variables are not searched for in messages ("1", "x" would match anything).
 _MIN_SECRET_CHARS = 6
 
 
 def secret_key(name: str) -> bool:
     """Whether a key (an environment variable, a mapping key) names a secret by its words."""
-    return name in DEFAULT_SECRETS or bool(_SECRET_KEY.search(name))
+    words = re.split(r"[^a-z0-9]+", re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower())  # camelCase too
+    return (
+        name in DEFAULT_SECRETS
+        or not _SECRET_WORDS.isdisjoint(words)
+        or not _SECRET_PAIRS.isdisjoint(zip(words, words[1:], strict=False))
+    )
 
 
 def secret_values(environ: Optional[Iterable[tuple[str, str]]] = None) -> list[str]:
