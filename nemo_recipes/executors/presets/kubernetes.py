@@ -501,7 +501,7 @@ def _load_kube_clients_on_first_use() -> None:
         self._kube_clients_loaded_at = float("-inf")
 
     __post_init__._loads_on_first_use = True  # type: ignore[attr-defined]
-    executor.__post_init__ = __post_init__  # type: ignore[method-assign]
+    executor.__post_init__ = __post_init__
 
 
 KUBECONFIG_FIX = (
