@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -344,9 +345,11 @@ INT_BOUNDS: dict[str, int] = {
     ),
     **dict.fromkeys(("warmup_tokens", "decay_tokens", "train_tokens", "checkpoint_every_steps"), INT64_MAX),
 }
-# Characters that may not appear in a recipe name: it becomes a directory name (NeMo's log directory, NeMo-Run's
-# experiment directory), so a separator or '..' would write outside the directory it belongs in.
-_NAME_FORBIDDEN = ("/", "\\")
+# What a recipe, experiment or log name may hold: it becomes a directory name (NeMo's log directory, NeMo-Run's
+# experiment directory), so a separator or '..' would write outside the directory it belongs in, and NeMo-Run
+# writes that directory unquoted into the Slurm script's srun line, so a space, quote, '$' or ';' would split or run
+# there. Letters of any script, digits, '_', '-', '.' and '+' mean nothing to either.
+_PLAIN_NAME = re.compile(r"[\w.+-]+")
 
 
 def _is_int(value: Any) -> bool:
@@ -551,18 +554,13 @@ def plain_name_problems(field: str, name: Any) -> list[Problem]:
     directories of them, so a separator or '..' would write outside the directory they belong in."""
     if not isinstance(name, str):
         return [Problem(field, name, "must be a string.", f"give {field} as a name.")]
-    if (
-        not name.strip()
-        or name in (".", "..")
-        or any(c in name for c in _NAME_FORBIDDEN)
-        or any(ord(c) < 32 or ord(c) == 127 for c in name)
-    ):
+    if name in (".", "..") or not _PLAIN_NAME.fullmatch(name):
         return [
             Problem(
                 field,
                 name,
-                "must be a plain name: it becomes a directory name, so no '/' or '\\', "
-                "not '.' or '..', no control characters.",
+                "must be a plain name: it becomes a directory name and a word of the job script, so no '/' or "
+                "'\\', not '.' or '..', no spaces, quotes, shell characters or control characters.",
                 f"use letters, digits, '_', '-' and '.', e.g. {field}=gpt_7b_run1.",
             )
         ]

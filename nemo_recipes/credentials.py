@@ -7,8 +7,53 @@ Standard library only and below every other module: error messages (errors.py) a
 from __future__ import annotations
 
 import math
+import os
 import re
-from typing import Optional
+from typing import Iterable, Optional
+
+#: Environment names treated as secrets whether or not the user marks them.
+DEFAULT_SECRETS = frozenset(
+    {
+        "WANDB_API_KEY",
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "HUGGINGFACE_HUB_TOKEN",
+        "NGC_API_KEY",
+        "NVIDIA_API_KEY",
+        "OPENAI_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "GITHUB_TOKEN",
+        "COMET_API_KEY",
+        "NEPTUNE_API_TOKEN",
+        "MLFLOW_TRACKING_PASSWORD",
+    }
+)
+#: Words that make a key name a secret's (MY_SERVICE_TOKEN, db_password, WANDB_API_KEY): its value is never quoted.
+#: Whole words only: `tokens`, `tokenizer_path` or a toleration's `key` are no secrets.
+_SECRET_WORDS = frozenset({"token", "secret", "password", "passwd", "credential", "credentials", "apikey"})
+_SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key"), ("secret", "key")})
+#: Shorter values of secret environment variables are not searched for in messages ("1", "x" would match anything).
+_MIN_SECRET_CHARS = 6
+
+
+def secret_key(name: str) -> bool:
+    """Whether a key (an environment variable, a mapping key) names a secret by its words."""
+    words = re.split(r"[^a-z0-9]+", re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower())  # camelCase too
+    return (
+        name in DEFAULT_SECRETS
+        or not _SECRET_WORDS.isdisjoint(words)
+        or not _SECRET_PAIRS.isdisjoint(zip(words, words[1:], strict=False))
+    )
+
+
+def secret_values(environ: Optional[Iterable[tuple[str, str]]] = None) -> list[str]:
+    """The values of this process's secret environment variables (by secret_key), longest first: a message that
+    holds one of them, under whatever field, quotes a secret."""
+    items = os.environ.items() if environ is None else environ
+    found = {value for name, value in items if secret_key(name) and len(value) >= _MIN_SECRET_CHARS}
+    return sorted(found, key=len, reverse=True)
+
 
 #: Prefixes that start API tokens and no Secret name or key: {prefix: whose token}. Errors name the prefix only.
 _TOKEN_PREFIXES = {

@@ -8,9 +8,9 @@ from __future__ import annotations
 import difflib
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, TypeVar
+from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 
-from nemo_recipes.credentials import token_like
+from nemo_recipes.credentials import secret_key, secret_values, token_like
 
 ERROR = "error"
 WARNING = "warning"
@@ -27,16 +27,67 @@ class Problem:
     severity: str = ERROR
 
     def to_dict(self) -> dict[str, Any]:
+        value, hide = redacted(self.value, self.field)
         return {
             "severity": self.severity,
             "field": self.field,
-            "value": jsonable(self.value),
-            "message": self.message,
-            "fix": self.fix,
+            "value": jsonable(value),
+            "message": hide(self.message),
+            "fix": hide(self.fix),
         }
 
     def __str__(self) -> str:
-        return f"{self.severity}: {self.field}={shown(self.value)}: {self.message} Fix: {self.fix}"
+        value, hide = redacted(self.value, self.field)
+        return f"{self.severity}: {self.field}={shown(value)}: {hide(self.message)} Fix: {hide(self.fix)}"
+
+
+def redact_text(text: str) -> str:
+    """Free text (a message from NeMo-Run, argparse or the scheduler) without secrets: the values of this process's
+    secret environment variables and every word that looks like a token."""
+    for secret in secret_values():
+        text = text.replace(secret, REDACTED_VALUE)
+    return " ".join(REDACTED_VALUE if looks_secret(word) else word for word in text.split(" "))
+
+
+def _secret_key(key: str) -> bool:
+    # `secrets`, `image_pull_secrets`: lists of names, not secrets themselves.
+    return bool(key) and not key.endswith("secrets") and secret_key(key)
+
+
+def redacted(value: Any, field: str = "") -> tuple[Any, Callable[[str], str]]:
+    """`value` as a message may quote it, and a function that hides the same secrets in the message's other text.
+
+    The one place where secrets are taken out of what we print (every Problem goes through it, in text and JSON):
+    a value under a secret's key (`env.WANDB_API_KEY`, `{"db_password": ...}`), every value of a `secrets` mapping
+    (`secrets={"WANDB_API_KEY": "<the key>"}`, a profile's `secrets:` written as a mapping), any string that looks
+    like a token (credentials.token_like), and any value of this process's secret environment variables wherever
+    it appears."""
+    found: list[str] = []
+
+    def walk(item: Any, key: str, secret: bool) -> Any:
+        if isinstance(item, Mapping):
+            inner = secret or key == "secrets"  # {NAME: value}: the values are the secrets
+            return {k: walk(v, str(k), inner or _secret_key(str(k))) for k, v in item.items()}
+        if isinstance(item, (list, tuple)):
+            return type(item)(walk(v, key, secret) for v in item)
+        if item is None or isinstance(item, bool) or not (secret or isinstance(item, str)):
+            return item
+        text = item if isinstance(item, str) else repr(item)
+        if secret or looks_secret(text) or any(s in text for s in secret_values()):
+            found.append(text)
+            return REDACTED_VALUE
+        return item
+
+    last = field.rsplit(".", 1)[-1]
+    shown_value = walk(value, last, _secret_key(last))
+    hidden = sorted({t for t in found if len(t) >= 4} | set(secret_values()), key=len, reverse=True)
+
+    def hide(text: str) -> str:
+        for secret in hidden:
+            text = text.replace(secret, REDACTED_VALUE)
+        return text
+
+    return shown_value, hide
 
 
 class RecipeError(ValueError):

@@ -8,13 +8,15 @@ problems (field, value, fix), never a silent choice. Values are then read by wha
   that cannot be read is passed on as text, so that `RecipeSpec.replace` reports it with the field, the expected
   type and the fix, in the same words as every other invalid value. Unknown keys pass through the same way and get
   the catalog's "did you mean";
-* executor arguments as YAML scalars and lists (8 -> int, [a, b] -> list, true -> bool), as a profile file reads.
+* executor arguments as YAML numbers, booleans and flow lists (8 -> int, [a, b] -> list, true -> bool), as a
+  profile file reads; any other value is the text exactly as written (never a YAML comment or quote dropped).
 
 Standard library only (PyYAML is imported for executor arguments alone), so the fast CLI verbs stay fast.
 """
 
 from __future__ import annotations
 
+import re
 import types
 import typing
 from typing import Any, Literal, Mapping, Optional, Sequence
@@ -29,18 +31,24 @@ _NONE = {"none", "null", "~"}
 
 
 def split_key_values(
-    items: Sequence[str], *, field: str = "override", flag: str = "", example: str = "tensor_parallel=4"
+    items: Sequence[str],
+    *,
+    field: str = "override",
+    flag: str = "",
+    example: str = "tensor_parallel=4",
+    strip: bool = True,
 ) -> tuple[dict[str, str], list[Problem]]:
     """['tensor_parallel=4', 'oops'] -> ({'tensor_parallel': '4'}, [problem with 'oops']).
 
     `field` names a malformed item in its problem, `flag` is what precedes each item on the command line ('-E ')
     and `example` one well-formed item, for the fix. Repeating a key with the same value is harmless and accepted.
+    `strip=False` keeps a value exactly as written (the spaces around it too).
     """
     raw: dict[str, str] = {}
     problems = []
     for item in items:
         key, sep, value = str(item).partition("=")
-        key, value = key.strip(), value.strip()
+        key, value = key.strip(), value.strip() if strip else value
         if not sep or not key:
             problems.append(
                 Problem(
@@ -102,20 +110,53 @@ def apply_overrides(
 
 
 def read_yaml_values(items: Sequence[str], *, field: str, flag: str, example: str) -> dict[str, Any]:
-    """`key=value` items with YAML values (8 -> int, [a, b] -> list, true -> bool; text that is not YAML stays
-    text); every malformed or repeated item in one InvalidRecipeError."""
-    import yaml
-
-    raw, problems = split_key_values(items, field=field, flag=flag, example=example)
-    if problems:
-        raise InvalidRecipeError(problems, context=f"{field}s")
+    """`key=value` items, each value taken as written or refused, never losing a character: a number, true/false,
+    null or a flow list/mapping ([a, b], {k: v}) is read as YAML; any other text stays exactly the text given, since
+    YAML would drop a '#' comment, quotes or what follows a newline (`account=$'ci\\n#SBATCH --wrap=id'` would be
+    'ci'). A control character (newline, tab, ...) is refused: no executor argument may span lines. Every malformed
+    or repeated item in one InvalidRecipeError."""
+    raw, problems = split_key_values(items, field=field, flag=flag, example=example, strip=False)
     values: dict[str, Any] = {}
     for key, text in raw.items():
-        try:
-            values[key] = yaml.safe_load(text) if text else ""
-        except yaml.YAMLError:
-            values[key] = text
+        if any(ord(c) < 32 or ord(c) == 127 for c in text):
+            problems.append(
+                Problem(
+                    key,
+                    text,
+                    "contains a newline or another control character; an executor argument is one line.",
+                    f"remove it, or set {key} in a cluster profile file if it really needs one.",
+                )
+            )
+            continue
+        values[key] = _yaml_value(text)
+    if problems:
+        raise InvalidRecipeError(problems, context=f"{field}s")
     return values
+
+
+#: The YAML values an executor argument may be: decimal numbers, booleans, null and flow collections. Anything else
+#: is text, so that `time=04:00:00` (a base-60 integer to YAML 1.1) or `0x10` keeps its characters.
+_YAML_SHAPES = re.compile(
+    r"[-+]?[0-9]+|[-+]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][-+]?[0-9]+)?|true|false|yes|no|on|off|null|~|\[.*\]|\{.*\}",
+    re.IGNORECASE,
+)
+
+
+def _yaml_value(text: str) -> Any:
+    """`text` read as YAML when it is a number, boolean, null or flow collection and YAML keeps every character
+    (no comment); otherwise `text` itself."""
+    import yaml
+
+    stripped = text.strip()
+    if not stripped:
+        return text
+    if "#" in text or not _YAML_SHAPES.fullmatch(stripped):
+        return text
+    try:
+        value = yaml.safe_load(stripped)
+    except yaml.YAMLError:
+        return text
+    return text if isinstance(value, str) else value
 
 
 def read_value(text: str, hint: Any) -> Any:

@@ -18,7 +18,19 @@ ENV = {**os.environ, "COLUMNS": "100", "LINES": "50", "NO_COLOR": "1", "PYTHONWA
 
 
 def cli(*args: str, timeout: float = 60, cwd: "str | Path | None" = None, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([SCRIPT, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env={**ENV, **env})
+    result = subprocess.run(
+        [SCRIPT, *args], capture_output=True, text=True, timeout=timeout, cwd=cwd, env={**ENV, **env}
+    )
+    assert_no_canary(result.stdout, result.stderr)
+    return result
+
+
+def assert_no_canary(*outputs: str) -> None:
+    """The secret canaries conftest.py puts in every test's environment never appear in what we print."""
+    canaries = {os.environ.get(name, "") for name in ("WANDB_API_KEY", "HF_TOKEN")} - {""}
+    for output in outputs:
+        leaked = [c for c in canaries if c.startswith("canary-") and c in output]
+        assert not leaked, f"a secret's value was printed: {output[-2000:]}"
 
 
 def check_snapshot(name: str, text: str) -> None:

@@ -18,7 +18,35 @@ import pytest
 _NEMORUN_HOME = os.environ["NEMORUN_HOME"] = tempfile.mkdtemp(prefix="nemo-recipes-tests-nemorun-")
 
 
+# Canaries (issue 23): a secret value in the environment of every test and of every process a test starts. It must
+# never appear in what the CLI prints (tests/_cli.py checks every run) nor in a file written under the session's
+# temporary directories or NEMORUN_HOME (checked when the session ends). Not token-shaped on purpose: only the
+# handling of secrets by name and by environment value can keep it out.
+SECRET_CANARY = f"canary-{os.getpid()}-secret-value-never-printed"
+CANARY_NAMES = ("WANDB_API_KEY", "HF_TOKEN")
+os.environ.update(dict.fromkeys(CANARY_NAMES, SECRET_CANARY))
+
+
+def _files_with_canary(roots) -> list[str]:
+    found = []
+    for root in roots:
+        for path in Path(root).rglob("*") if root and Path(root).is_dir() else ():
+            try:
+                if path.is_file() and not path.is_symlink() and path.stat().st_size < 64 * 2**20:
+                    if SECRET_CANARY.encode() in path.read_bytes():
+                        found.append(str(path))
+            except OSError:
+                continue
+    return found
+
+
 def pytest_sessionfinish(session, exitstatus):
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    roots = [_NEMORUN_HOME, factory.getbasetemp() if factory is not None and factory._basetemp else None]
+    leaked = _files_with_canary(roots)
+    if leaked:
+        print(f"\nSECRET CANARY written to {len(leaked)} file(s): {leaked[:10]}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
     shutil.rmtree(_NEMORUN_HOME, ignore_errors=True)
 
 

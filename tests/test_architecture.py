@@ -13,11 +13,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "nemo_recipes"
 
 #: Each unit (a top-level module or sub-package) and what it may import, lowest layer first. ARCHITECTURE.md holds
 #: the same table with the reasons.
-CORE = {"errors", "credentials", "counts"}
+CORE = {"errors", "credentials", "counts", "yaml_files"}
 ALLOWED: dict[str, set[str]] = {
     "credentials": set(),
     "counts": set(),
     "errors": {"credentials"},
+    "yaml_files": {"errors", "credentials"},
     "catalog": CORE | {"plan"},
     "plan": CORE | {"catalog", "data"},
     "overrides": CORE | {"catalog"},
@@ -36,7 +37,7 @@ EXCEPTIONS = {
     ("executors/plugin.py", "training"): "the recipe plugin reads the RecipeSpec back from a run.Partial",
 }
 #: Units that must stay importable without NeMo, Megatron, torch, Lightning or NeMo-Run (the fast path).
-LIGHT = {"credentials", "counts", "errors", "catalog", "plan", "overrides"}
+LIGHT = {"credentials", "counts", "errors", "yaml_files", "catalog", "plan", "overrides"}
 HEAVY = {"nemo", "megatron", "torch", "lightning", "nemo_run", "transformer_engine", "fiddle"}
 #: Files of heavier units that the fast path still imports (the planner reads manifests and fingerprints
 #: tokenizers): standard library and our own modules only, at import time; manifest.py also inside its functions.

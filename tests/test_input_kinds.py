@@ -390,7 +390,7 @@ def test_every_plan_json_answer_has_the_plan_keys(cli_in_process, argv):
 
 
 def test_an_unreadable_file_to_diff_is_a_message(cli_in_process, tmp_path, monkeypatch):
-    from nemo_recipes.cli import diff
+    from nemo_recipes import yaml_files
 
     path = tmp_path / "mine.yaml"
     path.write_text("a: 1\n")
@@ -398,7 +398,7 @@ def test_an_unreadable_file_to_diff_is_a_message(cli_in_process, tmp_path, monke
     def unreadable(*args, **kwargs):  # as chmod 0 would be, for any user (root reads everything)
         raise PermissionError(13, "Permission denied", str(path))
 
-    monkeypatch.setattr(diff, "open", unreadable, raising=False)
+    monkeypatch.setattr(yaml_files, "open", unreadable, raising=False)  # the one reader of every file we are given
     code, _, err = cli_in_process("diff", "gpt_7b", str(path))
     assert code == 2 and "cannot be read: Permission denied" in err
 

@@ -13,7 +13,7 @@ import sys
 from typing import Any, Callable, Iterable, Optional, TextIO
 
 from nemo_recipes.counts import human_count, parse_count  # noqa: F401  (the CLI's helpers, re-exported)
-from nemo_recipes.errors import Problem
+from nemo_recipes.errors import Problem, redact_text
 
 PROG = "nemo-recipes"
 
@@ -71,6 +71,7 @@ def error_payload(
     message: str, problems: list[Problem], *, json_shape: Optional[Callable[..., dict]] = None, args: Any = None
 ) -> dict:
     """The JSON of an error: {error, problems}, or the verb's own shape (`plan` answers with every key of a plan)."""
+    message = redact_text(message)
     if json_shape is not None:
         return json_shape(message, problems, args)
     return {"error": message, "problems": [p.to_dict() for p in problems]}
@@ -87,6 +88,7 @@ def report_error(
 ) -> None:
     """One clear message on stderr; with --json, the same content as a JSON object on stdout."""
     where = f"{PROG} {verb}" if verb else PROG
+    message = redact_text(message)  # problems redact themselves (errors.redacted)
     if not problems:
         lines = [f"{where}: error: {message}"]
     elif len(problems) == 1:

@@ -8,10 +8,10 @@ side is a recipe name, that recipe is first resolved the way `export` writes it,
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import Any
 
+from nemo_recipes import yaml_files
 from nemo_recipes.catalog import DERIVED_SOURCES, RECIPES, field_names, get_recipe
 from nemo_recipes.cli import _output
 from nemo_recipes.cli._table import render
@@ -117,42 +117,9 @@ def load_config_file(path: str) -> dict[str, Any]:
         raise InvalidRecipeError(
             [Problem("file", path, f"has an unknown extension {suffix!r}.", "use a .yaml, .yml, .json or .toml file.")]
         )
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
-    except OSError as error:
-        raise InvalidRecipeError(
-            [
-                Problem(
-                    "file",
-                    path,
-                    f"cannot be read: {error.strerror or error}.",
-                    "give a readable file written by `nemo-recipes export`.",
-                )
-            ]
-        ) from None
-    try:
-        if suffix == ".json":
-            data = json.loads(raw)
-        elif suffix == ".toml":
-            import tomllib
-
-            data = tomllib.loads(raw.decode())
-        else:
-            import yaml  # PyYAML is a dependency of NeMo-Run and ours; imported only for YAML files
-
-            data = yaml.safe_load(raw)
-    except Exception as error:  # each parser has its own error type; all mean the same to the user
-        raise InvalidRecipeError(
-            [
-                Problem(
-                    "file",
-                    path,
-                    f"cannot be read as {suffix[1:].upper()}: {error}",
-                    "fix the file or export it again with `nemo-recipes export`.",
-                )
-            ]
-        ) from None
+    fix = "fix the file or export it again with `nemo-recipes export`."
+    # YAML, JSON and TOML through the one bounded reader: size, depth, aliases, no key twice.
+    data = yaml_files.read_file(path, field="file", fix=fix)
     if not isinstance(data, dict):
         raise InvalidRecipeError(
             [

@@ -19,7 +19,7 @@ from typing import NoReturn, Optional, Sequence
 from nemo_recipes import __version__
 from nemo_recipes.cli import _output
 from nemo_recipes.cli.verbs import VERBS
-from nemo_recipes.errors import InvalidRecipeError, RecipeError, did_you_mean
+from nemo_recipes.errors import InvalidRecipeError, RecipeError, did_you_mean, redact_text
 
 DEBUG_ENV = "NEMO_RECIPES_DEBUG"
 
@@ -175,7 +175,7 @@ def _usage_error(error: UsageError, *, as_json: bool, debug: bool) -> int:
     if debug:
         traceback.print_exception(error, file=sys.stderr)
     error.parser.print_usage(sys.stderr)
-    print(f"{error.parser.prog}: error: {error.message}", file=sys.stderr)
+    print(f"{error.parser.prog}: error: {redact_text(error.message)}", file=sys.stderr)
     if as_json:
         shape = error.parser.get_default("json_error")
         _output.print_json(_output.error_payload(error.message, [], json_shape=shape, args=None))

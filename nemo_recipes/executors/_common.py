@@ -65,6 +65,58 @@ def single_line(field: str, value: Any) -> list[Problem]:
     return []
 
 
+# ---- values NeMo-Run writes into a job script without quoting them ----
+#
+# NeMo-Run 0.11.1 quotes the `#SBATCH` values and nothing on the srun line: its `noquote` is an alias of `str`, so
+# every srun argument (the image, the mounts, the job directory in --output and --container-mounts, the job name,
+# which starts with the account) is written as it is. A space splits such a value, `$(...)` or a backtick runs, and
+# `;` or `&&` starts a second command on the cluster. Those fields may hold only characters that mean nothing to the
+# shell; one table says which, and `script_word` applies it. (Environment values we quote ourselves, and
+# `setup_lines` is shell by definition.)
+
+_NAME = r"[A-Za-z0-9_.+-]+"
+#: kind -> (what a value may hold, the words of the fix)
+SCRIPT_WORDS: dict[str, tuple[re.Pattern[str], str]] = {
+    # sacctmgr/scontrol names; a partition may be a comma-separated list of them.
+    "slurm name": (re.compile(_NAME), "letters, digits, '_', '.', '+' and '-'"),
+    "slurm names": (re.compile(f"{_NAME}(,{_NAME})*"), "names of letters, digits, '_', '.', '+', '-', and commas"),
+    # Registry images (nvcr.io/nvidia/nemo:25.09, Pyxis' nvcr.io#nvidia/nemo:25.09, @sha256:...) or .sqsh paths;
+    # '#' starts a comment only at the start of a word.
+    "image": (re.compile(r"[A-Za-z0-9_@%+=:./-][A-Za-z0-9_@%+=:./#-]*"), "letters, digits and _ @ % + = : . / # -"),
+    # src:dst[:flags]; a comma would start another mount.
+    "mount": (re.compile(r"[A-Za-z0-9_@%+=:./-]+"), "letters, digits and _ @ % + = : . / - (no spaces or commas)"),
+    # A directory that is the source of a mount too: no ':' or ','; no '~', which the shell expands.
+    "path": (re.compile(r"[A-Za-z0-9_@%+=./-]+"), "letters, digits and _ @ % + = . / - (no spaces, ':' or ',')"),
+    "host": (re.compile(r"[A-Za-z0-9_.:\[\]-]+"), "a host name or address"),
+}
+
+
+def script_word(field: str, value: Any, kind: str) -> list[Problem]:
+    """Problems unless `value` (None: unset) is a string of the `kind` of SCRIPT_WORDS: NeMo-Run writes it into the
+    job script unquoted."""
+    if value is None:
+        return []
+    pattern, allowed = SCRIPT_WORDS[kind]
+    if not isinstance(value, str):
+        return [Problem(field, value, "must be a string.", f"give {field} as text.")]
+    if pattern.fullmatch(value):
+        return []
+    return [
+        Problem(
+            field,
+            value,
+            f"must be one word of {allowed}: NeMo-Run writes {field} unquoted into the job script, where the shell "
+            "would split it at a space, run `$(...)` or a backtick, or start another command at ';', '&' or '|'.",
+            f"use only {allowed} in {field}"
+            + (
+                " (a path with a space: link it to one without, `ln -s`, and use that)."
+                if kind in ("mount", "path")
+                else "."
+            ),
+        )
+    ]
+
+
 def optional_bool(field: str, value: Any) -> list[Problem]:
     if value is not None and not isinstance(value, bool):
         return [Problem(field, value, "must be true, false or unset.", f"set {field} to True or False.")]

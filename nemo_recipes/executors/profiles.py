@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
+from nemo_recipes import yaml_files
 from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem, did_you_mean
 from nemo_recipes.executors import registry
 from nemo_recipes.executors.kubeflow_trainer import normalise_version
@@ -149,62 +150,27 @@ def _name_problem(name: Any) -> Problem:
 
 
 def _read_profiles_file(file: Path) -> dict:
-    """The file's top-level mapping; YAML errors, duplicate keys (which YAML would resolve silently, last one
-    winning), text that is not UTF-8 and unreadable files are problems naming the file."""
-    import yaml
-
-    def refuse(message: str, fix: str) -> InvalidConfigError:
-        return InvalidConfigError([Problem("clusters", str(file), message, fix)])
-
-    try:
-        text = file.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise refuse(f"is not UTF-8 text (byte {error.start}).", "save the file as UTF-8.") from None
-    except OSError as error:
-        raise refuse(
-            f"cannot be read: {error.strerror or error}.", f"give a readable YAML file (--clusters FILE or ${ENV_VAR})."
-        ) from None
-    try:
-        data = yaml.load(text, Loader=_unique_key_loader()) or {}
-    except _DuplicateKeyError as error:
-        raise refuse(str(error), "keep one of the two entries.") from None
-    except yaml.YAMLError as error:
-        raise refuse(
-            f"is not valid YAML: {error}", "fix the syntax (a mapping of profile names to settings)."
-        ) from None
+    """The file's top-level mapping, read through the one bounded YAML loader (yaml_files): unreadable files, text
+    that is not UTF-8, YAML errors, a key given twice (which YAML would resolve silently, last one winning) and
+    files beyond its bounds are problems naming the file."""
+    data = yaml_files.read_file(
+        file,
+        field="clusters",
+        fix=f"fix the file: a mapping of profile names to settings (--clusters FILE or ${ENV_VAR}).",
+    )
+    data = data or {}
     if not isinstance(data, dict):
-        raise refuse(
-            "must be a mapping of profile names to settings.", "write `my_cluster: {preset: slurm, account: ...}`."
+        raise InvalidConfigError(
+            [
+                Problem(
+                    "clusters",
+                    str(file),
+                    "must be a mapping of profile names to settings.",
+                    "write `my_cluster: {preset: slurm, account: ...}`.",
+                )
+            ]
         )
     return data
-
-
-class _DuplicateKeyError(Exception):
-    pass
-
-
-def _unique_key_loader() -> type:
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        """PyYAML's safe loader, refusing a key given twice in one mapping."""
-
-        def construct_mapping(self, node: Any, deep: bool = False) -> dict:
-            seen: dict[Any, Any] = {}
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=deep)
-                try:
-                    line = seen.setdefault(key, key_node.start_mark.line + 1)
-                except TypeError:  # an unhashable key: PyYAML reports it below
-                    continue
-                if line != key_node.start_mark.line + 1:
-                    raise _DuplicateKeyError(
-                        f"has {key!r} twice (lines {line} and {key_node.start_mark.line + 1}); "
-                        "YAML would silently keep the second."
-                    )
-            return super().construct_mapping(node, deep=deep)
-
-    return Loader
 
 
 def get_profile(name: str, path: "str | os.PathLike[str] | None" = None) -> ClusterProfile:

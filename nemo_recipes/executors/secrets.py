@@ -20,27 +20,9 @@ import re
 import shlex
 from typing import Any, Iterable, Mapping, Optional
 
+from nemo_recipes.credentials import DEFAULT_SECRETS as DEFAULT_SECRETS  # one list, in credentials.py
 from nemo_recipes.credentials import token_like  # noqa: F401  (part of this module's interface)
 from nemo_recipes.errors import Problem
-
-#: Names treated as secrets whether or not the user marks them.
-DEFAULT_SECRETS = frozenset(
-    {
-        "WANDB_API_KEY",
-        "HF_TOKEN",
-        "HUGGING_FACE_HUB_TOKEN",
-        "HUGGINGFACE_HUB_TOKEN",
-        "NGC_API_KEY",
-        "NVIDIA_API_KEY",
-        "OPENAI_API_KEY",
-        "AWS_SECRET_ACCESS_KEY",
-        "AWS_SESSION_TOKEN",
-        "GITHUB_TOKEN",
-        "COMET_API_KEY",
-        "NEPTUNE_API_TOKEN",
-        "MLFLOW_TRACKING_PASSWORD",
-    }
-)
 
 REDACTED = "<redacted>"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch: "$" would let a final newline through
@@ -73,8 +55,11 @@ def secret_name_problems(names: Iterable[Any]) -> list[Problem]:
         reason = token_like(name) if isinstance(name, str) else None
         if reason:
             problems.append(token_problem_for_name(reason))
-        else:
-            problems += name_problems("secrets", [name])
+        elif name_problems("secrets", [name]):
+            # Not a name: perhaps the secret's value itself, which is why it is not quoted back.
+            problems.append(
+                token_problem_for_name("is not an environment variable name (letters, digits, '_'; not shown)")
+            )
     return problems
 
 
@@ -82,7 +67,7 @@ def token_problem_for_name(reason: str) -> Problem:
     return Problem(
         "secrets",
         REDACTED,
-        f"looks like a secret value, not the name of an environment variable: it "
+        f"an entry looks like a secret value, not the name of an environment variable: it "
         f"{reason}. Written here it would be stored in the job script.",
         "list the variable's NAME (e.g. WANDB_API_KEY) in secrets and export its value in the submitting "
         "environment. If the value was shared (a profile, a shell history), revoke it and issue a new one.",

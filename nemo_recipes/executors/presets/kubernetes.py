@@ -12,6 +12,7 @@ from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence, cast
 
 import nemo_run as run
 
+from nemo_recipes import yaml_files
 from nemo_recipes.errors import InvalidConfigError, Problem, known
 from nemo_recipes.executors._common import (
     DEFAULT_IMAGE,
@@ -117,8 +118,10 @@ def kubernetes(
     the recipe plugin warns that a submitted `run.Partial` would not find its config: NeMo-Run 0.11.1 gives a plugin
     no way to tell a dry run from a real submission, so it cannot refuse only the latter.
 
-    A missing `kubernetes` package or kubeconfig is reported with what to install or set: NeMo-Run's executor loads
-    the kubeconfig when it is built (no API call).
+    A missing `kubernetes` package or kubeconfig is reported with what to install or set, and a kubeconfig that
+    cannot be read (beyond the bounds of yaml_files, no current context, a missing cluster) with what is wrong. The
+    kubeconfig is only read here: its credentials (an `exec:` plugin such as `aws eks get-token`) are used, and the
+    API server contacted, when a job is submitted, never when the executor is built or a job dry-run.
     """
     env, secrets, pvcs, (volumes, volume_mounts, tolerations), problems = _mapping_arguments(
         env, secrets, pvcs, {"volumes": volumes, "volume_mounts": volume_mounts, "tolerations": tolerations}
@@ -157,6 +160,8 @@ def kubernetes(
     import nemo_run as run
 
     _follow_kubeconfig_env()
+    _check_kubeconfig()
+    _load_kube_clients_on_first_use()
     all_volumes, mounts = _pod_volumes(volumes, volume_mounts, home_volume, home_mount, pvcs, shm_size)
     settings = pod_settings(
         version,
@@ -318,9 +323,7 @@ def _kubeconfig_errors_reported() -> Iterator[None]:
                     "kubeconfig",
                     ", ".join(paths),
                     f"cannot be loaded ({type(error).__name__}{detail}).",
-                    "fix or regenerate it (e.g. `gcloud container clusters get-credentials ...`, "
-                    "`aws eks update-kubeconfig "
-                    "...`), or point KUBECONFIG at a working one; `kubectl config view` shows what is wrong.",
+                    KUBECONFIG_FIX,
                 )
             ],
             context="kubernetes executor",
@@ -461,6 +464,50 @@ def environment_problems() -> list[Problem]:
             )
         ]
     return []
+
+
+def _check_kubeconfig() -> None:
+    """Read the kubeconfig as the kubernetes client will, up to its active context, cluster and user, without
+    loading the credentials (which would run an `exec:` plugin) or contacting the cluster. Each file goes through
+    the bounded YAML reader first."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and not _kubeconfig_paths():
+        return  # in-cluster configuration: nothing to read
+    from kubernetes.config import kube_config
+
+    for path in _kubeconfig_paths() or [os.path.expanduser("~/.kube/config")]:
+        if os.path.isfile(path):
+            yaml_files.read_file(path, field="kubeconfig", fix=KUBECONFIG_FIX)
+    with _kubeconfig_errors_reported():
+        kube_config._get_kube_config_loader(filename=kube_config.KUBE_CONFIG_DEFAULT_LOCATION)
+
+
+def _load_kube_clients_on_first_use() -> None:
+    """NeMo-Run 0.11.1's KubeflowExecutor loads the kubeconfig in `__post_init__`, and every copy it makes of the
+    executor (`clone()`, when a job is added to an experiment) loads it again: `load_kube_config` runs the user's
+    `exec:` credential plugin, which may go to the network, so a dry run or building a manifest would run the
+    user's programs. Its API clients are already reloaded on first use when older than its refresh interval
+    (`_custom_objects_api`, `_core_v1_api`): marking them as never loaded makes that first use (a real submission,
+    a status query) the first load. Idempotent; NeMo-Run's own checks (the kubernetes package) are kept."""
+    from nemo_run.core.execution import kubeflow
+
+    executor = kubeflow.KubeflowExecutor
+    if getattr(executor.__post_init__, "_loads_on_first_use", False):
+        return
+    eager = executor.__post_init__
+
+    def __post_init__(self: Any) -> None:
+        if not kubeflow._KUBERNETES_AVAILABLE:
+            eager(self)  # NeMo-Run's own ImportError with its install hint
+        self._kube_clients_loaded_at = float("-inf")
+
+    __post_init__._loads_on_first_use = True  # type: ignore[attr-defined]
+    executor.__post_init__ = __post_init__
+
+
+KUBECONFIG_FIX = (
+    "fix or regenerate it (e.g. `gcloud container clusters get-credentials ...`, `aws eks update-kubeconfig ...`), "
+    "or point KUBECONFIG at a working one; `kubectl config view` shows what is wrong."
+)
 
 
 def _follow_kubeconfig_env() -> None:

@@ -18,6 +18,7 @@ from nemo_recipes.executors._common import (
     optional_bool,
     positive_int,
     raise_if,
+    script_word,
     single_line,
     slurm_time,
     str_list,
@@ -96,7 +97,9 @@ def slurm(
     secrets = [] if secret_problems else list(secrets)
     recorded, gpu_problems = gpu_env(gpu)
     problems += gpu_problems
-    problems += non_empty_str("account", account, "set account to your Slurm account (sacctmgr show assoc user=$USER).")
+    problems += non_empty_str(
+        "account", account, "set account to your Slurm account (sacctmgr show assoc user=$USER)."
+    ) or script_word("account", account, "slurm name")
     processes_per_node, shape_problems = _shape_problems(nodes, gpus_per_node, processes_per_node)
     problems += shape_problems
     problems += _script_problems(partition, qos, constraint, mem, container_image, job_dir, exclusive, setup_lines)
@@ -112,7 +115,9 @@ def slurm(
     problems += _one_rank_per_gpu(gpus_per_node, processes_per_node)
     problems += slurm_time("time", time)
     problems += positive_int("retries", retries, minimum=0)
-    problems += str_list("container_mounts", container_mounts)
+    problems += str_list("container_mounts", container_mounts) or [
+        p for mount in container_mounts for p in script_word("container_mounts", mount, "mount")
+    ]
     problems += env_problems(env, secrets, SECRET_HOW)
     problems += _tunnel_problems(tunnel, host, user, job_dir, identity)
     raise_if(problems, "slurm executor")
@@ -165,15 +170,17 @@ def _script_problems(
 ) -> list[Problem]:
     """What would break the batch script: each of these becomes one `#SBATCH` line or one argument of it."""
     problems: list[Problem] = []
-    for field, value in (
-        ("partition", partition),
-        ("qos", qos),
-        ("constraint", constraint),
-        ("mem", mem),
-        ("container_image", container_image),
-        ("job_dir", job_dir),
-    ):
+    # `#SBATCH` values NeMo-Run quotes: one line each.
+    for field, value in (("constraint", constraint), ("mem", mem)):
         problems += single_line(field, value)
+    # Names Slurm knows, and what NeMo-Run writes unquoted on the srun line (see _common.SCRIPT_WORDS).
+    for field, value, kind in (
+        ("partition", partition, "slurm names"),
+        ("qos", qos, "slurm name"),
+        ("container_image", container_image, "image"),
+        ("job_dir", job_dir, "path"),
+    ):
+        problems += script_word(field, value, kind)
     problems += optional_bool("exclusive", exclusive)
     if setup_lines is not None and not isinstance(setup_lines, str):
         problems.append(
@@ -208,12 +215,17 @@ def _one_rank_per_gpu(gpus_per_node: Any, processes_per_node: Any) -> list[Probl
 def _tunnel_problems(tunnel: Any, host: Any, user: Any, job_dir: Any, identity: Any) -> list[Problem]:
     problems: list[Problem] = []
     if tunnel == "ssh":
-        for field, value in (("host", host), ("user", user), ("job_dir", job_dir)):
-            problems += non_empty_str(field, value, f"set {field} for the SSH tunnel (tunnel='ssh').")
+        for field, value, kind in (("host", host, "host"), ("user", user, "slurm name"), ("job_dir", job_dir, "")):
+            found = non_empty_str(field, value, f"set {field} for the SSH tunnel (tunnel='ssh').")
+            problems += found or (script_word(field, value, kind) if kind else [])
         if identity is not None and (not isinstance(identity, str) or not os.path.exists(os.path.expanduser(identity))):
             problems.append(Problem("identity", identity, "no such file.", "give the path of your SSH private key."))
     elif tunnel != "local":
         problems.append(Problem("tunnel", tunnel, "unknown tunnel.", "use 'local' or 'ssh'."))
+    elif job_dir is None:  # jobs then live under NEMORUN_HOME, a word of the srun line like job_dir
+        from nemo_run.config import get_nemorun_home
+
+        problems += script_word("NEMORUN_HOME", get_nemorun_home(), "path")
     return problems
 
 
