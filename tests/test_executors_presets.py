@@ -575,8 +575,15 @@ def test_unknown_trainer_version_gets_the_allowed_ones_and_a_fix(kube):
         "declares spec.runtimePatches, use trainer_version='v2.3'",
     ):
         kubernetes(trainer_version="v2.4.0")
-    with pytest.raises(InvalidRecipeError, match='quote it: trainer_version: "v2.3"'):
-        kubernetes(trainer_version=2.3)  # what YAML makes of `trainer_version: 2.3`
+    # What YAML makes of `trainer_version: 2.10` (2.1), `2.3` and `2`: the number cannot say which release was
+    # written, so the fix never offers the number's own reading (2.10 must not become 'v2.1').
+    for number, alike in ((2.1, "'2.1' and '2.10' alike"), (2.3, "'2.3' and '2.30' alike"), (2, "2 as a number")):
+        with pytest.raises(InvalidRecipeError) as info:
+            kubernetes(trainer_version=number)
+        (problem,) = info.value.problems
+        assert problem.field == "trainer_version" and problem.value == number
+        assert f"YAML reads {alike}" in problem.fix and "kubectl get crd" in problem.fix
+        assert f'"v{number}"' not in problem.fix or number == 2.3  # v2.3 is only the example, the newest release
     with pytest.raises(InvalidRecipeError) as info:
         kubernetes(trainer_version="v2.0", node_selector="gpu", affinity=["nodeAffinity"])
     assert fields(info.value) == ["trainer_version", "node_selector", "affinity"]  # every problem at once
@@ -596,7 +603,8 @@ def test_profile_trainer_version_is_checked_when_read_and_normalised(kube, tmp_p
     assert fields(info.value) == ["bad.trainer_version", "num.trainer_version", "typo.trainer_versoin"]
     text = str(info.value)
     assert "bad.trainer_version='v3': is not a Kubeflow Trainer release" in text and "'v2.1', 'v2.2', 'v2.3'" in text
-    assert 'quote it: num.trainer_version: "v2.2"' in text
+    assert 'quote the release your cluster runs, e.g. num.trainer_version: "v2.3"' in text
+    assert "YAML reads '2.2' and '2.20' alike as the number 2.2" in text and '"v2.2"' not in text
     assert "(did you mean 'trainer_version'?)" in text
     path.write_text("old:\n  preset: kubernetes\n  trainer_version: 2.1.0\nnew:\n  preset: kubernetes\n")
     assert load_profiles(path)["old"].args["trainer_version"] == "v2.1"

@@ -266,6 +266,32 @@ def test_closed_full_and_ascii_outputs_get_a_message(tmp_path):
     assert ascii_out.returncode == 0 and b"tok\\xe9" in ascii_out.stdout and ascii_out.stderr == b""
 
 
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "\u00fc\u65e5\u672c".encode(),  # UTF-8 text that a C locale cannot decode
+        b"caf\xe9",  # Latin-1: undecodable in any UTF-8 reading too
+        b"a\xff\xfeb",  # bytes that are no text at all
+    ],
+)
+def test_undecodable_arguments_are_written_back_as_their_bytes(raw):
+    """In a C locale without UTF-8 mode Python holds undecodable argument bytes as lone surrogates; every stream we
+    write (the report on stdout, an error on stderr) gives those bytes back unchanged, as plain Python does."""
+    env = {**ENV, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    env.pop("PYTHONIOENCODING", None)
+    plain = subprocess.run([sys.executable, "-c", "import sys; print(sys.argv[1])", raw], capture_output=True, env=env)
+    assert plain.stdout == raw + b"\n"  # what the issue compares with
+    report = subprocess.run([SCRIPT, "plan", "gpt_7b", b"name=" + raw], capture_output=True, env=env)
+    assert report.returncode == 0 and report.stdout.startswith(raw + b" on 1 x 8 "), report.stdout[:80]
+    assert b"\\udc" not in report.stdout
+    error = subprocess.run([SCRIPT, "plan", raw], capture_output=True, env=env)
+    assert error.returncode == 2 and b"\\udc" not in error.stderr
+    # A character the encoding lacks (not an undecodable byte) still becomes an escape, never an exception.
+    ascii_env = {**ENV, "PYTHONIOENCODING": "ascii"}
+    escaped = subprocess.run([SCRIPT, "plan", "gpt_7b", "name=\u65e5"], capture_output=True, env=ascii_env)
+    assert escaped.returncode == 0 and escaped.stdout.startswith(b"\\u65e5 on 1 x 8 ")
+
+
 def test_debug_shows_the_traceback_and_keeps_the_exit_code(capsys):
     assert main(["--debug", "show", "gpt70b"]) == 2
     err = capsys.readouterr().err
