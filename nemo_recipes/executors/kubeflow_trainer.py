@@ -78,7 +78,9 @@ def normalise_version(value: Any, field: str = "trainer_version") -> tuple[Optio
 
 
 def _number_version_fix(field: str, value: float) -> str:
-    alike = f"'{value}' and '{value}0' alike as the number {value}" if isinstance(value, float) else f"{value} as a number"
+    alike = (
+        f"'{value}' and '{value}0' alike as the number {value}" if isinstance(value, float) else f"{value} as a number"
+    )
     return (
         f'quote the release your cluster runs, e.g. {field}: "{TRAINER_VERSIONS[-1]}" (kubectl get crd '
         f"trainjobs.trainer.kubeflow.org tells it): unquoted, YAML reads {alike}, which names no release."
