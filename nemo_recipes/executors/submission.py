@@ -133,3 +133,37 @@ def refusal_problems(error: BaseException, executor: Any) -> list[Problem]:
                 )
             ]
     return []
+
+
+#: NeMo-Run (torchx AppState) states after which a job does nothing more; SUCCEEDED is the one good end.
+ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+@dataclass
+class Outcome:
+    """A submitted job as NeMo-Run reports it, and where its output is."""
+
+    state: str  # NeMo-Run's word: SUCCEEDED, FAILED, CANCELLED, RUNNING, ..., UNKNOWN (NeMo-Run lost track of it)
+    logs: list[str]
+
+    def failed(self, followed: bool) -> bool:
+        """Whether the command must exit non-zero: any end but SUCCEEDED; for a job followed to its end, also a
+        state that is no end at all (UNKNOWN: lost)."""
+        return self.state != "SUCCEEDED" if followed else self.state in ENDED[1:]
+
+    def format(self, job_id: str, experiment: str) -> str:
+        where = "\n".join(f"logs: {path}" for path in self.logs)
+        return f"job {job_id} of experiment {experiment}: {self.state}\n{where}"
+
+    def to_dict(self) -> dict:
+        return {"state": self.state, "logs": self.logs}
+
+
+def outcome(experiment: Any, job_id: str) -> Outcome:
+    """NeMo-Run's state of the job now, with its log files (a local job's `combined.log` per process) or, where
+    NeMo-Run keeps the logs elsewhere (a cluster), the job's directory and the command that shows them."""
+    state = str(experiment.status(return_dict=True)[job_id]["status"])
+    job = next((j for j in getattr(experiment, "jobs", []) if j.id == job_id), None)
+    job_dir = str(getattr(getattr(job, "executor", None), "job_dir", "") or experiment_dir(experiment))
+    logs = sorted(str(p) for p in Path(job_dir).glob("**/combined.log")) if job_dir else []
+    return Outcome(state, logs or [job_dir, f"nemo experiment logs {experiment_id(experiment)} 0"])
