@@ -104,12 +104,12 @@ def test_a_killed_command_takes_its_training_processes_with_it(tmp_path):
     """SIGKILL reaches no handler: the kernel signals the launcher's child as its parent dies (parent-death signal;
     torchrun would pass it on to its workers)."""
     directory = tmp_path / "run"
-    smoke = start_smoke(directory, 1)
+    smoke = start_smoke(directory, 1, "--steps", "400", "--stop-step", "300")  # a phase of minutes
     try:
         wait_for(lambda: len(processes_of(str(directory))) >= 2, 120, "the worker")
         smoke.kill()
         smoke.communicate(timeout=30)
-        wait_for(lambda: processes_of(str(directory)) == [], 60, "end of the orphaned processes")
+        wait_for(lambda: processes_of(str(directory)) == [], 20, "end of the orphaned processes")
     finally:
         for pid in processes_of(str(directory)):  # never leave them behind, even when the test fails
             os.kill(pid, signal.SIGKILL)

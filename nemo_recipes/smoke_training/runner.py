@@ -7,6 +7,9 @@ process, under `torch.distributed.run` for several, or a NeMo-Run executor (loca
 
 from __future__ import annotations
 
+import errno
+import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional, TextIO, Union
 
 from nemo_recipes.catalog import RecipeSpec, get_recipe
+from nemo_recipes.errors import InvalidRecipeError, Problem
 from nemo_recipes.smoke_training import record
 from nemo_recipes.smoke_training.judge import Verdict, _ranges, judge
 from nemo_recipes.smoke_training.launchers import Launcher, SmokeError, local_processes
@@ -183,13 +187,65 @@ def workspace(plan: SmokePlan, dir: Optional[str] = None, name: str = "smoke") -
     """A new (or empty) directory with the learnable corpus written into it."""
     from nemo_recipes.smoke_training.corpus import write_corpus
 
-    root = Path(dir) if dir else Path(tempfile.mkdtemp(prefix=f"nemo-recipes-smoke-{plan.spec.name}-"))
-    root.mkdir(parents=True, exist_ok=True)
-    if any(r.get("event") == "step" for r in record.read(root / "metrics.jsonl")):
-        raise SmokeError(f"{root} holds an earlier smoke run; give an empty or new directory")
-    return Workspace(
-        root=root, corpus=write_corpus(root / "data" / "corpus", plan.spec.vocab_size), plan=plan, name=name
+    field, value = ("dir", dir) if dir else ("TMPDIR", tempfile.gettempdir())
+    try:
+        root = Path(dir) if dir else Path(tempfile.mkdtemp(prefix=f"nemo-recipes-smoke-{plan.spec.name}-"))
+        root.mkdir(parents=True, exist_ok=True)
+        # A directory we cannot write is found before Megatron is imported for the corpus (seconds).
+        probe = root / ".nemo-recipes-write-test"
+        probe.write_bytes(bytes(_PROBE_BYTES))
+        probe.unlink()
+        if any(r.get("event") == "step" for r in record.read(root / "metrics.jsonl")):
+            raise SmokeError(f"{root} holds an earlier smoke run; give an empty or new directory")
+        corpus = write_corpus(root / "data" / "corpus", plan.spec.vocab_size)
+    except OSError as error:
+        raise InvalidRecipeError([directory_problem(error, field, value)], context=f"smoke {plan.spec.name}") from None
+    return Workspace(root=root, corpus=corpus, plan=plan, name=name)
+
+
+#: Bytes of the write test: a file system with less room than this cannot hold the corpus either.
+_PROBE_BYTES = 64 * 1024
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def directory_problem(error: OSError, field: str, value: str) -> Problem:
+    """Why the run's directory cannot hold the run, as a problem naming the path the system refused."""
+    path = error.filename or value
+    option = "--dir" if field == "dir" else field
+    if isinstance(error, (FileExistsError, NotADirectoryError)):
+        # `value` itself is a file (mkdir: exists), or a file stands where a folder of its path should be.
+        inside = _file_in(Path(value))
+        stands = "is a file" if inside == str(Path(value)) else f"has a file in its path ({inside})"
+        return Problem(field, value, f"{stands}, not a directory.", f"give {option} a new or empty directory.")
+    if error.errno in _FULL:
+        return Problem(
+            field,
+            value,
+            f"has no room: writing to it failed ({os.strerror(error.errno or 0)}).",
+            f"free space there (df -h {shlex.quote(str(value))}) or give {option} a directory on another file system.",
+        )
+    if error.errno in _READ_ONLY:
+        return Problem(
+            field,
+            value,
+            f"cannot be written ({os.strerror(error.errno or 0)}: {path}).",
+            f"give {option} a directory you can write, e.g. {option}=$HOME/smoke-runs/1.",
+        )
+    return Problem(
+        field,
+        value,
+        f"cannot hold the run's files ({error.strerror or error}: {path}).",
+        f"give {option} another directory.",
     )
+
+
+def _file_in(path: Path) -> str:
+    """The first part of `path` that exists and is not a directory."""
+    for part in [*reversed(path.parents), path]:
+        if part.exists() and not part.is_dir():
+            return str(part)
+    return str(path)
 
 
 def run_phase(
