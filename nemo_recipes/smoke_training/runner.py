@@ -203,6 +203,47 @@ def workspace(plan: SmokePlan, dir: Optional[str] = None, name: str = "smoke") -
     return Workspace(root=root, corpus=corpus, plan=plan, name=name)
 
 
+def visible_gpus() -> int:
+    """NVIDIA GPUs this process may use, from the driver's list (/proc/driver/nvidia/gpus) and CUDA_VISIBLE_DEVICES,
+    without importing torch (this process stays light)."""
+    driver = Path("/proc/driver/nvidia/gpus")
+    present = len(list(driver.iterdir())) if driver.is_dir() else 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return present
+    return min(present, len([d for d in visible.split(",") if d.strip() and not d.strip().startswith("-")]))
+
+
+def machine_problems(processes: int, full_size: bool) -> list[Problem]:
+    """What this machine cannot run: more processes than GPUs (with GPUs) or than cores (without: each gloo
+    process trains on a core, and thousands would exhaust memory before the first step), and the recipe's full
+    shape without a GPU (its weights and optimizer state take tens to hundreds of GiB)."""
+    gpus = visible_gpus()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    problems = []
+    if full_size and not gpus:
+        problems.append(
+            Problem(
+                "full_size",
+                True,
+                "needs GPUs, and this machine shows none (no NVIDIA driver, or CUDA_VISIBLE_DEVICES hides them): "
+                "the recipe's full shape does not fit in a CPU's memory.",
+                "leave --full-size out to train the recipe scaled down on the CPU, or run it on a GPU machine.",
+            )
+        )
+    limit, what = (gpus, "GPU(s)") if gpus else (cores, "CPU core(s) for its processes")
+    if processes > limit:
+        problems.append(
+            Problem(
+                "processes",
+                processes,
+                f"is more than this machine's {limit} {what}.",
+                f"use --processes {limit} or fewer, or --executor to run on a cluster.",
+            )
+        )
+    return problems
+
+
 #: Bytes of the write test: a file system with less room than this cannot hold the corpus either.
 _PROBE_BYTES = 64 * 1024
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -292,6 +333,10 @@ def smoke(
     plan = smoke_plan(
         spec, processes=processes, steps=steps, stop_step=stop_step, full_size=full_size, overrides=overrides
     )
+    if launch is None:  # processes on this machine: it must be able to hold them
+        problems = machine_problems(plan.processes, full_size)
+        if problems:
+            raise InvalidRecipeError(problems, context=f"smoke {spec.name} on this machine")
     space = workspace(plan, dir, name)
     report = SmokeReport(recipe=spec.name, plan=plan, verdict=Verdict(), directory=str(space.root))
     shown = Progress(progress, plan.steps, f"smoke {spec.name}") if progress else None
