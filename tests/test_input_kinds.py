@@ -178,6 +178,24 @@ def test_profile_files_that_yaml_would_resolve_silently_are_refused(tmp_path, te
     assert words in refused(error, field)
 
 
+@pytest.mark.parametrize("preset", ["local", "slurm", "kubernetes"])
+def test_a_profile_named_like_the_preset_asked_for_is_refused_not_passed_over(preset, tmp_path, monkeypatch):
+    """`--executor slurm` always means the preset; a `slurm:` profile in the file (given, or the default file)
+    would never apply, and its settings would be dropped without a word."""
+    from nemo_recipes.executors.profiles import ENV_VAR, executor_for
+
+    path = tmp_path / "clusters.yaml"
+    path.write_text(f"{preset}:\n  preset: local\n  devices: 2\n")
+    for given in (path, None):
+        monkeypatch.setenv(ENV_VAR, str(path))
+        with pytest.raises(InvalidRecipeError) as error:
+            executor_for(preset, given)
+        assert f"rename the profile (e.g. my_{preset})" in refused(error, "profile")
+    other = next(p for p in ("local", "slurm") if p != preset)
+    path.write_text(f"{other}_mine:\n  preset: local\n")  # a profile of another name shadows nothing
+    assert executor_for("local", path)[0] is not None
+
+
 def test_a_newline_in_a_slurm_value_is_refused_before_it_breaks_the_header(tmp_path):
     from nemo_recipes.executors.profiles import executor_for
 
