@@ -679,3 +679,36 @@ def test_plugin_refuses_pod_settings_a_v2_2_server_would_drop(kube, recipes):
     old = kubernetes(gpu="h100", shared_home_pvc="home", trainer_version="v2.1")
     old.tolerations.append({"key": "nvidia.com/gpu", "operator": "Exists"})
     RecipePlugin().setup(recipes.gpt_7b(), old)  # v2.1 keeps them where NeMo-Run writes them
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_an_unreachable_kubernetes_api_is_named_with_the_server_and_the_fix(host, tmp_path, monkeypatch):
+    """A real submission through NeMo-Run's KubeflowExecutor to an API server that is not there (a port nothing
+    listens on): the failure names the kubeconfig's server, says nothing was submitted, and how to check."""
+    import socket
+
+    import nemo_run as run
+
+    from nemo_recipes.executors import kubernetes
+    from nemo_recipes.executors.submission import SubmissionError, submit
+
+    with socket.socket() as probe:  # a port free now: connecting to it is refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "config"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f'clusters: [{{name: c, cluster: {{server: "https://{host}:{port}"}}}}]\n'
+        "contexts: [{name: c, context: {cluster: c, user: u, namespace: default}}]\n"
+        "current-context: c\nusers: [{name: u, user: {token: placeholder}}]\n"
+    )
+    monkeypatch.setenv("KUBECONFIG", str(config))
+    monkeypatch.setenv("NEMORUN_HOME", str(tmp_path / "home"))
+    with open(os.devnull) as devnull:
+        monkeypatch.setattr(sys, "stdin", devnull)
+        with pytest.raises(SubmissionError) as info:
+            submit(run.Script(inline="true"), kubernetes(), name="unreachable")
+    (problem,) = info.value.problems
+    assert problem.field == "kubeconfig" and problem.value == f"https://{host}:{port}"
+    assert "cannot be reached (Connection refused)" in problem.message and "nothing was submitted" in problem.message
+    assert "kubectl cluster-info" in problem.fix

@@ -146,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
         except submission.SubmissionError as error:  # a scheduler refusing the job, a tunnel failing
             raise _output.CLIError(
                 f"NeMo-Run could not {'dry-run' if args.dryrun else 'launch'} {name} on {args.executor}: {error}"
-                + (f" (nothing was submitted; removed {error.removed})" if error.removed else "")
+                + (f" (nothing was submitted; removed {error.removed})" if error.removed else ""),
+                problems=error.problems,
             ) from None
         state, ended = None, None
         if job.slurm and not args.dryrun:
