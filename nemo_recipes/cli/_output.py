@@ -27,7 +27,8 @@ EXIT_CODES_EPILOG = """\
 exit codes:
   0  success
   1  failure (NeMo or NeMo-Run missing or failing, a file that cannot be written)
-  2  invalid input or invalid plan (unknown recipe, GPU or field, bad value, plan that does not fit)"""
+  2  invalid input or invalid plan (unknown recipe, GPU or field, bad value, plan that does not fit)
+  128+N  stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), after stopping what it started"""
 
 
 class CLIError(Exception):
