@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 
@@ -130,6 +131,9 @@ def did_you_mean(word: str, candidates: Iterable[str]) -> str:
 _SHOWN_CHARS = 200
 # Integers beyond this many bits are quoted by their size: Python refuses to print integers of over 4300 digits.
 _SHOWN_BITS = 256
+# repr's escape of a byte that arrived undecodable (a lone surrogate U+DC80..U+DCFF, "surrogateescape"), after an even
+# run of backslashes (a typed backslash is doubled by repr, so `\\udc80` as typed is not one).
+_ESCAPED_BYTE = re.compile(r"(?<!\\)((?:\\\\)*)\\udc([89a-f][0-9a-f])")
 
 
 def shown(value: Any) -> str:
@@ -140,6 +144,9 @@ def shown(value: Any) -> str:
         text = repr(value)
     except Exception:  # an object whose repr fails is still named by its type
         text = f"<{type(value).__name__}>"
+    # The undecodable bytes of an argument stay bytes, so that the value reads as the user typed it (the output
+    # streams write them back unchanged, see cli/_output.py) instead of as `\\udcc3\\udcbc`.
+    text = _ESCAPED_BYTE.sub(lambda m: m.group(1) + chr(0xDC00 + int(m.group(2), 16)), text)
     if looks_secret(text):
         return REDACTED_VALUE
     if len(text) > _SHOWN_CHARS:

@@ -156,7 +156,8 @@ def test_launch_dryrun_hands_recipe_executor_and_plugin_to_nemo_run(tmp_path):
         "dryrun": True,
         "overrides": {},
         "slurm": None,
-    }  # slurm: the job's Slurm state, Slurm only
+        "job": None,
+    }  # slurm: the job's Slurm state, Slurm only; job: NeMo-Run's state of a job that ran (none in a dry run)
     assert data["experiment_id"].startswith("gpt_1_3b_")
     assert "torchrun" in result.stderr  # NeMo-Run's dry run shows the command it would start
 
@@ -182,3 +183,34 @@ def test_launch_refuses_a_plan_the_executor_cannot_hold(tmp_path):
         in result.stderr
     )
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.nemo
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("nemo_run") is None, reason="needs NeMo-Run")
+def test_a_local_job_that_fails_exits_1_with_its_state_and_log(tmp_path):
+    """A real local job whose command fails at once (the job's Python cannot start: PYTHONHOME names nothing):
+    NeMo-Run says FAILED, and so must the exit status, with the log that holds the reason."""
+    clusters = tmp_path / "clusters.yaml"
+    clusters.write_text("broken:\n  preset: local\n  env:\n    PYTHONHOME: /nonexistent\n")
+    result = cli(
+        "launch",
+        "gpt_1_3b",
+        "--executor",
+        "broken",
+        "--clusters",
+        str(clusters),
+        "--json",
+        timeout=300,
+        cwd=tmp_path,
+        NEMORUN_HOME=str(tmp_path / "nemo_run"),
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    job = json.loads(result.stdout)["job"]
+    assert job["state"] == "FAILED" and len(job["logs"]) == 1
+    log = job["logs"][0]
+    assert log.startswith(str(tmp_path / "nemo_run" / "experiments" / "gpt_1_3b")) and log.endswith("combined.log")
+    assert "/nonexistent" in open(log).read()  # the job's own words on why it failed
+    assert f"job gpt_1_3b of experiment {json.loads(result.stdout)['experiment_id']}: FAILED\nlogs: {log}\n" in (
+        result.stderr
+    )

@@ -265,3 +265,20 @@ def test_best_shows_the_fastest_plan_and_why():
 def test_fit_and_best_together_is_an_invalid_input():
     result = cli("plan", "gpt_7b", "--fit", "--best")
     assert result.returncode == 2 and "best=True: cannot be combined with --fit." in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, field",
+    [
+        (("--scale-global-batch",), "scale_global_batch"),
+        (("--scale-global-batch", "--best"), "scale_global_batch"),
+        (("--lr-scaling", "linear"), "lr_scaling"),
+        (("--fit", "--lr-scaling", "none"), "lr_scaling"),
+    ],
+)
+def test_fit_only_options_without_fit_are_refused_not_ignored(args, field):
+    result = cli("plan", "gpt_7b", "--nodes", "4", *args)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"nemo-recipes plan: error: {field}=") and "changes nothing without --fit" in (
+        result.stderr
+    )

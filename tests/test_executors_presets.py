@@ -575,8 +575,15 @@ def test_unknown_trainer_version_gets_the_allowed_ones_and_a_fix(kube):
         "declares spec.runtimePatches, use trainer_version='v2.3'",
     ):
         kubernetes(trainer_version="v2.4.0")
-    with pytest.raises(InvalidRecipeError, match='quote it: trainer_version: "v2.3"'):
-        kubernetes(trainer_version=2.3)  # what YAML makes of `trainer_version: 2.3`
+    # What YAML makes of `trainer_version: 2.10` (2.1), `2.3` and `2`: the number cannot say which release was
+    # written, so the fix never offers the number's own reading (2.10 must not become 'v2.1').
+    for number, alike in ((2.1, "'2.1' and '2.10' alike"), (2.3, "'2.3' and '2.30' alike"), (2, "2 as a number")):
+        with pytest.raises(InvalidRecipeError) as info:
+            kubernetes(trainer_version=number)
+        (problem,) = info.value.problems
+        assert problem.field == "trainer_version" and problem.value == number
+        assert f"YAML reads {alike}" in problem.fix and "kubectl get crd" in problem.fix
+        assert f'"v{number}"' not in problem.fix or number == 2.3  # v2.3 is only the example, the newest release
     with pytest.raises(InvalidRecipeError) as info:
         kubernetes(trainer_version="v2.0", node_selector="gpu", affinity=["nodeAffinity"])
     assert fields(info.value) == ["trainer_version", "node_selector", "affinity"]  # every problem at once
@@ -596,7 +603,8 @@ def test_profile_trainer_version_is_checked_when_read_and_normalised(kube, tmp_p
     assert fields(info.value) == ["bad.trainer_version", "num.trainer_version", "typo.trainer_versoin"]
     text = str(info.value)
     assert "bad.trainer_version='v3': is not a Kubeflow Trainer release" in text and "'v2.1', 'v2.2', 'v2.3'" in text
-    assert 'quote it: num.trainer_version: "v2.2"' in text
+    assert 'quote the release your cluster runs, e.g. num.trainer_version: "v2.3"' in text
+    assert "YAML reads '2.2' and '2.20' alike as the number 2.2" in text and '"v2.2"' not in text
     assert "(did you mean 'trainer_version'?)" in text
     path.write_text("old:\n  preset: kubernetes\n  trainer_version: 2.1.0\nnew:\n  preset: kubernetes\n")
     assert load_profiles(path)["old"].args["trainer_version"] == "v2.1"
@@ -671,3 +679,36 @@ def test_plugin_refuses_pod_settings_a_v2_2_server_would_drop(kube, recipes):
     old = kubernetes(gpu="h100", shared_home_pvc="home", trainer_version="v2.1")
     old.tolerations.append({"key": "nvidia.com/gpu", "operator": "Exists"})
     RecipePlugin().setup(recipes.gpt_7b(), old)  # v2.1 keeps them where NeMo-Run writes them
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_an_unreachable_kubernetes_api_is_named_with_the_server_and_the_fix(host, tmp_path, monkeypatch):
+    """A real submission through NeMo-Run's KubeflowExecutor to an API server that is not there (a port nothing
+    listens on): the failure names the kubeconfig's server, says nothing was submitted, and how to check."""
+    import socket
+
+    import nemo_run as run
+
+    from nemo_recipes.executors import kubernetes
+    from nemo_recipes.executors.submission import SubmissionError, submit
+
+    with socket.socket() as probe:  # a port free now: connecting to it is refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "config"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f'clusters: [{{name: c, cluster: {{server: "https://{host}:{port}"}}}}]\n'
+        "contexts: [{name: c, context: {cluster: c, user: u, namespace: default}}]\n"
+        "current-context: c\nusers: [{name: u, user: {token: placeholder}}]\n"
+    )
+    monkeypatch.setenv("KUBECONFIG", str(config))
+    monkeypatch.setenv("NEMORUN_HOME", str(tmp_path / "home"))
+    with open(os.devnull) as devnull:
+        monkeypatch.setattr(sys, "stdin", devnull)
+        with pytest.raises(SubmissionError) as info:
+            submit(run.Script(inline="true"), kubernetes(), name="unreachable")
+    (problem,) = info.value.problems
+    assert problem.field == "kubeconfig" and problem.value == f"https://{host}:{port}"
+    assert "cannot be reached (Connection refused)" in problem.message and "nothing was submitted" in problem.message
+    assert "kubectl cluster-info" in problem.fix

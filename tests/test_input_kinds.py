@@ -178,6 +178,24 @@ def test_profile_files_that_yaml_would_resolve_silently_are_refused(tmp_path, te
     assert words in refused(error, field)
 
 
+@pytest.mark.parametrize("preset", ["local", "slurm", "kubernetes"])
+def test_a_profile_named_like_the_preset_asked_for_is_refused_not_passed_over(preset, tmp_path, monkeypatch):
+    """`--executor slurm` always means the preset; a `slurm:` profile in the file (given, or the default file)
+    would never apply, and its settings would be dropped without a word."""
+    from nemo_recipes.executors.profiles import ENV_VAR, executor_for
+
+    path = tmp_path / "clusters.yaml"
+    path.write_text(f"{preset}:\n  preset: local\n  devices: 2\n")
+    for given in (path, None):
+        monkeypatch.setenv(ENV_VAR, str(path))
+        with pytest.raises(InvalidRecipeError) as error:
+            executor_for(preset, given)
+        assert f"rename the profile (e.g. my_{preset})" in refused(error, "profile")
+    other = next(p for p in ("local", "slurm") if p != preset)
+    path.write_text(f"{other}_mine:\n  preset: local\n")  # a profile of another name shadows nothing
+    assert executor_for("local", path)[0] is not None
+
+
 def test_a_newline_in_a_slurm_value_is_refused_before_it_breaks_the_header(tmp_path):
     from nemo_recipes.executors.profiles import executor_for
 
@@ -264,6 +282,32 @@ def test_closed_full_and_ascii_outputs_get_a_message(tmp_path):
         env={**ENV, "PYTHONIOENCODING": "ascii"},
     )
     assert ascii_out.returncode == 0 and b"tok\\xe9" in ascii_out.stdout and ascii_out.stderr == b""
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "\u00fc\u65e5\u672c".encode(),  # UTF-8 text that a C locale cannot decode
+        b"caf\xe9",  # Latin-1: undecodable in any UTF-8 reading too
+        b"a\xff\xfeb",  # bytes that are no text at all
+    ],
+)
+def test_undecodable_arguments_are_written_back_as_their_bytes(raw):
+    """In a C locale without UTF-8 mode Python holds undecodable argument bytes as lone surrogates; every stream we
+    write (the report on stdout, an error on stderr) gives those bytes back unchanged, as plain Python does."""
+    env = {**ENV, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    env.pop("PYTHONIOENCODING", None)
+    plain = subprocess.run([sys.executable, "-c", "import sys; print(sys.argv[1])", raw], capture_output=True, env=env)
+    assert plain.stdout == raw + b"\n"  # what the issue compares with
+    report = subprocess.run([SCRIPT, "plan", "gpt_7b", b"name=" + raw], capture_output=True, env=env)
+    assert report.returncode == 0 and report.stdout.startswith(raw + b" on 1 x 8 "), report.stdout[:80]
+    assert b"\\udc" not in report.stdout
+    error = subprocess.run([SCRIPT, "plan", raw], capture_output=True, env=env)
+    assert error.returncode == 2 and b"\\udc" not in error.stderr
+    # A character the encoding lacks (not an undecodable byte) still becomes an escape, never an exception.
+    ascii_env = {**ENV, "PYTHONIOENCODING": "ascii"}
+    escaped = subprocess.run([SCRIPT, "plan", "gpt_7b", "name=\u65e5"], capture_output=True, env=ascii_env)
+    assert escaped.returncode == 0 and escaped.stdout.startswith(b"\\u65e5 on 1 x 8 ")
 
 
 def test_debug_shows_the_traceback_and_keeps_the_exit_code(capsys):

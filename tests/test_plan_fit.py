@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nemo_recipes.catalog import RECIPES, closest_recipe
+from nemo_recipes.catalog import RECIPES, closest_recipe, get_recipe
 from nemo_recipes.errors import InvalidRecipeError
 from nemo_recipes.plan import GPUS, Cluster, assess, best, fit, fit_closest, smallest_cluster, validate
 from nemo_recipes.plan.fit import ADVICE_MIN_SPEEDUP
@@ -232,3 +232,29 @@ def test_any_plan_fit_returns_validates(name, nodes, per_node, gpu, scale, micro
     assert validate(result.spec, cluster).valid
     assert result.spec.tensor_parallel <= per_node
     assert_changes_match(spec, result)
+
+
+@pytest.mark.parametrize(
+    "nodes, fields", [(512, ["max_lr", "global_batch_size"]), (10_000, ["max_lr", "global_batch_size"])]
+)
+def test_scaling_the_global_batch_past_what_a_rule_supports_is_refused(nodes, fields):
+    """10,000 nodes made gpt_7b's learning rate 100x and its run 15 steps, called valid; now each bound names its
+    field, value and the way out (keep the recipe's batch, fewer nodes)."""
+    from nemo_recipes.plan.fit import MAX_LR_FACTOR, MIN_SCALED_STEPS
+
+    with pytest.raises(InvalidRecipeError) as info:
+        fit(get_recipe("gpt_7b"), Cluster.of(nodes, 8, "h100"), scale_global_batch=True)
+    assert [p.field for p in info.value.problems] == fields
+    lr, batch = info.value.problems
+    assert lr.value / get_recipe("gpt_7b").max_lr > MAX_LR_FACTOR and "drop --scale-global-batch" in lr.fix
+    assert f"at least {MIN_SCALED_STEPS}" in batch.message and f"fewer than {nodes} nodes" in batch.fix
+
+
+@pytest.mark.parametrize("nodes, rule", [(2, "sqrt"), (64, "sqrt"), (8, "linear"), (64, None)])
+def test_scaling_within_the_bounds_stays_valid(nodes, rule):
+    from nemo_recipes.plan.fit import MAX_LR_FACTOR, MIN_SCALED_STEPS
+
+    spec = get_recipe("gpt_7b")
+    result = fit(spec, Cluster.of(nodes, 8, "h100"), scale_global_batch=True, lr_scaling=rule)
+    assert result.report.valid and result.spec.max_lr / spec.max_lr <= MAX_LR_FACTOR
+    assert result.spec.train_steps >= MIN_SCALED_STEPS and result.spec.global_batch_size > spec.global_batch_size

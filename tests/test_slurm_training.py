@@ -289,3 +289,30 @@ def test_launch_reports_the_slurm_state_and_the_logs(cluster, capsys):
     where = str(cluster / "experiments" / "detached")
     assert logs.startswith(f"logs: {where}") and logs.endswith(f"_{slurm['job_id']}_<requeue count>.out"), logs
     assert slurm["stdout"] and slurm["stdout"].startswith(where)
+
+
+def test_launch_of_a_job_that_fails_exits_1_with_the_state_and_the_logs(cluster, capsys, tmp_path):
+    """`nemo-recipes launch` following a real Slurm job whose command fails at once (the job's Python cannot
+    start): exit 1, Slurm's FAILED with its exit code, the batch output and where the logs are."""
+    clusters = tmp_path / "clusters.yaml"
+    clusters.write_text(
+        f"broken:\n  preset: slurm\n  account: {ACCOUNT}\n  gpus_per_node: 0\n  container_image: null\n"
+        "  time: '00:02:00'\n  mem: 512M\n  env:\n    PYTHONHOME: /nonexistent\n"
+    )
+    code, out, err = launch(capsys, "gpt_1_3b", "--executor", "broken", "--clusters", str(clusters), "--json")
+    slurm = json.loads(out)["slurm"]
+    assert code == 1, err[-3000:]
+    assert slurm["state"] == "FAILED" and slurm["terminal"] and slurm["exit_code"] != "0:0", slurm
+    assert f"Slurm job {slurm['job_id']}: FAILED" in err and "batch output: " in err
+    assert f"logs: {cluster / 'experiments' / 'gpt_1_3b'}" in err
+
+
+def test_a_job_slurm_does_not_know_is_reported_lost(cluster):
+    """An id neither scontrol nor sacct knows (a job the controller forgot, without accounting): following it
+    ends after `lost_after` with no state, and the report says LOST instead of waiting out the hour."""
+    from nemo_recipes.executors.slurm_state import follow
+
+    unknown = "999999999"
+    started = time.monotonic()
+    assert follow(unknown, timeout=60, interval=0.5, lost_after=2.0) is None
+    assert time.monotonic() - started < 20

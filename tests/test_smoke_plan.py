@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 import re
 from pathlib import Path
 
@@ -404,3 +405,39 @@ def test_a_killed_writer_leaves_a_torn_line_that_the_record_skips(tmp_path):
         {"event": "step", "step": 2},
     ]
     assert path.read_text().count("\n") == 4  # one line each, the torn one included
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+@pytest.mark.parametrize("processes", [lambda: _cores() + 1, lambda: 64, lambda: 4096])
+def test_more_processes_than_the_machine_has_are_refused_before_anything_starts(processes, tmp_path):
+    """Without GPUs each gloo process trains on a core: `--processes 4096` on two cores would start thousands of
+    NeMo imports. Refused with the machine's count (GPUs where there are any)."""
+    from _cli import cli
+
+    from nemo_recipes.smoke_training.runner import visible_gpus
+
+    count = processes()
+    limit = visible_gpus() or _cores()
+    result = cli("smoke", "gpt_1_3b", "--processes", str(count), "--dir", str(tmp_path / "run"))
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"processes={count}: is more than this machine's {limit} " in result.stderr
+    assert f"use --processes {limit} or fewer" in result.stderr
+    assert not (tmp_path / "run").exists()  # refused before the run's directory was made
+
+
+def test_full_size_without_a_gpu_is_refused(tmp_path):
+    from _cli import cli
+
+    from nemo_recipes.smoke_training.runner import machine_problems, visible_gpus
+
+    if visible_gpus():
+        assert machine_problems(1, True) == []
+        return
+    for hidden in ({}, {"CUDA_VISIBLE_DEVICES": ""}):
+        result = cli("smoke", "gpt_1_3b", "--full-size", "--dir", str(tmp_path / "run"), **hidden)
+        assert result.returncode == 2
+        assert result.stderr.startswith("nemo-recipes smoke: error: full_size=True: needs GPUs")
+        assert "leave --full-size out" in result.stderr

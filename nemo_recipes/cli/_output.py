@@ -5,6 +5,7 @@ Standard library only, because `ls`, `show` and `plan` must answer without impor
 
 from __future__ import annotations
 
+import codecs
 import errno
 import io
 import json
@@ -26,7 +27,8 @@ EXIT_CODES_EPILOG = """\
 exit codes:
   0  success
   1  failure (NeMo or NeMo-Run missing or failing, a file that cannot be written)
-  2  invalid input or invalid plan (unknown recipe, GPU or field, bad value, plan that does not fit)"""
+  2  invalid input or invalid plan (unknown recipe, GPU or field, bad value, plan that does not fit)
+  128+N  stopped by signal N (130 Ctrl-C, 143 SIGTERM, 129 SIGHUP), after stopping what it started"""
 
 
 class CLIError(Exception):
@@ -116,16 +118,40 @@ class _ClosedStream(io.TextIOBase):
         raise OSError(errno.EBADF, "it is closed")
 
 
+#: The error handler of our standard streams (see `_bytes_or_escape`).
+OUTPUT_ERRORS = "nemo-recipes-bytes-or-escape"
+
+
+def _bytes_or_escape(error: UnicodeError) -> tuple[bytes, int]:
+    """Encode what the stream's encoding cannot: a byte that arrived undecodable (Python holds it as a lone surrogate
+    U+DC80..U+DCFF, "surrogateescape", as it does for command-line arguments and file names in a C locale) goes back
+    out as that byte, so `name=ü` prints `ü` as plain Python would; any other character becomes a backslash escape
+    (PYTHONIOENCODING=ascii), so output never fails for its characters."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    out = bytearray()
+    for char in error.object[error.start : error.end]:
+        code = ord(char)
+        if 0xDC80 <= code <= 0xDCFF:
+            out.append(code - 0xDC00)
+        else:
+            out += char.encode("ascii", "backslashreplace")
+    return bytes(out), error.end
+
+
+codecs.register_error(OUTPUT_ERRORS, _bytes_or_escape)
+
+
 def tolerant_streams() -> None:
-    """Output never fails for its characters (PYTHONIOENCODING=ascii: non-ASCII is written as escapes), and a closed
-    stdout fails as an OSError when written, like a full disk; a closed stderr swallows what is written to it."""
+    """Output never fails for its characters (see `_bytes_or_escape`), and a closed stdout fails as an OSError when
+    written, like a full disk; a closed stderr swallows what is written to it."""
     if sys.stdout is None:
         sys.stdout = _ClosedStream()
     if sys.stderr is None:
         sys.stderr = open(os.devnull, "w")
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
-            stream.reconfigure(errors="backslashreplace")
+            stream.reconfigure(errors=OUTPUT_ERRORS)
 
 
 def is_output_error(error: OSError) -> bool:

@@ -36,7 +36,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "anything is submitted. A Slurm job is followed through Slurm's own states "
         "(PENDING, RUNNING, requeued n times, SUCCEEDED, FAILED, CANCELLED, TIMEOUT, "
         "NODE_FAIL, PREEMPTED) and where its logs are is printed; it exits 1 unless the "
-        "job completed (--detach: the state once). A job sbatch refuses exits 2 and "
+        "job completed (--detach: the state once). Any other executor's job is reported in NeMo-Run's state with "
+        "its log files; it exits 1 unless the job succeeded (lost: UNKNOWN), --detach unless it failed or was "
+        "cancelled. A job sbatch refuses exits 2 and "
         "leaves no experiment directory.",
         epilog=_output.epilog(EXAMPLES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -70,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--json",
         action="store_true",
         help="print JSON: {recipe, executor, executor_class, gpu, nodes, devices, dryrun, "
-        "experiment_id, overrides, slurm}",
+        "experiment_id, overrides, slurm, job}",
     )
     parser.set_defaults(run=run)
 
@@ -145,12 +147,17 @@ def run(args: argparse.Namespace) -> int:
         except submission.SubmissionError as error:  # a scheduler refusing the job, a tunnel failing
             raise _output.CLIError(
                 f"NeMo-Run could not {'dry-run' if args.dryrun else 'launch'} {name} on {args.executor}: {error}"
-                + (f" (nothing was submitted; removed {error.removed})" if error.removed else "")
+                + (f" (nothing was submitted; removed {error.removed})" if error.removed else ""),
+                problems=error.problems,
             ) from None
-        state = None
+        state, ended = None, None
         if job.slurm and not args.dryrun:
             # NeMo-Run folds TIMEOUT, NODE_FAIL and PREEMPTED into FAILED: Slurm's own states are followed here.
             state = _slurm_state(job.experiment, job.job_id, executor, follow=not args.detach)
+        elif not args.dryrun:
+            # Any other executor: NeMo-Run's own state, which `run` waited for unless --detach.
+            ended = submission.outcome(job.experiment, job.job_id)
+            print(ended.format(job.job_id, job.experiment_id), file=sys.stderr, flush=True)
 
     if args.json:
         _output.print_json(
@@ -165,8 +172,13 @@ def run(args: argparse.Namespace) -> int:
                 "experiment_id": job.experiment_id,
                 "overrides": overrides,
                 "slurm": state.to_dict() if state else None,
+                "job": ended.to_dict() if ended else None,
             }
         )
+    if ended is not None and ended.failed(followed=not args.detach):
+        return _output.EXIT_FAILURE
+    if job.slurm and not args.dryrun and not args.detach and (state is None or not state.terminal):
+        return _output.EXIT_FAILURE  # lost: neither scontrol nor sacct knows the job (said on stderr)
     if state is not None and state.terminal and not state.succeeded:
         return _output.EXIT_FAILURE
     return _output.EXIT_OK

@@ -8,6 +8,7 @@ verbs that need NeMo (`export`, `launch`, `smoke`, and `diff` against a file) im
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import importlib
 import os
@@ -17,7 +18,7 @@ import traceback
 from typing import NoReturn, Optional, Sequence
 
 from nemo_recipes import __version__
-from nemo_recipes.cli import _output
+from nemo_recipes.cli import _output, _signals
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidRecipeError, RecipeError, did_you_mean, redact_text
 
@@ -126,11 +127,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except UsageError as error:
         return _usage_error(error, as_json="--json" in argv, debug=debug)
     try:
-        code = args.run(args)
-        sys.stdout.flush()  # a closed pipe or a full disk shows up here, inside the try, not at interpreter exit
-        return code
-    except BaseException as error:  # noqa: B036  (every outcome gets its exit code; none a traceback)
-        return _failed(error, args, debug)
+        with _signals.stop_on_signals():
+            try:
+                code = args.run(args)
+                sys.stdout.flush()  # a closed pipe or a full disk shows up here, inside the try, not at exit
+                return code
+            except BaseException as error:  # noqa: B036  (every outcome gets its exit code; none a traceback)
+                return _failed(error, args, debug)
+    except _signals.Stopped as error:  # a signal while the first was being reported: the same exit code
+        return error.exit_code
 
 
 def _failed(error: BaseException, args: argparse.Namespace, debug: bool) -> int:
@@ -140,6 +145,11 @@ def _failed(error: BaseException, args: argparse.Namespace, debug: bool) -> int:
         # `nemo-recipes show gpt_70b | head -1`: the reader left; not an error worth a message.
         _output.silence_stdout()
         return _output.EXIT_OK
+    if isinstance(error, _signals.Stopped):
+        # Whatever the verb started has been stopped on the way here (a smoke run waits for its processes).
+        with contextlib.suppress(OSError, ValueError):  # SIGHUP: the terminal may be gone
+            print(f"{_output.PROG} {args.verb}: stopped by {error.name}", file=sys.stderr, flush=True)
+        return error.exit_code
     if isinstance(error, KeyboardInterrupt):
         return 130
     if not isinstance(error, Exception):

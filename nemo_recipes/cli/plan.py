@@ -100,7 +100,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     what.add_argument(
         "--lr-scaling",
         choices=("sqrt", "linear", "none"),
-        default="sqrt",
+        default=None,
         help="with --fit --scale-global-batch: how max_lr follows the global batch (default: sqrt)",
     )
     what.add_argument(
@@ -317,6 +317,19 @@ def run(args: argparse.Namespace) -> int:
                 )
             ]
         )
+    # Options that only --fit reads would be ignored without a word: refused, like --fit with --best, because the
+    # plan printed would not be the one asked for.
+    alone = [
+        Problem(field, value, f"changes nothing without {needs}.", f"add {needs}, or leave --{flag} out.")
+        for field, value, needs, given in (
+            ("scale_global_batch", True, "--fit", args.scale_global_batch and not args.fit),
+            ("lr_scaling", args.lr_scaling, "--fit --scale-global-batch", args.lr_scaling is not None),
+        )
+        if given and not (field == "lr_scaling" and args.fit and args.scale_global_batch)
+        for flag in [field.replace("_", "-")]
+    ]
+    if alone:
+        raise InvalidRecipeError(alone)
     spec, cluster, tokens, data = _spec_and_cluster(args)
     explanation = None
     if args.fit or args.best:
@@ -327,7 +340,7 @@ def run(args: argparse.Namespace) -> int:
                 spec,
                 cluster,
                 scale_global_batch=args.scale_global_batch,
-                lr_scaling=None if args.lr_scaling == "none" else args.lr_scaling,
+                lr_scaling=None if args.lr_scaling == "none" else (args.lr_scaling or "sqrt"),
                 stack=args.stack,
             )
         spec, report, explanation = result.spec, result.report, result.explanation or None

@@ -50,14 +50,15 @@ def normalise_version(value: Any, field: str = "trainer_version") -> tuple[Optio
     problem]) for anything else, with the allowed values."""
     allowed = ", ".join(repr(v) for v in TRAINER_VERSIONS)
     if not isinstance(value, str):
-        # YAML reads `trainer_version: 2.10` as the number 2.1: only a string says which release is meant.
+        # YAML reads `trainer_version: 2.10` as the number 2.1 (and 2.3 and 2.30 alike): the number cannot say
+        # which release was written, so the fix names none of them as "the" answer.
         return None, [
             Problem(
                 field,
                 value,
                 f"must be a string, one of {allowed}.",
-                f'quote it: {field}: "v{value}".'
-                if isinstance(value, (int, float))
+                _number_version_fix(field, value)
+                if isinstance(value, (int, float)) and not isinstance(value, bool)
                 else f"set {field} to one of {allowed}.",
             )
         ]
@@ -74,6 +75,16 @@ def normalise_version(value: Any, field: str = "trainer_version") -> tuple[Optio
             _unknown_version_fix(match),
         )
     ]
+
+
+def _number_version_fix(field: str, value: float) -> str:
+    alike = (
+        f"'{value}' and '{value}0' alike as the number {value}" if isinstance(value, float) else f"{value} as a number"
+    )
+    return (
+        f'quote the release your cluster runs, e.g. {field}: "{TRAINER_VERSIONS[-1]}" (kubectl get crd '
+        f"trainjobs.trainer.kubeflow.org tells it): unquoted, YAML reads {alike}, which names no release."
+    )
 
 
 def _unknown_version_fix(match: Optional[re.Match]) -> str:

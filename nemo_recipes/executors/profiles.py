@@ -262,6 +262,22 @@ def executor_for(
 ) -> tuple[Any, Optional[str]]:
     """(executor, GPU type) for a preset name (with `overrides` as its arguments) or a profile name."""
     if name in PRESET_NAMES:
+        _refuse_shadowing_profile(name, path)
         return call_preset(name, overrides, context=f"{name} executor"), overrides.get("gpu")
     profile = get_profile(name, path)
     return profile.executor(**overrides), profile.gpu
+
+
+def _refuse_shadowing_profile(name: str, path: "str | os.PathLike[str] | None") -> None:
+    """A profile named like the preset asked for would be passed over without a word (the preset wins), so the
+    user's cluster settings would silently not apply: refused, naming the file. Only the file's names are read
+    here; a file that cannot be read is left to the verbs that use its profiles."""
+    file = Path(path) if path is not None else profiles_path()
+    if not file.exists():
+        return
+    try:
+        names = _read_profiles_file(file)
+    except InvalidConfigError:
+        return
+    if name in names:
+        raise InvalidConfigError([_name_problem(name)], context=f"cluster profiles in {file}")

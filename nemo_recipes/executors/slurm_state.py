@@ -36,6 +36,9 @@ TERMINAL = frozenset(
         "REVOKED",
     }
 )
+#: Seconds a followed job may be unknown to both `scontrol` and `sacct` before it is reported lost (a job the
+#: controller forgot, on a cluster without accounting, or an id that never was a job).
+LOST_AFTER = 60.0
 #: Slurm's word for success is COMPLETED; NeMo-Run's (and this project's) is SUCCEEDED.
 SUCCEEDED = "SUCCEEDED"
 
@@ -149,13 +152,19 @@ def follow(
     timeout: float = 3600.0,
     interval: float = 2.0,
     tick: Callable[[], None] = lambda: None,
+    lost_after: float = LOST_AFTER,
 ) -> Optional[JobState]:
     """Poll the job until it ends (or `timeout`), calling `report` with each state that differs from the last
-    one reported (state, requeue count or nodes) and `tick` at every poll; returns the last state seen."""
+    one reported (state, requeue count or nodes) and `tick` at every poll; returns the last state seen, which is
+    not terminal when the job was lost (unknown to Slurm for `lost_after` seconds) or the time ran out."""
     deadline, last, shown = time.monotonic() + timeout, None, None
+    unknown_since = time.monotonic()
     while time.monotonic() < deadline:
         state = query(job_id, runner)
+        if state is None and time.monotonic() - unknown_since > lost_after:
+            return last
         if state is not None:
+            unknown_since = time.monotonic()
             last = state
             key = (state.state, state.requeues, state.nodes)
             if key != shown:
@@ -189,10 +198,18 @@ def watch(
     Slurm reports until the job ends (or, with follow_job=False, the state now), then where its logs are."""
     slurm_id = slurm_job_id(experiment, job_id)
     if slurm_id is None:
+        out(f"Slurm job of {job_id}: LOST (NeMo-Run got no job id back from sbatch)")
         return None
     runner = tunnel_runner(executor.tunnel)
     if follow_job:
         state = follow(slurm_id, runner, report=lambda s: out(s.format()), timeout=timeout)
+        if state is None:
+            out(f"Slurm job {slurm_id}: LOST (neither scontrol nor sacct knows it)")
+        elif not state.terminal:
+            out(
+                f"Slurm job {slurm_id}: no end seen (last {state.state}; lost to scontrol and sacct, or followed "
+                f"for {timeout:.0f} s); `scontrol show job {slurm_id}` or `sacct -j {slurm_id}` may know more"
+            )
     else:
         state = query(slurm_id, runner)
         if state is not None:

@@ -41,8 +41,8 @@ class SubmissionError(RuntimeError):
     """NeMo-Run could not submit (or dry-run) the task for a reason outside the user's input: a tunnel, a scheduler
     down. `removed` is the experiment directory removed because nothing was submitted."""
 
-    def __init__(self, error: BaseException, removed: Optional[str]):
-        self.error, self.removed = error, removed
+    def __init__(self, error: BaseException, removed: Optional[str], problems: Sequence[Problem] = ()):
+        self.error, self.removed, self.problems = error, removed, list(problems)
         super().__init__(f"{type(error).__name__}: {error}")
 
 
@@ -88,7 +88,7 @@ def submit(
         problems = refusal_problems(error, executor)
         if problems:
             raise InvalidConfigError(problems, context=f"{name}: not submitted") from None
-        raise SubmissionError(error, removed) from None
+        raise SubmissionError(error, removed, unreachable_problems(error, executor)) from None
 
 
 def submitted(experiment: Any) -> bool:
@@ -112,6 +112,43 @@ def discard_unsubmitted(experiment: Any) -> Optional[str]:
     return str(directory)
 
 
+# What the HTTP and socket layers say when a server cannot be reached (urllib3's MaxRetryError and
+# NewConnectionError carry the socket's words in their text).
+_UNREACHABLE = re.compile(
+    r"Connection refused|Name or service not known|nodename nor servname|No route to host|timed out|"
+    r"Network is unreachable|Temporary failure in name resolution|NewConnectionError|Max retries exceeded",
+    re.I,
+)
+
+
+def unreachable_problems(error: BaseException, executor: Any) -> list[Problem]:
+    """A Kubernetes API server that cannot be reached, as a problem naming the server the kubeconfig points at
+    and how to check it; [] for any other failure (and for other executors: sbatch's are read above)."""
+    if type(executor).__name__ != "KubeflowExecutor" or not (
+        isinstance(error, (ConnectionError, TimeoutError)) or _UNREACHABLE.search(str(error))
+    ):
+        return []
+    try:
+        from kubernetes import client
+
+        server = client.Configuration.get_default_copy().host
+    except Exception:  # no client configuration: the server is then unknown, the advice the same
+        server = None
+    # The socket's own words (refused, unknown host, ...) before urllib3's summary of them.
+    said = _UNREACHABLE.search(str(error).replace("Max retries exceeded", "").replace("NewConnectionError", ""))
+    said = said or _UNREACHABLE.search(str(error))
+    return [
+        Problem(
+            "kubeconfig",
+            server or os.environ.get("KUBECONFIG", "~/.kube/config"),
+            f"the Kubernetes API server cannot be reached ({said.group(0) if said else type(error).__name__}); "
+            "nothing was submitted.",
+            "check the cluster is up and the kubeconfig's current context points at it (kubectl cluster-info; "
+            "KUBECONFIG picks the file, kubectl config use-context the cluster), then launch again.",
+        )
+    ]
+
+
 def refusal_problems(error: BaseException, executor: Any) -> list[Problem]:
     """sbatch's refusal as problems naming the executor field it is about; [] when the reason is not one a user
     can fix in the executor's arguments (the caller then reports the scheduler's message as it is)."""
@@ -133,3 +170,37 @@ def refusal_problems(error: BaseException, executor: Any) -> list[Problem]:
                 )
             ]
     return []
+
+
+#: NeMo-Run (torchx AppState) states after which a job does nothing more; SUCCEEDED is the one good end.
+ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+@dataclass
+class Outcome:
+    """A submitted job as NeMo-Run reports it, and where its output is."""
+
+    state: str  # NeMo-Run's word: SUCCEEDED, FAILED, CANCELLED, RUNNING, ..., UNKNOWN (NeMo-Run lost track of it)
+    logs: list[str]
+
+    def failed(self, followed: bool) -> bool:
+        """Whether the command must exit non-zero: any end but SUCCEEDED; for a job followed to its end, also a
+        state that is no end at all (UNKNOWN: lost)."""
+        return self.state != "SUCCEEDED" if followed else self.state in ENDED[1:]
+
+    def format(self, job_id: str, experiment: str) -> str:
+        where = "\n".join(f"logs: {path}" for path in self.logs)
+        return f"job {job_id} of experiment {experiment}: {self.state}\n{where}"
+
+    def to_dict(self) -> dict:
+        return {"state": self.state, "logs": self.logs}
+
+
+def outcome(experiment: Any, job_id: str) -> Outcome:
+    """NeMo-Run's state of the job now, with its log files (a local job's `combined.log` per process) or, where
+    NeMo-Run keeps the logs elsewhere (a cluster), the job's directory and the command that shows them."""
+    state = str(experiment.status(return_dict=True)[job_id]["status"])
+    job = next((j for j in getattr(experiment, "jobs", []) if j.id == job_id), None)
+    job_dir = str(getattr(getattr(job, "executor", None), "job_dir", "") or experiment_dir(experiment))
+    logs = sorted(str(p) for p in Path(job_dir).glob("**/combined.log")) if job_dir else []
+    return Outcome(state, logs or [job_dir, f"nemo experiment logs {experiment_id(experiment)} 0"])

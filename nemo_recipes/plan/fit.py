@@ -105,6 +105,47 @@ def _scaled_lr(lr: float, old_batch: int, new_batch: int, rule: LrScaling) -> fl
     return lr * (math.sqrt(ratio) if rule == "sqrt" else ratio)
 
 
+#: How far --scale-global-batch may take a recipe. The square-root and linear rules are observations over a few
+#: doublings of the batch (Goyal et al. 2017 to 8k images, Malladi et al. 2022 for Adam); past a critical batch
+#: size they stop holding, and a learning rate many times the recipe's, tuned at its batch, is a guess that
+#: diverges more often than not. A run of a few hundred steps is no pretraining: warmup and decay are its whole
+#: schedule. Beyond these the fit is refused with the way out (keep the recipe's batch, or fewer nodes).
+MAX_LR_FACTOR = 8.0
+MIN_SCALED_STEPS = 1000
+
+
+def raise_if_unsound(original: RecipeSpec, fitted: RecipeSpec, cluster: Cluster) -> None:
+    """Refuse a global batch scaled so far that the learning rate or the run's length stop making sense."""
+    factor = fitted.max_lr / original.max_lr if original.max_lr else 1.0
+    keep = (
+        f"drop --scale-global-batch (scale_global_batch=False) to keep the recipe's global batch of "
+        f"{original.global_batch_size}, or plan on fewer than {cluster.nodes} nodes"
+    )
+    problems = []
+    if factor > MAX_LR_FACTOR:
+        problems.append(
+            Problem(
+                "max_lr",
+                fitted.max_lr,
+                f"is {factor:.3g}x the recipe's {original.max_lr:g} (global batch {original.global_batch_size} -> "
+                f"{fitted.global_batch_size}); no scaling rule is known to hold beyond {MAX_LR_FACTOR:g}x.",
+                keep + "; or --lr-scaling none and a learning rate you have tuned at that batch.",
+            )
+        )
+    if fitted.train_steps < MIN_SCALED_STEPS:
+        problems.append(
+            Problem(
+                "global_batch_size",
+                fitted.global_batch_size,
+                f"leaves {fitted.train_steps} optimizer steps for the run's {fitted.train_tokens:,} tokens (at "
+                f"least {MIN_SCALED_STEPS} make a pretraining run: warmup and decay would be all of it).",
+                keep + ", or train on more tokens (--tokens).",
+            )
+        )
+    if problems:
+        raise InvalidRecipeError(problems, context=f"fit {original.name} --scale-global-batch on {cluster.nodes} nodes")
+
+
 def _changes(
     original: RecipeSpec, fitted: RecipeSpec, cluster: Cluster, reason: str, reference_dp: int, lr_scaling: LrScaling
 ) -> list[Change]:
@@ -199,6 +240,7 @@ def fit(
         fitted = fitted.replace(
             max_lr=_scaled_lr(spec.max_lr, spec.global_batch_size, fitted.global_batch_size, lr_scaling)
         )
+        raise_if_unsound(spec, fitted, cluster)
     fitted = fitted.replace()  # runs the catalog's own checks on the result
     changes = _changes(spec, fitted, cluster, reason, reference_dp, lr_scaling)
     report = validate(fitted, cluster, stack=stack).with_changes(changes)

@@ -7,6 +7,7 @@ about twice a second while the phase runs (the runner updates its progress displ
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -60,7 +61,16 @@ def local_processes(
         # run on a shared machine (a CI run once failed on EADDRINUSE), so each phase takes a port that is free now.
         env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     with open(log, "w", encoding="utf-8") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        # Its own session keeps a terminal's Ctrl-C from reaching the workers half-way through a checkpoint: this
+        # process decides when and how the tree stops (`_stop`), and the tree stops with it if it dies (SIGKILL).
+        process = subprocess.Popen(
+            command,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            preexec_fn=_stop_with_parent,
+        )
         deadline = time.monotonic() + timeout
         try:
             while process.poll() is None:
@@ -84,16 +94,74 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def _stop(process: subprocess.Popen) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=20)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
+#: Seconds the training processes get to end on SIGTERM before they are killed.
+STOP_GRACE = 20.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _stop_with_parent() -> None:
+    """In the child, before it runs: Linux sends it SIGTERM when this process dies, however it dies (even by
+    SIGKILL, which no handler sees), and torchrun passes SIGTERM on to its workers. Nothing elsewhere."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below `pid` (children, their children, ...), read from /proc (Linux; [] elsewhere). torchrun
+    starts each worker in a session of its own, so the workers are not in torchrun's process group."""
+    parents: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except ProcessLookupError:
+            text = stat.read_text()
+        except OSError:  # the process ended while we read
+            continue
+        # "pid (command) state ppid ...": the command may hold spaces and parentheses, so read after the last ')'.
+        fields = text[text.rindex(")") + 2 :].split()
+        parents.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        children = parents.get(todo.pop(), [])
+        found += children
+        todo += children
+    return found
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie, dead but not yet reaped, does not)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return text[text.rindex(")") + 2] != "Z"
+
+
+def _signal_groups(pids: list[int], signum: int) -> None:
+    for pid in pids:
+        try:
+            os.killpg(os.getpgid(pid), signum)
+        except (ProcessLookupError, PermissionError):
             pass
-        process.wait()
+
+
+def stop_tree(roots: list[int], grace: float = STOP_GRACE) -> None:
+    """Stop `roots` and every process below them, and wait until none of them runs: SIGTERM to each process group
+    in the tree (torchrun's and each worker's own), `grace` seconds to end, then SIGKILL to whatever is left."""
+    tree = [*roots, *(pid for root in roots for pid in descendants(root))]
+    _signal_groups(tree, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline and any(alive(pid) for pid in tree):
+        time.sleep(0.1)
+    left = [pid for pid in {*tree, *(pid for root in roots for pid in descendants(root))} if alive(pid)]
+    _signal_groups(left, signal.SIGKILL)
+    while any(alive(pid) for pid in left):  # SIGKILL cannot be refused: this ends at once
+        time.sleep(0.05)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    stop_tree([process.pid])
+    process.wait()
 
 
 def executor_launcher(executor: Any, *, experiment: str = "smoke", timeout: float = PHASE_TIMEOUT) -> Launcher:
@@ -103,7 +171,6 @@ def executor_launcher(executor: Any, *, experiment: str = "smoke", timeout: floa
     def launch(config: dict[str, Any], processes: int, log: Path, poll: Callable[[], None]) -> int:
         import nemo_run as run
 
-        from nemo_recipes.executors.submission import experiment_id
         from nemo_recipes.smoke_training.worker import train_phase
 
         world = executor.nnodes() * executor.nproc_per_node()
@@ -114,40 +181,60 @@ def executor_launcher(executor: Any, *, experiment: str = "smoke", timeout: floa
             # torchrun and this Python's packages are where this interpreter is, activated or not.
             path = job_executor.env_vars.get("PATH", os.environ.get("PATH", ""))
             job_executor.env_vars["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), path])
+        before = set(descendants(os.getpid()))
         with run.Experiment(f"{experiment}-{config['phase']}", executor=job_executor, log_level="WARN") as exp:
             job_id = exp.add(run.Partial(train_phase, **config), executor=job_executor, name=config["phase"])
-            slurm = isinstance(job_executor, run.SlurmExecutor)
-            exp.run(detach=slurm)
-            if slurm:
-                # Slurm's own state: NeMo-Run would call a job over its time limit FAILED and a requeued one
-                # PENDING, and a preempted job that is requeued must be followed through its next run.
-                from nemo_recipes.executors import slurm_state
-
-                slurm_id = slurm_state.slurm_job_id(exp, job_id)
-                runner = slurm_state.tunnel_runner(job_executor.tunnel)
-                final = (
-                    None  # no Slurm id: NeMo-Run got none back from sbatch
-                    if slurm_id is None
-                    else slurm_state.follow(
-                        slurm_id, runner, report=lambda s: poll(), timeout=timeout, interval=1.0, tick=poll
-                    )
-                )
-                state = "UNKNOWN" if final is None else final.state
-                told = "" if final is None else final.format() + "\n"
-                finished = final is not None and final.terminal
-            else:
-                state, told = follow(exp, job_id, poll, timeout), ""
-                finished = state in TERMINAL
-            files = next((j.executor.job_dir for j in exp.jobs if j.id == job_id), job_executor.job_dir)
-            log.write_text(
-                f"NeMo-Run experiment {experiment_id(exp)}, job {job_id}: {state}\n{told}job files: {files}\n",
-                encoding="utf-8",
-            )
-            if not finished:
-                exp.cancel(job_id)
-        return 0 if state == "SUCCEEDED" else 1
+            try:
+                return _follow_phase(exp, job_id, job_executor, log, poll, timeout, experiment)
+            except BaseException:
+                # Stopped (a signal) or any failure while the job runs: it must not outlive this process. NeMo-Run's
+                # cancel signals a local job's process group, but torchrun's workers run in sessions of their own.
+                with contextlib.suppress(Exception):
+                    exp.cancel(job_id)
+                if isinstance(job_executor, run.LocalExecutor):
+                    stop_tree([pid for pid in descendants(os.getpid()) if pid not in before])
+                raise
 
     return launch
+
+
+def _follow_phase(
+    exp: Any, job_id: str, job_executor: Any, log: Path, poll: Callable[[], None], timeout: float, experiment: str
+) -> int:
+    """Run the phase's job and follow it to its end: 0 when it succeeded, else 1 (the state and where the job's
+    files are go into the phase's log)."""
+    import nemo_run as run
+
+    from nemo_recipes.executors.submission import experiment_id
+
+    slurm = isinstance(job_executor, run.SlurmExecutor)
+    exp.run(detach=slurm)
+    if slurm:
+        # Slurm's own state: NeMo-Run would call a job over its time limit FAILED and a requeued one
+        # PENDING, and a preempted job that is requeued must be followed through its next run.
+        from nemo_recipes.executors import slurm_state
+
+        slurm_id = slurm_state.slurm_job_id(exp, job_id)
+        runner = slurm_state.tunnel_runner(job_executor.tunnel)
+        final = (
+            None  # no Slurm id: NeMo-Run got none back from sbatch
+            if slurm_id is None
+            else slurm_state.follow(slurm_id, runner, report=lambda s: poll(), timeout=timeout, interval=1.0, tick=poll)
+        )
+        state = "UNKNOWN" if final is None else final.state
+        told = "" if final is None else final.format() + "\n"
+        finished = final is not None and final.terminal
+    else:
+        state, told = follow(exp, job_id, poll, timeout), ""
+        finished = state in TERMINAL
+    files = next((j.executor.job_dir for j in exp.jobs if j.id == job_id), job_executor.job_dir)
+    log.write_text(
+        f"NeMo-Run experiment {experiment_id(exp)}, job {job_id}: {state}\n{told}job files: {files}\n",
+        encoding="utf-8",
+    )
+    if not finished:
+        exp.cancel(job_id)
+    return 0 if state == "SUCCEEDED" else 1
 
 
 def follow(exp: Any, job_id: str, poll: Callable[[], None], timeout: float) -> str:

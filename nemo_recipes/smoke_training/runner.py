@@ -7,6 +7,9 @@ process, under `torch.distributed.run` for several, or a NeMo-Run executor (loca
 
 from __future__ import annotations
 
+import errno
+import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -16,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional, TextIO, Union
 
 from nemo_recipes.catalog import RecipeSpec, get_recipe
+from nemo_recipes.errors import InvalidRecipeError, Problem
 from nemo_recipes.smoke_training import record
 from nemo_recipes.smoke_training.judge import Verdict, _ranges, judge
 from nemo_recipes.smoke_training.launchers import Launcher, SmokeError, local_processes
@@ -194,12 +198,106 @@ def workspace(plan: SmokePlan, dir: Optional[str] = None, name: str = "smoke") -
     """A new (or empty) directory, with the learnable corpus written into it when the plan has no data_paths."""
     from nemo_recipes.smoke_training.corpus import write_corpus
 
-    root = Path(dir) if dir else Path(tempfile.mkdtemp(prefix=f"nemo-recipes-smoke-{plan.spec.name}-"))
-    root.mkdir(parents=True, exist_ok=True)
-    if any(r.get("event") == "step" for r in record.read(root / "metrics.jsonl")):
-        raise SmokeError(f"{root} holds an earlier smoke run; give an empty or new directory")
-    corpus = None if plan.spec.data_paths else write_corpus(root / "data" / "corpus", plan.spec.vocab_size)
+    field, value = ("dir", dir) if dir else ("TMPDIR", tempfile.gettempdir())
+    try:
+        root = Path(dir) if dir else Path(tempfile.mkdtemp(prefix=f"nemo-recipes-smoke-{plan.spec.name}-"))
+        root.mkdir(parents=True, exist_ok=True)
+        # A directory we cannot write is found before Megatron is imported for the corpus (seconds).
+        probe = root / ".nemo-recipes-write-test"
+        probe.write_bytes(bytes(_PROBE_BYTES))
+        probe.unlink()
+        if any(r.get("event") == "step" for r in record.read(root / "metrics.jsonl")):
+            raise SmokeError(f"{root} holds an earlier smoke run; give an empty or new directory")
+        corpus = None if plan.spec.data_paths else write_corpus(root / "data" / "corpus", plan.spec.vocab_size)
+    except OSError as error:
+        raise InvalidRecipeError([directory_problem(error, field, value)], context=f"smoke {plan.spec.name}") from None
     return Workspace(root=root, corpus=corpus, plan=plan, name=name)
+
+
+def visible_gpus() -> int:
+    """NVIDIA GPUs this process may use, from the driver's list (/proc/driver/nvidia/gpus) and CUDA_VISIBLE_DEVICES,
+    without importing torch (this process stays light)."""
+    driver = Path("/proc/driver/nvidia/gpus")
+    present = len(list(driver.iterdir())) if driver.is_dir() else 0
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return present
+    return min(present, len([d for d in visible.split(",") if d.strip() and not d.strip().startswith("-")]))
+
+
+def machine_problems(processes: int, full_size: bool) -> list[Problem]:
+    """What this machine cannot run: more processes than GPUs (with GPUs) or than cores (without: each gloo
+    process trains on a core, and thousands would exhaust memory before the first step), and the recipe's full
+    shape without a GPU (its weights and optimizer state take tens to hundreds of GiB)."""
+    gpus = visible_gpus()
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    problems = []
+    if full_size and not gpus:
+        problems.append(
+            Problem(
+                "full_size",
+                True,
+                "needs GPUs, and this machine shows none (no NVIDIA driver, or CUDA_VISIBLE_DEVICES hides them): "
+                "the recipe's full shape does not fit in a CPU's memory.",
+                "leave --full-size out to train the recipe scaled down on the CPU, or run it on a GPU machine.",
+            )
+        )
+    limit, what = (gpus, "GPU(s)") if gpus else (cores, "CPU core(s) for its processes")
+    if processes > limit:
+        problems.append(
+            Problem(
+                "processes",
+                processes,
+                f"is more than this machine's {limit} {what}.",
+                f"use --processes {limit} or fewer, or --executor to run on a cluster.",
+            )
+        )
+    return problems
+
+
+#: Bytes of the write test: a file system with less room than this cannot hold the corpus either.
+_PROBE_BYTES = 64 * 1024
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+def directory_problem(error: OSError, field: str, value: str) -> Problem:
+    """Why the run's directory cannot hold the run, as a problem naming the path the system refused."""
+    path = error.filename or value
+    option = "--dir" if field == "dir" else field
+    if isinstance(error, (FileExistsError, NotADirectoryError)):
+        # `value` itself is a file (mkdir: exists), or a file stands where a folder of its path should be.
+        inside = _file_in(Path(value))
+        stands = "is a file" if inside == str(Path(value)) else f"has a file in its path ({inside})"
+        return Problem(field, value, f"{stands}, not a directory.", f"give {option} a new or empty directory.")
+    if error.errno in _FULL:
+        return Problem(
+            field,
+            value,
+            f"has no room: writing to it failed ({os.strerror(error.errno or 0)}).",
+            f"free space there (df -h {shlex.quote(str(value))}) or give {option} a directory on another file system.",
+        )
+    if error.errno in _READ_ONLY:
+        return Problem(
+            field,
+            value,
+            f"cannot be written ({os.strerror(error.errno or 0)}: {path}).",
+            f"give {option} a directory you can write, e.g. {option}=$HOME/smoke-runs/1.",
+        )
+    return Problem(
+        field,
+        value,
+        f"cannot hold the run's files ({error.strerror or error}: {path}).",
+        f"give {option} another directory.",
+    )
+
+
+def _file_in(path: Path) -> str:
+    """The first part of `path` that exists and is not a directory."""
+    for part in [*reversed(path.parents), path]:
+        if part.exists() and not part.is_dir():
+            return str(part)
+    return str(path)
 
 
 def run_phase(
@@ -249,6 +347,10 @@ def smoke(
     plan = smoke_plan(
         spec, processes=processes, steps=steps, stop_step=stop_step, full_size=full_size, overrides=overrides
     )
+    if launch is None:  # processes on this machine: it must be able to hold them
+        problems = machine_problems(plan.processes, full_size)
+        if problems:
+            raise InvalidRecipeError(problems, context=f"smoke {spec.name} on this machine")
     space = workspace(plan, dir, name)
     report = SmokeReport(recipe=spec.name, plan=plan, verdict=Verdict(), directory=str(space.root))
     shown = Progress(progress, plan.steps, f"smoke {spec.name}") if progress else None
