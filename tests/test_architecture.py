@@ -21,6 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "catalog": CORE | {"plan"},
     "plan": CORE | {"catalog"},
     "overrides": CORE | {"catalog"},
+    "data": CORE | {"catalog", "__init__"},
     "training": CORE | {"catalog", "plan", "overrides", "__init__"},
     "executors": CORE | {"catalog", "plan", "overrides", "__init__"},
     "smoke_training": CORE | {"catalog", "plan", "overrides", "training", "executors"},
@@ -37,6 +38,10 @@ EXCEPTIONS = {
 #: Units that must stay importable without NeMo, Megatron, torch, Lightning or NeMo-Run (the fast path).
 LIGHT = {"credentials", "counts", "errors", "catalog", "plan", "overrides"}
 HEAVY = {"nemo", "megatron", "torch", "lightning", "nemo_run", "transformer_engine", "fiddle"}
+#: Files of heavier units that the fast path still imports (the planner reads manifests and fingerprints
+#: tokenizers): standard library and our own modules only, at import time; manifest.py also inside its functions.
+STDLIB_AT_IMPORT = {"data/__init__.py", "data/manifest.py", "data/tokenizers.py"}
+STDLIB_THROUGHOUT = {"data/manifest.py"}
 
 
 def _unit(module: str) -> str | None:
@@ -87,6 +92,27 @@ def heavy_imports(relative: str, source: str) -> list[str]:
     return sorted({m for m in _imports(relative, source) if m.split(".")[0] in HEAVY})
 
 
+def foreign_imports(relative: str, source: str, *, top_level_only: bool) -> list[str]:
+    """Modules neither of the standard library nor ours that `relative` imports (at module level only, or
+    anywhere)."""
+    if top_level_only:
+        tree = ast.parse(source)
+        # Statements outside function bodies: the module's own, and those of its classes.
+        body = [n for n in ast.walk(tree) if not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        functions = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+        inside = {id(child) for f in functions for child in ast.walk(f) if child is not f}
+        source = "\n".join(
+            ast.unparse(n) for n in body if isinstance(n, (ast.Import, ast.ImportFrom)) and id(n) not in inside
+        )
+    return sorted(
+        {
+            m
+            for m in _imports(relative, source)
+            if m.split(".")[0] not in sys.stdlib_module_names and m.split(".")[0] not in ("nemo_recipes", "__future__")
+        }
+    )
+
+
 SOURCES = {str(path.relative_to(PACKAGE)): path.read_text(encoding="utf-8") for path in sorted(PACKAGE.rglob("*.py"))}
 
 
@@ -110,12 +136,23 @@ def test_the_fast_path_imports_no_heavy_library(relative):
     assert not heavy, f"{relative} imports {heavy}: the catalog and planner must stay light"
 
 
+@pytest.mark.parametrize("relative", sorted(STDLIB_AT_IMPORT))
+def test_the_light_data_modules_import_only_the_standard_library(relative):
+    foreign = foreign_imports(relative, SOURCES[relative], top_level_only=relative not in STDLIB_THROUGHOUT)
+    assert not foreign, f"{relative} imports {foreign}: the planner imports it on the fast path"
+
+
 def test_the_checks_catch_an_upward_or_heavy_import():
     # A planner module importing the CLI inside a function, and torch, must both be reported.
     probe = "def f():\n    from ..cli import main\n    import torch.nn\n"
     assert layer_violations("plan/probe.py", probe) == ["nemo_recipes.cli"]
     assert heavy_imports("plan/probe.py", probe) == ["torch.nn"]
     assert layer_violations("cli/probe.py", probe) == [] and heavy_imports("cli/probe.py", probe) == []
+    # A third-party import counts at module level, inside a function only where the whole file must stay light.
+    lazy = "import json\ndef f():\n    import tokenizers\n"
+    assert foreign_imports("data/x.py", lazy, top_level_only=True) == []
+    assert foreign_imports("data/x.py", lazy, top_level_only=False) == ["tokenizers"]
+    assert foreign_imports("data/x.py", "import numpy\n", top_level_only=True) == ["numpy"]
 
 
 def test_nothing_the_tests_or_benchmarks_read_lies_outside_the_checkout():
