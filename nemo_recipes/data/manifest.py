@@ -56,6 +56,7 @@ class Manifest:
     inputs: tuple[dict, ...]  # {"path", "bytes", "sha256"} per input file, in the order read
     arguments: dict = field(default_factory=dict)
     created_by: str = ""
+    skipped_lines: int = 0  # bad lines skipped under --skip-bad-lines
 
     def to_json(self) -> dict[str, Any]:
         data = {"format": FORMAT, **asdict(self)}
@@ -81,6 +82,7 @@ class Manifest:
                 inputs=tuple(dict(i) for i in data["inputs"]),
                 arguments=dict(data.get("arguments", {})),
                 created_by=data.get("created_by", ""),
+                skipped_lines=data.get("skipped_lines", 0),
             )
         except (KeyError, TypeError) as error:
             raise ValueError(f"missing or malformed field: {error}") from None
@@ -91,6 +93,7 @@ class Manifest:
             "max_token_id": manifest.max_token_id,
             "tokenizer.vocab_size": tokenizer.vocab_size,
             "tokenizer.eod_id": tokenizer.eod_id,
+            "skipped_lines": manifest.skipped_lines,
         }
         for name, value in numbers.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -164,6 +167,7 @@ def write_atomic(path: Path, data: bytes) -> Path:
     path = Path(path)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(handle, 0o666 & ~umask())  # mkstemp's file is private; the output is not
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
             stream.flush()
@@ -174,6 +178,13 @@ def write_atomic(path: Path, data: bytes) -> Path:
         raise
     fsync_directory(path.parent)
     return path
+
+
+def umask() -> int:
+    """The process's umask (read by setting it, then set back)."""
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
 
 
 def fsync_directory(directory: Path) -> None:

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from nemo_recipes.data.manifest import TokenizerInfo
+from nemo_recipes.data.manifest import TokenizerInfo, umask
 from nemo_recipes.errors import InvalidConfigError, Problem
 
 FIELD = "tokenizer_path"
@@ -296,6 +296,7 @@ def _train_huggingface(texts: Iterable[str], out_dir: Path, vocab_size: int) -> 
     }
     final = out_dir / "tokenizer"
     staging = Path(tempfile.mkdtemp(prefix=".tokenizer.", dir=out_dir))
+    staging.chmod(0o777 & ~umask())  # mkdtemp's directory is private; the tokenizer is not
     try:
         backend.save(str(staging / "tokenizer.json"))
         (staging / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")

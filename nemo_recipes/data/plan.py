@@ -1,0 +1,186 @@
+"""The frozen shard plan of a `data prepare` run, and the receipts of finished shards.
+
+A shard is a byte range of one input file's (decompressed) content that starts at a document's first line: a line
+of a JSON Lines file, a paragraph of a text file. Documents never straddle shards, so the output, the shards'
+documents concatenated in plan order, is the same whatever the shard size, the number of workers or ranks, or the
+order shards finish in. The plan is written once (`DIR/.nemo-recipes-work/plan.json`); a run with the same inputs
+and arguments reuses it and every shard whose receipt is there.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from nemo_recipes.data.manifest import TokenizerInfo, write_atomic
+from nemo_recipes.data.sources import JSONL, InputFile, ReadOptions, open_binary
+
+WORK_DIR = ".nemo-recipes-work"
+PLAN_FORMAT = "nemo-recipes-shard-plan/1"
+#: Shards are at most this large: a receipt is at most this much work lost to a crash.
+MAX_SHARD_BYTES = 64 << 20
+#: ... and at least this large, unless asked otherwise: smaller shards cost more in per-shard files than they gain.
+MIN_SHARD_BYTES = 1 << 20
+#: Target shards per worker, so that workers finish together although shards differ in speed.
+SHARDS_PER_WORKER = 8
+# A line longer than this is read in pieces when planning, so that one gigantic line does not fill the memory.
+_READ_LIMIT = 16 << 20
+
+
+@dataclass(frozen=True)
+class Shard:
+    index: int
+    source: str  # the source's name
+    path: str
+    format: str
+    compression: Optional[str]
+    start: int  # byte offsets in the decompressed content
+    end: int
+    line: int  # 1-based number of the line at `start`
+
+    @property
+    def file(self) -> InputFile:
+        return InputFile(self.path, self.format, self.compression)
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    id: str  # sha256 over the inputs' hashes, the arguments and the tokenizer: what decides the output
+    out: str
+    dtype: str
+    tokenizer: TokenizerInfo
+    arguments: dict
+    sources: tuple[dict, ...]  # {"name", "inputs": [{"path", "bytes", "sha256"}]}
+    shards: tuple[Shard, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["format"] = PLAN_FORMAT
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "ShardPlan":
+        if data.get("format") != PLAN_FORMAT:
+            raise ValueError(f"not a shard plan of format {PLAN_FORMAT}")
+        return cls(
+            id=data["id"],
+            out=data["out"],
+            dtype=data["dtype"],
+            tokenizer=TokenizerInfo(**data["tokenizer"]),
+            arguments=data["arguments"],
+            sources=tuple(data["sources"]),
+            shards=tuple(Shard(**s) for s in data["shards"]),
+        )
+
+    @property
+    def work(self) -> Path:
+        return Path(self.out) / WORK_DIR
+
+    def shard_prefix(self, index: int) -> Path:
+        return self.work / "shards" / f"{index:06d}"
+
+    def receipt_path(self, index: int) -> Path:
+        return self.work / "receipts" / f"{index:06d}.json"
+
+    def read_options(self) -> ReadOptions:
+        return ReadOptions(
+            key=self.arguments["key"],
+            max_document_chars=self.arguments["max_document_chars"],
+            skip_bad_lines=self.arguments["skip_bad_lines"],
+        )
+
+
+def file_digest(path: str) -> dict[str, Any]:
+    """{"path", "bytes", "sha256"} of an input file (its bytes as stored, compressed or not)."""
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as stream:
+        for block in iter(lambda: stream.read(8 << 20), b""):
+            digest.update(block)
+            size += len(block)
+    return {"path": path, "bytes": size, "sha256": digest.hexdigest()}
+
+
+def plan_id(inputs: list[dict], arguments: dict, tokenizer_fingerprint: str) -> str:
+    identity = {"inputs": inputs, "arguments": arguments, "tokenizer": tokenizer_fingerprint}
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def split_file(file: InputFile, shard_bytes: int) -> tuple[list[tuple[int, int, int]], int, bool]:
+    """(start, end, first line) ranges of about `shard_bytes` each, cut at document starts; the content's size;
+    whether it holds any non-blank line."""
+    ranges: list[tuple[int, int, int]] = []
+    start, start_line = 0, 1
+    offset, line, any_text = 0, 1, False
+    at_line_start, previous_blank = True, True
+    with open_binary(file) as stream:
+        while piece := stream.readline(_READ_LIMIT):
+            blank = at_line_start and not piece.strip() and piece.endswith(b"\n")
+            # A cut goes before a line that starts a document: any line of JSON Lines, a paragraph's first line.
+            if at_line_start and offset - start >= shard_bytes and not blank:
+                if file.format == JSONL or previous_blank:
+                    ranges.append((start, offset, start_line))
+                    start, start_line = offset, line
+            if at_line_start:
+                previous_blank = blank
+            any_text = any_text or not blank and bool(piece.strip())
+            offset += len(piece)
+            at_line_start = piece.endswith(b"\n")
+            line += at_line_start
+    if offset > start or not ranges:
+        ranges.append((start, offset, start_line))
+    return ranges, offset, any_text
+
+
+def shard_size(total_bytes: int, workers: int) -> int:
+    """Bytes per shard: enough shards to keep every worker busy to the end, none beyond MAX_SHARD_BYTES."""
+    target = total_bytes // max(1, workers * SHARDS_PER_WORKER)
+    return max(MIN_SHARD_BYTES, min(MAX_SHARD_BYTES, target))
+
+
+def write_plan(plan: ShardPlan) -> Path:
+    return write_atomic(plan.work / "plan.json", (json.dumps(plan.to_json(), indent=1) + "\n").encode())
+
+
+def read_plan(path: str | Path) -> Optional[ShardPlan]:
+    """The plan at `path` (a plan.json or the output directory), or None when there is none readable."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / WORK_DIR / "plan.json" if (path / WORK_DIR).is_dir() else path / "plan.json"
+    try:
+        return ShardPlan.from_json(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def start_fresh(work: Path) -> None:
+    """Empty the work directory of another plan (its shards and receipts belong to other inputs or arguments); the
+    trained tokenizer's record stays."""
+    for sub in ("shards", "receipts", "merge"):
+        shutil.rmtree(work / sub, ignore_errors=True)
+    (work / "plan.json").unlink(missing_ok=True)
+    for sub in ("shards", "receipts"):
+        (work / sub).mkdir(parents=True, exist_ok=True)
+
+
+def read_receipt(plan: ShardPlan, index: int) -> Optional[dict]:
+    """The receipt of shard `index`, when the shard is finished for this plan and its files are still there."""
+    try:
+        receipt = json.loads(plan.receipt_path(index).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if receipt.get("plan") != plan.id:
+        return None
+    return receipt
+
+
+def shard_files_present(plan: ShardPlan, index: int, receipt: dict) -> bool:
+    prefix = plan.shard_prefix(index)
+    bin_, idx = Path(f"{prefix}.bin"), Path(f"{prefix}.idx")
+    return bin_.is_file() and idx.is_file() and bin_.stat().st_size == receipt["bin_bytes"]

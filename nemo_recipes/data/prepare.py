@@ -1,0 +1,702 @@
+"""`data prepare`: input files -> one Megatron indexed dataset per source, with its manifest.
+
+make_plan (resolve the inputs, hash them, find or train the tokenizer, cut the shards: plan.json) -> run_shards
+(each shard tokenized into its own small indexed dataset, then a receipt) -> finalize (the shards of each source
+merged in plan order with IndexedDatasetBuilder.add_index, renamed into place, then the manifest). Every file is
+written under a temporary name and renamed when complete; the manifest comes last, so a prefix with a manifest is
+complete. NumPy, Megatron-Core and the tokenizer libraries are imported inside the functions that need them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import gc
+import itertools
+import json
+import multiprocessing
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional, TextIO
+
+from nemo_recipes import __version__
+from nemo_recipes.data import plan as plans
+from nemo_recipes.data import sources, tokenizers
+from nemo_recipes.data.manifest import (
+    Manifest,
+    fsync_directory,
+    index_summary,
+    manifest_path,
+    read_manifest,
+    write_atomic,
+    write_manifest,
+)
+from nemo_recipes.data.plan import Shard, ShardPlan
+from nemo_recipes.data.progress import Progress
+from nemo_recipes.data.sources import BadInput, bad
+from nemo_recipes.errors import InvalidRecipeError, Problem
+
+#: Megatron-Core's DType.optimal_dtype: uint16 below this many vocabulary entries, else int32 (checked in tests).
+UINT16_VOCAB_LIMIT = 65500
+#: Default length guard: 10 million characters (about 10 MB, 2-3 million tokens) is far beyond any book, and far
+#: below what makes a worker run out of memory; a document that long is nearly always a mistake (a whole dump in one
+#: record, a file without paragraph breaks).
+DEFAULT_MAX_DOCUMENT_CHARS = 10_000_000
+#: Text sampled from the inputs to train a tokenizer: enough for a stable 32K BPE vocabulary, trained in minutes.
+DEFAULT_TOKENIZER_SAMPLE_BYTES = 100_000_000
+# Documents are tokenized in batches of about this many characters (encode_batch amortises the call, and the
+# writer writes large chunks), at most BATCH_DOCUMENTS documents.
+BATCH_CHARS = 1 << 20
+BATCH_DOCUMENTS = 2048
+
+Log = Callable[[str], None]
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Options:
+    key: str = "text"
+    max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS
+    skip_bad_lines: bool = False
+    tokenizer_path: Optional[str] = None
+    train_tokenizer: bool = False
+    vocab_size: Optional[int] = None
+    tokenizer_kind: str = tokenizers.HUGGINGFACE
+    tokenizer_sample_bytes: int = DEFAULT_TOKENIZER_SAMPLE_BYTES
+
+    def arguments(self) -> dict[str, Any]:
+        """What decides the output (recorded in the manifest and the plan's identity)."""
+        data: dict[str, Any] = {
+            "key": self.key,
+            "max_document_chars": self.max_document_chars,
+            "skip_bad_lines": self.skip_bad_lines,
+        }
+        if self.train_tokenizer:
+            data["train_tokenizer"] = {
+                "kind": self.tokenizer_kind,
+                "vocab_size": self.vocab_size or tokenizers.DEFAULT_VOCAB_SIZE,
+                "sample_bytes": self.tokenizer_sample_bytes,
+            }
+        else:
+            data["tokenizer_path"] = str(Path(str(self.tokenizer_path)).absolute())
+        return data
+
+    def check(self) -> None:
+        problems = []
+        if self.train_tokenizer == (self.tokenizer_path is not None):
+            problems.append(
+                Problem(
+                    "tokenizer_path",
+                    self.tokenizer_path,
+                    "give a tokenizer or ask for one to be trained (one of the two).",
+                    "pass --tokenizer PATH (a local Hugging Face directory, tokenizer.json or SentencePiece .model) "
+                    "or --train-tokenizer.",
+                )
+            )
+        if self.vocab_size is not None and not self.train_tokenizer:
+            problems.append(
+                Problem(
+                    "vocab_size",
+                    self.vocab_size,
+                    "only a trained tokenizer takes a vocabulary size.",
+                    "drop --vocab-size, or use --train-tokenizer.",
+                )  # fmt: skip
+            )
+        for name in ("max_document_chars", "tokenizer_sample_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                problems.append(Problem(name, value, "must be a positive whole number.", "give e.g. 10000000."))
+        if not self.key or any(not part for part in self.key.split(".")):
+            problems.append(
+                Problem("key", self.key, "not a field name or dotted path.", "give e.g. text or meta.text.")
+            )
+        if problems:
+            raise BadInput(problems, context="data prepare")
+
+
+# ---- the plan ----
+
+
+def _writable(out: Path) -> None:
+    """Create `out` and prove a file can be written and renamed there, before any work."""
+    fix = "choose an --out directory you can write to (on a disk with room for the tokens)."
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=out, prefix=".write-test-"):
+            pass
+    except OSError as error:
+        raise bad("out", str(out), f"the output directory cannot be written: {error.strerror or error}.", fix) from None
+
+
+def _digests(srcs: list[sources.Source]) -> list[dict]:
+    """Each source's {"name", "inputs"}; an empty input file is refused (all of them at once)."""
+    problems = []
+    result = []
+    for source in srcs:
+        inputs = []
+        for file in source.files:
+            digest = plans.file_digest(file.path)
+            if digest["bytes"] == 0:
+                problems.append(Problem("inputs", file.path, "the file is empty.", "remove it from the inputs."))
+            inputs.append(digest)
+        result.append({"name": source.name, "inputs": inputs})
+    if problems:
+        raise BadInput(problems, context="data prepare")
+    return result
+
+
+def _cut(srcs: list[sources.Source], size: int) -> list[Shard]:
+    """The shards of every file, in plan order; a file with no document in it is refused."""
+    problems = []
+    cuts = []
+    for source in srcs:
+        for file in source.files:
+            ranges, _total, any_text = plans.split_file(file, size)
+            if not any_text:
+                problems.append(
+                    Problem(
+                        "inputs", file.path, "the file holds no text (only blank lines).", "remove it from the inputs."
+                    )
+                )
+            cuts += [(source.name, file, r) for r in ranges]
+    if problems:
+        raise BadInput(problems, context="data prepare")
+    return [
+        Shard(i, name, file.path, file.format, file.compression, start, end, line)
+        for i, (name, file, (start, end, line)) in enumerate(cuts)
+    ]
+
+
+def _train(srcs: list[sources.Source], out: Path, options: Options, shards: list[Shard], log: Log) -> Path:
+    """The trained tokenizer in `out`: reused when trained before on the same inputs and arguments, else trained
+    on the first documents of every shard, up to the sample size."""
+    work = out / plans.WORK_DIR
+    receipt = work / "tokenizer.json"
+    identity = plans.plan_id([{"path": f.path} for s in srcs for f in s.files], options.arguments(), "trained")
+    with contextlib.suppress(OSError, ValueError, KeyError, InvalidRecipeError):
+        recorded = json.loads(receipt.read_text())
+        if recorded["identity"] == identity and tokenizers.fingerprint(recorded["path"]) == recorded["fingerprint"]:
+            log(f"tokenizer: reusing {recorded['path']} (trained before on the same inputs)")
+            return Path(recorded["path"])
+    per_shard = max(options.tokenizer_sample_bytes // max(len(shards), 1), 1 << 16)
+    read = sources.ReadOptions(options.key, options.max_document_chars, options.skip_bad_lines)
+
+    def sample() -> Iterator[str]:
+        for shard in shards:
+            taken = 0
+            for text in _documents(shard, read, sources.Skipped(), limit=per_shard):
+                yield text
+                taken += len(text)
+                if taken >= per_shard:
+                    break
+
+    vocab = options.vocab_size or tokenizers.DEFAULT_VOCAB_SIZE
+    log(f"tokenizer: training a {options.tokenizer_kind} BPE of {vocab:,} entries on a sample of the inputs")
+    path = tokenizers.train(sample(), out, vocab_size=vocab, kind=options.tokenizer_kind)
+    work.mkdir(parents=True, exist_ok=True)
+    record = {"identity": identity, "path": str(path.absolute()), "fingerprint": tokenizers.fingerprint(path)}
+    write_atomic(receipt, json.dumps(record).encode())
+    return path
+
+
+def make_plan(
+    inputs: list[str],
+    out: str | Path,
+    options: Options,
+    *,
+    workers: int = 1,
+    shard_bytes: Optional[int] = None,
+    log: Log = _stderr,
+) -> ShardPlan:
+    """Resolve and check the inputs, find or train the tokenizer, and return the plan: the one in
+    `out/.nemo-recipes-work/plan.json` when inputs and arguments are unchanged, else a new one written there."""
+    options.check()
+    srcs = sources.resolve(list(inputs))
+    out = Path(out).absolute()
+    _writable(out)
+    described = _digests(srcs)
+    # The shard size follows the inputs' stored size (compressed files get larger shards; that is all).
+    size = shard_bytes or plans.shard_size(sum(i["bytes"] for s in described for i in s["inputs"]), workers)
+    shards: Optional[list[Shard]] = None
+    if options.train_tokenizer:
+        shards = _cut(srcs, size)
+        tokenizer_path = _train(srcs, out, options, shards, log)
+    else:
+        tokenizer_path = Path(str(options.tokenizer_path))
+    info = tokenizers.describe(tokenizer_path)
+    arguments = options.arguments()
+    identity = plans.plan_id(described, arguments, info.fingerprint)
+    existing = plans.read_plan(out)
+    if existing is not None and existing.id == identity and existing.out == str(out):
+        return existing
+    dtype = "uint16" if info.vocab_size < UINT16_VOCAB_LIMIT else "int32"
+    if dtype == "int32":
+        log(
+            f"note: tokenizer_path={info.path}: its vocabulary of {info.vocab_size:,} entries does not fit uint16 "
+            f"(< {UINT16_VOCAB_LIMIT:,}): tokens are stored as int32, 4 bytes each, twice the disk of uint16."
+        )
+    plan = ShardPlan(
+        id=identity,
+        out=str(out),
+        dtype=dtype,
+        tokenizer=info,
+        arguments=arguments,
+        sources=tuple(described),
+        shards=tuple(shards if shards is not None else _cut(srcs, size)),
+    )
+    plans.start_fresh(plan.work)
+    plans.write_plan(plan)
+    return plan
+
+
+# ---- one shard ----
+
+# Streams of compressed inputs kept open between the shards of one worker, so that reading shard k of a .gz file
+# does not decompress shards 0..k-1 again each time: {path: (stream, offset)}.
+_OPEN: dict[str, tuple[Any, int]] = {}
+
+
+def _read(shard: Shard, limit: Optional[int] = None) -> bytes:
+    """The shard's bytes (the first `limit`, then to the end of that line, when given)."""
+    size = shard.end - shard.start if limit is None else min(limit, shard.end - shard.start)
+    if shard.compression is None:
+        with open(shard.path, "rb") as plain:
+            stream: Any = plain
+            stream.seek(shard.start)
+            data = stream.read(size)
+            if size < shard.end - shard.start:
+                data += stream.readline()
+            return data
+    stream, offset = _OPEN.pop(shard.path, (None, 0))
+    if stream is None or offset > shard.start:
+        if stream is not None:
+            stream.close()
+        stream, offset = sources.open_binary(shard.file), 0
+    while offset < shard.start:
+        offset += len(stream.read(min(shard.start - offset, 8 << 20)))
+    data = stream.read(size)
+    if size < shard.end - shard.start:
+        data += stream.readline()
+    _OPEN[shard.path] = (stream, offset + len(data))
+    return data
+
+
+def _documents(
+    shard: Shard, options: sources.ReadOptions, skipped: sources.Skipped, *, limit: Optional[int] = None
+) -> Iterator[str]:
+    data = _read(shard, limit)
+    if shard.format == sources.JSONL:
+        return sources.jsonl_documents(data, shard.file, shard.line, options, skipped)
+    return sources.text_documents(data, shard.file, shard.line, options, skipped, at_start=shard.start == 0)
+
+
+def _batches(documents: Iterator[str]) -> Iterator[list[str]]:
+    batch: list[str] = []
+    chars = 0
+    for text in documents:
+        batch.append(text)
+        chars += len(text)
+        if chars >= BATCH_CHARS or len(batch) >= BATCH_DOCUMENTS:
+            yield batch
+            batch, chars = [], 0
+    if batch:
+        yield batch
+
+
+Report = Callable[[int, int, int], None]
+
+
+@contextlib.contextmanager
+def _local_files() -> Iterator[None]:
+    """Megatron-Core writes through its multi-storage client when that package is installed, which records metrics
+    on every write (a quarter of the time of a shard); our paths are local files, so plain `open` it is."""
+    from megatron.core.msc_utils import MultiStorageClientFeature
+
+    enabled = MultiStorageClientFeature.is_enabled()
+    MultiStorageClientFeature.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            MultiStorageClientFeature.enable()
+
+
+def process_shard(plan: ShardPlan, shard: Shard, encoder: tokenizers.Encoder, report: Report) -> dict:
+    """Tokenize one shard into its own indexed dataset (temporary names, then renamed) and write its receipt."""
+    import numpy as np
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    dtype = np.dtype(plan.dtype).type
+    eod = encoder.eod_id
+    final = plan.shard_prefix(shard.index)
+    temporary = final.with_name(f"{final.name}.tmp-{os.getpid()}")
+    for directory in (final.parent, plan.receipt_path(shard.index).parent):
+        directory.mkdir(parents=True, exist_ok=True)
+    skipped = sources.Skipped()
+    counts = {"documents": 0, "tokens": 0, "text_bytes": 0, "max_token_id": 0}
+    documents = _documents(shard, plan.read_options(), skipped)
+    reported = 0
+    builder = None
+    try:
+        with _local_files():
+            builder = IndexedDatasetBuilder(f"{temporary}.bin", dtype=dtype)
+            for batch in _batches(documents):
+                encoded = encoder.encode_batch(batch)
+                for ids in encoded:
+                    ids.append(eod)
+                lengths = [len(ids) for ids in encoded]
+                # One conversion per batch; the builder then writes each document (one sequence each) from it.
+                flat = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int64, count=sum(lengths))
+                tokens = flat.astype(dtype)
+                position = 0
+                for length in lengths:
+                    builder.add_document(tokens[position : position + length], [length])
+                    position += length
+                text_bytes = sum(len(text.encode("utf-8")) for text in batch)
+                counts["documents"] += len(batch)
+                counts["tokens"] += len(flat)
+                counts["text_bytes"] += text_bytes
+                counts["max_token_id"] = max(counts["max_token_id"], int(flat.max()))
+                # Progress in input bytes: the text's as it goes, the shard's exact size once it is done.
+                step = min(text_bytes, shard.end - shard.start - reported)
+                reported += step
+                report(len(batch), step, len(flat))
+            builder.finalize(f"{temporary}.idx")
+        for suffix in (".bin", ".idx"):
+            with open(f"{temporary}{suffix}", "rb+") as stream:
+                os.fsync(stream.fileno())
+        os.replace(f"{temporary}.bin", f"{final}.bin")
+        os.replace(f"{temporary}.idx", f"{final}.idx")
+    except BaseException:
+        if builder is not None:
+            builder.data_file.close()
+        for suffix in (".bin", ".idx"):
+            Path(f"{temporary}{suffix}").unlink(missing_ok=True)
+        raise
+    report(0, shard.end - shard.start - reported, 0)
+    receipt = {
+        "plan": plan.id,
+        "shard": shard.index,
+        **counts,
+        "skipped": skipped.count,
+        "skipped_examples": skipped.examples,
+        "bin_bytes": Path(f"{final}.bin").stat().st_size,
+    }
+    write_atomic(plan.receipt_path(shard.index), json.dumps(receipt).encode())
+    return receipt
+
+
+def pending(plan: ShardPlan) -> list[int]:
+    """Shards without a valid receipt (or whose files are gone)."""
+    result = []
+    for shard in plan.shards:
+        receipt = plans.read_receipt(plan, shard.index)
+        if receipt is None or not plans.shard_files_present(plan, shard.index, receipt):
+            result.append(shard.index)
+    return result
+
+
+@contextlib.contextmanager
+def _one_thread_per_worker() -> Iterator[None]:
+    # The worker processes are the parallelism: each tokenizes on one core, so --workers N uses N cores (and a
+    # process forked after the tokenizer's thread pool started does not warn about it).
+    previous = os.environ.get("TOKENIZERS_PARALLELISM")
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop("TOKENIZERS_PARALLELISM", None)
+        else:
+            os.environ["TOKENIZERS_PARALLELISM"] = previous
+
+
+def run_shards(plan_path: str | Path, rank: int = 0, world: int = 1, *, report: Optional[Report] = None) -> int:
+    """Process the shards `i % world == rank` of the plan that have no receipt yet, one after the other; return
+    how many were processed. Idempotent: run again, it skips what is receipted."""
+    plan = plans.read_plan(plan_path)
+    if plan is None:
+        raise bad("plan", str(plan_path), "no shard plan there.", "run `nemo-recipes data prepare` to write one.")
+    todo = [i for i in pending(plan) if i % world == rank]
+    if not todo:
+        return 0
+    encoder = tokenizers.load(plan.tokenizer.path)
+    with _one_thread_per_worker():
+        for index in todo:
+            process_shard(plan, plan.shards[index], encoder, report or (lambda *_: None))
+    return len(todo)
+
+
+# Worker processes of the local pool: the plan and tokenizer, loaded once per process.
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_init(plan_path: str, queue: Any, parent: int) -> None:
+    _WORKER["plan"] = plans.read_plan(plan_path)
+    _WORKER["encoder"] = tokenizers.load(_WORKER["plan"].tokenizer.path)
+    _WORKER["queue"] = queue
+    _WORKER["parent"] = parent
+
+
+def _worker_report(documents: int, size: int, tokens: int) -> None:
+    if os.getppid() != _WORKER["parent"]:
+        os._exit(1)  # the prepare that started us is gone (killed): stop, its re-run redoes this shard
+    _WORKER["queue"].put((documents, size, tokens))
+
+
+def _worker_shard(index: int) -> Any:
+    plan = _WORKER["plan"]
+    try:
+        return process_shard(plan, plan.shards[index], _WORKER["encoder"], _worker_report)
+    except InvalidRecipeError as error:  # sent back as data: the exception's own pickling loses its problems
+        return {"problems": [p.__dict__ for p in error.problems]}
+
+
+def _run_local(plan: ShardPlan, todo: list[int], workers: int, progress: Progress) -> None:
+    """The shards `todo` on a pool of `workers` processes (in this process when one is enough)."""
+    if workers <= 1 or len(todo) <= 1:
+        encoder = tokenizers.load(plan.tokenizer.path)
+        with _one_thread_per_worker():
+            for index in todo:
+                process_shard(plan, plan.shards[index], encoder, progress.update)
+        return
+    # Forked: the workers inherit the imported Megatron-Core and NumPy (seconds per process otherwise).
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    with _one_thread_per_worker():
+        pool = context.Pool(min(workers, len(todo)), _worker_init, (str(plan.work / "plan.json"), queue, os.getpid()))
+        try:
+            results = [pool.apply_async(_worker_shard, (index,)) for index in todo]
+            while True:
+                _drain(queue, progress, timeout=0.2)
+                for result in results:
+                    if result.ready():
+                        outcome = result.get()  # re-raises a worker's exception (an OSError of a full disk)
+                        if "problems" in outcome:
+                            raise BadInput([Problem(**p) for p in outcome["problems"]], context="data prepare")
+                if all(result.ready() for result in results):
+                    break
+            _drain(queue, progress, timeout=0)
+            pool.close()
+        finally:
+            pool.terminate()
+            pool.join()
+
+
+def _drain(queue: Any, progress: Progress, timeout: float) -> None:
+    import queue as queues
+
+    try:
+        item = queue.get(timeout=timeout) if timeout else queue.get_nowait()
+        while True:
+            progress.update(*item)
+            item = queue.get_nowait()
+    except queues.Empty:
+        pass
+
+
+# ---- the merge ----
+
+
+def _source_manifest(plan: ShardPlan, source: dict, receipts: list[dict]) -> Manifest:
+    return Manifest(
+        prefix=source["name"],
+        documents=sum(r["documents"] for r in receipts),
+        tokens=sum(r["tokens"] for r in receipts),
+        text_bytes=sum(r["text_bytes"] for r in receipts),
+        dtype=plan.dtype,
+        max_token_id=max((r["max_token_id"] for r in receipts), default=0),
+        tokenizer=plan.tokenizer,
+        inputs=tuple(source["inputs"]),
+        arguments=plan.arguments,
+        created_by=f"nemo-recipes {__version__}",
+        skipped_lines=sum(r["skipped"] for r in receipts),
+    )
+
+
+@contextlib.contextmanager
+def _quick_gc() -> Iterator[None]:
+    """add_index runs gc.collect() after every shard, which walks every object of this process (torch's tens of
+    thousands: most of the merge's time); objects that exist already are frozen out of its way meanwhile."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def finalize(plan_path: str | Path) -> list[Manifest]:
+    """Merge each source's shards in plan order into `out/NAME.bin/.idx` and write its manifest (last)."""
+    import numpy as np
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    plan = plans.read_plan(plan_path)
+    if plan is None:
+        raise bad("plan", str(plan_path), "no shard plan there.", "run `nemo-recipes data prepare` to write one.")
+    missing = pending(plan)
+    if missing:
+        raise bad(
+            "plan",
+            str(plan_path),
+            f"{len(missing)} shard(s) are not finished (first: {missing[:5]}).",
+            "run the shards (run_shards for every rank, or `nemo-recipes data prepare` again), then finalize.",
+        )
+    out = Path(plan.out)
+    merge = plan.work / "merge"
+    merge.mkdir(exist_ok=True)
+    manifests = []
+    for source in plan.sources:
+        shards = [s for s in plan.shards if s.source == source["name"]]
+        receipts = [plans.read_receipt(plan, s.index) or {} for s in shards]
+        manifest = _source_manifest(plan, source, receipts)
+        if manifest.documents == 0:
+            examples = [e for r in receipts for e in r["skipped_examples"]][:3]
+            raise bad(
+                "inputs",
+                source["name"],
+                f"no document was read from it ({manifest.skipped_lines} line(s) skipped"
+                + (f"; first: {examples[0]}" if examples else "")
+                + ").",
+                "check --key and the files; with --skip-bad-lines every bad line is skipped.",
+            )
+        temporary = merge / source["name"]
+        with _local_files(), _quick_gc():
+            builder = IndexedDatasetBuilder(f"{temporary}.bin", dtype=np.dtype(plan.dtype).type)
+            for shard in shards:
+                builder.add_index(str(plan.shard_prefix(shard.index)))
+            builder.finalize(f"{temporary}.idx")
+        final = out / source["name"]
+        # The old manifest goes first: from here until the new one is written the prefix reads as unfinished.
+        manifest_path(final).unlink(missing_ok=True)
+        for suffix in (".bin", ".idx"):
+            with open(f"{temporary}{suffix}", "rb+") as stream:
+                os.fsync(stream.fileno())
+            os.replace(f"{temporary}{suffix}", f"{final}{suffix}")
+        fsync_directory(out)
+        write_manifest(final, manifest)
+        manifests.append(manifest)
+    # The shards' data now lives in the outputs; the receipts stay (an unchanged re-run finds the manifests).
+    shutil.rmtree(plan.work / "shards", ignore_errors=True)
+    shutil.rmtree(merge, ignore_errors=True)
+    return manifests
+
+
+def up_to_date(plan: ShardPlan) -> Optional[list[Manifest]]:
+    """The manifests of the plan's outputs when every one is there, complete and written by this plan."""
+    manifests = []
+    for source in plan.sources:
+        prefix = Path(plan.out) / source["name"]
+        try:
+            manifest = read_manifest(prefix)
+            summary = index_summary(prefix)
+        except InvalidRecipeError:
+            return None
+        same = (
+            list(manifest.inputs) == list(source["inputs"])
+            and manifest.arguments == plan.arguments
+            and manifest.tokenizer == plan.tokenizer
+            and (summary.documents, summary.tokens, summary.dtype)
+            == (manifest.documents, manifest.tokens, manifest.dtype)
+        )
+        if not same:
+            return None
+        manifests.append(manifest)
+    return manifests
+
+
+# ---- all of it ----
+
+
+def _disk_full(error: OSError, out: Path) -> BadInput:
+    return bad(
+        "out",
+        str(out),
+        f"the disk is full ({error.strerror or error}); nothing unfinished carries a final name.",
+        "free space or choose an --out on a larger disk (the tokens need about 2 bytes each, twice when merging), "
+        "then run again: finished shards are kept.",
+    )
+
+
+def prepare(
+    inputs: list[str],
+    out: str | Path,
+    *,
+    tokenizer_path: Optional[str | Path] = None,
+    train_tokenizer: bool = False,
+    vocab_size: Optional[int] = None,
+    tokenizer_kind: str = tokenizers.HUGGINGFACE,
+    tokenizer_sample_bytes: int = DEFAULT_TOKENIZER_SAMPLE_BYTES,
+    key: str = "text",
+    workers: Optional[int] = None,
+    max_document_chars: int = DEFAULT_MAX_DOCUMENT_CHARS,
+    skip_bad_lines: bool = False,
+    shard_bytes: Optional[int] = None,
+    progress: str = "auto",
+    stream: Optional[TextIO] = None,
+) -> list[Manifest]:
+    """Prepare `inputs` into `out` (the Python API of `nemo-recipes data prepare`): one indexed dataset and manifest
+    per source; resumes from receipts; does nothing when the outputs are up to date. Messages go to `stream`
+    (stderr), `progress` is "auto" (a bar on a terminal, lines otherwise), "bar", "lines" or "none"."""
+    err = stream or sys.stderr
+
+    def log(message: str) -> None:
+        print(message, file=err, flush=True)
+
+    options = Options(
+        key=key,
+        max_document_chars=max_document_chars,
+        skip_bad_lines=skip_bad_lines,
+        tokenizer_path=None if tokenizer_path is None else str(tokenizer_path),
+        train_tokenizer=train_tokenizer,
+        vocab_size=vocab_size,
+        tokenizer_kind=tokenizer_kind,
+        tokenizer_sample_bytes=tokenizer_sample_bytes,
+    )
+    workers = max(1, workers or os.cpu_count() or 1)
+    out = Path(out).absolute()
+    try:
+        plan = make_plan(inputs, out, options, workers=workers, shard_bytes=shard_bytes, log=log)
+        done = up_to_date(plan)
+        if done is not None:
+            log(
+                f"nothing to do: {', '.join(str(out / m.prefix) for m in done)} already up to date "
+                "(same inputs and arguments)"
+            )
+            return done
+        todo = pending(plan)
+        if len(todo) < len(plan.shards):
+            log(f"resuming: {len(plan.shards) - len(todo)} of {len(plan.shards)} shards already done (receipts kept)")
+        total = sum(plan.shards[i].end - plan.shards[i].start for i in todo)
+        # Imported before the clock starts (seconds): the rates are the tokenizing's, and forked workers inherit it.
+        import megatron.core.datasets.indexed_dataset  # noqa: F401
+
+        bar = Progress(total, stream=err, mode=progress, label="tokenizing")
+        try:
+            _run_local(plan, todo, workers, bar)
+        finally:
+            bar.close()
+        manifests = finalize(plan.work / "plan.json")
+    except OSError as error:
+        if error.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+            raise _disk_full(error, out) from None
+        raise
+    if progress != "none" and todo:
+        rates = bar.rates()
+        log(
+            f"tokenized {bar.documents:,} documents, {bar.tokens:,} tokens in {rates['seconds']:.1f} s with "
+            f"{min(workers, len(todo))} worker(s): {rates['mb_per_s']:.2f} MB/s, {rates['tokens_per_s']:,.0f} tokens/s"
+        )
+    for manifest in manifests:
+        skipped = f", {manifest.skipped_lines:,} bad line(s) skipped" if manifest.skipped_lines else ""
+        log(
+            f"wrote {out / manifest.prefix}: {manifest.documents:,} documents, {manifest.tokens:,} tokens "
+            f"({manifest.dtype}){skipped}"
+        )
+    return manifests

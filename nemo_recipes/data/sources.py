@@ -1,0 +1,289 @@
+"""What the user gives `data prepare`: input arguments resolved into named sources of files, each file's kind
+(JSON Lines or plain text, plain, gzip or zstd), and the documents read from a byte range of a file.
+
+A document in a plain-text file is a paragraph: a run of non-blank lines, ended by one or more blank lines (lines of
+only whitespace) or the end of the file, with its surrounding whitespace removed. Why: a whole file as one document
+would make a book (or a 1 GB dump) a single sequence that no length guard, train/validation split or worker split
+could cut; one line per document would cut prose and verse mid-thought. Paragraphs are how plain-text corpora
+(Project Gutenberg, Shakespeare) mark their units, and a shard boundary can always fall between two of them.
+
+Standard library only (zstandard inside the function that opens a .zst file).
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import io
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Iterator, Optional
+
+from nemo_recipes.errors import InvalidConfigError, Problem, did_you_mean
+
+JSONL = "jsonl"
+TEXT = "text"
+#: File suffixes (after any compression suffix) and the format they hold. `.json` is read as JSON Lines, as
+#: Megatron-LM's preprocess_data.py reads it: one object per line.
+FORMATS = {".jsonl": JSONL, ".ndjson": JSONL, ".json": JSONL, ".txt": TEXT, ".text": TEXT, ".md": TEXT}
+#: Compression suffixes and the codec of each.
+COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+#: A paragraph break: a newline, then one or more lines of only whitespace.
+PARAGRAPH_BREAK = re.compile(r"\n(?:[ \t\r\f\v]*\n)+")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class BadInput(InvalidConfigError):
+    """An input the user must fix (exit code 2): a file, a line of it, or how the inputs are named."""
+
+
+def bad(field: str, value: Any, why: str, fix: str) -> BadInput:
+    return BadInput([Problem(field, value, why, fix)], context="data prepare")
+
+
+@dataclass(frozen=True)
+class InputFile:
+    path: str  # absolute
+    format: str  # JSONL or TEXT
+    compression: Optional[str]  # None, "gzip" or "zstd"
+
+
+@dataclass(frozen=True)
+class Source:
+    """One output prefix: its name and its files, in the order their documents are written."""
+
+    name: str
+    argument: str
+    files: tuple[InputFile, ...]
+
+
+def classify(path: Path) -> Optional[InputFile]:
+    """The kind of an input file from its suffixes, or None when it is not one we read."""
+    suffixes = [s.lower() for s in path.suffixes]
+    compression = COMPRESSIONS.get(suffixes[-1]) if suffixes else None
+    if compression:
+        suffixes = suffixes[:-1]
+    form = FORMATS.get(suffixes[-1]) if suffixes else None
+    if form is None:
+        return None
+    return InputFile(str(path.absolute()), form, compression)
+
+
+def _stem(path: Path) -> str:
+    name = path.name
+    while Path(name).suffix.lower() in (*FORMATS, *COMPRESSIONS):
+        name = name[: -len(Path(name).suffix)]
+    return name
+
+
+def _has_magic(text: str) -> bool:
+    return glob.has_magic(text)
+
+
+def _kinds_fix() -> str:
+    return (
+        f"give files ending in {', '.join(FORMATS)} (optionally {', '.join(COMPRESSIONS)}), directories or globs of "
+        "them."
+    )
+
+
+def resolve(arguments: list[str]) -> list[Source]:
+    """Sources of the INPUT arguments: a file is a source; a directory (its files, recursively) or a glob is one
+    source of its files in sorted order. `NAME=INPUT` names the source; otherwise the input's stem does
+    (`corpus.jsonl.gz` -> corpus, `data/wiki/` -> wiki). Every problem is reported at once."""
+    problems: list[Problem] = []
+    sources: list[Source] = []
+    if not arguments:
+        problems.append(Problem("inputs", [], "no input given.", "give one or more files, directories or globs."))
+    for argument in arguments:
+        name, _, given = (
+            argument.rpartition("=") if "=" in argument and not Path(argument).exists() else ("", "", argument)
+        )
+        path = Path(given).expanduser()
+        if _has_magic(given):
+            matched = [Path(p) for p in sorted(glob.glob(str(path), recursive=True)) if Path(p).is_file()]
+            default_name = _stem(Path(re.sub(r"[*?\[\]]", "", path.name))).strip("-_.") or path.parent.name
+        elif path.is_dir():
+            matched = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+            default_name = path.absolute().name
+        elif path.is_file():
+            matched = [path]
+            default_name = _stem(path)
+        else:
+            problems.append(Problem("inputs", given, "no such file or directory.", "check the path."))
+            continue
+        files = [f for f in (classify(p) for p in matched) if f is not None]
+        if path.is_file() and not files:
+            problems.append(Problem("inputs", given, "not a kind of file `data prepare` reads.", _kinds_fix()))
+            continue
+        if not files:
+            problems.append(Problem("inputs", given, "matches no input file.", _kinds_fix()))
+            continue
+        name = name or default_name
+        if not _NAME.match(name):
+            problems.append(
+                Problem(
+                    "inputs",
+                    argument,
+                    f"the source's name {name!r} cannot be a prefix (letters, digits, '.', '_', '-').",
+                    "name it: NAME=INPUT, e.g. wiki=data/wiki/",
+                )
+            )
+            continue
+        sources.append(Source(name, argument, tuple(files)))
+    seen: dict[str, Source] = {}
+    for source in sources:
+        if source.name in seen:
+            problems.append(
+                Problem(
+                    "inputs",
+                    [seen[source.name].argument, source.argument],
+                    f"both would write the prefix {source.name!r}: one would overwrite the other.",
+                    f"name them apart (NAME=INPUT, e.g. {source.name}2={source.argument}), or put the files in one "
+                    "directory to make them one source.",
+                )
+            )
+        seen.setdefault(source.name, source)
+    if problems:
+        raise BadInput(problems, context="data prepare")
+    return sources
+
+
+def open_binary(file: InputFile) -> IO[bytes]:
+    """The file's decompressed bytes as a stream."""
+    if file.compression == "gzip":
+        return gzip.open(file.path, "rb")  # type: ignore[return-value]
+    if file.compression == "zstd":
+        import zstandard
+
+        # Buffered: zstandard's reader has no readline, and its read may return less than asked.
+        reader = zstandard.ZstdDecompressor().stream_reader(open(file.path, "rb"), closefd=True)
+        return io.BufferedReader(reader, buffer_size=1 << 20)
+    return open(file.path, "rb")
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    key: str = "text"
+    max_document_chars: int = 10_000_000
+    skip_bad_lines: bool = False
+
+
+def _where(path: str, line: int) -> str:
+    return f"{path}:{line}"
+
+
+def _field(record: Any, key: str) -> tuple[Any, Optional[str]]:
+    """The value at the dotted `key` of `record`, or (None, why it is not there)."""
+    value = record
+    for part in key.split("."):
+        if isinstance(value, dict) and part in value:
+            value = value[part]
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        else:
+            keys = list(value) if isinstance(value, dict) else []
+            shown = f"its keys are {keys[:10]}" if keys else f"it is {type(value).__name__}, not an object"
+            return None, f"has no {part!r} ({shown}){did_you_mean(part, keys)}"
+    return value, None
+
+
+class Skipped:
+    """Counts what --skip-bad-lines skipped, with the first few places, for the report."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.examples: list[str] = []
+
+    def add(self, where: str, why: str) -> None:
+        self.count += 1
+        if len(self.examples) < 3:
+            self.examples.append(f"{where}: {why}")
+
+
+def _utf8_fix(path: str) -> str:
+    return f"convert it to UTF-8 (e.g. iconv -f latin1 -t utf-8 {path} > {Path(path).stem}.utf8{Path(path).suffix})"
+
+
+def jsonl_documents(
+    data: bytes, file: InputFile, first_line: int, options: ReadOptions, skipped: Skipped
+) -> Iterator[str]:
+    """The documents of whole JSON lines in `data`, whose first line is line `first_line` of `file`."""
+    key, limit = options.key, options.max_document_chars
+    for number, line in enumerate(data.split(b"\n"), start=first_line):
+        if not line.strip():
+            continue
+        problem: tuple[str, Any, str, str]
+        try:
+            record = json.loads(line)
+        except UnicodeDecodeError as error:
+            column = error.start + 1
+            why = f"is not UTF-8 (byte {line[error.start]:#04x} at column {column})."
+            problem = ("inputs", None, why, f"{_utf8_fix(file.path)}, {_SKIP}")
+        except ValueError as error:
+            problem = ("inputs", None, f"is not valid JSON ({error}).", f"fix the line, {_SKIP}")
+        else:
+            text, missing = _field(record, key)
+            if missing:
+                problem = ("key", key, f"the record {missing}.", _KEY_FIX)
+            elif not isinstance(text, str):
+                problem = ("key", key, f"the record's {key!r} is {type(text).__name__}, not a string.", _KEY_FIX)
+            elif len(text) > limit:
+                chars = f"{len(text):,} characters, more than --max-document-chars {limit:,}"
+                problem = ("max_document_chars", limit, f"the document has {chars}.", _LONG_FIX)
+            else:
+                if text:  # an empty text makes no document
+                    yield text
+                continue
+        field, value, why, fix = problem
+        where = _where(file.path, number)
+        if options.skip_bad_lines:
+            skipped.add(where, why)
+            continue
+        raise bad(field, where if value is None else value, f"{where}: line {number} {why}", fix)
+
+
+_SKIP = "or pass --skip-bad-lines to skip such lines and count them"
+_KEY_FIX = f"name the text's field with --key (a dotted path for nested fields: --key meta.text), {_SKIP}."
+_LONG_FIX = f"raise --max-document-chars if documents that long are intended, {_SKIP}."
+
+
+def text_documents(
+    data: bytes, file: InputFile, first_line: int, options: ReadOptions, skipped: Skipped, *, at_start: bool
+) -> Iterator[str]:
+    """The paragraphs of `data`, which starts at a paragraph's first line (line `first_line` of `file`)."""
+    try:
+        text = data.decode("utf-8-sig" if at_start else "utf-8")
+    except UnicodeDecodeError as error:
+        line = first_line + data.count(b"\n", 0, error.start)
+        raise bad(
+            "inputs",
+            _where(file.path, line),
+            f"the file is not UTF-8 (byte {data[error.start]:#04x} on line {line}).",
+            _utf8_fix(file.path),
+        ) from None
+    limit = options.max_document_chars
+    for paragraph in PARAGRAPH_BREAK.split(text):
+        document = paragraph.strip()
+        if not document:
+            continue
+        if len(document) > limit:
+            line = first_line + text.count("\n", 0, text.find(paragraph))
+            where = _where(file.path, line)
+            why = (
+                f"the paragraph starting on line {line} has {len(document):,} characters, more than "
+                f"--max-document-chars {limit:,} (a paragraph ends at a blank line)."
+            )
+            if options.skip_bad_lines:
+                skipped.add(where, why)
+                continue
+            raise bad(
+                "max_document_chars",
+                f"{where}: {limit}",
+                why,
+                "raise --max-document-chars if documents that long are intended, separate paragraphs with blank "
+                f"lines, {_SKIP}.",
+            )
+        yield document
