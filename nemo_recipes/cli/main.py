@@ -15,10 +15,10 @@ import traceback
 from typing import NoReturn, Optional, Sequence
 
 from nemo_recipes import __version__
-from nemo_recipes.cli import _output, completion, diff, export, launch, ls, plan, show, smoke
+from nemo_recipes.cli import _output, completion, data, diff, export, launch, ls, plan, show, smoke
 from nemo_recipes.errors import InvalidRecipeError, RecipeError, did_you_mean
 
-VERB_MODULES = (ls, show, plan, diff, export, launch, smoke, completion)
+VERB_MODULES = (ls, show, plan, diff, export, launch, smoke, data, completion)
 DEBUG_ENV = "NEMO_RECIPES_DEBUG"
 
 DESCRIPTION = """\

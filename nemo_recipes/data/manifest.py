@@ -211,6 +211,12 @@ def index_summary(prefix: str | Path) -> IndexSummary:
     """Counts of the Megatron dataset at `prefix`, read from its `.idx` header and sequence lengths (struct and
     array, no NumPy). InvalidConfigError when the `.idx` is missing, is not an index, or does not match the size
     of its `.bin` (a truncated or half-written dataset)."""
+    dtype, sequences, documents, lengths = read_index(prefix)
+    return IndexSummary(dtype=dtype, sequences=sequences, documents=documents, tokens=sum(lengths))
+
+
+def read_index(prefix: str | Path) -> tuple[str, int, int, array]:
+    """(dtype, sequences, documents, the sequence lengths) of the `.idx` at `prefix`, checked against its `.bin`."""
     path = check_prefix(prefix)
     idx, bin_ = Path(f"{path}.idx"), Path(f"{path}.bin")
     fix = "prepare the data again with `nemo-recipes data prepare` (it resumes and rewrites what is incomplete)."
@@ -245,4 +251,4 @@ def index_summary(prefix: str | Path) -> IndexSummary:
             fix,
         )
     # document_indices starts with a 0: documents = its length - 1.
-    return IndexSummary(dtype=dtype, sequences=sequences, documents=max(documents - 1, 0), tokens=tokens)
+    return dtype, sequences, max(documents - 1, 0), lengths

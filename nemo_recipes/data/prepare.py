@@ -51,6 +51,8 @@ DEFAULT_TOKENIZER_SAMPLE_BYTES = 100_000_000
 # Documents are tokenized in batches of about this many characters (encode_batch amortises the call, and the
 # writer writes large chunks), at most BATCH_DOCUMENTS documents.
 BATCH_CHARS = 1 << 20
+#: The tokenizer's sample is the first documents of every window of this many bytes of the inputs.
+SAMPLE_WINDOW = 4 << 20
 BATCH_DOCUMENTS = 2048
 
 Log = Callable[[str], None]
@@ -174,18 +176,30 @@ def _cut(srcs: list[sources.Source], size: int) -> list[Shard]:
     ]
 
 
-def _train(srcs: list[sources.Source], out: Path, options: Options, shards: list[Shard], log: Log) -> Path:
+def _train(srcs: list[sources.Source], described: list[dict], out: Path, options: Options, log: Log) -> Path:
     """The trained tokenizer in `out`: reused when trained before on the same inputs and arguments, else trained
-    on the first documents of every shard, up to the sample size."""
+    on the first documents of every SAMPLE_WINDOW of the inputs, up to the sample size (windows of a fixed size, so
+    that the tokenizer, like the data, does not depend on the number of workers)."""
     work = out / plans.WORK_DIR
     receipt = work / "tokenizer.json"
-    identity = plans.plan_id([{"path": f.path} for s in srcs for f in s.files], options.arguments(), "trained")
+    identity = plans.plan_id(described, options.arguments(), "trained")
     with contextlib.suppress(OSError, ValueError, KeyError, InvalidRecipeError):
         recorded = json.loads(receipt.read_text())
         if recorded["identity"] == identity and tokenizers.fingerprint(recorded["path"]) == recorded["fingerprint"]:
             log(f"tokenizer: reusing {recorded['path']} (trained before on the same inputs)")
             return Path(recorded["path"])
-    per_shard = max(options.tokenizer_sample_bytes // max(len(shards), 1), 1 << 16)
+    trained = out / ("tokenizer.model" if options.tokenizer_kind == tokenizers.SENTENCEPIECE else "tokenizer")
+    if trained.exists():
+        # Other prefixes in `out` may have been written with it: replacing it would silently change their meaning.
+        raise bad(
+            "out",
+            str(out),
+            f"{trained} exists and was not trained on these inputs and arguments; datasets in {out} may use it.",
+            f"tokenize with it (--tokenizer {trained} instead of --train-tokenizer), choose another --out, or "
+            f"delete {trained} to train a new one.",
+        )
+    shards = _cut(srcs, SAMPLE_WINDOW)
+    per_shard = max(options.tokenizer_sample_bytes // len(shards), 1 << 16)
     read = sources.ReadOptions(options.key, options.max_document_chars, options.skip_bad_lines)
 
     def sample() -> Iterator[str]:
@@ -200,6 +214,9 @@ def _train(srcs: list[sources.Source], out: Path, options: Options, shards: list
     vocab = options.vocab_size or tokenizers.DEFAULT_VOCAB_SIZE
     log(f"tokenizer: training a {options.tokenizer_kind} BPE of {vocab:,} entries on a sample of the inputs")
     path = tokenizers.train(sample(), out, vocab_size=vocab, kind=options.tokenizer_kind)
+    got = tokenizers.load(path).vocab_size
+    if got < vocab:
+        log(f"note: vocab_size={vocab:,}: the sample gave {got:,} entries (no more pairs to merge); it is used as is.")
     work.mkdir(parents=True, exist_ok=True)
     record = {"identity": identity, "path": str(path.absolute()), "fingerprint": tokenizers.fingerprint(path)}
     write_atomic(receipt, json.dumps(record).encode())
@@ -224,10 +241,8 @@ def make_plan(
     described = _digests(srcs)
     # The shard size follows the inputs' stored size (compressed files get larger shards; that is all).
     size = shard_bytes or plans.shard_size(sum(i["bytes"] for s in described for i in s["inputs"]), workers)
-    shards: Optional[list[Shard]] = None
     if options.train_tokenizer:
-        shards = _cut(srcs, size)
-        tokenizer_path = _train(srcs, out, options, shards, log)
+        tokenizer_path = _train(srcs, described, out, options, log)
     else:
         tokenizer_path = Path(str(options.tokenizer_path))
     info = tokenizers.describe(tokenizer_path)
@@ -249,10 +264,11 @@ def make_plan(
         tokenizer=info,
         arguments=arguments,
         sources=tuple(described),
-        shards=tuple(shards if shards is not None else _cut(srcs, size)),
+        shards=tuple(_cut(srcs, size)),
     )
-    plans.start_fresh(plan.work)
-    plans.write_plan(plan)
+    if up_to_date(plan) is None:  # outputs written by this plan before (then another ran here) need no new one
+        plans.start_fresh(plan.work)
+        plans.write_plan(plan)
     return plan
 
 

@@ -2,10 +2,11 @@
 (JSON Lines or plain text, plain, gzip or zstd), and the documents read from a byte range of a file.
 
 A document in a plain-text file is a paragraph: a run of non-blank lines, ended by one or more blank lines (lines of
-only whitespace) or the end of the file, with its surrounding whitespace removed. Why: a whole file as one document
-would make a book (or a 1 GB dump) a single sequence that no length guard, train/validation split or worker split
-could cut; one line per document would cut prose and verse mid-thought. Paragraphs are how plain-text corpora
-(Project Gutenberg, Shakespeare) mark their units, and a shard boundary can always fall between two of them.
+only whitespace) or the end of the file, with its surrounding whitespace removed ("\r\n" line endings read as
+"\n"). Why: a whole file as one document would make a book (or a 1 GB dump) a single sequence that no length
+guard, train/validation split or worker split could cut; one line per document would cut prose and verse
+mid-thought. Paragraphs are how plain-text corpora (Project Gutenberg, Shakespeare) mark their units, and a shard
+boundary can always fall between two of them.
 
 Standard library only (zstandard inside the function that opens a .zst file).
 """
@@ -264,6 +265,8 @@ def text_documents(
             f"the file is not UTF-8 (byte {data[error.start]:#04x} on line {line}).",
             _utf8_fix(file.path),
         ) from None
+    if "\r" in text:  # Windows line endings read as "\n", as Python's text mode reads them
+        text = text.replace("\r\n", "\n")
     limit = options.max_document_chars
     for paragraph in PARAGRAPH_BREAK.split(text):
         document = paragraph.strip()
