@@ -69,8 +69,8 @@ def read_plays(source: Path) -> list[str]:
 
 
 def write_corpus(plays: list[str], path: Path, megabytes: float, seed: int = 19) -> tuple[int, int]:
-    """JSONL of `megabytes` MB (10^6 bytes) or a little more: copies of the plays, each with its paragraphs
-    shuffled by its own seed and grouped into documents. Returns (documents, bytes)."""
+    """JSONL of at least `megabytes` MB (10^6 bytes), in whole copies of the plays (about 5 MB each), each copy with
+    the paragraphs of every play shuffled by its own seed and grouped into documents. Returns (documents, bytes)."""
     paragraphs = [[p for p in play.split("\n\n") if p.strip()] for play in plays]
     documents = written = copy = 0
     with open(path, "w", encoding="utf-8") as out:
