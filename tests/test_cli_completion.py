@@ -45,6 +45,7 @@ def test_completes_verbs(script):
         "export",
         "launch",
         "smoke",
+        "data",
         "completion",
         "--help",
         "--version",

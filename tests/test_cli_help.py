@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from _cli import check_snapshot, cli
 
-VERBS = ["ls", "show", "plan", "diff", "export", "launch", "smoke", "completion"]
+VERBS = ["ls", "show", "plan", "diff", "export", "launch", "smoke", "data", "completion"]
 
 
 def test_top_level_help_matches_snapshot():
@@ -27,6 +27,13 @@ def test_every_help_has_examples_exit_codes_and_json(verb):
     assert "examples:\n  nemo-recipes " + verb in text
     assert "exit codes:\n  0  success\n  1  failure" in text
     assert "--json" in text
+
+
+@pytest.mark.parametrize("subverb", ["prepare", "inspect"])
+def test_data_subverb_help_matches_snapshot(subverb):
+    result = cli("data", subverb, "--help")
+    assert result.returncode == 0, result.stderr
+    check_snapshot(f"help_data_{subverb}.txt", result.stdout)
 
 
 def test_snapshots_cover_every_verb():

@@ -105,7 +105,10 @@ def test_a_tokenizer_without_an_end_of_document_token_is_refused(trained, tmp_pa
     assert "no end-of-document token" in _problem(error).message
 
 
-@pytest.mark.parametrize("arguments", [{"vocab_size": 100}, {"vocab_size": True}, {"kind": "tiktoken"}])
+@pytest.mark.parametrize(
+    "arguments",
+    [{"vocab_size": 100}, {"vocab_size": True}, {"kind": "tiktoken"}, {"vocab_size": 270, "kind": "sentencepiece"}],
+)
 def test_training_arguments_are_checked(tmp_path, arguments):
     with pytest.raises(InvalidConfigError):
         tokenizers.train(TEXTS, tmp_path, **arguments)

@@ -14,11 +14,13 @@ import errno
 import gc
 import itertools
 import json
+import logging
 import multiprocessing
 import os
 import shutil
 import sys
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, TextIO
@@ -392,7 +394,8 @@ def process_shard(plan: ShardPlan, shard: Shard, encoder: tokenizers.Encoder, re
         os.replace(f"{temporary}.idx", f"{final}.idx")
     except BaseException:
         if builder is not None:
-            builder.data_file.close()
+            with contextlib.suppress(OSError):  # closing flushes, which fails again on a full disk
+                builder.data_file.close()
         for suffix in (".bin", ".idx"):
             Path(f"{temporary}{suffix}").unlink(missing_ok=True)
         raise
@@ -630,6 +633,20 @@ def up_to_date(plan: ShardPlan) -> Optional[list[Manifest]]:
 # ---- all of it ----
 
 
+def _import_writer() -> None:
+    """Import Megatron-Core's indexed dataset before the clock starts (seconds: the rates are the tokenizing's, and
+    forked workers inherit it), without the notices its import prints about GPU libraries a CPU job does not use."""
+    logger = logging.getLogger("megatron.core")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import megatron.core.datasets.indexed_dataset  # noqa: F401
+    finally:
+        logger.setLevel(level)
+
+
 def _disk_full(error: OSError, out: Path) -> BadInput:
     return bad(
         "out",
@@ -698,9 +715,7 @@ def prepare(
             shard_runner(plan.work / "plan.json")
             todo = []  # tokenized elsewhere: no local rates to report
         else:
-            # Imported before the clock starts (seconds): the rates are the tokenizing's, and forked workers
-            # inherit it.
-            import megatron.core.datasets.indexed_dataset  # noqa: F401
+            _import_writer()
 
             bar = Progress(total, stream=err, mode=progress, label="tokenizing")
             try:

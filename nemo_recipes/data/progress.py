@@ -20,6 +20,10 @@ def _duration(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s" if seconds >= 60 else f"{seconds}s"
 
 
+def _rate(value: float) -> str:
+    return human_count(value) if value >= 1000 else f"{value:.0f}"
+
+
 class Progress:
     """Counts documents, input bytes and tokens as shards report them, and shows the rates."""
 
@@ -50,7 +54,7 @@ class Progress:
             self._bar.update(size)
             elapsed = max(now - self.start, 1e-9)
             self._bar.set_postfix_str(
-                f"{human_count(self.documents / elapsed)} docs/s, {human_count(self.tokens / elapsed)} tokens/s",
+                f"{_rate(self.documents / elapsed)} docs/s, {_rate(self.tokens / elapsed)} tokens/s",
                 refresh=False,
             )
         elif self.mode == "lines" and now - self._last_line >= LINE_INTERVAL:

@@ -319,6 +319,16 @@ def _train_sentencepiece(texts: Iterable[str], out_dir: Path, vocab_size: int) -
     from nemo_recipes.data.manifest import write_atomic
 
     model = io.BytesIO()
+    try:
+        _sentencepiece_train(sentencepiece, texts, model, vocab_size)
+    except RuntimeError as error:  # SentencePiece reports a vocabulary below its alphabet this way
+        raise InvalidConfigError(
+            [Problem("vocab_size", vocab_size, f"SentencePiece refused it: {str(error)[-160:]}", "give a larger one.")]
+        ) from None
+    return write_atomic(out_dir / "tokenizer.model", model.getvalue())
+
+
+def _sentencepiece_train(sentencepiece: Any, texts: Iterable[str], model: Any, vocab_size: int) -> None:
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=iter(texts),
         model_writer=model,
@@ -331,4 +341,3 @@ def _train_sentencepiece(texts: Iterable[str], out_dir: Path, vocab_size: int) -
         minloglevel=2,
         max_sentence_length=1 << 16,
     )
-    return write_atomic(out_dir / "tokenizer.model", model.getvalue())

@@ -1,0 +1,193 @@
+"""Bad input to `nemo-recipes data prepare`, one test each: a clear message with field, value and fix, exit code 2,
+and nothing half-written under a final name. Run through the CLI's `main` in this process (Megatron-Core is
+imported once for the module)."""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from nemo_recipes.cli.main import main
+from nemo_recipes.data import tokenizers
+from nemo_recipes.data.manifest import MANIFEST_SUFFIX, index_summary, read_manifest
+
+pytestmark = pytest.mark.nemo
+
+GOOD = [{"text": f"Line {i}: the quick brown fox jumps over the lazy dog."} for i in range(50)]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory) -> Path:
+    return tokenizers.train([r["text"] for r in GOOD] * 4, tmp_path_factory.mktemp("tok"), vocab_size=300)
+
+
+def jsonl(path: Path, records: list, extra_lines: dict | None = None) -> Path:
+    lines = [json.dumps(r).encode() for r in records]
+    for number, raw in sorted((extra_lines or {}).items()):
+        lines.insert(number - 1, raw)
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    return path
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["data", "prepare", *args, "--workers", "1", "--progress", "none"])
+    return code, out.getvalue(), err.getvalue()
+
+
+def nothing_final(out: Path) -> None:
+    """Every .bin/.idx under a final name has a manifest and matches it; nothing else looks like a dataset."""
+    if not out.exists():
+        return
+    for path in out.iterdir():
+        if path.suffix in (".bin", ".idx") or path.name.endswith(MANIFEST_SUFFIX):
+            prefix = out / path.name.removesuffix(MANIFEST_SUFFIX).removesuffix(path.suffix)
+            manifest = read_manifest(prefix)  # raises when the manifest is missing
+            assert index_summary(prefix).tokens == manifest.tokens
+
+
+def expect(code: int, err: str, field: str, *words: str) -> None:
+    assert code == 2, err
+    line = [line for line in err.splitlines() if line.startswith("nemo-recipes data") or line.startswith("  - ")]
+    assert line and f"{field}=" in err, err
+    assert "Fix:" in err, err
+    for word in words:
+        assert word in err, err
+
+
+def test_an_empty_file(tmp_path, tokenizer):
+    (tmp_path / "empty.jsonl").write_bytes(b"")
+    (tmp_path / "blank.txt").write_text("\n   \n\n")
+    code, _, err = run(str(tmp_path / "empty.jsonl"), str(tmp_path / "blank.txt"), "--out", str(tmp_path / "out"),
+                       "--tokenizer", str(tokenizer))  # fmt: skip
+    expect(code, err, "inputs", "empty.jsonl", "the file is empty", "remove it from the inputs")
+    code, _, err = run(str(tmp_path / "blank.txt"), "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer))
+    expect(code, err, "inputs", "blank.txt", "holds no text")
+    nothing_final(tmp_path / "out")
+
+
+def test_a_file_that_is_not_utf8(tmp_path, tokenizer):
+    text = tmp_path / "latin.txt"
+    text.write_bytes("First paragraph.\n\nCafé in Latin-1.\n".encode("latin-1"))
+    code, _, err = run(str(text), "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer))
+    expect(code, err, "inputs", f"{text}:3", "not UTF-8", "byte 0xe9", "iconv")
+    lines = jsonl(tmp_path / "latin.jsonl", GOOD, {7: '{"text": "caf\xe9"}'.encode("latin-1")})
+    code, _, err = run(str(lines), "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer))
+    expect(code, err, "inputs", f"{lines}:7", "not UTF-8")
+    nothing_final(tmp_path / "out")
+
+
+def test_malformed_json_lines_stop_with_file_and_line_or_are_skipped_and_counted(tmp_path, tokenizer):
+    bad = jsonl(tmp_path / "bad.jsonl", GOOD, {3: b'{"text": "unterminated', 10: b"[1, 2"})
+    out = tmp_path / "out"
+    code, _, err = run(str(bad), "--out", str(out), "--tokenizer", str(tokenizer))
+    expect(code, err, "inputs", f"{bad}:3", "not valid JSON", "--skip-bad-lines")
+    nothing_final(out)
+    code, stdout, err = run(str(bad), "--out", str(out), "--tokenizer", str(tokenizer), "--skip-bad-lines")
+    assert code == 0, err
+    manifest = read_manifest(out / "bad")
+    assert manifest.documents == len(GOOD) and manifest.skipped_lines == 2
+    assert "2 bad line(s) skipped" in err and stdout.strip() == f"{out}/bad"
+
+
+def test_a_missing_key(tmp_path, tokenizer):
+    records = jsonl(tmp_path / "records.jsonl", [{"txt": "a"}] + GOOD)
+    code, _, err = run(str(records), "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer))
+    expect(code, err, "key", "key='text'", f"{records}:1", "has no 'text'", "did you mean 'txt'", "--key")
+    nested = jsonl(tmp_path / "nested.jsonl", [{"meta": {"body": "x"}}])
+    code, _, err = run(str(nested), "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer), "--key", "meta.text")
+    expect(code, err, "key", "has no 'text'", "'body'")
+    nothing_final(tmp_path / "out")
+
+
+def test_a_gigantic_document(tmp_path, tokenizer):
+    from nemo_recipes.data.prepare import DEFAULT_MAX_DOCUMENT_CHARS
+
+    huge = jsonl(tmp_path / "huge.jsonl", GOOD[:5] + [{"text": "word " * 2000}] + GOOD[5:])
+    code, _, err = run(str(huge), "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer),
+                       "--max-document-chars", "5000")  # fmt: skip
+    expect(code, err, "max_document_chars", f"{huge}:6", "10,000 characters", "raise --max-document-chars")
+    nothing_final(tmp_path / "out")
+    text = tmp_path / "wall.txt"
+    text.write_text("short\n\n" + "no paragraph breaks at all\n" * 400)
+    code, _, err = run(str(text), "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer),
+                       "--max-document-chars", "5000")  # fmt: skip
+    expect(code, err, "max_document_chars", f"{text}:3", "a paragraph ends at a blank line")
+    assert 1_000_000 <= DEFAULT_MAX_DOCUMENT_CHARS <= 100_000_000  # a book passes; a whole dump in a record does not
+
+
+def test_an_output_directory_that_cannot_be_written(tmp_path, tokenizer):
+    good = jsonl(tmp_path / "good.jsonl", GOOD)
+    (tmp_path / "a-file").write_text("a regular file, not a directory")
+    code, _, err = run(str(good), "--out", str(tmp_path / "a-file" / "out"), "--tokenizer", str(tokenizer))
+    expect(code, err, "out", "cannot be written", "choose an --out directory")
+    readonly = tmp_path / "readonly"
+    readonly.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=64k", "tmpfs", str(readonly)]).returncode == 0:
+        try:  # as root, permissions do not stop a write; a read-only filesystem does
+            code, _, err = run(str(good), "--out", str(readonly), "--tokenizer", str(tokenizer))
+            expect(code, err, "out", "Read-only file system")
+        finally:
+            subprocess.run(["umount", str(readonly)], check=True)
+
+
+def test_a_disk_that_fills(tmp_path, tokenizer):
+    # Enough tokens that the shards fit on the small disk but the merged copy does not.
+    records = [{"text": f"{i} " + "the quick brown fox jumps over the lazy dog " * 20} for i in range(3000)]
+    data = jsonl(tmp_path / "data.jsonl", records)
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)]).returncode != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        code, _, err = run(str(data), "--out", str(disk / "out"), "--tokenizer", str(tokenizer))
+        expect(code, err, "out", "the disk is full", "run again: finished shards are kept")
+        nothing_final(disk / "out")
+        leftovers = [p.name for p in (disk / "out").rglob("*") if ".tmp" in p.name]
+        assert leftovers == []
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
+
+
+def test_the_same_prefix_twice(tmp_path, tokenizer):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = jsonl(tmp_path / "a" / "corpus.jsonl", GOOD)
+    second = tmp_path / "b" / "corpus.jsonl.gz"
+    second.write_bytes(gzip.compress(first.read_bytes()))
+    code, _, err = run(str(first), str(second), "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer))
+    expect(code, err, "inputs", "both would write the prefix 'corpus'", "NAME=INPUT")
+    assert not (tmp_path / "out").exists()  # refused before anything is created
+    code, _, err = run(str(first), f"corpus2={second}", "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer))
+    assert code == 0, err
+    assert read_manifest(tmp_path / "out" / "corpus").tokens == read_manifest(tmp_path / "out" / "corpus2").tokens
+
+
+def test_a_tokenizer_path_that_is_not_a_tokenizer(tmp_path):
+    good = jsonl(tmp_path / "good.jsonl", GOOD)
+    (tmp_path / "notes.json").write_text('{"hello": "world"}')
+    for path, why in ((tmp_path / "notes.json", "not a Hugging Face tokenizer"), (tmp_path / "nope", "no such file")):
+        code, _, err = run(str(good), "--out", str(tmp_path / "out"), "--tokenizer", str(path))
+        expect(code, err, "tokenizer_path", why, "--train-tokenizer")
+    nothing_final(tmp_path / "out")
+
+
+def test_a_vocabulary_too_large_for_uint16_is_said(tmp_path, tokenizer):
+    # Not an error (int32 is what Megatron uses then), but said on stderr and recorded in the manifest.
+    from tokenizers import Tokenizer
+
+    big = Tokenizer.from_file(str(tokenizer / "tokenizer.json"))
+    big.add_tokens([f"<extra_{i}>" for i in range(70000)])
+    big.save(str(tmp_path / "big.json"))
+    code, _, err = run(str(jsonl(tmp_path / "good.jsonl", GOOD)), "--out", str(tmp_path / "out"), "--tokenizer",
+                       str(tmp_path / "big.json"))  # fmt: skip
+    assert code == 0, err
+    assert "note: tokenizer_path=" in err and "does not fit uint16" in err and "stored as int32" in err
+    assert read_manifest(tmp_path / "out" / "good").dtype == "int32"
