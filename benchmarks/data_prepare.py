@@ -183,6 +183,10 @@ def same_bytes(a: Path, b: Path) -> bool:
 
 
 def benchmark(args: argparse.Namespace, work: Path) -> dict:
+    # Importing Megatron-Core tries to build a CUDA extension under a lock file in TORCH_EXTENSIONS_DIR; a process
+    # killed meanwhile leaves the lock behind and every later import waits on it. A private directory keeps other
+    # processes' leftovers out of the timings.
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(work / "torch-extensions")
     plays = read_plays(Path(args.plays))
     corpus = work / "corpus.jsonl"
     documents, size = write_corpus(plays, corpus, args.mb)

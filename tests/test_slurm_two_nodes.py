@@ -496,7 +496,13 @@ def test_data_prepare_on_two_nodes_is_byte_identical_and_a_lost_node_is_survived
                     "processes_per_node": 1,
                     "container_image": None,
                     "time": "00:10:00",
-                    "env": {"PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "OMP_NUM_THREADS": "1"},
+                    "env": {
+                        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                        "OMP_NUM_THREADS": "1",
+                        # Megatron-Core's import builds an extension under a lock file there: a rank killed in the
+                        # middle must not leave the lock in the shared cache, where every later import waits on it.
+                        "TORCH_EXTENSIONS_DIR": str(tmp_path / "torch-extensions"),
+                    },
                 }
             }
         )
