@@ -444,3 +444,109 @@ def test_the_continuity_check_finds_lost_repeated_and_misplaced_steps():
         with pytest.raises(AssertionError):
             assert_resumed_without_loss(record, steps=12, global_batch=4, checkpoint_step=5, interrupted_at=7)
             pytest.fail(f"not caught: {why}")
+
+
+# ---- 4. data prepare: the shards on the ranks of a two-node job ----
+
+#: data prepare's work directory: the frozen shard plan and one receipt per finished shard.
+PLAN = ".nemo-recipes-work/plan.json"
+RECEIPTS = ".nemo-recipes-work/receipts/*.json"
+
+
+def _text_corpus(path: Path, megabytes: float, seed: int = 19) -> Path:
+    """JSONL of word-like text (deterministic): enough shards to keep two nodes busy for a few seconds."""
+    import random
+
+    rng = random.Random(seed)
+    words = ["".join(rng.choice("etaoinshrdlucmfwyp") for _ in range(rng.randint(1, 9))) for _ in range(3000)]
+    with open(path, "w", encoding="utf-8") as out:
+        while out.tell() < megabytes * 1e6:
+            text = " ".join(rng.choices(words, k=rng.randint(50, 600)))
+            out.write(json.dumps({"text": text}) + "\n")
+    return path
+
+
+def _receipts(out: Path) -> dict[str, int]:
+    """Each shard receipt in the work directory with its modification time (a shard redone would rewrite it)."""
+    return {str(p.relative_to(out)): p.stat().st_mtime_ns for p in sorted(out.glob(RECEIPTS))}
+
+
+def _same_files(a: Path, b: Path, names: list[str]) -> list[str]:
+    return [n for n in names if (a / n).read_bytes() != (b / n).read_bytes()]
+
+
+@on_two_nodes
+def test_data_prepare_on_two_nodes_is_byte_identical_and_a_lost_node_is_survived_by_running_again(cluster, tmp_path):
+    from nemo_recipes.data import tokenizers
+    from nemo_recipes.data.prepare import prepare
+
+    corpus = _text_corpus(tmp_path / "corpus.jsonl", 6.0)
+    tokenizer = tokenizers.train((json.loads(line)["text"] for line in open(corpus)), tmp_path / "tok", vocab_size=512)
+    prepare([str(corpus)], str(tmp_path / "one"), tokenizer_path=str(tokenizer), workers=1)
+    out = tmp_path / "two"
+    profiles = tmp_path / "clusters.yaml"
+    profiles.write_text(
+        json.dumps(  # YAML is a superset of JSON
+            {
+                "two_nodes": {
+                    "preset": "slurm",
+                    "account": ACCOUNT,
+                    "nodes": 2,
+                    "gpus_per_node": 0,
+                    "processes_per_node": 1,
+                    "container_image": None,
+                    "time": "00:10:00",
+                    "env": {
+                        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+                        "OMP_NUM_THREADS": "1",
+                        # Megatron-Core's import builds an extension under a lock file there: a rank killed in the
+                        # middle must not leave the lock in the shared cache, where every later import waits on it.
+                        "TORCH_EXTENSIONS_DIR": str(tmp_path / "torch-extensions"),
+                    },
+                }
+            }
+        )
+    )
+    command = [
+        sys.executable, "-m", "nemo_recipes.cli.main", "data", "prepare", str(corpus), "--out", str(out),
+        "--tokenizer", str(tokenizer), "--executor", "two_nodes", "--clusters", str(profiles),
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)}
+
+    # The first run loses node 2 once some shards are done: the job cannot finish; the command says so (exit 1).
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    lost = NODES[1]
+    try:
+        deadline = time.time() + 300
+        while not _receipts(out):
+            assert first.poll() is None, first.communicate()
+            assert time.time() < deadline, "no shard finished in 300 s"
+            time.sleep(0.05)
+        pids = subprocess.run(["ip", "netns", "pids", lost], capture_output=True, text=True, check=True).stdout.split()
+        subprocess.run(["kill", "-KILL", *pids], check=False)
+        slurm("scontrol", "update", f"NodeName={lost}", "State=DOWN", "Reason=data-prepare-node-lost")
+        # Slurm requeues the job, which then waits for a second node: the user (here the test) cancels it.
+        time.sleep(2)
+        for job in slurm("squeue", "-h", "-o", "%i").split():
+            slurm("scancel", job, check=False)
+        stdout, stderr = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        _restore_node(lost)
+    assert first.returncode == 1, stderr[-3000:]
+    assert "run the same command again" in stderr, stderr[-3000:]
+    done = _receipts(out)
+    prefix_files = ["corpus.bin", "corpus.idx", "corpus.manifest.json"]
+    assert not (out / "corpus.manifest.json").exists()  # nothing looks complete
+    total = len(json.loads((out / PLAN).read_text())["shards"])
+    assert 0 < len(done) < total, (len(done), total)
+
+    # Running again finishes the rest on both nodes; the shards finished before are not redone.
+    second = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    assert second.returncode == 0, second.stderr[-3000:]
+    after = _receipts(out)
+    assert len(after) == total
+    assert {name: after[name] for name in done} == done, "a shard finished before the node was lost was redone"
+    assert not _same_files(tmp_path / "one", out, prefix_files[:2])  # byte-identical to the one-machine run
+    print(f"node {lost} lost after {len(done)} of {total} shards; the second run did {total - len(done)}")

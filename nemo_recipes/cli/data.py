@@ -9,7 +9,7 @@ import argparse
 import sys
 import textwrap
 
-from nemo_recipes.cli import _output
+from nemo_recipes.cli import _output, data_executor
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidConfigError, Problem
 
@@ -132,6 +132,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="progress on stderr: a bar on a terminal, a line every 10 s otherwise (auto)",
     )
     prepare.add_argument("--json", action="store_true", help="print the manifests as a JSON list")
+    data_executor.add_arguments(prepare)
     prepare.set_defaults(run=run_prepare)
 
     inspect = verbs.add_parser(
@@ -158,6 +159,7 @@ def run_prepare(args: argparse.Namespace) -> int:
 
     if args.workers is not None and args.workers < 1:
         raise InvalidConfigError([Problem("workers", args.workers, "must be at least 1.", "give e.g. --workers 4.")])
+    runner, ranks = data_executor.shard_runner(args)
     manifests = prepare.prepare(
         args.inputs,
         args.out,
@@ -166,7 +168,8 @@ def run_prepare(args: argparse.Namespace) -> int:
         vocab_size=args.vocab_size,
         tokenizer_kind=args.tokenizer_kind,
         key=args.key,
-        workers=args.workers,
+        workers=ranks or args.workers,  # with --executor the ranks are the workers (the shards' size follows)
+        shard_runner=runner,
         skip_bad_lines=args.skip_bad_lines,
         shard_bytes=args.shard_size,
         progress=args.progress,

@@ -673,10 +673,14 @@ def prepare(
     shard_bytes: Optional[int] = None,
     progress: str = "auto",
     stream: Optional[TextIO] = None,
+    shard_runner: Optional[Callable[[Path], None]] = None,
 ) -> list[Manifest]:
     """Prepare `inputs` into `out` (the Python API of `nemo-recipes data prepare`): one indexed dataset and manifest
     per source; resumes from receipts; does nothing when the outputs are up to date. Messages go to `stream`
-    (stderr), `progress` is "auto" (a bar on a terminal, lines otherwise), "bar", "lines" or "none"."""
+    (stderr), `progress` is "auto" (a bar on a terminal, lines otherwise), "bar", "lines" or "none".
+    `shard_runner`, when given, runs the pending shards instead of the local pool: it is called with the plan's path
+    and returns once every shard has its receipt, or raises (the ranks of a NeMo-Run job on several nodes that
+    share `out`: `nemo-recipes data prepare --executor`); `workers` then only sizes the shards."""
     err = stream or sys.stderr
 
     def log(message: str) -> None:
@@ -707,13 +711,17 @@ def prepare(
         if len(todo) < len(plan.shards):
             log(f"resuming: {len(plan.shards) - len(todo)} of {len(plan.shards)} shards already done (receipts kept)")
         total = sum(plan.shards[i].end - plan.shards[i].start for i in todo)
-        _import_writer()
+        if shard_runner is not None:
+            shard_runner(plan.work / "plan.json")
+            todo = []  # tokenized elsewhere: no local rates to report
+        else:
+            _import_writer()
 
-        bar = Progress(total, stream=err, mode=progress, label="tokenizing")
-        try:
-            _run_local(plan, todo, workers, bar)
-        finally:
-            bar.close()
+            bar = Progress(total, stream=err, mode=progress, label="tokenizing")
+            try:
+                _run_local(plan, todo, workers, bar)
+            finally:
+                bar.close()
         manifests = finalize(plan.work / "plan.json")
     except OSError as error:
         if error.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
