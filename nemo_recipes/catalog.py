@@ -348,8 +348,9 @@ INT_BOUNDS: dict[str, int] = {
 # What a recipe, experiment or log name may hold: it becomes a directory name (NeMo's log directory, NeMo-Run's
 # experiment directory), so a separator or '..' would write outside the directory it belongs in, and NeMo-Run
 # writes that directory unquoted into the Slurm script's srun line, so a space, quote, '$' or ';' would split or run
-# there. Letters of any script, digits, '_', '-', '.' and '+' mean nothing to either.
-_PLAIN_NAME = re.compile(r"[\w.+-]+")
+# there. Letters of any script, digits, '_', '-', '.' and '+' mean nothing to either; nor do the bytes >= 0x80 that
+# Python keeps as surrogates (U+DC80-U+DCFF) when a C locale cannot decode an argument (UTF-8 letters, read as bytes).
+_PLAIN_NAME = re.compile("[\\w.+\\-\udc80-\udcff]+")
 
 
 def _is_int(value: Any) -> bool:
