@@ -312,7 +312,10 @@ def assert_resumed_without_loss(
     assert len(attempts) == 2, f"expected the first run and one restart, found {len(attempts)} starts"
     first, second = ([s["step"] for s in a["steps"]] for a in attempts)
     assert first[:interrupted_at] == list(range(1, interrupted_at + 1)), first
-    assert checkpoint_step < first[-1], "the fault should land after training beyond the checkpoint"
+    # The test kills once training has passed a finished checkpoint, but on a fast machine a later save can finish
+    # in the instant before the kill lands: then the newest checkpoint is the last step trained (seen in CI: 10 and
+    # 10). The resume is then from that step and still checked below; a checkpoint beyond the record is not allowed.
+    assert checkpoint_step <= first[-1], "the restart resumed from a checkpoint beyond the steps recorded"
     start = attempts[1]["start"]
     assert start["global_step"] == checkpoint_step, start
     assert start["resumed_from"] and f"step={checkpoint_step - 1}" in start["resumed_from"], start
