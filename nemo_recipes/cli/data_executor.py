@@ -27,6 +27,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from nemo_recipes.cli._executor_options import add_executor_arguments
 from nemo_recipes.cli._output import CLIError
 
 #: What each rank runs (named, so that the job's configuration is plain data).
@@ -42,15 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="tokenize the shards on the ranks of one NeMo-Run job (nodes x processes per node) instead of local "
         "workers: a preset (local, slurm) or a cluster profile; its nodes must share --out",
     )
-    group.add_argument(
-        "-E",
-        "--executor-arg",
-        action="append",
-        default=[],
-        metavar="key=value",
-        help="an argument of the preset or a change to the profile (repeatable), e.g. -E nodes=4",
-    )
-    group.add_argument("--clusters", metavar="FILE", help="cluster profiles file (as for `launch`)")
+    add_executor_arguments(group, example="nodes=4")
 
 
 def shard_runner(args: argparse.Namespace) -> tuple[Optional[Callable[[Path], None]], Optional[int]]:

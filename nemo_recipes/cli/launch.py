@@ -14,6 +14,7 @@ from typing import Any
 
 from nemo_recipes.catalog import get_recipe, plain_name_problems
 from nemo_recipes.cli import _output
+from nemo_recipes.cli._executor_options import add_executor_arguments
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem, known
 from nemo_recipes.overrides import apply_overrides, read_yaml_values
@@ -52,18 +53,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="PROFILE",
         help="a preset (local, slurm, kubernetes) or a cluster profile name",
     )
-    parser.add_argument(
-        "-E",
-        "--executor-arg",
-        action="append",
-        default=[],
-        metavar="key=value",
-        help="an argument of the preset or a change to the profile (repeatable), e.g. -E nodes=8",
-    )
-    parser.add_argument(
-        "--clusters",
-        metavar="FILE",
-        help="cluster profiles file (default: $NEMO_RECIPES_CLUSTERS, else ~/.config/nemo-recipes/clusters.yaml)",
+    add_executor_arguments(
+        parser,
+        example="nodes=8",
+        clusters_help="cluster profiles file "
+        "(default: $NEMO_RECIPES_CLUSTERS, else ~/.config/nemo-recipes/clusters.yaml)",
     )
     parser.add_argument("--dryrun", action="store_true", help="show what would run; submit nothing")
     parser.add_argument("--detach", action="store_true", help="return once submitted instead of following the job")

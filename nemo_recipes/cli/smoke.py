@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Optional
 
 from nemo_recipes.catalog import get_recipe
 from nemo_recipes.cli import _output
+from nemo_recipes.cli._executor_options import add_executor_arguments
 from nemo_recipes.cli._overrides import parse_overrides
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidRecipeError, Problem
@@ -80,15 +81,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="run each phase through a NeMo-Run executor: a preset (local, slurm) or a profile",
     )
-    parser.add_argument(
-        "-E",
-        "--executor-arg",
-        action="append",
-        default=[],
-        metavar="key=value",
-        help="an argument of the preset or a change to the profile (repeatable), e.g. -E devices=2",
-    )
-    parser.add_argument("--clusters", metavar="FILE", help="cluster profiles file (as for `launch`)")
+    add_executor_arguments(parser, example="devices=2")
     parser.add_argument(
         "--json", action="store_true", help="print the report as JSON (progress goes to standard error)"
     )
