@@ -103,3 +103,102 @@ def test_full_recomputation_backward_stays_on_the_cpu():
 
 def test_the_layer_changes_nothing_where_cuda_is_present():
     assert _python(WITH_CUDA).strip() == "installed [] changed []"
+
+
+#: A Llama recipe through `adapt()`, as the smoke worker calls it, first with CUDA reported present, then (CUDA gone,
+#: a fresh recipe) on the CPU: its model config before and after, and whether the config builds (Megatron-Core refuses
+#: apply_rope_fusion without Transformer Engine, which this machine lacks); and Megatron's torch RMSNorm under sequence
+#: parallelism before and after. One interpreter serves all: with CUDA the layer installs nothing that could leak
+#: into the CPU case.
+LLAMA_SETTINGS = textwrap.dedent(
+    """
+    import copy, json
+    import fiddle as fdl
+    import torch
+    import nemo_recipes
+    from nemo_recipes.training import cpu_compat
+
+    def builds(config):
+        try:
+            fdl.build(config)
+            return "builds"
+        except Exception as error:
+            return str(error)
+
+    def adapted(device):
+        recipe = nemo_recipes.llama_8b()  # the libraries are imported while the CPU is the truth (see WITH_CUDA)
+        config = recipe.model.config
+        keys = ["apply_rope_fusion", "persist_layer_norm", "use_cpu_initialization", "masked_softmax_fusion",
+                "normalization", "position_embedding_type", "rotary_base", "activation_func"]
+        before = {key: getattr(config, key) for key in keys}
+        untouched = copy.deepcopy(config)
+        available = torch.cuda.is_available
+        if device == "cuda":
+            torch.cuda.is_available = lambda: True
+        patches = cpu_compat.adapt(recipe, 1)
+        torch.cuda.is_available = available
+        return {
+            "before": before,
+            "after": {key: getattr(config, key) for key in keys},
+            "patches": len(patches),
+            "accelerator": recipe.trainer.accelerator,
+            "adapted": builds(config),
+            "as_built": builds(untouched),
+        }
+
+    def rmsnorm_with_sequence_parallelism():
+        from megatron.core.transformer import TransformerConfig
+        from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+        config = TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=2, normalization="RMSNorm",
+                                   tensor_model_parallel_size=2, sequence_parallel=True, use_cpu_initialization=True)
+        try:
+            norm = WrappedTorchNorm(config, 8)
+        except AssertionError as error:
+            return f"refused: {error}"
+        marks = [getattr(p, "sequence_parallel", False) for p in norm.parameters()]
+        return f"{type(norm).__name__} sequence_parallel={config.sequence_parallel} marks={marks}"
+
+    runs = {"cuda": adapted("cuda"), "norm_before": rmsnorm_with_sequence_parallelism()}
+    runs.update(cpu=adapted("cpu"), norm_after=rmsnorm_with_sequence_parallelism())
+    print(json.dumps(runs, default=str))  # activation_func as its name
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def llama_runs() -> dict:
+    import json
+
+    return json.loads(_python(LLAMA_SETTINGS).strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_llama_fusions_stay_on_with_cuda_and_go_off_on_the_cpu(llama_runs):
+    """RoPE fusion (Transformer Engine's CUDA kernel) and the persistent norm kernel (refused by torch's RMSNorm, the
+    norm without TE) are switched off for a CPU run, and nothing of the architecture changes; where CUDA is present
+    the recipe stays as built."""
+    cuda, cpu = llama_runs["cuda"], llama_runs["cpu"]
+    assert cuda["after"] == cuda["before"] and cuda["before"]["apply_rope_fusion"] is True
+    assert cuda["before"]["persist_layer_norm"] is True and cuda["before"]["use_cpu_initialization"] is False
+    assert cuda["patches"] == 0 and cuda["accelerator"] == "gpu"
+    assert cpu["before"] == cuda["before"]
+    assert cpu["after"] == {
+        **cpu["before"],
+        "apply_rope_fusion": False,
+        "persist_layer_norm": False,
+        "use_cpu_initialization": True,
+        "masked_softmax_fusion": False,
+    }
+    assert cpu["patches"] > 0 and cpu["accelerator"] == "cpu"
+    assert cpu["adapted"] == "builds"
+    assert "apply_rope_fusion is not available" in cpu["as_built"]  # why the CPU run needs the setting
+
+
+@pytest.mark.slow
+def test_rmsnorm_with_sequence_parallelism_is_torchs_rmsnorm_marked_for_the_tensor_parallel_reduction(llama_runs):
+    """Without TE, Llama's RMSNorm is torch's, which Megatron refuses under sequence parallelism; engaged, the layer's
+    norm-sequence-parallel patch builds it with its weight marked `sequence_parallel`, the mark by which Megatron sums
+    such gradients over the TP group (as TE's RMSNorm marks its own), and the model keeps sequence parallelism on."""
+    assert llama_runs["norm_before"] == "refused: sequence parallel not supported by torch LayerNorm"
+    assert llama_runs["norm_after"] == "RMSNorm sequence_parallel=True marks=[True]"

@@ -41,9 +41,11 @@ def load_model(spec: RecipeSpec, weights: str) -> tuple[Any, Any]:
 
     _set_random_seed(1234)
     tokenizer = fdl.build(parts.tokenizer(spec))
-    config = fdl.build(model(spec)).config
-    config.use_cpu_initialization = cpu
-    config.masked_softmax_fusion = False
+    model_config = model(spec).config
+    if cpu:
+        cpu_compat.cpu_model_settings(model_config)  # before the build: a built config has refused TE-only fusions
+    model_config.masked_softmax_fusion = False
+    config = fdl.build(model_config)
     config.hidden_dropout = config.attention_dropout = 0.0
     with _device_scope():
         gpt = config.configure_model(tokenizer)

@@ -1,10 +1,11 @@
 """A recipe scaled down in shape only, for a smoke training run (standard library only).
 
-What changes: layers, hidden size, heads, FFN (same ratio to hidden), sequence length, vocabulary and batch; the
-parallel layout is fitted to the processes at hand; the schedule keeps its shape (warmup, cosine decay, constant
-tail) over the smoke run's steps. What stays: everything else the recipe chose (precision, recomputation, sequence
-parallelism, Megatron DDP with the distributed optimizer and its overlaps, AdamW with the recipe's learning rates,
-dropout, tied embeddings, checkpointing, AutoResume).
+What changes: layers, hidden size, heads and query groups (same heads per group), FFN (same ratio to hidden),
+sequence length, vocabulary and batch; the parallel layout is fitted to the processes at hand; the schedule keeps its
+shape (warmup, cosine decay, constant tail) over the smoke run's steps. What stays: everything else the recipe chose
+(the architecture: positions and RoPE base, activation, norm, biases, tied or untied embeddings; precision,
+recomputation, sequence parallelism, Megatron DDP with the distributed optimizer and its overlaps, AdamW with the
+recipe's learning rates, dropout, checkpointing, AutoResume).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from nemo_recipes.plan.data import checked_data
 #: a fraction of a second on a CPU core, big enough for the loss to fall visibly within tens of steps.
 HEAD_DIM = 16
 HEADS = 4
+#: Fewest key/value groups of a scaled grouped-query model: shared by a group of heads, not by all of them.
+QUERY_GROUPS = 2
 SEQ_LENGTH = 64
 VOCAB_SIZE = 1000
 MICRO_BATCH = 2
@@ -151,25 +154,49 @@ def smoke_plan(
 
 
 def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
-    tp, pp, cp = layout["tensor_parallel"], layout["pipeline_parallel"], layout["context_parallel"]
-    heads = max(HEADS, tp)
-    hidden = heads * HEAD_DIM
-    groups = (
-        None if spec.num_query_groups is None else max(tp, heads * spec.num_query_groups // spec.num_attention_heads)
-    )
-    ffn_ratio = spec.ffn_hidden_size / spec.hidden_size
+    tp, cp = layout["tensor_parallel"], layout["context_parallel"]
+    attention = _small_attention(spec, tp)
+    hidden = attention["num_attention_heads"] * HEAD_DIM
     seq = math.lcm(SEQ_LENGTH, tp, 2 * cp)
     return {
-        "num_layers": max(2, pp * (layout["virtual_pipeline"] or 1)),
+        **attention,
+        "num_layers": _small_layers(spec, layout),
         "hidden_size": hidden,
-        "num_attention_heads": heads,
-        "num_query_groups": groups,
-        "ffn_hidden_size": int(round(hidden * ffn_ratio)),
+        "ffn_hidden_size": _small_ffn(spec, hidden, tp),
         "seq_length": seq,
         "vocab_size": VOCAB_SIZE,
         "micro_batch_size": MICRO_BATCH,
         "recompute_num_layers": None,
     }
+
+
+def _small_attention(spec: RecipeSpec, tp: int) -> dict[str, Any]:
+    """Heads, query groups and head dimension of the scaled model, HEAD_DIM channels a head. Grouped-query attention
+    keeps the recipe's heads per group (Llama 3 8B: 4, 70B: 8, 405B: 16) with at least QUERY_GROUPS groups, a
+    multiple of TP (Megatron splits whole groups over the TP ranks); multi-head attention stays multi-head."""
+    kv_channels = None if spec.kv_channels is None else HEAD_DIM  # an explicit head dimension stays explicit
+    if spec.kv_groups == spec.num_attention_heads:
+        heads = max(HEADS, tp)
+        groups = None if spec.num_query_groups is None else heads
+    else:
+        groups = math.lcm(QUERY_GROUPS, tp)
+        heads = groups * (spec.num_attention_heads // spec.kv_groups)
+    return {"num_attention_heads": heads, "num_query_groups": groups, "kv_channels": kv_channels}
+
+
+def _small_ffn(spec: RecipeSpec, hidden: int, tp: int) -> int:
+    """The recipe's FFN-to-hidden ratio (GPT-3 4, Llama 3 8B 3.5), rounded to a multiple of TP."""
+    return tp * max(1, round(hidden * spec.ffn_hidden_size / spec.hidden_size / tp))
+
+
+def _small_layers(spec: RecipeSpec, layout: dict[str, Any]) -> int:
+    """Two layers, or one for each pipeline chunk; where the recipe counts the embedding and the loss as a layer
+    each in the pipeline split (Llama 3 405B), every chunk still holds a transformer layer: 2 x chunks - 2."""
+    pp = layout["pipeline_parallel"]
+    chunks = pp * (layout["virtual_pipeline"] or 1)
+    if spec.pipeline_counts_embedding_and_loss and pp > 1:
+        return max(2, 2 * chunks - 2)
+    return max(2, chunks)
 
 
 def _schedule(spec: RecipeSpec, steps: int, tokens_per_step: int) -> dict[str, int]:

@@ -89,10 +89,7 @@ def train_phase(
         data_prefix=data_prefix,
         val_batches=val_batches,
     )
-    patches: list[str] = []
-    if not cpu_compat.cuda_available():
-        cpu_compat.cpu_settings(recipe, recipe.trainer.devices)
-        patches = cpu_compat.engage()
+    patches = cpu_compat.adapt(recipe, recipe.trainer.devices)
     rank = int(os.environ.get("RANK", "0"))
     if rank == 0:
         append(

@@ -3,15 +3,17 @@ CUDA (gloo, one or more processes), so that "it trains" can be proven on every c
 
 Two kinds of change, both confined to this module:
 
-- settings (`cpu_settings`): supported recipe values that a CPU run needs (Lightning's CPU accelerator, Megatron's
-  CPU initialisation, no CUDA-only fused softmax). They change the recipe Partial, never the library.
+- settings (`cpu_settings`, the model's in `CPU_MODEL_SETTINGS`): supported recipe values that a CPU run needs
+  (Lightning's CPU accelerator, Megatron's CPU initialisation; off: the fused softmax, Apex's persistent norm kernel
+  that torch's LayerNorm and RMSNorm refuse, Transformer Engine's fused RoPE). They change the recipe Partial, never
+  the library.
 - patches (`engage`): each wraps exactly one named library function. The CUDA patches run that function inside
   `cpu_scope()`, where the function's requests for CUDA mean the CPU; the others fix defects of the pinned stack that
   only the CPU path reaches (Megatron's pure-PyTorch optimizer path, used when neither Apex nor Transformer Engine is
   installed). Every patch is listed in `PATCHES` with the library line that needs it.
 
-Nothing here does anything where CUDA is available: `engage()` returns an empty list and GPU runs use the
-libraries unchanged. On a CPU machine it refuses (CompatError) unless NeMo, Megatron-Core and torch are exactly the
+Nothing here does anything where CUDA is available: `adapt()` and `engage()` return an empty list, and GPU runs use
+the recipe and the libraries unchanged. On a CPU machine it refuses (CompatError) unless NeMo, Megatron-Core and torch are exactly the
 releases the patches were written against (`PINNED`, the same as constraints.txt), since a patch that silently
 misses its target on another release would make a CPU run prove nothing.
 """
@@ -80,20 +82,47 @@ def check_versions() -> None:
 # ---- settings ----
 
 
+#: Model-config values a CPU run needs, each a supported GPTConfig value (a GPU run keeps the recipe's).
+CPU_MODEL_SETTINGS: dict[str, Any] = {
+    "use_cpu_initialization": True,  # Megatron layers otherwise allocate on torch.cuda.current_device()
+    "masked_softmax_fusion": False,  # the fused kernel imports scaled_masked_softmax_cuda
+    # Without Transformer Engine or Apex the norms are torch's LayerNorm/RMSNorm (torch_norm.py WrappedTorchNorm),
+    # which refuse Apex's persistent kernel (torch_norm.py:30 'persist_layer_norm not supported').
+    "persist_layer_norm": False,
+    # RoPE's fused kernel is Transformer Engine's CUDA one (transformer_config.py:1267 refuses it without TE); the
+    # unfused rope_utils.apply_rotary_pos_emb is the same maths in torch.
+    "apply_rope_fusion": False,
+}
+
+
+def cpu_model_settings(config: Any) -> Any:
+    """`CPU_MODEL_SETTINGS` written into a model config (a run.Config before it is built, or a built GPTConfig)."""
+    for field, value in CPU_MODEL_SETTINGS.items():
+        setattr(config, field, value)
+    return config
+
+
 def cpu_settings(recipe: Any, processes: int) -> Any:
     """The supported values a recipe Partial needs on CPU; every other choice of the recipe stays."""
     recipe.trainer.accelerator = "cpu"  # Lightning refuses accelerator='gpu' without CUDA
     recipe.trainer.devices = processes
-    config = recipe.model.config
-    config.use_cpu_initialization = True  # Megatron layers otherwise allocate on torch.cuda.current_device()
-    config.masked_softmax_fusion = False  # the fused kernel imports scaled_masked_softmax_cuda
-    # Megatron's fused element-wise functions (bias-GeLU, bias-dropout-add, cross-entropy) go through
+    cpu_model_settings(recipe.model.config)
+    # Megatron's fused element-wise functions (bias-GeLU, bias-SwiGLU, bias-dropout-add, cross-entropy) go through
     # torch.compile; inside the CUDA scopes the function mode changes on every call, so each call would recompile
     # until Dynamo gives up. Run them as the plain Python functions they are (same maths, no compile time).
     import torch._dynamo
 
     torch._dynamo.config.disable = True
     return recipe
+
+
+def adapt(recipe: Any, processes: int) -> list[str]:
+    """Where there is no CUDA: the CPU settings on `recipe` and the patches, whose names it returns. Where there is
+    CUDA: nothing at all (an empty list), so a GPU run is the recipe as built."""
+    if cuda_available():
+        return []
+    cpu_settings(recipe, processes)
+    return engage()
 
 
 # ---- the CUDA -> CPU scope ----

@@ -14,7 +14,7 @@ import fiddle as fdl
 from nemo_recipes.catalog import RECIPES, RecipeSpec, field_names
 from nemo_recipes.errors import InvalidRecipeError, Problem
 from nemo_recipes.plan.layout import Layout
-from nemo_recipes.training.model import CONFIG_CLASSES
+from nemo_recipes.training.model import ACTIVATIONS, CONFIG_CLASSES
 from nemo_recipes.training.overlap import TensorParallelCommOverlap
 
 _RECIPE_OF_CLASS: dict[Any, str] = {cls: name for name, cls in CONFIG_CLASSES.items()}
@@ -55,7 +55,11 @@ def spec_from_partial(partial: Any) -> RecipeSpec:
         "make_vocab_size_divisible_by": _get(model_config, "make_vocab_size_divisible_by"),
         "position_embedding_type": _get(model_config, "position_embedding_type"),
         "normalization": _get(model_config, "normalization"),
-        "gated_linear_unit": _get(model_config, "gated_linear_unit"),
+        "activation": _activation(model_config),
+        "add_bias_linear": _get(model_config, "add_bias_linear"),
+        "rotary_base": _get(model_config, "rotary_base"),
+        "rotary_percent": _get(model_config, "rotary_percent"),
+        "kv_channels": _get(model_config, "kv_channels"),
         "share_embeddings": _get(model_config, "share_embeddings_and_output_weights"),
         "hidden_dropout": _get(model_config, "hidden_dropout"),
         "attention_dropout": _get(model_config, "attention_dropout"),
@@ -101,7 +105,8 @@ def spec_from_partial(partial: Any) -> RecipeSpec:
     values = {
         k: v
         for k, v in values.items()
-        if v is not None or k in ("virtual_pipeline", "num_query_groups", "sequence_parallel", "recompute_num_layers")
+        if v is not None
+        or k in ("virtual_pipeline", "num_query_groups", "kv_channels", "sequence_parallel", "recompute_num_layers")
     }
     values.update(_checkpoint(partial))
     if base is not None:
@@ -119,6 +124,25 @@ def _normalised(spec: RecipeSpec, recompute_num_layers: Any, tp_overlap: bool) -
         count = recompute_num_layers
     automatic = spec.replace(tp_comm_overlap=None).tp_comm_overlap_enabled
     return spec.replace(recompute_num_layers=count, tp_comm_overlap=None if tp_overlap == automatic else tp_overlap)
+
+
+def _activation(model_config: Any) -> str:
+    """The catalog's name of the config's (activation_func, gated_linear_unit) pair."""
+    pair = (_get(model_config, "activation_func"), bool(_get(model_config, "gated_linear_unit", False)))
+    for name, known_pair in ACTIVATIONS.items():
+        if pair == known_pair:
+            return name
+    function = getattr(pair[0], "__qualname__", pair[0])
+    raise InvalidRecipeError(
+        [
+            Problem(
+                "model.config.activation_func",
+                f"{function} (gated_linear_unit={pair[1]})",
+                "is an activation the catalog cannot describe, so the planner cannot model it.",
+                "set activation to one of " + ", ".join(ACTIVATIONS) + " instead.",
+            )
+        ]
+    )
 
 
 def _precision(partial: Any) -> str:

@@ -1,4 +1,4 @@
-"""NeMo model configs for the five recipes: `GPTConfig` subclasses whose defaults come from the catalog.
+"""NeMo model configs for the catalog's recipes: `GPTConfig` subclasses whose defaults come from the catalog.
 
 The classes are generated from `RECIPES` so the numbers live in one place, but each is a real, importable,
 module-level dataclass (NeMo-Run serialises configs by import path, and `nemo llm` overrides such as
@@ -8,9 +8,10 @@ module-level dataclass (NeMo-Run serialises configs by import path, and `nemo ll
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 import nemo_run as run
+import torch.nn.functional as F
 from nemo.collections.llm.gpt.model import GPTModel
 from nemo.collections.llm.gpt.model.base import GPTConfig
 
@@ -18,31 +19,63 @@ from nemo_recipes.catalog import RECIPES, RecipeSpec, config_class_name
 from nemo_recipes.plan.layout import Layout
 
 
+#: The catalog's activation -> Megatron-Core's (activation_func, gated_linear_unit). Gating alone keeps MCore's default
+#: GeLU (GeGLU); SwiGLU is SiLU with gating, as NeMo's LlamaConfig sets it (activation_func=F.silu). The functions are
+#: torch's own, so NeMo-Run writes them by import path (torch.nn.functional.silu) and Megatron's fused kernels
+#: recognise them (mlp.py compares activation_func with F.gelu and F.silu).
+ACTIVATIONS: dict[str, tuple[Callable[..., Any], bool]] = {
+    "gelu": (F.gelu, False),
+    "geglu": (F.gelu, True),
+    "swiglu": (F.silu, True),
+}
+
+
 def model_config_values(spec: RecipeSpec) -> dict[str, Any]:
     """The `GPTConfig` fields a recipe decides. Parallel sizes are absent on purpose: `MegatronStrategy` writes them
     into the config at run time, so the strategy stays their single owner."""
+    activation_func, gated = ACTIVATIONS[spec.activation]
     values: dict[str, Any] = {
         "num_layers": spec.num_layers,
         "hidden_size": spec.hidden_size,
         "ffn_hidden_size": spec.ffn_hidden_size,
         "num_attention_heads": spec.num_attention_heads,
         "num_query_groups": spec.num_query_groups,
+        "kv_channels": spec.kv_channels,
         "seq_length": spec.seq_length,
         "make_vocab_size_divisible_by": spec.make_vocab_size_divisible_by,
         "position_embedding_type": spec.position_embedding_type,
+        "rotary_base": spec.rotary_base,
+        "rotary_percent": spec.rotary_percent,
         "normalization": spec.normalization,
-        "gated_linear_unit": spec.gated_linear_unit,
+        "activation_func": activation_func,
+        "gated_linear_unit": gated,
+        "add_bias_linear": spec.add_bias_linear,
         "share_embeddings_and_output_weights": spec.share_embeddings,
         "hidden_dropout": spec.hidden_dropout,
         "attention_dropout": spec.attention_dropout,
         "init_method_std": spec.init_method_std,
-        # Megatron fuses bias+GeLU and bias+dropout+add in its own kernels when asked; both are pure speed-ups.
-        "bias_activation_fusion": not spec.gated_linear_unit,
-        "bias_dropout_fusion": True,
     }
+    values.update(fusion_values(spec))
     values.update(recompute_values(spec))
     values.update(pipeline_comm_values(spec))
     return values
+
+
+def fusion_values(spec: RecipeSpec) -> dict[str, Any]:
+    """Megatron's fused kernels, all pure speed-ups, on as NeMo's Llama 3 configs have them. On a machine without
+    CUDA the CPU compatibility layer switches off those that need it (`cpu_compat.CPU_MODEL_SETTINGS`)."""
+    return {
+        # bias + activation in one kernel: MCore has bias-GeLU, bias-GeGLU and bias-SwiGLU, the last two also without
+        # a bias (fused_bias_geglu.py and fused_bias_swiglu.py take bias=None); plain GeLU without a bias it
+        # refuses (transformer_config.py: 'add_bias_linear must also be True').
+        "bias_activation_fusion": spec.activation != "gelu" or spec.add_bias_linear,
+        "bias_dropout_fusion": True,
+        # Apex's persistent LayerNorm kernel where installed (Megatron falls back for hidden sizes it lacks); TE's
+        # norms have no such switch, so with RMSNorm it only states NeMo's Llama value.
+        "persist_layer_norm": True,
+        # Transformer Engine's fused rotary kernel (MCore refuses it without TE >= 1.4).
+        "apply_rope_fusion": spec.position_embedding_type == "rope",
+    }
 
 
 def pipeline_comm_values(spec: RecipeSpec) -> dict[str, Any]:
@@ -76,9 +109,10 @@ def _config_class(class_name: str, recipe_name: str) -> type[GPTConfig]:
         "__module__": __name__,
         "__qualname__": class_name,
         "__doc__": (
-            f"GPT {spec.size_label} of the nemo-recipes catalog ({recipe_name}): {spec.num_layers} layers, "
-            f"hidden {spec.hidden_size}, {spec.num_attention_heads} heads, FFN {spec.ffn_hidden_size}, "
-            f"sequence {spec.seq_length}; {spec.num_parameters:,} parameters."
+            f"{spec.size_label} model of the nemo-recipes catalog ({recipe_name}): {spec.num_layers} layers, "
+            f"hidden {spec.hidden_size}, {spec.num_attention_heads} heads ({spec.kv_groups} query groups), "
+            f"FFN {spec.ffn_hidden_size} ({spec.activation}), {spec.normalization}, {spec.position_embedding_type} "
+            f"positions, sequence {spec.seq_length}; {spec.num_parameters:,} parameters."
         ),
         "__annotations__": {name: parent_types[name] for name in defaults},
         **defaults,
@@ -86,7 +120,7 @@ def _config_class(class_name: str, recipe_name: str) -> type[GPTConfig]:
     return dataclasses.dataclass(type(class_name, (GPTConfig,), namespace))
 
 
-#: One config class per catalog row, each a module-level name (GPTConfig1_3B, GPTConfig7B, ...): a new row gets its
+#: One config class per catalog row, each a module-level name (GPTConfig1_3B, GPTConfig7B, LlamaConfig8B, ...): a new row gets its
 #: class here without a line of its own.
 CONFIG_CLASSES: dict[str, type[GPTConfig]] = {
     name: _config_class(config_class_name(spec), name) for name, spec in RECIPES.items()
