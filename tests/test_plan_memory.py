@@ -152,7 +152,7 @@ def test_params_per_gpu_without_parallelism_is_the_catalog_count(name):
 def test_params_per_gpu_of_a_llama_like_shape_is_the_catalog_count():
     spec = RECIPES["gpt_7b"].replace(
         num_query_groups=8,
-        gated_linear_unit=True,
+        activation="swiglu",
         ffn_hidden_size=11008,
         share_embeddings=False,
         position_embedding_type="rope",

@@ -434,7 +434,7 @@ def _spec_from(shape: dict) -> RecipeSpec:
         num_query_groups=groups,
         ffn_hidden_size=int(hidden * shape["ffn_mult"]),
         seq_length=shape["seq"],
-        gated_linear_unit=shape["gated"],
+        activation="swiglu" if shape["gated"] else "gelu",
         tensor_parallel=shape["tp"],
         pipeline_parallel=shape["pp"],
         context_parallel=shape["cp"],
