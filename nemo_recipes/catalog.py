@@ -471,46 +471,7 @@ def _type_problems(spec: RecipeSpec) -> list[Problem]:
     if isinstance(spec.name, str):  # otherwise reported as a type problem above
         problems += plain_name_problems("name", spec.name)
     if not problems:  # cross-field checks need every field to be of its type
-        problems += _schedule_problems(spec) + _architecture_problems(spec)
-    return problems
-
-
-def _architecture_problems(spec: RecipeSpec) -> list[Problem]:
-    """What Megatron-Core cannot build from the architecture fields alone (the parallel layout's rules, such as query
-    groups divisible by TP, are the planner's: `plan.validate.attention_heads_rule`)."""
-    problems = []
-    if spec.kv_channels is None and spec.hidden_size % spec.num_attention_heads:
-        problems.append(
-            Problem(
-                "num_attention_heads",
-                spec.num_attention_heads,
-                f"hidden_size={spec.hidden_size} is not divisible by {spec.num_attention_heads} heads, so the head "
-                "dimension (hidden / heads) is not whole.",
-                "use a head count that divides hidden_size, or set kv_channels (the head dimension) explicitly.",
-            )
-        )
-    if spec.num_attention_heads % spec.kv_groups:
-        problems.append(
-            Problem(
-                "num_query_groups",
-                spec.num_query_groups,
-                f"{spec.num_attention_heads} attention heads cannot be split evenly into {spec.kv_groups} query "
-                "groups (each key/value head serves the same number of query heads).",
-                "use a num_query_groups that divides num_attention_heads (Llama 3: 8), or unset it for multi-head "
-                "attention.",
-            )
-        )
-    rotary_dim = int(spec.head_dim * spec.rotary_percent)
-    if spec.position_embedding_type == "rope" and (rotary_dim < 2 or rotary_dim % 2):
-        problems.append(
-            Problem(
-                "rotary_percent",
-                spec.rotary_percent,
-                f"RoPE rotates int(head_dim x rotary_percent) = {rotary_dim} channels of each head "
-                f"(head_dim={spec.head_dim}); it rotates channel pairs, so that must be a positive even number.",
-                "choose rotary_percent (or kv_channels) so that head_dim x rotary_percent is even, e.g. 1.0.",
-            )
-        )
+        problems += _schedule_problems(spec)
     return problems
 
 
@@ -770,10 +731,11 @@ def _llama3_row(
     vp: Optional[int],
     mbs: int,
     gbs: int,
+    nodes: int,
     **choices: Any,
 ) -> RecipeSpec:
-    """One Llama 3 row: the published shape (layers, hidden, heads, query groups, FFN) and NVIDIA's H100 layout;
-    the architecture every Llama 3 shares is `LLAMA3_ARCHITECTURE`."""
+    """One Llama 3 row: the published shape (layers, hidden, heads, query groups, FFN) and NVIDIA's H100 layout on
+    the node count it was published for; the architecture every Llama 3 shares is `LLAMA3_ARCHITECTURE`."""
     return RecipeSpec(
         name=name,
         size_label=label,
@@ -788,6 +750,7 @@ def _llama3_row(
         virtual_pipeline=vp,
         micro_batch_size=mbs,
         global_batch_size=gbs,
+        num_nodes=nodes,
         **{**LLAMA3_ARCHITECTURE, **choices},
     )
 
@@ -809,13 +772,16 @@ LLAMA3_ARCHITECTURE: dict[str, Any] = dict(
     warmup_tokens=2000 * LLAMA_BATCH_TOKENS,
 )
 
-# The Llama 3 paper's 405B schedule (Sec. 3.4.1), and the pipeline split of its 126 layers over PP 8 x VP 8 chunks.
+# Per-row choices of the Llama rows (sources: `LLAMA_SOURCES`): the 405B schedule of the Llama 3 paper and the
+# pipeline split of its 126 layers over PP 8 x VP 8 chunks; the full recomputation each row needs to fit 80 GB.
+LLAMA3_8B_CHOICES: dict[str, Any] = dict(max_lr=3e-4, recompute="full", recompute_num_layers=16)
 LLAMA3_405B_CHOICES: dict[str, Any] = dict(
     max_lr=8e-5,
     min_lr_ratio=0.01,
     warmup_tokens=8000 * LLAMA_BATCH_TOKENS,
     pipeline_counts_embedding_and_loss=True,
-    num_nodes=16,
+    recompute="full",
+    recompute_num_layers=1,
 )
 
 RECIPES: dict[str, RecipeSpec] = {
@@ -827,10 +793,10 @@ RECIPES: dict[str, RecipeSpec] = {
         _gpt3_row("gpt_13b", "13B", 40, 5120, 40, 2, 1, 1, 512, 4096, max_lr=1.0e-4),
         _gpt3_row("gpt_70b", "70B", 80, 8192, 64, 8, 4, 1, 1024, 4096, max_lr=0.8e-4, num_nodes=4),
         _gpt3_row("gpt_175b", "175B", 96, 12288, 96, 8, 8, 1, 1536, 2048, max_lr=0.6e-4, num_nodes=8),
-        #            name         label  layers hidden heads groups FFN  TP PP CP VP   MBS GBS
-        _llama3_row("llama_8b", "8B", 32, 4096, 32, 8, 14336, 1, 1, 2, None, 1, 128, max_lr=3e-4),
-        _llama3_row("llama_70b", "70B", 80, 8192, 64, 8, 28672, 4, 4, 2, 5, 1, 128, max_lr=1.5e-4, num_nodes=4),
-        _llama3_row("llama_405b", "405B", 126, 16384, 128, 8, 53248, 8, 8, 2, 8, 1, 512, **LLAMA3_405B_CHOICES),
+        #            name         label  layers hidden heads groups FFN TP PP CP VP  MBS GBS nodes
+        _llama3_row("llama_8b", "8B", 32, 4096, 32, 8, 14336, 1, 1, 2, None, 1, 128, 1, **LLAMA3_8B_CHOICES),
+        _llama3_row("llama_70b", "70B", 80, 8192, 64, 8, 28672, 4, 4, 2, 5, 1, 128, 8, max_lr=1.5e-4),
+        _llama3_row("llama_405b", "405B", 126, 16384, 128, 8, 53248, 8, 8, 2, 8, 1, 512, 128, **LLAMA3_405B_CHOICES),
     )
 }
 
@@ -960,9 +926,13 @@ LLAMA_SOURCES: dict[str, str] = {
     "(Llama 3 paper, Sec. 3.4.1)",
     "decay_tokens": "cosine decay over the whole run, as Llama 3 405B (Sec. 3.4.1)",
     "train_tokens": "15T tokens, Llama 3's pretraining corpus (Dubey et al. 2024, Sec. 3.1)",
-    "num_nodes": "the smallest node count that holds one model replica (TP x PP x CP GPUs) on 8-GPU nodes",
-    "recompute": "selective (attention core) recomputation, the catalog default; the published layouts recompute "
-    "no full layers (recompute_layers 0)",
+    "num_nodes": "the published layout's GPU count on 8-GPU nodes (8, 64, 1024 GPUs: DP 4, 2, 8): the distributed "
+    "optimizer shards its state over DP x CP, which the 70B and 405B layouts need to fit",
+    "recompute": "70B: selective (attention core), the catalog default. 8B, 405B: full recomputation of the first "
+    "recompute_num_layers layers of each chunk, the least that fits 80 GB with 5 % to spare under the planner's "
+    "default stack (`nemo-recipes plan llama_8b`): NVIDIA's runs recompute nothing but reduce gradients in BF16 "
+    "(grad_reduce_in_fp32 off in NeMo's performance scripts), where NeMo's default keeps them in FP32",
+    "recompute_num_layers": "8B: 16 of 32 layers; 405B: 1 of each 2-layer chunk (see recompute)",
 }
 FAMILY_SOURCES: dict[str, dict[str, str]] = {"gpt": {}, "llama": LLAMA_SOURCES}
 #: Recipe name prefix -> the family's display name, which also prefixes its NeMo config classes.
