@@ -1,10 +1,11 @@
-"""The table of truth: the five GPT recipes of the seed, and every value a complete recipe needs.
+"""The table of truth: the five GPT recipes of the seed, three Llama-3-shaped ones, and every value a recipe needs.
 
 Plain data, standard library only (no nemo, torch, megatron or nemo_run), so that listing recipes, planning and the
 fast CLI verbs answer at once. Everything else (NeMo objects, executors, the planner) reads its numbers from here.
 
 The seed (`megatron-recipes.txt`, "Common Model Configurations") gives layers, hidden, heads, TP, PP, micro batch,
-global batch and sequence length. Every other value is a choice, and `SOURCES` says where each comes from.
+global batch and sequence length of the GPT rows. Every other value is a choice, and `SOURCES` (GPT rows and field
+defaults) and `LLAMA_SOURCES` (the Llama rows) say where each comes from.
 """
 
 from __future__ import annotations
@@ -23,10 +24,16 @@ Precision = Literal["bf16", "fp16", "fp8"]
 Recompute = Literal["none", "selective", "full"]
 PositionEmbedding = Literal["learned_absolute", "rope"]
 Normalization = Literal["LayerNorm", "RMSNorm"]
+# gelu: GPT-3's MLP. swiglu: gated linear unit with SiLU (Llama). geglu: gated linear unit with GELU, what Megatron-Core
+# builds from gated_linear_unit=True alone (its activation_func defaults to GELU).
+Activation = Literal["gelu", "geglu", "swiglu"]
 
 GPT2_VOCAB_SIZE = (
     50257  # GPT-2 byte-level BPE (Radford et al. 2019), the tokenizer of GPT-3 and Megatron's GPT examples
 )
+#: Llama 2's batch of 4M tokens (1024 sequences of 4096), the unit of the Llama papers' warmup steps.
+LLAMA_BATCH_TOKENS = 1024 * 4096
+LLAMA3_VOCAB_SIZE = 128256  # Llama 3's tiktoken-based tokenizer: 128,000 BPE tokens + 256 special (Dubey et al. 2024)
 
 #: Longest checkpoint interval by time a recipe takes (checkpoint_every_minutes).
 MINUTES_PER_YEAR = 525_600
@@ -40,18 +47,23 @@ class RecipeSpec:
     name: str
     size_label: str
 
-    # Architecture (GPT-3 style: learned positions, LayerNorm, GeLU, biases, tied embeddings).
+    # Architecture. Defaults are GPT-3's (learned positions, LayerNorm, GELU, biases, tied embeddings); the Llama
+    # rows state RoPE, RMSNorm, SwiGLU, grouped-query attention, no biases and an untied output layer.
     num_layers: int
     hidden_size: int
     num_attention_heads: int
     ffn_hidden_size: int
     seq_length: int
     num_query_groups: Optional[int] = None
+    kv_channels: Optional[int] = None
     vocab_size: int = GPT2_VOCAB_SIZE
     make_vocab_size_divisible_by: int = 128
     position_embedding_type: PositionEmbedding = "learned_absolute"
+    rotary_base: int = 10000
+    rotary_percent: float = 1.0
     normalization: Normalization = "LayerNorm"
-    gated_linear_unit: bool = False
+    activation: Activation = "gelu"
+    add_bias_linear: bool = True
     share_embeddings: bool = True
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
@@ -136,6 +148,22 @@ class RecipeSpec:
         return self.num_query_groups or self.num_attention_heads
 
     @property
+    def head_dim(self) -> int:
+        """Channels per attention head: kv_channels, or hidden / heads as Megatron-Core derives it when unset."""
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @property
+    def gated_linear_unit(self) -> bool:
+        """Megatron-Core's gated_linear_unit, derived from `activation` (read-only: the activation says which gate)."""
+        return self.activation != "gelu"
+
+    @property
+    def family(self) -> str:
+        """'gpt' or 'llama': the recipe name's prefix, which names the model config class (`config_class_name`)."""
+        prefix = self.name.split("_", 1)[0]
+        return prefix if prefix in FAMILIES else "gpt"
+
+    @property
     def model_parallel_size(self) -> int:
         return self.tensor_parallel * self.pipeline_parallel * self.context_parallel
 
@@ -201,7 +229,9 @@ class RecipeSpec:
         """A copy with `overrides`; unknown keys and wrong types are all reported in one InvalidRecipeError."""
         known = field_names()
         problems = [
-            Problem(
+            _RETIRED_FIELDS[key](value)
+            if key in _RETIRED_FIELDS
+            else Problem(
                 key,
                 value,
                 f"unknown recipe field{did_you_mean(key, known)}.",
@@ -223,22 +253,40 @@ class RecipeSpec:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
 
-def parameter_count(spec: RecipeSpec) -> int:
-    """Exact parameter count of the model NeMo builds for `spec` (Megatron GPT, padded vocabulary).
+def _gated_linear_unit_retired(value: Any) -> Problem:
+    return Problem(
+        "gated_linear_unit",
+        value,
+        "is no recipe field: the activation decides the gate. Megatron-Core's gated_linear_unit=True alone builds "
+        "GeGLU, not Llama's SwiGLU, because its activation_func stays GELU unless set to SiLU.",
+        "set activation=swiglu (gated linear unit with SiLU, as Llama), activation=geglu (gated with GELU), or "
+        "activation=gelu (no gate, as GPT-3).",
+    )
 
-    Per layer: QKV and output projections with biases, MLP with biases (gated: two input projections), two norms
-    (LayerNorm has weight and bias, RMSNorm weight only). Plus word embeddings (and an untied output layer),
-    learned position embeddings, and the final norm. Narayanan et al. 2021, Eq. 2, for the standard GPT case.
+
+# Keys that were recipe fields once, or that Megatron users reach for, each with its own explanation.
+_RETIRED_FIELDS = {"gated_linear_unit": _gated_linear_unit_retired}
+
+
+def parameter_count(spec: RecipeSpec) -> int:
+    """Exact parameter count of the model NeMo builds for `spec` (Megatron-Core GPTModel, padded vocabulary).
+
+    Per layer: the fused QKV projection (queries heads x head_dim wide, keys and values query groups x head_dim
+    each) and the output projection, the MLP (gated: fc1 holds the gate and the up projection, 2 x FFN wide), biases
+    on all four linear layers unless add_bias_linear is off, and two norms (LayerNorm has weight and bias, RMSNorm a
+    weight only). Plus the word embeddings, an output layer unless tied, a learned position table (RoPE has no
+    parameters), and the final norm. Narayanan et al. 2021, Eq. 2, is the GPT-3 case.
     """
-    h, ffn, d_head = spec.hidden_size, spec.ffn_hidden_size, spec.hidden_size // spec.num_attention_heads
-    kv = spec.kv_groups * d_head
+    h, ffn = spec.hidden_size, spec.ffn_hidden_size
+    q, kv = spec.num_attention_heads * spec.head_dim, spec.kv_groups * spec.head_dim
+    bias = 1 if spec.add_bias_linear else 0
     norm = 2 * h if spec.normalization == "LayerNorm" else h
-    attention = h * (h + 2 * kv) + (h + 2 * kv) + h * h + h
+    qkv_width = q + 2 * kv
+    attention = h * qkv_width + q * h + bias * (qkv_width + h)
     mlp_in = (2 if spec.gated_linear_unit else 1) * ffn
-    mlp = h * mlp_in + mlp_in + ffn * h + h
+    mlp = h * mlp_in + ffn * h + bias * (mlp_in + h)
     per_layer = attention + mlp + 2 * norm
-    vocab = spec.padded_vocab_size
-    embeddings = vocab * h * (1 if spec.share_embeddings else 2)
+    embeddings = spec.padded_vocab_size * h * (1 if spec.share_embeddings else 2)
     positions = spec.seq_length * h if spec.position_embedding_type == "learned_absolute" else 0
     return spec.num_layers * per_layer + embeddings + positions + norm
 
@@ -290,6 +338,7 @@ def _matches(value: Any, hint: Any) -> bool:
 
 _POSITIVE_INTS = {
     "num_layers",
+    "rotary_base",
     "hidden_size",
     "num_attention_heads",
     "ffn_hidden_size",
@@ -321,6 +370,7 @@ INT_BOUNDS: dict[str, int] = {
             "num_layers",
             "num_attention_heads",
             "num_query_groups",
+            "kv_channels",
             "tensor_parallel",
             "pipeline_parallel",
             "context_parallel",
@@ -344,6 +394,7 @@ INT_BOUNDS: dict[str, int] = {
         _SIZE_MAX,
     ),
     **dict.fromkeys(("warmup_tokens", "decay_tokens", "train_tokens", "checkpoint_every_steps"), INT64_MAX),
+    "rotary_base": 2**40,  # published bases reach 10^6-10^8 (long-context models)
 }
 # What a recipe, experiment or log name may hold: it becomes a directory name (NeMo's log directory, NeMo-Run's
 # experiment directory), so a separator or '..' would write outside the directory it belongs in, and NeMo-Run
@@ -379,7 +430,13 @@ def _type_problems(spec: RecipeSpec) -> list[Problem]:
             problems.append(Problem(name, value, "must be at least 1.", f"set {name} to a positive integer."))
         elif _is_number(value) and name not in INT_BOUNDS and not is_finite(value):
             problems.append(Problem(name, value, "must be a finite number.", f"set {name} to a finite number."))
-    for name in ("virtual_pipeline", "num_query_groups", "recompute_num_layers", "checkpoint_every_steps"):
+    for name in (
+        "virtual_pipeline",
+        "num_query_groups",
+        "kv_channels",
+        "recompute_num_layers",
+        "checkpoint_every_steps",
+    ):
         value = getattr(spec, name)
         if _is_int(value) and value < 1:
             problems.append(
@@ -402,6 +459,15 @@ def _type_problems(spec: RecipeSpec) -> list[Problem]:
         value = getattr(spec, name)
         if _is_number(value) and not 0 <= value < 1:
             problems.append(Problem(name, value, "must be in [0, 1).", f"set {name} between 0 and 1."))
+    if is_finite(spec.rotary_percent) and not 0 < spec.rotary_percent <= 1:
+        problems.append(
+            Problem(
+                "rotary_percent",
+                spec.rotary_percent,
+                "must be in (0, 1]: the share of each head's channels that RoPE rotates.",
+                "set rotary_percent to 1.0 (all channels, as Llama) or e.g. 0.5.",
+            )
+        )
     if isinstance(spec.name, str):  # otherwise reported as a type problem above
         problems += plain_name_problems("name", spec.name)
     if not problems:  # cross-field checks need every field to be of its type
@@ -651,6 +717,73 @@ def _gpt3_row(
     )
 
 
+def _llama3_row(
+    name: str,
+    label: str,
+    layers: int,
+    hidden: int,
+    heads: int,
+    groups: int,
+    ffn: int,
+    tp: int,
+    pp: int,
+    cp: int,
+    vp: Optional[int],
+    mbs: int,
+    gbs: int,
+    nodes: int,
+    **choices: Any,
+) -> RecipeSpec:
+    """One Llama 3 row: the published shape (layers, hidden, heads, query groups, FFN) and NVIDIA's H100 layout on
+    the node count it was published for; the architecture every Llama 3 shares is `LLAMA3_ARCHITECTURE`."""
+    return RecipeSpec(
+        name=name,
+        size_label=label,
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_query_groups=groups,
+        ffn_hidden_size=ffn,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        context_parallel=cp,
+        virtual_pipeline=vp,
+        micro_batch_size=mbs,
+        global_batch_size=gbs,
+        num_nodes=nodes,
+        **{**LLAMA3_ARCHITECTURE, **choices},
+    )
+
+
+LLAMA3_ARCHITECTURE: dict[str, Any] = dict(
+    seq_length=8192,
+    vocab_size=LLAMA3_VOCAB_SIZE,
+    position_embedding_type="rope",
+    rotary_base=500_000,
+    normalization="RMSNorm",
+    activation="swiglu",
+    add_bias_linear=False,
+    share_embeddings=False,
+    hidden_dropout=0.0,
+    attention_dropout=0.0,
+    adam_eps=1e-5,
+    train_tokens=15_000_000_000_000,
+    decay_tokens=15_000_000_000_000,
+    warmup_tokens=2000 * LLAMA_BATCH_TOKENS,
+)
+
+# Per-row choices of the Llama rows (sources: `LLAMA_SOURCES`): the 405B schedule of the Llama 3 paper and the
+# pipeline split of its 126 layers over PP 8 x VP 8 chunks; the full recomputation each row needs to fit 80 GB.
+LLAMA3_8B_CHOICES: dict[str, Any] = dict(max_lr=3e-4, recompute="full", recompute_num_layers=16)
+LLAMA3_405B_CHOICES: dict[str, Any] = dict(
+    max_lr=8e-5,
+    min_lr_ratio=0.01,
+    warmup_tokens=8000 * LLAMA_BATCH_TOKENS,
+    pipeline_counts_embedding_and_loss=True,
+    recompute="full",
+    recompute_num_layers=1,
+)
+
 RECIPES: dict[str, RecipeSpec] = {
     spec.name: spec
     for spec in (
@@ -660,6 +793,10 @@ RECIPES: dict[str, RecipeSpec] = {
         _gpt3_row("gpt_13b", "13B", 40, 5120, 40, 2, 1, 1, 512, 4096, max_lr=1.0e-4),
         _gpt3_row("gpt_70b", "70B", 80, 8192, 64, 8, 4, 1, 1024, 4096, max_lr=0.8e-4, num_nodes=4),
         _gpt3_row("gpt_175b", "175B", 96, 12288, 96, 8, 8, 1, 1536, 2048, max_lr=0.6e-4, num_nodes=8),
+        #            name         label  layers hidden heads groups FFN TP PP CP VP  MBS GBS nodes
+        _llama3_row("llama_8b", "8B", 32, 4096, 32, 8, 14336, 1, 1, 2, None, 1, 128, 1, **LLAMA3_8B_CHOICES),
+        _llama3_row("llama_70b", "70B", 80, 8192, 64, 8, 28672, 4, 4, 2, 5, 1, 128, 8, max_lr=1.5e-4),
+        _llama3_row("llama_405b", "405B", 126, 16384, 128, 8, 53248, 8, 8, 2, 8, 1, 512, 128, **LLAMA3_405B_CHOICES),
     )
 }
 
@@ -681,8 +818,13 @@ SOURCES: dict[str, str] = {
     "vocab_size": "GPT-2 BPE, 50257 tokens (Radford et al. 2019), the GPT-3 tokenizer",
     "make_vocab_size_divisible_by": "Megatron pads the vocabulary to a multiple of 128 x TP (NeMo GPTConfig default)",
     "position_embedding_type": "learned absolute positions, as GPT-3 and NeMo's GPTConfig",
+    "rotary_base": "10000, RoPE's base (Su et al. 2021) and Megatron-Core's default; used only with "
+    "position_embedding_type=rope",
+    "rotary_percent": "1.0: RoPE rotates every channel of a head (Megatron-Core default); used only with RoPE",
     "normalization": "LayerNorm, as GPT-3 and NeMo's GPTConfig",
-    "gated_linear_unit": "GeLU MLP without gating, as GPT-3",
+    "activation": "GELU MLP without gating, as GPT-3 (Megatron-Core's default activation_func)",
+    "add_bias_linear": "biases in every linear layer, as GPT-3 and Megatron-Core's default",
+    "kv_channels": "none: hidden / heads per head, as GPT-3 and Megatron-Core's default",
     "share_embeddings": "input and output embeddings tied, as GPT-3 and NeMo's GPTConfig",
     "hidden_dropout": "0.1, NeMo GPTConfig default; the activation-memory model (Korthikanti et al. 2022) "
     "counts its masks",
@@ -737,18 +879,86 @@ SOURCES: dict[str, str] = {
     "default_gpu": "H100 80 GB SXM, the GPU the seed names; defaults are validated against it",
 }
 
+# NVIDIA's published H100 layouts for Llama 3 (BF16 pretraining rows), read in NeMo's performance scripts.
+LLAMA_H100 = (
+    "NVIDIA's H100 BF16 pretraining layout for Llama 3 (NVIDIA/NeMo "
+    "scripts/performance/recommended_model_configs/model_configs_h100.csv @000e8c17a3: llama3 8b on 8 GPUs "
+    "TP1 PP1 CP2, 70b on 64 GPUs TP4 PP4 CP2 VP5, llama31 405b on 1024 GPUs TP8 PP8 CP2 VP8; micro batch 1; "
+    "global batch 128, 128, 512)"
+)
+LLAMA3_SHAPE = (
+    "Llama 3 (Dubey et al. 2024, Table 3; NeMo Llama3Config8B/70B, Llama31Config405B): "
+    "8B 32 x 4096, 32 heads; 70B 80 x 8192, 64 heads; 405B 126 x 16384, 128 heads"
+)
+#: Where the Llama rows' values come from, where they differ from `SOURCES` (the field defaults and GPT rows).
+LLAMA_SOURCES: dict[str, str] = {
+    **dict.fromkeys(("num_layers", "hidden_size", "num_attention_heads"), LLAMA3_SHAPE),
+    **dict.fromkeys(
+        (
+            "tensor_parallel",
+            "pipeline_parallel",
+            "context_parallel",
+            "virtual_pipeline",
+            "micro_batch_size",
+            "global_batch_size",
+        ),
+        LLAMA_H100,
+    ),
+    "num_query_groups": "8 key/value groups (grouped-query attention), Llama 3 (Dubey et al. 2024, Table 3)",
+    "ffn_hidden_size": "SwiGLU FFN of Llama 3 (Dubey et al. 2024, Table 3): 14336, 28672, 53248",
+    "seq_length": "8192, Llama 3's pretraining context (Dubey et al. 2024, Sec. 3.4) and NeMo's llama3 recipes",
+    "vocab_size": "128,256 tokens, Llama 3's tokenizer (Dubey et al. 2024, Sec. 3.1); padded as NeMo pads it",
+    "position_embedding_type": "RoPE (Su et al. 2021), as Llama 3 and NeMo's Llama3Config",
+    "rotary_base": "500,000, Llama 3's RoPE base (Dubey et al. 2024, Sec. 3.1.1; NeMo Llama3Config8B)",
+    "normalization": "RMSNorm, as Llama 3 and NeMo's LlamaConfig",
+    "activation": "SwiGLU (gated linear unit with SiLU), as Llama 3 and NeMo's LlamaConfig (activation_func=silu)",
+    "add_bias_linear": "no biases in linear layers, as Llama 3 and NeMo's LlamaConfig",
+    "share_embeddings": "untied output layer, as Llama 3 8B/70B/405B and NeMo's Llama3Config",
+    "hidden_dropout": "0, as Llama 3 and NeMo's Llama3Config",
+    "attention_dropout": "0, as Llama 3 and NeMo's Llama3Config",
+    "pipeline_counts_embedding_and_loss": "405B: on, 126 layers + embedding + loss = 128 over PP 8 x VP 8 "
+    "(NeMo's llama31_405b recipe); off for 8B and 70B, whose layers divide evenly",
+    "max_lr": "8B 3e-4 (NeMo's llama3_8b recipe; Llama 2 7B, Touvron et al. 2023); 70B 1.5e-4 (Llama 2 70B, "
+    "Touvron et al. 2023, Table 1); 405B 8e-5 (Llama 3 paper, Sec. 3.4.1)",
+    "min_lr_ratio": "8B, 70B: 10 % of max LR (Llama 2 paper, Sec. 2.2); 405B: 8e-7 = 1 % (Llama 3 paper, Sec. 3.4.1)",
+    "adam_eps": "1e-5, as Llama 2 (Touvron et al. 2023, Sec. 2.2) and NeMo's Llama recipes",
+    "warmup_tokens": "8B, 70B: 2000 steps of 4M tokens (Llama 2 paper, Sec. 2.2); 405B: 8000 steps of 4M tokens "
+    "(Llama 3 paper, Sec. 3.4.1)",
+    "decay_tokens": "cosine decay over the whole run, as Llama 3 405B (Sec. 3.4.1)",
+    "train_tokens": "15T tokens, Llama 3's pretraining corpus (Dubey et al. 2024, Sec. 3.1)",
+    "num_nodes": "the published layout's GPU count on 8-GPU nodes (8, 64, 1024 GPUs: DP 4, 2, 8): the distributed "
+    "optimizer shards its state over DP x CP, which the 70B and 405B layouts need to fit",
+    "recompute": "70B: selective (attention core), the catalog default. 8B, 405B: full recomputation of the first "
+    "recompute_num_layers layers of each chunk, the least that fits 80 GB with 5 % to spare under the planner's "
+    "default stack (`nemo-recipes plan llama_8b`): NVIDIA's runs recompute nothing but reduce gradients in BF16 "
+    "(grad_reduce_in_fp32 off in NeMo's performance scripts), where NeMo's default keeps them in FP32",
+    "recompute_num_layers": "8B: 16 of 32 layers; 405B: 1 of each 2-layer chunk (see recompute)",
+}
+FAMILY_SOURCES: dict[str, dict[str, str]] = {"gpt": {}, "llama": LLAMA_SOURCES}
+#: Recipe name prefix -> the family's display name, which also prefixes its NeMo config classes.
+FAMILIES: dict[str, str] = {"gpt": "GPT", "llama": "Llama"}
+
+
+def source(spec: RecipeSpec, field: str) -> str:
+    """Where the value of `field` in the table row `spec` comes from."""
+    return FAMILY_SOURCES[spec.family].get(field) or SOURCES.get(field, "")
+
+
 DERIVED_SOURCES: dict[str, str] = {
     "sequence_parallel_enabled": "on when TP > 1 unless sequence_parallel is set",
     "tp_comm_overlap_enabled": "on when TP > 1 with sequence parallelism unless tp_comm_overlap is False",
     "data_parallel_size": "world size / (TP x PP x CP)",
     "grad_accumulation_steps": "global batch / (micro batch x DP)",
-    "padded_vocab_size": "vocabulary padded to a multiple of 128 x TP",
+    "padded_vocab_size": "vocabulary padded to a multiple of 128 x TP (NeMo's get_vocab_size)",
+    "head_dim": "kv_channels, or hidden / heads when unset",
+    "gated_linear_unit": "on for activation swiglu or geglu (Megatron-Core's gated_linear_unit)",
     "min_lr": "max LR x min_lr_ratio",
     "warmup_steps": "warmup tokens / (global batch x sequence), rounded up",
     "decay_steps": "decay tokens / (global batch x sequence), rounded up",
     "train_steps": "train tokens / (global batch x sequence), rounded up",
     "init_method_std": "sqrt(2 / (5 x hidden)), 'small init' (Nguyen & Salazar 2019; GPT-NeoX)",
-    "num_parameters": "exact count of the model NeMo builds (padded vocabulary, tied embeddings)",
+    "num_parameters": "exact count of the model NeMo builds (padded vocabulary; GQA, gating, biases, tied or "
+    "untied output layer, learned or rotary positions as the row says)",
 }
 
 
@@ -771,9 +981,10 @@ def field_names() -> tuple[str, ...]:
 
 
 def config_class_name(spec: RecipeSpec) -> str:
-    """GPTConfig7B for the 7B row, GPTConfig1_3B for 1.3B: the name of the recipe's NeMo model config class
-    (nemo_recipes.training.model), which NeMo-Run writes as the config's target."""
-    return "GPTConfig" + spec.size_label.replace(".", "_")
+    """GPTConfig7B for gpt_7b, GPTConfig1_3B for gpt_1_3b, LlamaConfig70B for llama_70b: the name of the recipe's NeMo
+    model config class (nemo_recipes.training.model), which NeMo-Run writes as the config's target. The family
+    (the recipe name's prefix) keeps GPT 70B and Llama 70B apart."""
+    return FAMILIES[spec.family] + "Config" + spec.size_label.replace(".", "_")
 
 
 def recipe_names() -> tuple[str, ...]:
@@ -801,19 +1012,25 @@ def get_recipe(name: str) -> RecipeSpec:
         ) from None
 
 
-def closest_recipe(num_parameters: float) -> RecipeSpec:
-    """The recipe whose parameter count is closest to `num_parameters` on a log scale."""
+def closest_recipe(num_parameters: float, family: str = "gpt") -> RecipeSpec:
+    """The recipe of `family` ('gpt' or 'llama') whose parameter count is closest to `num_parameters` on a log scale.
+    GPT by default: a custom shape takes the rest of its choices from it, and a Llama row would give it RoPE, SwiGLU
+    and eight query groups it did not ask for."""
+    problems = []
     if not is_finite(num_parameters) or not num_parameters > 0:
-        raise InvalidRecipeError(
-            [
-                Problem(
-                    "num_parameters",
-                    num_parameters,
-                    "must be a positive, finite number.",
-                    "give a parameter count such as 30e9.",
-                )
-            ]
+        problems.append(
+            Problem(
+                "num_parameters",
+                num_parameters,
+                "must be a positive, finite number.",
+                "give a parameter count such as 30e9.",
+            )
         )
+    if family not in FAMILIES:
+        problems.append(Problem("family", family, "unknown recipe family.", f"use one of: {', '.join(FAMILIES)}."))
+    if problems:
+        raise InvalidRecipeError(problems)
     # Compared as logarithms, so that no ratio of two counts can overflow or vanish.
     target = math.log(num_parameters)
-    return min(RECIPES.values(), key=lambda s: abs(math.log(s.num_parameters) - target))
+    rows = [spec for spec in RECIPES.values() if spec.family == family]
+    return min(rows, key=lambda s: abs(math.log(s.num_parameters) - target))

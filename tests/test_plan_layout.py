@@ -64,7 +64,7 @@ def test_embedding_and_loss_counted_in_the_pipeline_split():
         ffn_hidden_size=53248,
         seq_length=8192,
         vocab_size=128256,
-        gated_linear_unit=True,
+        activation="swiglu",
         normalization="RMSNorm",
         position_embedding_type="rope",
         share_embeddings=False,

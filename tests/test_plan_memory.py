@@ -152,7 +152,7 @@ def test_params_per_gpu_without_parallelism_is_the_catalog_count(name):
 def test_params_per_gpu_of_a_llama_like_shape_is_the_catalog_count():
     spec = RECIPES["gpt_7b"].replace(
         num_query_groups=8,
-        gated_linear_unit=True,
+        activation="swiglu",
         ffn_hidden_size=11008,
         share_embeddings=False,
         position_embedding_type="rope",
@@ -334,4 +334,38 @@ def test_megatron_formula_benchmark_agrees_where_both_model_the_same_thing():
     assert (
         megatron_theoretical_memory(spec, layout).layers_gib
         > 10 * estimate_memory(spec, Cluster.of(1, 8, "h100")).detail["activations_layers"]
+    )
+
+
+LLAMA_ROWS = ["llama_8b", "llama_70b", "llama_405b"]
+
+
+@pytest.mark.parametrize("name", LLAMA_ROWS)
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_llama_weights_per_gpu_count_gqa_swiglu_untied_output_and_no_biases(name, tp):
+    spec = RECIPES[name].replace(
+        tensor_parallel=tp, pipeline_parallel=1, virtual_pipeline=None, pipeline_counts_embedding_and_loss=False
+    )
+    h, ffn, d = spec.hidden_size, spec.ffn_hidden_size, spec.head_dim
+    q, kv = spec.num_attention_heads * d, spec.num_query_groups * d  # 8 K/V heads, not one per query head
+    sharded = h * (q + 2 * kv) + q * h + 3 * h * ffn  # QKV, proj; SwiGLU's gate, up and down matrices
+    output = 2 * spec.padded_vocab_size * h  # embeddings and the untied output layer
+    expected = spec.num_layers * (sharded / tp + 2 * h) + output / tp + h  # RMSNorm weights replicated over TP
+    assert params_per_gpu(spec) == pytest.approx(expected, rel=1e-12)
+
+
+def test_llama_activations_follow_query_groups_and_the_gate():
+    spec = RECIPES["llama_8b"].replace(recompute="selective")
+    held = activation_memory(spec, fused_attention=True).layers
+    assert activation_memory(spec.replace(num_query_groups=None), fused_attention=True).layers > held
+    assert activation_memory(spec.replace(activation="gelu"), fused_attention=True).layers < held
+
+
+def test_untied_output_layer_is_a_second_vocabulary_matrix_in_memory():
+    spec, cluster = RECIPES["llama_8b"], Cluster.of(1, 8, "h100")
+    tied = spec.replace(share_embeddings=True)
+    extra = spec.padded_vocab_size * spec.hidden_size
+    assert params_per_gpu(spec) - params_per_gpu(tied) == extra
+    assert estimate_memory(spec, cluster).weights - estimate_memory(tied, cluster).weights == pytest.approx(
+        2 * extra / GIB
     )

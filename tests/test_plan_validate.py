@@ -106,6 +106,20 @@ BROKEN = {
         ["hidden_size=4096"],
         ["divides 4096"],
     ),
+    "RoPE over an odd number of channels": (
+        RECIPES["llama_8b"].replace(kv_channels=127),
+        H100,
+        "rotary_percent",
+        ["= 127 channels", "head_dim=127"],
+        ["even"],
+    ),
+    "RoPE over no channel": (
+        RECIPES["llama_8b"].replace(rotary_percent=0.0077),  # int(128 x 0.0077) = 0
+        H100,
+        "rotary_percent",
+        ["= 0 channels"],
+        ["rotary_percent"],
+    ),
     "ffn not divisible by TP": (
         _gpt7b(ffn_hidden_size=11001, tensor_parallel=2),
         H100,
@@ -434,7 +448,7 @@ def _spec_from(shape: dict) -> RecipeSpec:
         num_query_groups=groups,
         ffn_hidden_size=int(hidden * shape["ffn_mult"]),
         seq_length=shape["seq"],
-        gated_linear_unit=shape["gated"],
+        activation="swiglu" if shape["gated"] else "gelu",
         tensor_parallel=shape["tp"],
         pipeline_parallel=shape["pp"],
         context_parallel=shape["cp"],
@@ -494,3 +508,18 @@ def test_every_rejected_plan_has_at_least_one_error_and_raises_with_it(shape):
     with pytest.raises(InvalidRecipeError) as raised:
         report.raise_if_invalid()
     assert any(p.severity == "error" for p in raised.value.problems)
+
+
+def test_kv_channels_frees_the_head_width_from_hidden():
+    # 4096 / 30 heads is not whole: refused unless the head width is given.
+    odd = RECIPES["llama_8b"].replace(num_attention_heads=30, num_query_groups=6)
+    assert problems_for(validate(odd, H100), "num_attention_heads")
+    wide = odd.replace(kv_channels=128)
+    assert wide.head_dim == 128 and not problems_for(validate(wide, H100), "num_attention_heads")
+
+
+@pytest.mark.parametrize("name", ["llama_8b", "llama_70b", "llama_405b"])
+def test_llama_rows_are_valid_on_their_published_clusters(name):
+    spec = RECIPES[name]
+    report = validate(spec, Cluster.of(spec.num_nodes, spec.num_gpus_per_node, spec.default_gpu))
+    assert report.valid and not report.problems, report.summary()

@@ -90,7 +90,7 @@ def test_gqa_and_swiglu_follow_the_generalised_formula():
         ffn_hidden_size=ffn,
         seq_length=s,
         vocab_size=v,
-        gated_linear_unit=True,
+        activation="swiglu",
         tensor_parallel=1,
         pipeline_parallel=1,
         num_nodes=1,
@@ -193,7 +193,7 @@ def test_context_parallel_plan_runs():
         ffn_hidden_size=14336,
         seq_length=8192,
         vocab_size=128256,
-        gated_linear_unit=True,
+        activation="swiglu",
         tensor_parallel=1,
         pipeline_parallel=1,
         context_parallel=2,
@@ -465,3 +465,14 @@ def test_shipped_constants_meet_the_accuracy_targets_on_the_calibration_rows():
     assert len(errors) == 54
     assert sum(abs(e) for e in errors.values()) / len(errors) <= 4.0
     assert {k: round(e, 1) for k, e in errors.items() if abs(e) > 12} == {}
+
+
+@pytest.mark.parametrize("name", ["llama_8b", "llama_70b", "llama_405b"])
+@pytest.mark.parametrize("kv_channels", [None, 64])
+def test_llama_rows_flops_count_gqa_swiglu_and_the_head_width(name, kv_channels):
+    spec = RECIPES[name].replace(kv_channels=kv_channels)
+    l, h, s, ffn, d = spec.num_layers, spec.hidden_size, spec.seq_length, spec.ffn_hidden_size, spec.head_dim
+    q, kv = spec.num_attention_heads * d, spec.num_query_groups * d
+    # Per layer and token, forward: QKV and output projections, SwiGLU's three matrices, attention 4 s q.
+    forward = l * (2 * (h * (q + 2 * kv) + q * h + 3 * h * ffn) + 4 * s * q) + 2 * h * spec.padded_vocab_size
+    assert flops.model_flops_per_token(spec) == pytest.approx(3 * forward, rel=1e-12)

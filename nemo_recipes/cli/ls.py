@@ -16,7 +16,7 @@ EXAMPLES = """\
   nemo-recipes ls --names         # one name per line, for scripts and shell completion
   nemo-recipes ls --json | jq '.recipes[] | select(.tensor_parallel > 1) | .name'"""
 
-# (header, JSON key / spec attribute, right-aligned): the seed's columns plus size and default cluster.
+# (header, JSON key / spec attribute): the seed's columns plus size, context parallelism and default cluster.
 COLUMNS = (
     ("parameters", "num_parameters"),
     ("layers", "num_layers"),
@@ -24,6 +24,7 @@ COLUMNS = (
     ("heads", "num_attention_heads"),
     ("TP", "tensor_parallel"),
     ("PP", "pipeline_parallel"),
+    ("CP", "context_parallel"),
     ("micro BS", "micro_batch_size"),
     ("global BS", "global_batch_size"),
     ("seq", "seq_length"),

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from nemo_recipes.catalog import DERIVED_SOURCES, SOURCES, field_names, get_recipe
+from nemo_recipes.catalog import DERIVED_SOURCES, FAMILIES, field_names, get_recipe
+from nemo_recipes.catalog import source as source_of
 from nemo_recipes.cli import _output
 from nemo_recipes.cli._table import render
 from nemo_recipes.cli.verbs import VERBS
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         value, original = getattr(spec, name), getattr(base, name)
         overridden = name in overrides
-        source = f"override (recipe: {_output.human_value(original)})" if overridden else SOURCES.get(name, "")
+        source = f"override (recipe: {_output.human_value(original)})" if overridden else source_of(base, name)
         fields[name] = {"value": value, "source": source, "overridden": overridden}
     derived = {name: {"value": getattr(spec, name), "how": how} for name, how in DERIVED_SOURCES.items()}
 
@@ -72,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
         return _output.EXIT_OK
 
     print(
-        f"{spec.name}: GPT {spec.size_label}, {_output.human_count(spec.num_parameters)} parameters "
+        f"{spec.name}: {FAMILIES[spec.family]} {spec.size_label}, "
+        f"{_output.human_count(spec.num_parameters)} parameters "
         f"({spec.num_parameters:,}), default cluster {spec.num_nodes} x {spec.num_gpus_per_node} "
         f"{spec.default_gpu}"
     )

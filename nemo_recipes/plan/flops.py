@@ -48,7 +48,7 @@ class TokenFlops:
 def forward_flops_per_token(spec: RecipeSpec) -> TokenFlops:
     """Forward FLOPs per token of the whole model for `spec` (one sequence position, all layers)."""
     h, s, layers = spec.hidden_size, spec.seq_length, spec.num_layers
-    d_head = h // spec.num_attention_heads
+    d_head = spec.head_dim
     q = spec.num_attention_heads * d_head
     kv = spec.kv_groups * d_head
     mlp_in = spec.ffn_hidden_size * (2 if spec.gated_linear_unit else 1)

@@ -36,13 +36,17 @@ class LayerParams:
 
 
 def layer_params(spec: RecipeSpec) -> LayerParams:
-    """Megatron GPT layer (the model `catalog.parameter_count` counts) split into TP-sharded and replicated parts."""
+    """Megatron GPT layer (the model `catalog.parameter_count` counts) split into TP-sharded and replicated parts:
+    QKV (queries heads x head_dim wide, keys and values query groups x head_dim each) and FC1 (2 x FFN when gated) are
+    column-parallel, weights and biases sharded; the output projection and FC2 are row-parallel, their biases
+    replicated; no biases at all with add_bias_linear off."""
     h, ffn = spec.hidden_size, spec.ffn_hidden_size
-    kv = spec.kv_groups * (h // spec.num_attention_heads)
+    q, kv = spec.num_attention_heads * spec.head_dim, spec.kv_groups * spec.head_dim
+    bias = 1 if spec.add_bias_linear else 0
     fc1_width = (2 if spec.gated_linear_unit else 1) * ffn
-    qkv = h * (h + 2 * kv) + (h + 2 * kv)
-    sharded = qkv + h * h + h * fc1_width + fc1_width + ffn * h
-    replicated = h + h + 2 * norm_params(spec)  # output-projection bias, FC2 bias, two norms
+    qkv = h * (q + 2 * kv) + bias * (q + 2 * kv)
+    sharded = qkv + q * h + h * fc1_width + bias * fc1_width + ffn * h
+    replicated = 2 * bias * h + 2 * norm_params(spec)  # output-projection and FC2 biases, two norms
     return LayerParams(sharded=sharded, replicated=replicated)
 
 

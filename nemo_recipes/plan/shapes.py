@@ -183,7 +183,8 @@ def plan_from_row(row: Mapping[str, Any]) -> tuple[RecipeSpec, Cluster, list[str
     overrides = _pipeline_split(r, layers, (pp or 1) * (vp or 1))
     if gated:
         overrides.update(
-            gated_linear_unit=True,
+            activation="swiglu",
+            add_bias_linear=False,
             position_embedding_type="rope",
             normalization="RMSNorm",
             share_embeddings=False,
@@ -250,16 +251,18 @@ def _gpu(r: _Reader) -> Optional[GPU]:
 
 def _gated(r: _Reader, model: str, hidden: Optional[int], ffn: Optional[int]) -> bool:
     """Whether the MLP is gated: stated, or inferred from the model's name or its FFN width. Llama-family shapes:
-    gated MLP (SwiGLU), RoPE, RMSNorm, untied embeddings."""
+    gated MLP (SwiGLU), RoPE, RMSNorm, no biases, untied embeddings."""
     gated_value = r.row.get("gated")
     if not is_missing(gated_value):
         return _leading(gated_value) in ("yes", "y", "true", "on", "1", "swiglu")
     if _LLAMA.search(model):
-        r.assumptions.append(f"model {model!r} is Llama-style: assumed SwiGLU, RoPE, RMSNorm, untied embeddings")
+        r.assumptions.append(
+            f"model {model!r} is Llama-style: assumed SwiGLU, RoPE, RMSNorm, no biases, untied embeddings"
+        )
         return True
     if hidden and ffn and ffn != 4 * hidden:
         r.assumptions.append(
-            f"ffn={ffn} is not 4 x hidden: assumed a gated (SwiGLU) MLP, RoPE, RMSNorm and untied "
+            f"ffn={ffn} is not 4 x hidden: assumed a gated (SwiGLU) MLP, RoPE, RMSNorm, no biases and untied "
             "embeddings (Llama-style)"
         )
         return True

@@ -328,7 +328,7 @@ class _Layer:
 def _layer(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates, k: ModelConstants) -> _Layer:
     t, c, tokens, s, h = layout.tp, layout.cp, layout.tokens_per_rank, spec.seq_length, spec.hidden_size
     fp8 = spec.precision == "fp8"
-    d_head = h // spec.num_attention_heads
+    d_head = spec.head_dim
     q, kv = spec.num_attention_heads * d_head, spec.kv_groups * d_head
     ffn = spec.ffn_hidden_size
     mlp_in = ffn * (2 if spec.gated_linear_unit else 1)

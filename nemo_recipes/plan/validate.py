@@ -121,14 +121,15 @@ def attention_heads_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     0, TransformerConfig) and the MLP column-wise."""
     t, heads, groups = layout.tp, spec.num_attention_heads, spec.kv_groups
     problems = []
-    if spec.hidden_size % heads:
+    if spec.kv_channels is None and spec.hidden_size % heads:
         problems.append(
             Problem(
                 "num_attention_heads",
                 heads,
                 f"hidden_size={spec.hidden_size} is not divisible by {heads} heads, so heads have no whole size.",
                 f"use a head count that divides {spec.hidden_size} (for example "
-                f"{_listing(d for d in _divisors(spec.hidden_size) if 8 <= d <= 256)}).",
+                f"{_listing(d for d in _divisors(spec.hidden_size) if 8 <= d <= 256)}), or set kv_channels (the "
+                "head dimension) explicitly.",
             )
         )
     if heads % groups:
@@ -244,8 +245,27 @@ def interleaved_microbatches_rule(spec: RecipeSpec, layout: Layout) -> list[Prob
     ]
 
 
+def rotary_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
+    """RoPE rotates channel pairs: Megatron-Core's RotaryEmbedding takes int(kv_channels x rotary_percent) channels
+    and builds one frequency per pair, so an odd or zero count cannot be applied to the heads."""
+    rotary_dim = int(spec.head_dim * spec.rotary_percent)
+    if spec.position_embedding_type != "rope" or (rotary_dim >= 2 and rotary_dim % 2 == 0):
+        return []
+    return [
+        Problem(
+            "rotary_percent",
+            spec.rotary_percent,
+            f"RoPE rotates int(head_dim x rotary_percent) = {rotary_dim} channels of each head "
+            f"(head_dim={spec.head_dim}); it rotates channel pairs, so that must be a positive even number.",
+            "choose rotary_percent (or kv_channels) so that head_dim x rotary_percent is even, e.g. 1.0.",
+        )
+    ]
+
+
 def context_parallel_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
-    """Megatron-Core splits each sequence into 2c chunks and gives rank r chunks r and 2c-1-r (causal balance)."""
+    """Megatron-Core splits each sequence into 2c chunks and gives rank r chunks r and 2c-1-r (causal balance). With
+    RoPE it cuts the rotary table the same way (`get_pos_emb_on_this_cp_rank`), so RoPE needs nothing more than the
+    split itself; learned positions follow the split position ids."""
     c, s = layout.cp, spec.seq_length
     if c == 1 or s % (2 * c) == 0:
         return []
@@ -414,6 +434,7 @@ RULES: tuple[Rule, ...] = (
     world_size_rule,
     tensor_parallel_domain_rule,
     attention_heads_rule,
+    rotary_rule,
     pipeline_layers_rule,
     interleaved_microbatches_rule,
     context_parallel_rule,
