@@ -131,31 +131,6 @@ def no_network(monkeypatch):
     yield attempts
 
 
-@pytest.fixture(scope="module")
-def single_rank_megatron():
-    """A one-process gloo group and Megatron's parallel state, enough to build Megatron models on the CPU or the meta
-    device (tests/test_training_objects.py, tests/test_llama_modules.py)."""
-    import torch.distributed as dist
-    from megatron.core import parallel_state
-
-    from nemo_recipes.smoke_training.launchers import free_port
-
-    # A port free now, and the environment restored afterwards: processes started later in this session (the
-    # smoke runs) must not inherit a port this group may still hold.
-    saved = {key: os.environ.get(key) for key in ("MASTER_ADDR", "MASTER_PORT")}
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    parallel_state.initialize_model_parallel(1, 1)
-    yield
-    parallel_state.destroy_model_parallel()
-    dist.destroy_process_group()
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-
-
 # ---- the single-node Slurm cluster (.ci/start-slurm.sh): tests/test_slurm_jobs.py, tests/test_slurm_training.py ----
 
 

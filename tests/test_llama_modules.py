@@ -13,10 +13,11 @@ pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (tier 
 import fiddle as fdl  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from test_training_objects import single_rank_megatron  # noqa: E402, F401  (the one-rank process group fixture)
 
 from nemo_recipes.catalog import RECIPES, RecipeSpec  # noqa: E402
-from nemo_recipes.smoke_training.shape import smoke_plan  # noqa: E402
-from nemo_recipes.training import cpu_compat  # noqa: E402
+from nemo_recipes.smoke_training.shape import HEADS_PER_GROUP, smoke_plan  # noqa: E402
+from nemo_recipes.training import cpu_compat, parts  # noqa: E402
 from nemo_recipes.training.model import model  # noqa: E402
 
 pytestmark = pytest.mark.nemo
@@ -25,20 +26,20 @@ GPTS = [name for name in RECIPES if name.startswith("gpt_")]
 
 
 def _build(spec: RecipeSpec) -> tuple[object, object]:
-    """(built GPTConfig, Megatron GPTModel) as NeMo builds them at set-up, on one rank, on the CPU."""
-    from nemo.collections.common.tokenizers.null_tokenizer import NullTokenizer
-
+    """(built GPTConfig, Megatron GPTModel) as NeMo builds them at set-up (with the recipe's tokenizer), on one rank,
+    on the CPU."""
     nemo_model = model(spec)
     cpu_compat.cpu_model_settings(nemo_model.config)  # as the smoke worker's cpu_settings does
     config = fdl.build(nemo_model).config
     torch.manual_seed(0)
-    gpt = config.configure_model(NullTokenizer(vocab_size=spec.vocab_size), pre_process=True, post_process=True)
+    gpt = config.configure_model(fdl.build(parts.tokenizer(spec)), pre_process=True, post_process=True)
     return config, gpt
 
 
 @pytest.fixture(scope="module")
-def built(single_rank_megatron):
+def built(request):
     """Every recipe's scaled-down model, built once for all the checks below."""
+    request.getfixturevalue("single_rank_megatron")
     models = {}
     for name in RECIPES:
         spec = smoke_plan(RECIPES[name]).spec
@@ -73,8 +74,11 @@ def _rotary_base(gpt, head_dim: int) -> float:
 def test_llama_recipes_build_swiglu_rmsnorm_gqa_rope_untied_without_biases(built, name):
     spec, config, gpt = built[name]
     full = RECIPES[name]
-    # the scaled shape keeps the row's architecture: heads per group, FFN ratio, untied, RoPE base
-    assert spec.num_attention_heads // spec.num_query_groups == full.num_attention_heads // full.num_query_groups > 1
+    # the scaled shape keeps the row's architecture: grouped-query attention (its heads per group up to
+    # HEADS_PER_GROUP), the FFN ratio
+    per_group = full.num_attention_heads // full.num_query_groups
+    assert spec.num_attention_heads // spec.num_query_groups == min(per_group, HEADS_PER_GROUP) > 1
+    assert spec.num_query_groups > 1
     assert spec.ffn_hidden_size / spec.hidden_size == full.ffn_hidden_size / full.hidden_size
     layers = _layers(gpt)
     assert len(layers) == spec.num_layers
@@ -146,4 +150,3 @@ def test_the_mlp_computes_its_activation(built, name):
     assert torch.allclose(out, expected, atol=1e-5)
     assert not torch.allclose(out, other, atol=1e-3)
     assert config.bias_activation_fusion is True  # the fused path is what ran
-

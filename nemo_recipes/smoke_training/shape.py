@@ -1,11 +1,11 @@
 """A recipe scaled down in shape only, for a smoke training run (standard library only).
 
-What changes: layers, hidden size, heads and query groups (same heads per group), FFN (same ratio to hidden),
-sequence length, vocabulary and batch; the parallel layout is fitted to the processes at hand; the schedule keeps its
-shape (warmup, cosine decay, constant tail) over the smoke run's steps. What stays: everything else the recipe chose
-(the architecture: positions and RoPE base, activation, norm, biases, tied or untied embeddings; precision,
-recomputation, sequence parallelism, Megatron DDP with the distributed optimizer and its overlaps, AdamW with the
-recipe's learning rates, dropout, checkpointing, AutoResume).
+What changes: layers, hidden size, heads and query groups (grouped-query attention stays grouped), FFN (same ratio
+to hidden), sequence length, vocabulary and batch; the parallel layout is fitted to the processes at hand; the
+schedule keeps its shape (warmup, cosine decay, constant tail) over the smoke run's steps. What stays: everything
+else the recipe chose (the architecture: positions and RoPE base, activation, norm, biases, tied or untied
+embeddings; precision, recomputation, sequence parallelism, Megatron DDP with the distributed optimizer and its
+overlaps, AdamW with the recipe's learning rates, dropout, checkpointing, AutoResume).
 """
 
 from __future__ import annotations
@@ -23,8 +23,11 @@ from nemo_recipes.plan.data import checked_data
 #: a fraction of a second on a CPU core, big enough for the loss to fall visibly within tens of steps.
 HEAD_DIM = 16
 HEADS = 4
-#: Fewest key/value groups of a scaled grouped-query model: shared by a group of heads, not by all of them.
+#: A scaled grouped-query model: its hidden size, fewest key/value groups (a group of heads shares one, not all of
+#: them) and most heads per group; 8 heads of 16 channels (16 of 8 at TP8) keep it under a million parameters.
+GQA_HIDDEN = 128
 QUERY_GROUPS = 2
+HEADS_PER_GROUP = 4
 SEQ_LENGTH = 64
 VOCAB_SIZE = 1000
 MICRO_BATCH = 2
@@ -156,13 +159,11 @@ def smoke_plan(
 def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
     tp, cp = layout["tensor_parallel"], layout["context_parallel"]
     attention = _small_attention(spec, tp)
-    hidden = attention["num_attention_heads"] * HEAD_DIM
     seq = math.lcm(SEQ_LENGTH, tp, 2 * cp)
     return {
         **attention,
         "num_layers": _small_layers(spec, layout),
-        "hidden_size": hidden,
-        "ffn_hidden_size": _small_ffn(spec, hidden, tp),
+        "ffn_hidden_size": _small_ffn(spec, attention["hidden_size"], tp),
         "seq_length": seq,
         "vocab_size": VOCAB_SIZE,
         "micro_batch_size": MICRO_BATCH,
@@ -171,17 +172,24 @@ def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
 
 
 def _small_attention(spec: RecipeSpec, tp: int) -> dict[str, Any]:
-    """Heads, query groups and head dimension of the scaled model, HEAD_DIM channels a head. Grouped-query attention
-    keeps the recipe's heads per group (Llama 3 8B: 4, 70B: 8, 405B: 16) with at least QUERY_GROUPS groups, a
-    multiple of TP (Megatron splits whole groups over the TP ranks); multi-head attention stays multi-head."""
-    kv_channels = None if spec.kv_channels is None else HEAD_DIM  # an explicit head dimension stays explicit
+    """Hidden size, heads, query groups and head dimension of the scaled model. Multi-head attention stays multi-head
+    with HEAD_DIM channels a head. Grouped-query attention stays grouped: at least QUERY_GROUPS groups, a multiple of
+    TP (Megatron splits whole groups over the TP ranks), each shared by the recipe's heads per group up to
+    HEADS_PER_GROUP (Llama 3 8B keeps its 4; 70B's 8 and 405B's 16 would pass a million parameters), in GQA_HIDDEN
+    channels. An explicit head dimension (kv_channels) stays explicit, at the scaled model's."""
     if spec.kv_groups == spec.num_attention_heads:
         heads = max(HEADS, tp)
-        groups = None if spec.num_query_groups is None else heads
+        groups, hidden = (None if spec.num_query_groups is None else heads), heads * HEAD_DIM
     else:
         groups = math.lcm(QUERY_GROUPS, tp)
-        heads = groups * (spec.num_attention_heads // spec.kv_groups)
-    return {"num_attention_heads": heads, "num_query_groups": groups, "kv_channels": kv_channels}
+        per_group = min(spec.num_attention_heads // spec.kv_groups, max(2, HEADS_PER_GROUP * QUERY_GROUPS // groups))
+        heads, hidden = groups * per_group, GQA_HIDDEN
+    return {
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_query_groups": groups,
+        "kv_channels": None if spec.kv_channels is None else hidden // heads,
+    }
 
 
 def _small_ffn(spec: RecipeSpec, hidden: int, tp: int) -> int:

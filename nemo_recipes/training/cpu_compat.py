@@ -13,9 +13,9 @@ Two kinds of change, both confined to this module:
   installed). Every patch is listed in `PATCHES` with the library line that needs it.
 
 Nothing here does anything where CUDA is available: `adapt()` and `engage()` return an empty list, and GPU runs use
-the recipe and the libraries unchanged. On a CPU machine it refuses (CompatError) unless NeMo, Megatron-Core and torch are exactly the
-releases the patches were written against (`PINNED`, the same as constraints.txt), since a patch that silently
-misses its target on another release would make a CPU run prove nothing.
+the recipe and the libraries unchanged. On a CPU machine it refuses (CompatError) unless NeMo, Megatron-Core and torch
+are exactly the releases the patches were written against (`PINNED`, the same as constraints.txt), since a patch that
+silently misses its target on another release would make a CPU run prove nothing.
 """
 
 from __future__ import annotations

@@ -180,5 +180,5 @@ def _data(partial: Any) -> dict[str, Any]:
             values.update(data_paths=tuple(str(p) for p in paths), data_weights=())
     vocab = _get(tokenizer_config, "vocab_size")
     if vocab:
-        values["vocab_size"] = vocab
+        values["vocab_size"] = vocab + 1  # NullTokenizer's end-of-document id (parts.tokenizer)
     return values

@@ -18,7 +18,6 @@ from nemo.collections.llm.gpt.model.base import GPTConfig
 from nemo_recipes.catalog import RECIPES, RecipeSpec, config_class_name
 from nemo_recipes.plan.layout import Layout
 
-
 #: The catalog's activation -> Megatron-Core's (activation_func, gated_linear_unit). Gating alone keeps MCore's default
 #: GeLU (GeGLU); SwiGLU is SiLU with gating, as NeMo's LlamaConfig sets it (activation_func=F.silu). The functions are
 #: torch's own, so NeMo-Run writes them by import path (torch.nn.functional.silu) and Megatron's fused kernels
@@ -120,8 +119,8 @@ def _config_class(class_name: str, recipe_name: str) -> type[GPTConfig]:
     return dataclasses.dataclass(type(class_name, (GPTConfig,), namespace))
 
 
-#: One config class per catalog row, each a module-level name (GPTConfig1_3B, GPTConfig7B, LlamaConfig8B, ...): a new row gets its
-#: class here without a line of its own.
+#: One config class per catalog row, each a module-level name (GPTConfig1_3B, GPTConfig7B, LlamaConfig8B, ...): a new
+#: row gets its class here without a line of its own.
 CONFIG_CLASSES: dict[str, type[GPTConfig]] = {
     name: _config_class(config_class_name(spec), name) for name, spec in RECIPES.items()
 }

@@ -140,7 +140,10 @@ def tokenizer(spec: RecipeSpec) -> run.Config:
     Nothing is opened here; NeMo reads the path when the job builds its data module.
     """
     if spec.tokenizer_path is None:
-        return run.Config(NullTokenizer, vocab_size=spec.vocab_size)
+        # NullTokenizer adds an end-of-document id after the ids it is given (null_tokenizer.py: vocab_size + 1);
+        # one fewer, so that the model's vocabulary is the recipe's (Llama 3's 128,256 is a multiple of 128: one
+        # more entry would pad to 128,384, a million parameters per table the catalog does not count)
+        return run.Config(NullTokenizer, vocab_size=spec.vocab_size - 1)
     if spec.tokenizer_path.endswith(".model"):
         from nemo.collections.common.tokenizers.sentencepiece_tokenizer import SentencePieceTokenizer
 
