@@ -1,6 +1,6 @@
 """Tier (b), training: NeMo's own `llm.pretrain` trains every recipe scaled down on this CPU (gloo), stops, resumes
-from its checkpoint in fresh processes, and is judged; with two processes as DP=2 (through NeMo-Run's local
-executor), TP=2 and PP=2; and a resumed run equals an uninterrupted one.
+from its checkpoint in fresh processes, and is judged, and its checkpoint shows the row's architecture; with two
+processes as DP=2 (through NeMo-Run's local executor), TP=2 and PP=2; and a resumed run equals an uninterrupted one.
 
 Each phase is a fresh set of processes (imports and set-up take ~20 s of it), so these tests are `slow`; CI runs
 them all."""
@@ -44,12 +44,37 @@ def _assert_trained(report, *, layout: str) -> None:
     assert [s for s, _ in verdict.losses] == list(range(1, 21))
     assert verdict.resumed_at == 10 and "step=9" in verdict.resumed_from
     assert verdict.checkpoint["optimizer"] is True and verdict.checkpoint["step"] == 19
+    _assert_architecture_trained(report)
+
+
+def _assert_architecture_trained(report) -> None:
+    """The model that trained is the row's architecture, read from the shapes of the last checkpoint it saved:
+    query heads and key/value groups in the fused QKV, the gate in fc1, biases, learned positions, an output layer
+    of its own where the embeddings are untied."""
+    from megatron.core import dist_checkpointing
+
+    spec = report.plan.spec
+    metadata = dist_checkpointing.load_tensors_metadata(str(Path(report.verdict.checkpoint["path"]) / "weights"))
+    shapes = {k.removeprefix("module."): tuple(v.global_shape) for k, v in metadata.items() if k.startswith("module.")}
+    layers, hidden = spec.num_layers, spec.hidden_size
+    qkv_rows = (spec.num_attention_heads + 2 * spec.kv_groups) * spec.head_dim
+    assert shapes["decoder.layers.self_attention.linear_qkv.weight"] == (layers, qkv_rows, hidden)
+    fc1_rows = (2 if spec.gated_linear_unit else 1) * spec.ffn_hidden_size
+    assert shapes["decoder.layers.mlp.linear_fc1.weight"] == (layers, fc1_rows, hidden)
+    linear_biases = {k for k in shapes if k.endswith(".bias") and "layer_norm" not in k and "layernorm" not in k}
+    assert bool(linear_biases) == spec.add_bias_linear, sorted(shapes)
+    norm_biases = {k for k in shapes if k.endswith("layer_norm_bias") or k == "decoder.final_layernorm.bias"}
+    assert bool(norm_biases) == (spec.normalization == "LayerNorm"), sorted(shapes)
+    positions = "embedding.position_embeddings.weight" in shapes
+    assert positions == (spec.position_embedding_type == "learned_absolute")
+    assert ("output_layer.weight" in shapes) == (not spec.share_embeddings)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [n for n in RECIPES if n not in ("gpt_1_3b", "gpt_7b")])
+@pytest.mark.parametrize("name", [n for n in RECIPES if n not in ("gpt_1_3b", "gpt_7b", "llama_70b", "llama_405b")])
 def test_each_recipe_trains_stops_and_resumes_on_one_cpu_process(name, tmp_path):
-    """gpt_1_3b trains through the CLI below and gpt_7b with two processes (TP2), so every recipe trains once."""
+    """gpt_1_3b trains through the CLI below, gpt_7b and llama_70b with two processes as TP2, llama_405b as PP2, so
+    every recipe trains once."""
     report = smoke(name, dir=str(tmp_path), progress=None)
     _assert_trained(report, layout="TP1 PP1 CP1 DP1")
     # The recipe's own choices ran: e.g. every recipe's distributed optimizer.
@@ -82,6 +107,10 @@ def test_the_cli_smoke_of_gpt_1_3b_reports_json(tmp_path):
         # full recomputation with TP2 and sequence parallelism: a backward nested in the backward (cpu_compat)
         ({"tensor_parallel": 2}, "TP2 PP1 CP1 DP1", "gpt_7b"),
         ({"tensor_parallel": 1, "pipeline_parallel": 2}, "TP1 PP2 CP1 DP1", "gpt_70b"),  # tied embeddings across stages
+        # grouped-query attention with its groups split over TP, RMSNorm under sequence parallelism (cpu_compat)
+        ({"tensor_parallel": 2}, "TP2 PP1 CP1 DP1", "llama_70b"),
+        # untied output layer on the last stage; embedding and loss counted in the pipeline split, as the recipe has
+        ({"tensor_parallel": 1, "pipeline_parallel": 2}, "TP1 PP2 CP1 DP1", "llama_405b"),
     ],
 )
 def test_two_processes_train_as_tp2_and_pp2_under_torchrun(overrides, layout, recipe, tmp_path):
