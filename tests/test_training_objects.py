@@ -279,3 +279,25 @@ def test_spec_read_back_sees_edits_made_on_the_partial():
     spec = spec_from_partial(recipe)
     assert (spec.num_nodes, spec.pipeline_parallel, spec.data_parallel_size) == (8, 8, 1)
     assert dataclasses.replace(spec, num_nodes=4, pipeline_parallel=4) == RECIPES["gpt_70b"]
+
+
+@pytest.mark.parametrize(
+    "name, activation",
+    [("gpt_7b", "swiglu"), ("llama_8b", "geglu"), ("llama_70b", "gelu")],  # gelu without biases: unfused
+)
+def test_an_activation_override_survives_export_in_every_format(name, activation, tmp_path):
+    """activation_func is a callable: F.silu a Python function, F.gelu a C builtin that NeMo-Run's YAML writer (and
+    so its JSON and TOML) could not represent until training/model.py taught it; both come back as themselves."""
+    from nemo_recipes.training.model import ACTIVATIONS
+    from nemo_recipes.training.serialization import FORMATS, dumps, load
+
+    overrides = {"activation": activation}
+    recipe = FACTORIES[name](**overrides)
+    for fmt in FORMATS:
+        path = tmp_path / f"recipe.{fmt}"
+        path.write_text(dumps(recipe, fmt))
+        back = load(str(path))
+        assert (back.model.config.activation_func, back.model.config.gated_linear_unit) == ACTIVATIONS[activation]
+        assert spec_from_partial(back) == RECIPES[name].replace(**overrides)
+    # and Megatron-Core accepts it (it refuses fused bias-GeLU without biases, which gelu on a Llama row has)
+    fdl.build(cpu_compat.cpu_model_settings(recipe.model.config))

@@ -8,10 +8,12 @@ module-level dataclass (NeMo-Run serialises configs by import path, and `nemo ll
 from __future__ import annotations
 
 import dataclasses
+import types
 from typing import Any, Callable
 
 import nemo_run as run
 import torch.nn.functional as F
+import yaml
 from nemo.collections.llm.gpt.model import GPTModel
 from nemo.collections.llm.gpt.model.base import GPTConfig
 
@@ -27,6 +29,16 @@ ACTIVATIONS: dict[str, tuple[Callable[..., Any], bool]] = {
     "geglu": (F.gelu, True),
     "swiglu": (F.silu, True),
 }
+
+
+def _builtin_function_yaml(dumper: yaml.SafeDumper, function: types.BuiltinFunctionType) -> yaml.Node:
+    """F.gelu is a C builtin (torch._C._nn.gelu), which NeMo-Run's YAML writer (behind --to-yaml, `export` and its
+    JSON and TOML) cannot represent, unlike Python functions such as F.silu: written the same way as those, by import
+    path, so that activation=gelu/geglu on a SwiGLU row exports."""
+    return dumper.represent_dict({"_target_": f"{function.__module__}.{function.__qualname__}", "_call_": False})
+
+
+yaml.SafeDumper.add_representer(types.BuiltinFunctionType, _builtin_function_yaml)
 
 
 def model_config_values(spec: RecipeSpec) -> dict[str, Any]:
