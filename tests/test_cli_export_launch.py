@@ -12,6 +12,8 @@ import textwrap
 import pytest
 from _cli import ENV, cli
 
+from nemo_recipes.catalog import RECIPES
+
 # ---- fast: refused before NeMo is imported ----
 
 
@@ -31,7 +33,7 @@ from _cli import ENV, cli
         (
             ("gpt_70", "-o", "out.yaml"),
             "nemo-recipes export: error: recipe='gpt_70': unknown recipe (did you mean 'gpt_70b'?). "
-            "Fix: use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b.\n",
+            f"Fix: use one of: {', '.join(RECIPES)}.\n",
         ),
     ],
     ids=["extension", "format-mismatch", "recipe"],
