@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (tier b)")
 
-from nemo_recipes.catalog import RECIPES  # noqa: E402
+from nemo_recipes.catalog import RECIPES, config_class_name  # noqa: E402
 
 pytestmark = [pytest.mark.nemo, pytest.mark.slow]
 
@@ -72,7 +72,7 @@ def test_dry_run_through_nemo_cli_prints_the_table_values(dry_runs, name):
     assert _value(output, "micro_batch_size") == spec.micro_batch_size
     assert _value(output, "global_batch_size") == spec.global_batch_size
     assert _value(output, "num_nodes") == spec.num_nodes
-    assert f"GPTConfig{spec.size_label.replace('.', '_')}" in output
+    assert f"config={config_class_name(spec)}()" in output  # GPTConfig70B, LlamaConfig70B: one class per row
     # Mock data with a NullTokenizer: nothing to download.
     assert "NullTokenizer" in output
 
