@@ -158,7 +158,7 @@ def test_custom_needs_the_shape():
         (
             (),
             "nemo-recipes plan: error: recipe=None: is missing. Fix: give a recipe name (gpt_1_3b, gpt_7b, gpt_13b, "
-            "gpt_70b, gpt_175b) or --custom with shape flags.\n",
+            "gpt_70b, gpt_175b, llama_8b, llama_70b, llama_405b) or --custom with shape flags.\n",
         ),
     ],
     ids=["gpu", "tokens", "plot", "no-recipe"],
@@ -282,3 +282,16 @@ def test_fit_only_options_without_fit_are_refused_not_ignored(args, field):
     assert result.stderr.startswith(f"nemo-recipes plan: error: {field}=") and "changes nothing without --fit" in (
         result.stderr
     )
+
+
+def test_llama_rows_plan_fit_and_best():
+    code, data = plan_json("llama_70b")
+    assert code == 0 and data["valid"] is True
+    spec = get_recipe("llama_70b")
+    assert data == {**data, **json.loads(json.dumps(assess(spec, Cluster.of(8, 8, "h100-80gb")).to_dict()))}
+    # Half the published cluster: TP 4 x PP 4 x CP 2 no longer fits; --fit finds a layout with 8 query groups' TP.
+    code, fitted = plan_json("llama_70b", "--nodes", "4", "--fit")
+    assert code == 0 and fitted["valid"] is True and fitted["changes"]
+    assert 8 % fitted["parallelism"]["tp"] == 0
+    code, best = plan_json("llama_8b", "--best")
+    assert code == 0 and best["valid"] and best["explanation"].startswith("chosen as the fastest of ")

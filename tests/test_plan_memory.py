@@ -369,3 +369,14 @@ def test_untied_output_layer_is_a_second_vocabulary_matrix_in_memory():
     assert estimate_memory(spec, cluster).weights - estimate_memory(tied, cluster).weights == pytest.approx(
         2 * extra / GIB
     )
+
+
+def test_the_head_width_scales_q_k_v_and_the_projection_input():
+    spec = RECIPES["llama_8b"].replace(recompute="selective")
+    base = activation_memory(spec, fused_attention=True).layers
+    wide = activation_memory(spec.replace(kv_channels=256), fused_attention=True).layers
+    s, b, t, c = spec.seq_length, spec.micro_batch_size, spec.tensor_parallel, 2
+    held = layers_in_flight(Layout.of(spec))
+    # Q and the output-projection input (32 heads) and K and V (8 groups), each 128 channels wider per head.
+    extra = held * s * b * (4 * 32 + 4 * 8) * 128 / t / c
+    assert wide - base == pytest.approx(extra)

@@ -523,3 +523,11 @@ def test_llama_rows_are_valid_on_their_published_clusters(name):
     spec = RECIPES[name]
     report = validate(spec, Cluster.of(spec.num_nodes, spec.num_gpus_per_node, spec.default_gpu))
     assert report.valid and not report.problems, report.summary()
+
+
+def test_a_gated_mlp_at_four_times_hidden_is_flagged_as_one_and_a_half_mlps():
+    report = validate(RECIPES["gpt_7b"].replace(activation="swiglu"), H100)
+    (problem,) = problems_for(report, "ffn_hidden_size", "warning")
+    assert report.valid and "1.5 times" in problem.message and "11008" in problem.fix
+    same_size = RECIPES["gpt_7b"].replace(activation="swiglu", ffn_hidden_size=11008)
+    assert not problems_for(validate(same_size, H100), "ffn_hidden_size", "warning")

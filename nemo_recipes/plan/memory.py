@@ -17,6 +17,7 @@ container) stores no score matrix, the same saving as selective recomputation; M
 
     replicated across TP unless SP: 10    (two LayerNorm inputs 4, QKV and FC1 inputs 2 + 2, two dropout masks 2)
     sharded by TP:                  4 + 4 g/a + F      (Q 2, K and V 2 g/a each, output-projection input 2, MLP F)
+                                    (with a head dimension d other than h/a, kv_channels: 4 a d/h + 4 g d/h + F)
     attention core, sharded by TP:  5 a s / h           (softmax output 2, its dropout mask 1, dropout output 2)
 
 with F = 4 ffn/h for a GeLU MLP (activation input and FC2 input, each ffn wide) and F = 8 ffn/h for SwiGLU without
@@ -91,13 +92,15 @@ def layer_activation_bytes(
     tp: int,
     sequence_parallel: bool,
     attention_core: bool,
+    head_dim: Optional[int] = None,
 ) -> float:
     """Activation bytes one transformer layer stores for the backward pass (Korthikanti Table 2, generalised as the
     module docstring states). `attention_core=False` when selective recompute or fused attention drops the score
     tensors."""
     sbh = float(seq) * micro_batch * hidden
     mlp = (8.0 if gated else 4.0) * ffn / hidden
-    sharded = 4.0 + 4.0 * kv_groups / heads + mlp
+    d = head_dim or hidden / heads  # Q and the projection input are heads x d wide, K and V groups x d each
+    sharded = 4.0 * heads * d / hidden + 4.0 * kv_groups * d / hidden + mlp
     replicated = _REPLICATED_SBH / tp if sequence_parallel else _REPLICATED_SBH
     per_layer = sbh * (replicated + sharded / tp)
     if attention_core:
@@ -164,6 +167,7 @@ def activation_memory(
         heads=spec.num_attention_heads,
         ffn=spec.ffn_hidden_size,
         kv_groups=spec.kv_groups,
+        head_dim=spec.head_dim,
         gated=spec.gated_linear_unit,
         tp=t,
         sequence_parallel=sp,

@@ -245,6 +245,26 @@ def interleaved_microbatches_rule(spec: RecipeSpec, layout: Layout) -> list[Prob
     ]
 
 
+def gated_ffn_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
+    """A gated MLP has three FFN-wide matrices where GELU has two: at GPT-3's 4 x hidden it is 1.5 times the MLP. The
+    Llama papers keep the MLP's size with about 8/3 x hidden, rounded up (Llama 2 7B: 11008 for 4096)."""
+    h = spec.hidden_size
+    if not spec.gated_linear_unit or spec.ffn_hidden_size != 4 * h:
+        return []
+    same_size = math.ceil(8 * h / 3 / 256) * 256
+    return [
+        Problem(
+            "ffn_hidden_size",
+            spec.ffn_hidden_size,
+            f"activation={spec.activation} at 4 x hidden gives the MLP three {spec.ffn_hidden_size}-wide matrices: "
+            "1.5 times the parameters and FLOPs of a GELU MLP of the same width.",
+            f"for a gated MLP of a GELU MLP's size set ffn_hidden_size to about 8/3 x hidden, e.g. {same_size}; or "
+            "keep 4 x hidden on purpose.",
+            WARNING,
+        )
+    ]
+
+
 def rotary_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     """RoPE rotates channel pairs: Megatron-Core's RotaryEmbedding takes int(kv_channels x rotary_percent) channels
     and builds one frequency per pair, so an odd or zero count cannot be applied to the heads."""
@@ -435,6 +455,7 @@ RULES: tuple[Rule, ...] = (
     tensor_parallel_domain_rule,
     attention_heads_rule,
     rotary_rule,
+    gated_ffn_rule,
     pipeline_layers_rule,
     interleaved_microbatches_rule,
     context_parallel_rule,
@@ -454,6 +475,7 @@ RULES: tuple[Rule, ...] = (
 POLICY_RULES = frozenset(
     {
         tensor_parallel_domain_rule,
+        gated_ffn_rule,
         data_blend_rule,
         recompute_layers_rule,
         tp_comm_overlap_rule,
