@@ -261,7 +261,7 @@ def test_the_learning_thresholds_pass_a_frozen_model_less_than_once_in_a_thousan
     runs = 50_000
     falls = below = 0
     for _ in range(runs):
-        detail = _learning_check([7.0 + rng.gauss(0.0, FROZEN_LOSS_SD) for _ in range(20)], 7.0).detail
+        detail = _learning_check([7.0 + rng.gauss(0.0, FROZEN_LOSS_SD) for _ in range(20)], 7.0)[0].detail
         falls += "decided by the fall" in detail
         below += "decided by the unigram entropy" in detail
     # 0.1 % of 50,000 is 50 (binomial SD 7); a 1.5-SD threshold (the judge before) passed ~3,300.

@@ -1,8 +1,11 @@
 """The verdict on a smoke run, from its record alone (standard library only).
 
 A run passes when NeMo trained every step of both phases, the second phase resumed exactly where the first stopped
-(global step and data position), the steps and consumed samples continue without a gap or a repeat, every loss is
-finite and the loss fell, and the last checkpoint holds the optimizer state that a further resume needs.
+(global step and data position) with exactly the state the checkpoint was saved from (per-rank digests of weights,
+main weights, Adam moments and step, schedule), the steps and consumed samples continue without a gap or a repeat,
+the learning rate follows the recipe's schedule across the resume, every loss is finite and the model learned (below
+the data's unigram entropy, or a fall no frozen model gives but once in a thousand runs), and the last checkpoint
+holds the optimizer state that a further resume needs.
 
 A phase may run more than once: a Slurm job that is preempted or loses its node is requeued and starts again
 (SLURM_RESTART_COUNT, recorded as `attempt`), resuming from the last checkpoint the killed run saved. The steps that
@@ -63,6 +66,7 @@ class Verdict:
     patches: list[str] = field(default_factory=list)
     parallel: Optional[dict[str, Any]] = None
     attempts: list[Attempt] = field(default_factory=list)
+    learning: Optional[dict[str, Any]] = None  # the learning check's numbers and the criterion that decided
 
     @property
     def passed(self) -> bool:
@@ -243,7 +247,8 @@ def judge(
         )
     )
     if finite and len(losses) >= 4:
-        verdict.checks.append(_learning_check(losses, unigram_entropy))
+        check, verdict.learning = _learning_check(losses, unigram_entropy)
+        verdict.checks.append(check)
     if schedule is not None:
         verdict.checks.append(_schedule_check(step_records, schedule, stop_step))
     verdict.checks.append(_state_check(records, phases))
@@ -270,7 +275,7 @@ def judge(
     return verdict
 
 
-def _learning_check(losses: list[float], entropy: Optional[float]) -> Check:
+def _learning_check(losses: list[float], entropy: Optional[float]) -> tuple[Check, dict[str, Any]]:
     """The model learned: its final loss (mean of the last n steps) is below the data's unigram entropy by a
     margin, or else the loss fell by more than a frozen model's noise explains; each passed by a model that does not
     learn with probability below 0.1 % (`learning_thresholds`). A scaled-down model at the recipe's learning rate
@@ -290,8 +295,19 @@ def _learning_check(losses: list[float], entropy: Optional[float]) -> Check:
         f"fall {head - tail:.3f} from the first {n} steps' mean {head:.3f} ({least_fall:.3f} needed: "
         f"{Z_FALSE_PASS} SD of a frozen model's noise)"
     )
-    decided = "decided by the unigram entropy" if below else "decided by the fall" if fell else "neither is met"
-    return Check("model learned", below or fell, f"{baseline}; {fall}; {decided}")
+    criterion = "unigram entropy" if below else "fall" if fell else None
+    decided = f"decided by the {criterion}" if criterion else "neither is met"
+    numbers = {
+        "steps_averaged": n,
+        "final_loss": tail,
+        "unigram_entropy": entropy,
+        "margin_below_entropy": margin,
+        "fall": head - tail,
+        "least_fall": least_fall,
+        "frozen_loss_sd": FROZEN_LOSS_SD,
+        "decided_by": criterion,
+    }
+    return Check("model learned", below or fell, f"{baseline}; {fall}; {decided}"), numbers
 
 
 def expected_lr(

@@ -76,6 +76,7 @@ class SmokeReport:
             "parallel": v.parallel,
             "checkpoint": v.checkpoint,
             "checks": [c.to_dict() for c in v.checks],
+            "learning": v.learning,
             "patches": v.patches,
             "learned": self.learned.to_dict() if self.learned else None,
             "directory": self.directory if self.kept else None,
