@@ -39,12 +39,23 @@ def test_weights_not_restored_on_resume_fail_the_exact_state_check(tmp_path):
     """The resume phase re-initialises the model's weights right after NeMo loaded the checkpoint (the step, data
     position, optimizer and schedule are restored). The mixed-precision optimizer copies its restored fp32 main
     weights back into the model at the first step, so the loss recovers after one bad step and every other check
-    passes: only the digests taken right after the load see it."""
-    report = smoke("gpt_1_3b", dir=str(tmp_path), progress=None, faults={"resume": "weights-not-restored"})
+    passes: only the digests taken right after the load see it.
+
+    The same run shows the learning check decided by the unigram entropy: at max_lr 0.01 (the recipes' 1e-4 to 2e-4
+    only make the loss fall in 20 steps) the scaled-down model learns the corpus's phrases and ends far below it."""
+    report = smoke(
+        "gpt_1_3b", {"max_lr": 0.01}, dir=str(tmp_path), progress=None, faults={"resume": "weights-not-restored"}
+    )
     assert _failed(report) == ["resume restored the exact state"], _explain(report)
     assert _detail(report, "resume restored the exact state") == (
         "after the load at step 10, differs from the save: weights (rank 0)"
     )
+    learning = report.verdict.learning
+    assert learning["decided_by"] == "unigram entropy", _explain(report)
+    assert learning["final_loss"] < learning["unigram_entropy"] - learning["margin_below_entropy"]
+    # The fault shows in the loss only as the first resumed step's jump.
+    losses = dict(report.verdict.losses)
+    assert losses[11] > losses[10] + 1.0, losses
 
 
 def test_a_learning_rate_of_1e_12_fails_the_learning_check_and_nothing_else(tmp_path):
