@@ -304,7 +304,7 @@ def test_the_expected_schedule_is_nemos_cosine_annealing():
     tail), where NeMo is installed."""
     torch = pytest.importorskip("torch")
     lr_scheduler = pytest.importorskip("nemo.core.optim.lr_scheduler")
-    for schedule in (SCHEDULE, {**SCHEDULE, "constant_steps": 0, "warmup_steps": 3}):
+    for schedule in (SCHEDULE, {**SCHEDULE, "warmup_steps": 3}, {**SCHEDULE, "constant_steps": 0, "warmup_steps": 3}):
         optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=schedule["max_lr"])
         scheduler = lr_scheduler.CosineAnnealing(
             optimizer,
