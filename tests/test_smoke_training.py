@@ -94,6 +94,12 @@ def test_the_cli_smoke_of_gpt_1_3b_reports_json(tmp_path):
     report = json.loads(result.stdout)
     assert report["passed"] is True and report["recipe"] == "gpt_1_3b" and report["device"] == "cpu"
     assert [c["name"] for c in report["checks"] if not c["passed"]] == []
+    names = {c["name"] for c in report["checks"]}
+    assert {"resume restored the exact state", "learning rate follows the schedule across the resume"} <= names
+    # The learnable corpus's unigram entropy (4.55 nats) is out of reach in 20 steps: the fall decides.
+    learning = report["learning"]
+    assert learning["decided_by"] == "fall" and learning["fall"] > learning["least_fall"]
+    assert 4.4 < learning["unigram_entropy"] < 4.7
     assert report["resumed_at"] == 10 and len(report["losses"]) == 20
     assert report["checkpoint"]["optimizer"] is True and report["checkpoint"]["bytes"] > 0
     assert "step 20/20" in result.stderr  # the progress display went to stderr, the report alone to stdout

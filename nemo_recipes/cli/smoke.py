@@ -37,8 +37,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "smoke",
         help=HELP,
         description=HELP[0].upper() + HELP[1:] + ". The report gives the steps, the loss "
-        "curve, seconds per step, the checkpoint size and each check (resumed at the right step, data position "
-        "continuous, loss finite and falling, last checkpoint resumable). Exits 1 when a check fails.",
+        "curve, seconds per step, the checkpoint size and each check, PASS or FAIL (resumed at the right step, "
+        "resume restored the exact state, learning rate follows the schedule, data position continuous, loss "
+        "finite, model learned, last checkpoint resumable). Exits 1 when a check fails.",
         epilog=_output.epilog(EXAMPLES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -11,6 +11,10 @@ import hashlib
 from collections.abc import Iterable
 from typing import Any
 
+#: The parts of the training state a resume must restore, as the smoke record digests them (`state.py`) and the
+#: judge names them.
+COMPONENTS = ("weights", "main weights", "Adam moments", "Adam step", "schedule")
+
 
 def digest(named: Iterable[tuple[str, Any]]) -> str:
     """sha256 (first 16 hex digits) over (name, value) pairs in name order. Tensors contribute dtype, shape and raw

@@ -1,8 +1,11 @@
 """The verdict on a smoke run, from its record alone (standard library only).
 
 A run passes when NeMo trained every step of both phases, the second phase resumed exactly where the first stopped
-(global step and data position), the steps and consumed samples continue without a gap or a repeat, every loss is
-finite and the loss fell, and the last checkpoint holds the optimizer state that a further resume needs.
+(global step and data position) with exactly the state the checkpoint was saved from (per-rank digests of weights,
+main weights, Adam moments and step, schedule), the steps and consumed samples continue without a gap or a repeat,
+the learning rate follows the recipe's schedule across the resume, every loss is finite and the model learned (below
+the data's unigram entropy, or a fall no frozen model gives but once in a thousand runs), and the last checkpoint
+holds the optimizer state that a further resume needs.
 
 A phase may run more than once: a Slurm job that is preempted or loses its node is requeued and starts again
 (SLURM_RESTART_COUNT, recorded as `attempt`), resuming from the last checkpoint the killed run saved. The steps that
@@ -17,9 +20,28 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-#: The loss must fall by at least this much (nats) between the first and the last steps' means: well above the
-#: step-to-step noise of the scaled-down batch, well below what the learnable corpus gives in 20 steps.
-MIN_LOSS_DROP = 0.05
+from nemo_recipes.smoke_training.checksums import COMPONENTS
+
+#: Standard deviation (nats) of one step's loss when the model does not learn: a real gpt_1_3b smoke run with
+#: max_lr 1e-12 (the scaled-down shape, global batch 4 x 64 tokens of the learnable corpus) gave 0.041 over 200
+#: steps (mean 7.211; lag-1 autocorrelation -0.08, and the SD of 5-step means 0.017 against 0.041/sqrt(5) = 0.018:
+#: steps draw fresh batches and their noise is independent). Rounded up to 0.045 (the estimate's standard error is
+#: ~5 %). Larger batches (more data-parallel replicas or pipeline stages, a full-size run) are less noisy: the
+#: thresholds are then conservative.
+FROZEN_LOSS_SD = 0.045
+#: One-sided normal quantile of a 0.1 % false-pass rate: P(Z > 3.09) = 0.1 %.
+Z_FALSE_PASS = 3.09
+
+
+def learning_thresholds(n: int, sd: float = FROZEN_LOSS_SD) -> tuple[float, float]:
+    """(margin below the unigram entropy, least fall) for means over `n` steps, each passed by a model that does
+    not learn with probability below 0.1 %:
+    - a model that learned the token frequencies and nothing else has an expected loss equal to the unigram
+      entropy; the mean of its last n steps has SD sd/sqrt(n), so it ends more than 3.09 sd/sqrt(n) below it with
+      probability 0.1 %;
+    - a frozen model's first-n and last-n means differ by a normal variable of SD sd*sqrt(2/n) (two independent
+      means), which exceeds 3.09 sd*sqrt(2/n) with probability 0.1 %."""
+    return Z_FALSE_PASS * sd / math.sqrt(n), Z_FALSE_PASS * sd * math.sqrt(2 / n)
 
 
 @dataclass(frozen=True)
@@ -44,6 +66,7 @@ class Verdict:
     patches: list[str] = field(default_factory=list)
     parallel: Optional[dict[str, Any]] = None
     attempts: list[Attempt] = field(default_factory=list)
+    learning: Optional[dict[str, Any]] = None  # the learning check's numbers and the criterion that decided
 
     @property
     def passed(self) -> bool:
@@ -124,10 +147,14 @@ def judge(
     layout: Optional[dict[str, Any]] = None,
     phases: tuple[str, str] = ("train", "resume"),
     checkpoint_every: Optional[int] = None,
+    schedule: Optional[dict[str, Any]] = None,
+    unigram_entropy: Optional[float] = None,
 ) -> Verdict:
     """`layout`: the parallel sizes the plan asked for ({"tp", "pp", "cp", "dp", "sequence_parallel"}), compared
     with the groups Megatron built in each phase. `checkpoint_every`: the recipe's step interval, against which a
-    requeued run's resume point is judged (the last checkpoint its killed predecessor completed)."""
+    requeued run's resume point is judged (the last checkpoint its killed predecessor completed). `schedule`: the
+    learning-rate schedule the recipe asked for (`expected_lr`'s arguments), against which every step's learning
+    rate is judged. `unigram_entropy`: of the training data's tokens (nats), the baseline of the learning check."""
     first, second = phases
     verdict = Verdict()
     launches = [r for r in records if r.get("event") == "launch"]
@@ -220,16 +247,11 @@ def judge(
         )
     )
     if finite and len(losses) >= 4:
-        k = max(2, min(5, len(losses) // 4))
-        head, tail = statistics.fmean(losses[:k]), statistics.fmean(losses[-k:])
-        verdict.checks.append(
-            Check(
-                "loss falling",
-                head - tail >= MIN_LOSS_DROP,
-                f"mean of first {k} steps {head:.3f} -> last {k} {tail:.3f} (drop {head - tail:.3f}, "
-                f"at least {MIN_LOSS_DROP} needed)",
-            )
-        )
+        check, verdict.learning = _learning_check(losses, unigram_entropy)
+        verdict.checks.append(check)
+    if schedule is not None:
+        verdict.checks.append(_schedule_check(step_records, schedule, stop_step))
+    verdict.checks.append(_state_check(records, phases))
 
     saved = [c for r in _phase(records, second, "checkpoints") for c in r.get("checkpoints", [])]
     last = max(saved, key=lambda c: c.get("step") or -1) if saved else None
@@ -251,6 +273,127 @@ def judge(
             Check("final checkpoint at the last step", held == steps, f"it holds {held} step(s) of {steps}")
         )
     return verdict
+
+
+def _learning_check(losses: list[float], entropy: Optional[float]) -> tuple[Check, dict[str, Any]]:
+    """The model learned: its final loss (mean of the last n steps) is below the data's unigram entropy by a
+    margin, or else the loss fell by more than a frozen model's noise explains; each passed by a model that does not
+    learn with probability below 0.1 % (`learning_thresholds`). A scaled-down model at the recipe's learning rate
+    does not reach the unigram entropy in a smoke run's tens of steps; the fall then decides."""
+    n = max(2, min(5, len(losses) // 4))
+    head, tail = statistics.fmean(losses[:n]), statistics.fmean(losses[-n:])
+    margin, least_fall = learning_thresholds(n)
+    below = entropy is not None and tail < entropy - margin
+    fell = head - tail > least_fall
+    baseline = (
+        f"final loss {tail:.3f} (mean of the last {n} steps) vs the data's unigram entropy {entropy:.3f}: "
+        f"{abs(entropy - tail):.3f} {'below' if tail < entropy else 'above'} it ({margin:.3f} below needed)"
+        if entropy is not None
+        else f"final loss {tail:.3f} (mean of the last {n} steps), no unigram entropy of the data"
+    )
+    fall = (
+        f"fall {head - tail:.3f} from the first {n} steps' mean {head:.3f} ({least_fall:.3f} needed: "
+        f"{Z_FALSE_PASS} SD of a frozen model's noise)"
+    )
+    criterion = "unigram entropy" if below else "fall" if fell else None
+    decided = f"decided by the {criterion}" if criterion else "neither is met"
+    numbers = {
+        "steps_averaged": n,
+        "final_loss": tail,
+        "unigram_entropy": entropy,
+        "margin_below_entropy": margin,
+        "fall": head - tail,
+        "least_fall": least_fall,
+        "frozen_loss_sd": FROZEN_LOSS_SD,
+        "decided_by": criterion,
+    }
+    return Check("model learned", below or fell, f"{baseline}; {fall}; {decided}"), numbers
+
+
+def expected_lr(
+    step: int, *, max_lr: float, min_lr: float, warmup_steps: int, constant_steps: int, max_steps: int
+) -> float:
+    """The learning rate after `step` optimizer steps under NeMo's CosineAnnealing (nemo.core.optim.lr_scheduler,
+    as CosineAnnealingScheduler builds it): with a constant tail, Megatron's linear warmup from 0, cosine decay to
+    min_lr over max_steps - warmup - constant steps, then min_lr; without one, warmup (step+1)/(warmup+1) and a
+    cosine over the steps after warmup."""
+    decay_steps = max_steps - constant_steps - warmup_steps
+    if constant_steps > 0:
+        if warmup_steps > 0 and step <= warmup_steps:
+            return max_lr * step / warmup_steps
+        if step > warmup_steps + decay_steps:
+            return min_lr
+        ratio = (step - warmup_steps) / decay_steps
+        return min_lr + 0.5 * (math.cos(math.pi * ratio) + 1.0) * (max_lr - min_lr)
+    if warmup_steps > 0 and step <= warmup_steps:
+        return max_lr * (step + 1) / (warmup_steps + 1)
+    if step > max_steps:
+        return min_lr
+    mult = 0.5 * (1 + math.cos(math.pi * (step - warmup_steps) / (max_steps - warmup_steps)))
+    return (max_lr - min_lr) * mult + min_lr
+
+
+#: Relative tolerance of a step's learning rate: both sides compute the same float64 formula, so only the last
+#: bits of the arithmetic (and the record's decimal round trip) may differ.
+LR_TOLERANCE = 1e-9
+
+
+def _schedule_check(step_records: list[dict[str, Any]], schedule: dict[str, Any], stop_step: int) -> Check:
+    """Every step's learning rate (as the optimizer held it after the step) is the schedule's, on both sides of the
+    resume: a restored step count with a restarted or shifted scheduler shows here."""
+    off = []
+    for r in step_records:
+        want, got = expected_lr(r["step"], **schedule), r.get("lr")
+        if not isinstance(got, (int, float)) or abs(got - want) > LR_TOLERANCE * max(abs(want), 1e-300):
+            off.append(f"step {r['step']}: {got} (expected {want:.6g})")
+    return Check(
+        "learning rate follows the schedule across the resume",
+        bool(step_records) and not off,
+        (
+            f"{len(step_records)} steps within {LR_TOLERANCE:g} (relative) of warmup {schedule['warmup_steps']}, "
+            f"cosine to {schedule['min_lr']:.3g} by step {schedule['max_steps'] - schedule['constant_steps']}, "
+            f"constant to {schedule['max_steps']}; resumed after step {stop_step}"
+        )
+        if step_records and not off
+        else "; ".join(off[:4]) + (f" (and {len(off) - 4} more)" if len(off) > 4 else "") or "no steps",
+    )
+
+
+def _state_check(records: list[dict[str, Any]], phases: tuple[str, str]) -> Check:
+    """Each run that resumed from a checkpoint (the second phase, and any requeued run) loaded exactly the state
+    the checkpoint was saved from: per rank and per component, the digest recorded right after the load equals the
+    one recorded when the checkpoint at that step was saved (the last such save before the load)."""
+    states = [r for r in records if r.get("event") == "state" and r.get("phase") in phases]
+    loads = [i for i, r in enumerate(states) if r.get("when") == "loaded" and (r.get("step") or 0) > 0]
+    if not loads:
+        return Check("resume restored the exact state", False, "no state digests recorded after a resume's load")
+    told, wrong = [], []
+    for i in loads:
+        loaded = states[i]
+        saved = [r for r in states[:i] if r.get("when") == "saved" and r.get("step") == loaded["step"]]
+        if not saved:
+            wrong.append(f"no digest recorded when the checkpoint at step {loaded['step']} was saved")
+            continue
+        before, after = saved[-1]["ranks"], loaded["ranks"]
+        if len(before) != len(after):
+            wrong.append(f"step {loaded['step']}: saved by {len(before)} ranks, loaded by {len(after)}")
+            continue
+        differ = {
+            name: [rank for rank, (b, a) in enumerate(zip(before, after, strict=True)) if b.get(name) != a.get(name)]
+            for name in COMPONENTS
+        }
+        bad = [f"{name} (rank {', '.join(map(str, ranks))})" for name, ranks in differ.items() if ranks]
+        if bad:
+            wrong.append(f"after the load at step {loaded['step']}, differs from the save: {'; '.join(bad)}")
+        else:
+            told.append(f"step {loaded['step']} ({loaded.get('phase')})")
+    return Check(
+        "resume restored the exact state",
+        not wrong,
+        "; ".join(wrong)
+        or "weights, main weights, Adam moments, Adam step and schedule of every rank bit-equal to the save at "
+        + ", ".join(told),
+    )
 
 
 def _requeue_check(

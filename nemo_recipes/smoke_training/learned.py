@@ -90,11 +90,19 @@ def unigram_entropy(spec: RecipeSpec) -> float:
 
 
 def learned(
-    spec: RecipeSpec, losses: list[tuple[int, float]], root: Path, checkpoint: Optional[str], sample: bool
+    spec: RecipeSpec,
+    losses: list[tuple[int, float]],
+    root: Path,
+    checkpoint: Optional[str],
+    sample: bool,
+    entropy: Optional[float] = None,
 ) -> Learned:
-    """The evidence for a finished run whose spec names data_paths (and, to sample, tokenizer_path)."""
+    """The evidence for a finished run whose spec names data_paths (and, to sample, tokenizer_path); `entropy`: the
+    data's unigram entropy where the caller has it already."""
     last = [loss for _, loss in losses[-LAST_STEPS:]]
-    result = Learned(unigram_entropy=unigram_entropy(spec), final_loss=sum(last) / len(last))
+    result = Learned(
+        unigram_entropy=unigram_entropy(spec) if entropy is None else entropy, final_loss=sum(last) / len(last)
+    )
     if sample and checkpoint and spec.tokenizer_path:
         try:
             result.samples = run_sampler(spec, f"{checkpoint}/weights", root)

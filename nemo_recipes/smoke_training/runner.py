@@ -23,7 +23,7 @@ from nemo_recipes.errors import InvalidRecipeError, Problem
 from nemo_recipes.smoke_training import record
 from nemo_recipes.smoke_training.judge import Verdict, _ranges, judge
 from nemo_recipes.smoke_training.launchers import Launcher, SmokeError, local_processes
-from nemo_recipes.smoke_training.learned import Learned, learned
+from nemo_recipes.smoke_training.learned import Learned, learned, unigram_entropy
 from nemo_recipes.smoke_training.shape import SmokePlan, smoke_plan
 
 PHASES = ("train", "resume")
@@ -76,6 +76,7 @@ class SmokeReport:
             "parallel": v.parallel,
             "checkpoint": v.checkpoint,
             "checks": [c.to_dict() for c in v.checks],
+            "learning": v.learning,
             "patches": v.patches,
             "learned": self.learned.to_dict() if self.learned else None,
             "directory": self.directory if self.kept else None,
@@ -174,6 +175,8 @@ class Workspace:
     corpus: Optional[Path]  # the learnable corpus, written when the plan names no data of its own
     plan: SmokePlan
     name: str = "smoke"
+    #: Tests only: phase -> a fault to inject into it (`state.FAULTS`); the CLI has no way to set it.
+    faults: dict[str, str] = field(default_factory=dict)
 
     @property
     def metrics(self) -> Path:
@@ -183,7 +186,9 @@ class Workspace:
         return record.read(self.metrics)
 
     def phase_config(self, phase: str, stop_at: Optional[int]) -> dict[str, Any]:
+        fault = {"fault": self.faults[phase]} if phase in self.faults else {}
         return {
+            **fault,
             "spec": self.plan.spec.to_dict(),
             "name": self.name,
             "dir": str(self.root),
@@ -300,6 +305,18 @@ def _file_in(path: Path) -> str:
     return str(path)
 
 
+def lr_schedule(spec: RecipeSpec) -> dict[str, Any]:
+    """The schedule NeMo runs for `spec` (training/parts.py `optim`: CosineAnnealing with a constant tail after
+    decay_steps), as `judge.expected_lr` takes it."""
+    return {
+        "max_lr": spec.max_lr,
+        "min_lr": spec.min_lr,
+        "warmup_steps": spec.warmup_steps,
+        "constant_steps": max(0, spec.train_steps - spec.decay_steps),
+        "max_steps": spec.train_steps,
+    }
+
+
 def run_phase(
     space: Workspace, phase: str, stop_at: Optional[int], launch: Launcher, progress: Optional[Progress] = None
 ) -> tuple[int, float, Path]:
@@ -333,6 +350,7 @@ def smoke(
     progress: Optional[TextIO] = sys.stderr,
     name: str = "smoke",
     sample: bool = True,
+    faults: Optional[dict[str, str]] = None,
 ) -> SmokeReport:
     """Scale `recipe` down in shape (unless `full_size`), train it for `stop_step` steps with NeMo's `llm.pretrain`,
     stop, resume from the checkpoint in fresh processes, train to `steps`, and judge the record.
@@ -341,7 +359,8 @@ def smoke(
     run's files there (default: a temporary directory, removed after a pass unless `keep`; kept after a failure);
     `launch` runs a phase elsewhere (see `executor_launcher`). With `data_paths` (the user's data, read through NeMo's
     PreTrainingDataModule with the tokenizer's vocabulary) the report adds the data's unigram entropy and, with
-    `sample` and a tokenizer, text sampled from the last checkpoint.
+    `sample` and a tokenizer, text sampled from the last checkpoint. `faults` (tests only: phase -> a fault of
+    `state.FAULTS`) breaks a phase on purpose, to show that the judge catches it.
     """
     spec = get_recipe(recipe) if isinstance(recipe, str) else recipe
     plan = smoke_plan(
@@ -352,6 +371,7 @@ def smoke(
         if problems:
             raise InvalidRecipeError(problems, context=f"smoke {spec.name} on this machine")
     space = workspace(plan, dir, name)
+    space.faults = dict(faults or {})
     report = SmokeReport(recipe=spec.name, plan=plan, verdict=Verdict(), directory=str(space.root))
     shown = Progress(progress, plan.steps, f"smoke {spec.name}") if progress else None
     for phase, stop_at in zip(PHASES, (plan.stop_step, None), strict=True):
@@ -359,6 +379,8 @@ def smoke(
         report.exit_codes[phase], report.phase_seconds[phase], report.logs[phase] = code, seconds, str(log)
         if code != 0:
             break
+    trained_on = plan.spec if plan.spec.data_paths else plan.spec.replace(data_paths=(str(space.corpus),))
+    entropy = unigram_entropy(trained_on)
     report.verdict = judge(
         space.records(),
         steps=plan.steps,
@@ -366,10 +388,12 @@ def smoke(
         global_batch_size=plan.spec.global_batch_size,
         layout=plan.parallel,
         checkpoint_every=plan.spec.checkpoint_every_steps,
+        schedule=lr_schedule(plan.spec),
+        unigram_entropy=entropy,
     )
     if plan.spec.data_paths and report.verdict.losses and all(code == 0 for code in report.exit_codes.values()):
         checkpoint = (report.verdict.checkpoint or {}).get("path")
-        report.learned = learned(plan.spec, report.verdict.losses, space.root, checkpoint, sample)
+        report.learned = learned(plan.spec, report.verdict.losses, space.root, checkpoint, sample, entropy)
     if report.passed and not keep and not dir:
         shutil.rmtree(space.root, ignore_errors=True)
         report.kept = False

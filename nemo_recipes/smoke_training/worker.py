@@ -38,13 +38,15 @@ def build_phase_recipe(
     phase: str,
     data_prefix: Optional[str],
     val_batches: int = VAL_BATCHES,
+    fault: Optional[str] = None,
 ) -> Any:
     """The recipe NeMo will run for this phase: the scaled-down spec on its own data (the user's `data_paths` and
     tokenizer) or else on the learnable corpus at `data_prefix`, stopping after `stop_at` steps (None: at the end of
-    the schedule, spec.train_steps)."""
+    the schedule, spec.train_steps). `fault`: a fault the tests inject (`state.FAULTS`), never set otherwise."""
     import nemo_run as run
 
     from nemo_recipes.smoke_training.callbacks import SmokeMetrics, StopAtStep
+    from nemo_recipes.smoke_training.state import FAULTS, StateDigests
     from nemo_recipes.training.factories import build_recipe
 
     nodes, per_node = world_from_environment()
@@ -56,7 +58,10 @@ def build_phase_recipe(
     recipe.trainer.limit_test_batches = val_batches
     recipe.trainer.log_every_n_steps = 1
     recipe.data.num_workers = 1
+    if fault is not None:  # before the digests, so that the "loaded" digest sees what the fault did
+        recipe.trainer.callbacks.append(run.Config(FAULTS[fault]))
     recipe.trainer.callbacks.append(run.Config(SmokeMetrics, path=metrics, phase=phase))
+    recipe.trainer.callbacks.append(run.Config(StateDigests, path=metrics, phase=phase))
     if stop_at is not None:
         recipe.trainer.callbacks.append(run.Config(StopAtStep, step=stop_at))
     return recipe
@@ -71,6 +76,7 @@ def train_phase(
     phase: str,
     data_prefix: Optional[str],
     val_batches: int = VAL_BATCHES,
+    fault: Optional[str] = None,
 ) -> None:
     """Train one phase with NeMo's `llm.pretrain`; rank 0 then records the checkpoints it finds."""
     import fiddle as fdl
@@ -88,6 +94,7 @@ def train_phase(
         phase=phase,
         data_prefix=data_prefix,
         val_batches=val_batches,
+        fault=fault,
     )
     patches = cpu_compat.adapt(recipe, recipe.trainer.devices)
     rank = int(os.environ.get("RANK", "0"))
