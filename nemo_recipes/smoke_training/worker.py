@@ -38,6 +38,7 @@ def build_phase_recipe(
     phase: str,
     data_prefix: Optional[str],
     val_batches: int = VAL_BATCHES,
+    invariant_init: bool = False,
 ) -> Any:
     """The recipe NeMo will run for this phase: the scaled-down spec on its own data (the user's `data_paths` and
     tokenizer) or else on the learnable corpus at `data_prefix`, stopping after `stop_at` steps (None: at the end of
@@ -45,6 +46,8 @@ def build_phase_recipe(
     import nemo_run as run
 
     from nemo_recipes.smoke_training.callbacks import SmokeMetrics, StopAtStep
+    from nemo_recipes.smoke_training.invariance import INIT_SEED
+    from nemo_recipes.smoke_training.replicas import LayoutInvariantStart, ReplicaDigests
     from nemo_recipes.training.factories import build_recipe
 
     nodes, per_node = world_from_environment()
@@ -57,6 +60,9 @@ def build_phase_recipe(
     recipe.trainer.log_every_n_steps = 1
     recipe.data.num_workers = 1
     recipe.trainer.callbacks.append(run.Config(SmokeMetrics, path=metrics, phase=phase))
+    recipe.trainer.callbacks.append(run.Config(ReplicaDigests, path=metrics, phase=phase))
+    if invariant_init:
+        recipe.trainer.callbacks.append(run.Config(LayoutInvariantStart, seed=INIT_SEED))
     if stop_at is not None:
         recipe.trainer.callbacks.append(run.Config(StopAtStep, step=stop_at))
     return recipe
@@ -71,6 +77,8 @@ def train_phase(
     phase: str,
     data_prefix: Optional[str],
     val_batches: int = VAL_BATCHES,
+    invariant_init: bool = False,
+    faults: Optional[list[str]] = None,
 ) -> None:
     """Train one phase with NeMo's `llm.pretrain`; rank 0 then records the checkpoints it finds."""
     import fiddle as fdl
@@ -88,11 +96,16 @@ def train_phase(
         phase=phase,
         data_prefix=data_prefix,
         val_batches=val_batches,
+        invariant_init=invariant_init,
     )
     patches: list[str] = []
     if not cpu_compat.cuda_available():
         cpu_compat.cpu_settings(recipe, recipe.trainer.devices)
         patches = cpu_compat.engage()
+    if faults:  # tests only (smoke_training/faults.py)
+        from nemo_recipes.smoke_training import faults as injected
+
+        injected.install(faults)
     rank = int(os.environ.get("RANK", "0"))
     if rank == 0:
         append(

@@ -87,6 +87,13 @@ def cpu_settings(recipe: Any, processes: int) -> Any:
     config = recipe.model.config
     config.use_cpu_initialization = True  # Megatron layers otherwise allocate on torch.cuda.current_device()
     config.masked_softmax_fusion = False  # the fused kernel imports scaled_masked_softmax_cuda
+    if getattr(config, "overlap_p2p_comm", False):
+        # The interleaved schedule's overlapped sends post separate isend/irecv; with two stages the previous and
+        # the next stage are one peer, and gloo matches a forward activation and a backward gradient of the same
+        # shape in posting order, not in the order Megatron's CUDA streams give them (NaN gradients in step 1).
+        # Batched, synchronous exchanges (what every non-interleaved schedule uses) compute the same thing.
+        config.overlap_p2p_comm = False
+        config.batch_p2p_comm = True
     # Megatron's fused element-wise functions (bias-GeLU, bias-dropout-add, cross-entropy) go through
     # torch.compile; inside the CUDA scopes the function mode changes on every call, so each call would recompile
     # until Dynamo gives up. Run them as the plain Python functions they are (same maths, no compile time).
