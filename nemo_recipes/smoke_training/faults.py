@@ -20,8 +20,8 @@ def _no_grad_sync() -> None:
     def finish_grad_sync(self: Any) -> None:
         self.param_gather_dispatched = False  # what the real one resets besides the collective
 
-    _ParamAndGradBucketGroup.start_grad_sync = start_grad_sync  # type: ignore[method-assign]
-    _ParamAndGradBucketGroup.finish_grad_sync = finish_grad_sync  # type: ignore[method-assign]
+    _ParamAndGradBucketGroup.start_grad_sync = start_grad_sync
+    _ParamAndGradBucketGroup.finish_grad_sync = finish_grad_sync
 
 
 FAULTS: dict[str, Callable[[], None]] = {"no-grad-sync": _no_grad_sync}

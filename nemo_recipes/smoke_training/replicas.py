@@ -76,9 +76,9 @@ def invariant_init(trainer: Any, seed: int) -> int:
                     int(hashlib.sha256(f"{seed}:{sharded.key}".encode()).hexdigest()[:15], 16)
                 )
                 whole = torch.empty(sharded.global_shape, dtype=torch.float32).normal_(0.0, std, generator=generator)
-                part = whole[
-                    tuple(slice(o, o + n) for o, n in zip(sharded.global_offset, sharded.local_shape, strict=True))
-                ]
+                # The layer axis (and any other prepended one) is not part of the local tensor's shape.
+                shape = (1,) * sharded.prepend_axis_num + tuple(sharded.local_shape)
+                part = whole[tuple(slice(o, o + n) for o, n in zip(sharded.global_offset, shape, strict=True))]
                 data.copy_(part.reshape(data.shape))
                 drawn += 1
     for optimizer in trainer.optimizers:

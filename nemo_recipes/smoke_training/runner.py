@@ -26,6 +26,7 @@ from nemo_recipes.smoke_training.judge import Verdict, _ranges, judge
 from nemo_recipes.smoke_training.launchers import Launcher, SmokeError, local_processes
 from nemo_recipes.smoke_training.learned import Learned, learned
 from nemo_recipes.smoke_training.shape import SmokePlan, smoke_plan
+from nemo_recipes.training import cpu_compat
 
 PHASES = ("train", "resume")
 
@@ -363,6 +364,7 @@ def smoke(
     )
     if launch is None:  # processes on this machine: it must be able to hold them
         problems = machine_problems(plan.processes, full_size)
+        problems += [] if visible_gpus() else cpu_compat.cpu_problems(plan.spec)
         if problems:
             raise InvalidRecipeError(problems, context=f"smoke {spec.name} on this machine")
     space = workspace(plan, dir, name)
@@ -385,7 +387,8 @@ def smoke(
     report.verdict.checks += [c for c in [replicas_check(space.records())] if c]
     if invariance and all(code == 0 for code in report.exit_codes.values()):
         report.reference = reference or train_reference(plan, str(space.root / "reference"))
-        report.verdict.checks.append(invariance_check(report.verdict.losses, report.reference))
+        tokens = plan.spec.global_batch_size * plan.spec.seq_length
+        report.verdict.checks.append(invariance_check(report.verdict.losses, report.reference, tokens))
     if plan.spec.data_paths and report.verdict.losses and all(code == 0 for code in report.exit_codes.values()):
         checkpoint = (report.verdict.checkpoint or {}).get("path")
         report.learned = learned(plan.spec, report.verdict.losses, space.root, checkpoint, sample)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.errors import known
+from nemo_recipes.errors import InvalidRecipeError, known
 
 #: Validation batches per validation (the recipe's 32 are scaled down with the batch).
 VAL_BATCHES = 2
@@ -100,6 +100,9 @@ def train_phase(
     )
     patches: list[str] = []
     if not cpu_compat.cuda_available():
+        problems = cpu_compat.cpu_problems(RecipeSpec(**spec))
+        if problems:  # an executor's CPU nodes: the local runner refuses before launching
+            raise InvalidRecipeError(problems, context=f"smoke {name} on a CPU")
         cpu_compat.cpu_settings(recipe, recipe.trainer.devices)
         patches = cpu_compat.engage()
     if faults:  # tests only (smoke_training/faults.py)

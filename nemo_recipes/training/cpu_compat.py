@@ -77,6 +77,31 @@ def check_versions() -> None:
         )
 
 
+# ---- what the CPU cannot train ----
+
+
+def cpu_problems(spec: Any) -> list[Any]:
+    """Recipe choices that cannot train without CUDA here, each with the fix (a RecipeSpec; standard library only).
+
+    Context parallelism: Megatron-Core's attention without Transformer Engine (DotProductAttention, the local spec
+    this CPU path builds) refuses context_parallel_size > 1 (dot_product_attention.py:57, "Context parallelism is only
+    supported by TEDotProductAttention"), and Transformer Engine needs CUDA. Refused before any process starts."""
+    from nemo_recipes.errors import Problem
+
+    problems = []
+    if spec.context_parallel > 1:
+        problems.append(
+            Problem(
+                "context_parallel",
+                spec.context_parallel,
+                "cannot train on a CPU: Megatron-Core runs context parallelism only in Transformer Engine's "
+                "attention, which needs CUDA (its CPU attention refuses CP > 1).",
+                "leave context_parallel at 1 for the CPU smoke run, or run it on a GPU machine.",
+            )
+        )
+    return problems
+
+
 # ---- settings ----
 
 
