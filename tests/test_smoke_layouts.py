@@ -65,6 +65,31 @@ def test_context_parallelism_is_refused_on_a_cpu_before_anything_starts():
     assert "Fix: leave context_parallel at 1" in result.stderr
 
 
+def test_replicas_are_compared_within_their_model_parallel_coordinates():
+    """TP ranks hold different shards (different digests, rightly); DP ranks of one shard must agree."""
+    from nemo_recipes.smoke_training.invariance import replicas_check
+
+    def ranks(digests):
+        return [{"rank": r, "tp": r % 2, "pp": 0, "cp": 0, "dp": r // 2, "digest": d} for r, d in enumerate(digests)]
+
+    same = replicas_check([{"event": "replicas", "step": 20, "ranks": ranks(["a", "b", "a", "b"])}])
+    assert same is not None and same.passed, same
+    split = replicas_check([{"event": "replicas", "step": 20, "ranks": ranks(["a", "b", "a", "c"])}])
+    assert split is not None and not split.passed and "(1, 0, 0)" in split.detail
+    assert replicas_check([{"event": "replicas", "step": 20, "ranks": ranks(["a", "b"])}]) is None  # no DP
+
+
+def test_the_tolerance_is_three_sigma_of_bf16_rounding_in_the_mean_loss():
+    from nemo_recipes.smoke_training.invariance import invariance_check, tolerance
+
+    assert tolerance(6.9, 256) == pytest.approx(3 * 2**-8 * 6.9 / 16)
+    reference = [(1, 6.9), (2, 6.8)]
+    assert invariance_check([(1, 6.9), (2, 6.8 + 4e-3)], reference, 256).passed
+    off = invariance_check([(1, 6.9), (2, 6.8 + 6e-3)], reference, 256)
+    assert not off.passed and "at step 2" in off.detail
+    assert not invariance_check([(1, 6.9)], reference, 256).passed  # a missing step is not equal
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "recipe, overrides, processes, layout",
