@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Callable, Iterator, Optional
 
-from nemo_recipes.errors import RecipeError
+from nemo_recipes.errors import Problem, RecipeError
 
 #: The releases the patches were written and tested against (constraints.txt pins the same; a test keeps them equal).
 PINNED = {"nemo-toolkit": "2.7.3", "megatron-core": "0.15.3", "torch": "2.13.0"}
@@ -80,15 +80,13 @@ def check_versions() -> None:
 # ---- what the CPU cannot train ----
 
 
-def cpu_problems(spec: Any) -> list[Any]:
+def cpu_problems(spec: Any) -> list[Problem]:
     """Recipe choices that cannot train without CUDA here, each with the fix (a RecipeSpec; standard library only).
 
     Context parallelism: Megatron-Core's attention without Transformer Engine (DotProductAttention, the local spec
     this CPU path builds) refuses context_parallel_size > 1 (dot_product_attention.py:57, "Context parallelism is only
     supported by TEDotProductAttention"), and Transformer Engine needs CUDA. Refused before any process starts."""
-    from nemo_recipes.errors import Problem
-
-    problems = []
+    problems: list[Problem] = []
     if spec.context_parallel > 1:
         problems.append(
             Problem(
@@ -113,10 +111,11 @@ def cpu_settings(recipe: Any, processes: int) -> Any:
     config.use_cpu_initialization = True  # Megatron layers otherwise allocate on torch.cuda.current_device()
     config.masked_softmax_fusion = False  # the fused kernel imports scaled_masked_softmax_cuda
     if getattr(config, "overlap_p2p_comm", False):
-        # The interleaved schedule's overlapped sends post separate isend/irecv; with two stages the previous and
-        # the next stage are one peer, and gloo matches a forward activation and a backward gradient of the same
-        # shape in posting order, not in the order Megatron's CUDA streams give them (NaN gradients in step 1).
-        # Batched, synchronous exchanges (what every non-interleaved schedule uses) compute the same thing.
+        # The interleaved schedule's overlapped exchanges (separate isend/irecv, batch_p2p_comm off) give NaN
+        # gradients in step 1 under gloo ("found NaN in local grad norm", PP2 VP2); likely cause: with two stages the
+        # previous and next stage are one peer, and an activation and a gradient of the same shape are matched in
+        # posting order rather than the order CUDA streams impose. The batched, synchronous exchanges that every
+        # non-interleaved schedule uses train it, with the same arithmetic and no overlap.
         config.overlap_p2p_comm = False
         config.batch_p2p_comm = True
     # Megatron's fused element-wise functions (bias-GeLU, bias-dropout-add, cross-entropy) go through
