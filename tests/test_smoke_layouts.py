@@ -134,8 +134,9 @@ def test_each_layout_trains_and_computes_the_one_process_model(recipe, overrides
         assert _check(report, REPLICAS).passed
     if known and not _check(report, INVARIANT).passed:
         pytest.xfail(
-            "PP2 x VP2 differs from the one-process model from step 1 on (2e-2 nats with the same weights and data, "
-            "the chunks' layers and config as planned): not explained yet"
+            "PP2 x VP2 differs from the one-process model from step 1 on (7.1744 against 7.1946 with the same "
+            "weights and data; the chunks' layers, dtypes and config as planned; the same without the distributed "
+            "optimizer and overlaps): not explained yet"
         )
     assert _check(report, INVARIANT).passed
 
