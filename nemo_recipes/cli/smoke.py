@@ -82,6 +82,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="run each phase through a NeMo-Run executor: a preset (local, slurm) or a profile",
     )
+    parser.add_argument(
+        "--invariance",
+        action="store_true",
+        help="with several processes: also train the one-process model of the same shape and check that the loss "
+        "curve equals it (dropout off in both; about one more minute)",
+    )
     add_executor_arguments(parser, example="devices=2")
     parser.add_argument(
         "--json", action="store_true", help="print the report as JSON (progress goes to standard error)"
@@ -115,6 +121,7 @@ def run(args: argparse.Namespace) -> int:
             launch=launch,
             progress=sys.stderr,
             sample=args.sample,
+            invariance=args.invariance,
         )
     if args.json:
         _output.print_json(report.to_dict())

@@ -21,10 +21,12 @@ from typing import Any, Optional, TextIO, Union
 from nemo_recipes.catalog import RecipeSpec, get_recipe
 from nemo_recipes.errors import InvalidRecipeError, Problem
 from nemo_recipes.smoke_training import record
+from nemo_recipes.smoke_training.invariance import NO_DROPOUT, invariance_check, replicas_check, train_reference
 from nemo_recipes.smoke_training.judge import Verdict, _ranges, judge
 from nemo_recipes.smoke_training.launchers import Launcher, SmokeError, local_processes
 from nemo_recipes.smoke_training.learned import Learned, learned, unigram_entropy
 from nemo_recipes.smoke_training.shape import SmokePlan, smoke_plan
+from nemo_recipes.training import cpu_compat
 
 PHASES = ("train", "resume")
 
@@ -40,6 +42,7 @@ class SmokeReport:
     exit_codes: dict[str, int] = field(default_factory=dict)
     kept: bool = True
     learned: Optional[Learned] = None  # on the user's data: the unigram entropy and samples
+    reference: Optional[list[tuple[int, float]]] = None  # with invariance: the one-process curve
 
     @property
     def passed(self) -> bool:
@@ -79,6 +82,7 @@ class SmokeReport:
             "learning": v.learning,
             "patches": v.patches,
             "learned": self.learned.to_dict() if self.learned else None,
+            "reference_losses": [{"step": s, "loss": x} for s, x in self.reference] if self.reference else None,
             "directory": self.directory if self.kept else None,
             "logs": self.logs if self.kept else {},
         }
@@ -175,8 +179,9 @@ class Workspace:
     corpus: Optional[Path]  # the learnable corpus, written when the plan names no data of its own
     plan: SmokePlan
     name: str = "smoke"
-    #: Tests only: phase -> a fault to inject into it (`state.FAULTS`); the CLI has no way to set it.
+    #: Tests only: phase -> a fault to inject into it (`faults.FAULTS`); the CLI has no way to set it.
     faults: dict[str, str] = field(default_factory=dict)
+    invariant_init: bool = False  # the start every layout shares (invariance.py)
 
     @property
     def metrics(self) -> Path:
@@ -196,6 +201,8 @@ class Workspace:
             "phase": phase,
             "data_prefix": str(self.corpus) if self.corpus else None,
             "stop_at": stop_at,
+            **({"invariant_init": True} if self.invariant_init else {}),
+            **({"faults": list(self.faults)} if self.faults else {}),
         }
 
 
@@ -351,6 +358,8 @@ def smoke(
     name: str = "smoke",
     sample: bool = True,
     faults: Optional[dict[str, str]] = None,
+    invariance: bool = False,
+    reference: Optional[list[tuple[int, float]]] = None,
 ) -> SmokeReport:
     """Scale `recipe` down in shape (unless `full_size`), train it for `stop_step` steps with NeMo's `llm.pretrain`,
     stop, resume from the checkpoint in fresh processes, train to `steps`, and judge the record.
@@ -359,19 +368,24 @@ def smoke(
     run's files there (default: a temporary directory, removed after a pass unless `keep`; kept after a failure);
     `launch` runs a phase elsewhere (see `executor_launcher`). With `data_paths` (the user's data, read through NeMo's
     PreTrainingDataModule with the tokenizer's vocabulary) the report adds the data's unigram entropy and, with
-    `sample` and a tokenizer, text sampled from the last checkpoint. `faults` (tests only: phase -> a fault of
-    `state.FAULTS`) breaks a phase on purpose, to show that the judge catches it.
+    `sample` and a tokenizer, text sampled from the last checkpoint. `invariance` compares the loss curve with the
+    one-process `reference` of the same shape (trained here when not given; dropout off in both, invariance.py).
+    `faults` (tests only: phase -> a fault of `faults.FAULTS`) breaks a phase on purpose, to show that the judge
+    catches it.
     """
     spec = get_recipe(recipe) if isinstance(recipe, str) else recipe
+    if invariance:
+        overrides = {**(overrides or {}), **NO_DROPOUT}
     plan = smoke_plan(
         spec, processes=processes, steps=steps, stop_step=stop_step, full_size=full_size, overrides=overrides
     )
     if launch is None:  # processes on this machine: it must be able to hold them
         problems = machine_problems(plan.processes, full_size)
+        problems += [] if visible_gpus() else cpu_compat.cpu_problems(plan.spec)
         if problems:
             raise InvalidRecipeError(problems, context=f"smoke {spec.name} on this machine")
     space = workspace(plan, dir, name)
-    space.faults = dict(faults or {})
+    space.faults, space.invariant_init = dict(faults or {}), invariance
     report = SmokeReport(recipe=spec.name, plan=plan, verdict=Verdict(), directory=str(space.root))
     shown = Progress(progress, plan.steps, f"smoke {spec.name}") if progress else None
     for phase, stop_at in zip(PHASES, (plan.stop_step, None), strict=True):
@@ -391,6 +405,11 @@ def smoke(
         schedule=lr_schedule(plan.spec),
         unigram_entropy=entropy,
     )
+    report.verdict.checks += [c for c in [replicas_check(space.records())] if c]
+    if invariance and all(code == 0 for code in report.exit_codes.values()):
+        report.reference = reference or train_reference(plan, str(space.root / "reference"))
+        tokens = plan.spec.global_batch_size * plan.spec.seq_length
+        report.verdict.checks.append(invariance_check(report.verdict.losses, report.reference, tokens))
     if plan.spec.data_paths and report.verdict.losses and all(code == 0 for code in report.exit_codes.values()):
         checkpoint = (report.verdict.checkpoint or {}).get("path")
         report.learned = learned(plan.spec, report.verdict.losses, space.root, checkpoint, sample, entropy)

@@ -6,9 +6,6 @@ Components (each a bit-exact digest per rank, `checksums.digest`): the model's p
 optimizer's own copy of them ("main weights": the fp32 master copy of mixed precision, the distributed optimizer's
 shard; the same tensors as the weights when training in fp32), both Adam moments, Adam's step, and the schedule (the
 scheduler's step, its last learning rate and the optimizer's current one).
-
-Also the faults that the tests inject into a real run to watch a check fail (`FAULTS`): set only through the phase
-config's `fault` key, which the tests write and neither the CLI nor the runner's callers can reach.
 """
 
 from __future__ import annotations
@@ -95,27 +92,3 @@ class StateDigests(Callback):
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._record(trainer, pl_module, "loaded")
-
-
-class WeightsNotRestored(Callback):
-    """Fault (tests only): a resumed phase trains from freshly initialised weights, as if the checkpoint's weights
-    had not been loaded (normal(0, 0.02) matrices, unit norm scales, zero biases), while the step, the data
-    position, the optimizer and the schedule are restored."""
-
-    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        import torch
-
-        if not trainer.ckpt_path:
-            return
-        generator = torch.Generator().manual_seed(trainer.global_rank)
-        with torch.no_grad():
-            for name, param in pl_module.named_parameters():
-                if param.dim() >= 2:
-                    fresh = torch.empty(param.shape).normal_(0.0, 0.02, generator=generator)
-                    param.copy_(fresh.to(param.dtype))
-                else:
-                    param.fill_(1.0 if name.endswith("weight") else 0.0)
-
-
-#: Fault name (the phase config's `fault`) -> the callback that injects it.
-FAULTS = {"weights-not-restored": WeightsNotRestored}

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.errors import known
+from nemo_recipes.errors import InvalidRecipeError, known
 
 #: Validation batches per validation (the recipe's 32 are scaled down with the batch).
 VAL_BATCHES = 2
@@ -39,6 +39,7 @@ def build_phase_recipe(
     data_prefix: Optional[str],
     val_batches: int = VAL_BATCHES,
     fault: Optional[str] = None,
+    invariant_init: bool = False,
 ) -> Any:
     """The recipe NeMo will run for this phase: the scaled-down spec on its own data (the user's `data_paths` and
     tokenizer) or else on the learnable corpus at `data_prefix`, stopping after `stop_at` steps (None: at the end of
@@ -46,7 +47,10 @@ def build_phase_recipe(
     import nemo_run as run
 
     from nemo_recipes.smoke_training.callbacks import SmokeMetrics, StopAtStep
-    from nemo_recipes.smoke_training.state import FAULTS, StateDigests
+    from nemo_recipes.smoke_training.faults import FAULTS
+    from nemo_recipes.smoke_training.invariance import INIT_SEED
+    from nemo_recipes.smoke_training.replicas import LayoutInvariantStart, ReplicaDigests
+    from nemo_recipes.smoke_training.state import StateDigests
     from nemo_recipes.training.factories import build_recipe
 
     nodes, per_node = world_from_environment()
@@ -62,6 +66,9 @@ def build_phase_recipe(
         recipe.trainer.callbacks.append(run.Config(FAULTS[fault]))
     recipe.trainer.callbacks.append(run.Config(SmokeMetrics, path=metrics, phase=phase))
     recipe.trainer.callbacks.append(run.Config(StateDigests, path=metrics, phase=phase))
+    recipe.trainer.callbacks.append(run.Config(ReplicaDigests, path=metrics, phase=phase))
+    if invariant_init:
+        recipe.trainer.callbacks.append(run.Config(LayoutInvariantStart, seed=INIT_SEED))
     if stop_at is not None:
         recipe.trainer.callbacks.append(run.Config(StopAtStep, step=stop_at))
     return recipe
@@ -77,6 +84,7 @@ def train_phase(
     data_prefix: Optional[str],
     val_batches: int = VAL_BATCHES,
     fault: Optional[str] = None,
+    invariant_init: bool = False,
 ) -> None:
     """Train one phase with NeMo's `llm.pretrain`; rank 0 then records the checkpoints it finds."""
     import fiddle as fdl
@@ -95,7 +103,12 @@ def train_phase(
         data_prefix=data_prefix,
         val_batches=val_batches,
         fault=fault,
+        invariant_init=invariant_init,
     )
+    if not cpu_compat.cuda_available():
+        problems = cpu_compat.cpu_problems(RecipeSpec(**spec))
+        if problems:  # an executor's CPU nodes: the local runner refuses before launching
+            raise InvalidRecipeError(problems, context=f"smoke {name} on a CPU")
     patches = cpu_compat.adapt(recipe, recipe.trainer.devices)
     rank = int(os.environ.get("RANK", "0"))
     if rank == 0:

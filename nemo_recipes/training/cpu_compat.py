@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Callable, Iterator, Optional
 
-from nemo_recipes.errors import RecipeError
+from nemo_recipes.errors import Problem, RecipeError
 
 #: The releases the patches were written and tested against (constraints.txt pins the same; a test keeps them equal).
 PINNED = {"nemo-toolkit": "2.7.3", "megatron-core": "0.15.3", "torch": "2.13.0"}
@@ -79,6 +79,29 @@ def check_versions() -> None:
         )
 
 
+# ---- what the CPU cannot train ----
+
+
+def cpu_problems(spec: Any) -> list[Problem]:
+    """Recipe choices that cannot train without CUDA here, each with the fix (a RecipeSpec; standard library only).
+
+    Context parallelism: Megatron-Core's attention without Transformer Engine (DotProductAttention, the local spec
+    this CPU path builds) refuses context_parallel_size > 1 (dot_product_attention.py:57, "Context parallelism is only
+    supported by TEDotProductAttention"), and Transformer Engine needs CUDA. Refused before any process starts."""
+    problems: list[Problem] = []
+    if spec.context_parallel > 1:
+        problems.append(
+            Problem(
+                "context_parallel",
+                spec.context_parallel,
+                "cannot train on a CPU: Megatron-Core runs context parallelism only in Transformer Engine's "
+                "attention, which needs CUDA (its CPU attention refuses CP > 1).",
+                "leave context_parallel at 1 for the CPU smoke run, or run it on a GPU machine.",
+            )
+        )
+    return problems
+
+
 # ---- settings ----
 
 
@@ -106,7 +129,15 @@ def cpu_settings(recipe: Any, processes: int) -> Any:
     """The supported values a recipe Partial needs on CPU; every other choice of the recipe stays."""
     recipe.trainer.accelerator = "cpu"  # Lightning refuses accelerator='gpu' without CUDA
     recipe.trainer.devices = processes
-    cpu_model_settings(recipe.model.config)
+    config = cpu_model_settings(recipe.model.config)
+    if getattr(config, "overlap_p2p_comm", False):
+        # The interleaved schedule's overlapped exchanges (separate isend/irecv, batch_p2p_comm off) give NaN
+        # gradients in step 1 under gloo ("found NaN in local grad norm", PP2 VP2); likely cause: with two stages the
+        # previous and next stage are one peer, and an activation and a gradient of the same shape are matched in
+        # posting order rather than the order CUDA streams impose. The batched, synchronous exchanges that every
+        # non-interleaved schedule uses train it, with the same arithmetic and no overlap.
+        config.overlap_p2p_comm = False
+        config.batch_p2p_comm = True
     # Megatron's fused element-wise functions (bias-GeLU, bias-SwiGLU, bias-dropout-add, cross-entropy) go through
     # torch.compile; inside the CUDA scopes the function mode changes on every call, so each call would recompile
     # until Dynamo gives up. Run them as the plain Python functions they are (same maths, no compile time).

@@ -48,11 +48,17 @@ def build_recipe(spec: RecipeSpec, *, name: str = "default", dir: Optional[str] 
         # MegatronStrategy owns the pipeline split (it copies it into the model config at setup).
         trainer.strategy.account_for_embedding_in_pipeline_split = True
         trainer.strategy.account_for_loss_in_pipeline_split = True
+    data, gpt = parts.data(spec), model(spec)
+    if spec.virtual_pipeline:
+        # NeMo builds the model chunks of the interleaved schedule after the first by rebuilding the model from its
+        # constructor arguments (megatron_parallel.py:243, io.reinit), which lack the tokenizer that llm.pretrain set
+        # afterwards (a NullTokenizer has no __io__ to copy): give the model the data's tokenizer, built once.
+        gpt.tokenizer = data.tokenizer
     return run.Partial(
         pretrain,
-        model=model(spec),
+        model=gpt,
         trainer=trainer,
-        data=parts.data(spec),
+        data=data,
         optim=parts.optim(spec),
         log=parts.log(spec, dir=dir, name=name),
         resume=parts.resume(),
