@@ -61,6 +61,13 @@ def test_missing_argument_is_a_usage_error():
     assert result.stderr.splitlines()[-1] == "nemo-recipes show: error: the following arguments are required: NAME"
 
 
+def test_an_argument_left_empty_by_a_double_dash_is_missing_too():
+    # argparse stores [] for `B` when a second '--' is all that is left for it (found by test_input_properties).
+    result = cli("diff", "gpt_7b", "--", "--")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines()[-1] == "nemo-recipes diff: error: the following arguments are required: B"
+
+
 def test_a_reader_that_leaves_early_is_not_an_error():
     # `nemo-recipes completion fish | head -0`: stdout closed before anything is written.
     import subprocess

@@ -108,6 +108,12 @@ def parse(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> arg
         options = [o for a in verb_parser._actions for o in a.option_strings]
         hint = did_you_mean(extra[0].split("=")[0], options) if extra[0].startswith("-") else ""
         verb_parser.error(f"unrecognized arguments: {' '.join(extra)}{hint}")
+    verb_parser = _verb_parsers(parser).get(getattr(args, "verb", None), parser)
+    # argparse (3.11) removes a '--' from a single-value positional's words and, when that leaves none, stores []
+    # instead of asking for the argument (`diff A -- --`): ask for it as a missing argument does.
+    empty = [a.metavar or a.dest for a in verb_parser._actions if a.nargs is None and getattr(args, a.dest, "") == []]
+    if empty:
+        verb_parser.error(f"the following arguments are required: {', '.join(map(str, empty))}")
     return args
 
 
