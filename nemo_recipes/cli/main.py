@@ -111,7 +111,11 @@ def parse(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> arg
     verb_parser = _verb_parsers(parser).get(getattr(args, "verb", None), parser)
     # argparse (3.11) removes a '--' from a single-value positional's words and, when that leaves none, stores []
     # instead of asking for the argument (`diff A -- --`): ask for it as a missing argument does.
-    empty = [a.metavar or a.dest for a in verb_parser._actions if a.nargs is None and getattr(args, a.dest, "") == []]
+    empty = [
+        a.metavar or a.dest
+        for a in verb_parser._actions
+        if not a.option_strings and a.nargs is None and getattr(args, a.dest, "") == []
+    ]
     if empty:
         verb_parser.error(f"the following arguments are required: {', '.join(map(str, empty))}")
     return args
