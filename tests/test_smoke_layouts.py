@@ -120,10 +120,8 @@ def test_each_layout_trains_and_computes_the_one_process_model(recipe, overrides
         # the test launches them itself, knowingly oversubscribed.
         launch=local_processes if processes > 2 else None,
     )
-    # The interleaved schedule trains, but its curve is not yet the one-process curve (an open finding, below).
-    known = {INVARIANT} if "VP2" in layout else set()
     assert all(code == 0 for code in report.exit_codes.values()), _explain(report)
-    assert {c.name for c in report.verdict.checks if not c.passed} <= known, _explain(report)
+    assert not [c.name for c in report.verdict.checks if not c.passed], _explain(report)
     assert report.plan.layout == layout and report.verdict.device == "cpu"
     assert report.plan.spec.recompute == RECIPES[recipe].recompute
     assert report.plan.spec.precision == RECIPES[recipe].precision
@@ -132,12 +130,8 @@ def test_each_layout_trains_and_computes_the_one_process_model(recipe, overrides
         assert report.verdict.parallel["sequence_parallel"] is True
     if "DP2" in layout:
         assert _check(report, REPLICAS).passed
-    if known and not _check(report, INVARIANT).passed:
-        pytest.xfail(
-            "PP2 x VP2 differs from the one-process model from step 1 on (7.1744 against 7.1946 with the same "
-            "weights and data; the chunks' layers, dtypes and config as planned; the same without the distributed "
-            "optimizer and overlaps): not explained yet"
-        )
+    # PP2 x VP2 departed from the one-process curve from step 1 (7.1744 against 7.1946) while its exchanges were
+    # batched: gloo swapped an activation and a gradient posted to the one peer (cpu_compat.cpu_settings).
     assert _check(report, INVARIANT).passed
 
 

@@ -131,13 +131,14 @@ def cpu_settings(recipe: Any, processes: int) -> Any:
     recipe.trainer.devices = processes
     config = cpu_model_settings(recipe.model.config)
     if getattr(config, "overlap_p2p_comm", False):
-        # The interleaved schedule's overlapped exchanges (separate isend/irecv, batch_p2p_comm off) give NaN
-        # gradients in step 1 under gloo ("found NaN in local grad norm", PP2 VP2); likely cause: with two stages the
-        # previous and next stage are one peer, and an activation and a gradient of the same shape are matched in
-        # posting order rather than the order CUDA streams impose. The batched, synchronous exchanges that every
-        # non-interleaved schedule uses train it, with the same arithmetic and no overlap.
+        # The interleaved schedule's overlapped exchanges return before gloo has sent the buffers, and the schedule
+        # frees its outputs meanwhile (CUDA streams order that; gloo's threads do not): NaN in step 1 (PP2 VP2).
+        # Synchronous exchanges instead, still unbatched: with two stages the previous and the next stage are one
+        # peer, and a batch_isend_irecv posts an activation and a gradient of the same shape to it in one group, where
+        # gloo matches them by posting order and swaps them (a loss off the one-process model's from step 1, found by
+        # the invariance check); unbatched, Megatron-Core sends the two directions on two process groups.
         config.overlap_p2p_comm = False
-        config.batch_p2p_comm = True
+        config.batch_p2p_comm = False
     # Megatron's fused element-wise functions (bias-GeLU, bias-SwiGLU, bias-dropout-add, cross-entropy) go through
     # torch.compile; inside the CUDA scopes the function mode changes on every call, so each call would recompile
     # until Dynamo gives up. Run them as the plain Python functions they are (same maths, no compile time).
