@@ -214,6 +214,12 @@ class RecipeSpec:
         return _steps(self.train_tokens, self.tokens_per_step)
 
     @property
+    def constant_lr_steps(self) -> int:
+        """Steps at min LR after the cosine decay ends (NeMo's CosineAnnealing `constant_steps`): the schedule the job
+        runs and the smoke judge expects."""
+        return max(0, self.train_steps - self.decay_steps)
+
+    @property
     def init_method_std(self) -> float:
         """'Small init' sqrt(2 / (5 h)) (Nguyen & Salazar 2019, used by GPT-NeoX); 0.0057 at h=12288, close to
         the 0.006 of Megatron-LM's GPT-3 175B example."""

@@ -319,7 +319,7 @@ def lr_schedule(spec: RecipeSpec) -> dict[str, Any]:
         "max_lr": spec.max_lr,
         "min_lr": spec.min_lr,
         "warmup_steps": spec.warmup_steps,
-        "constant_steps": max(0, spec.train_steps - spec.decay_steps),
+        "constant_steps": spec.constant_lr_steps,
         "max_steps": spec.train_steps,
     }
 

@@ -127,7 +127,7 @@ def optim(spec: RecipeSpec) -> run.Config[MegatronOptimizerModule]:
         CosineAnnealingScheduler,
         max_steps=spec.train_steps,
         warmup_steps=spec.warmup_steps,
-        constant_steps=max(0, spec.train_steps - spec.decay_steps),
+        constant_steps=spec.constant_lr_steps,
         min_lr=spec.min_lr,
     )
     return run.Config(MegatronOptimizerModule, config=config, lr_scheduler=schedule)
