@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import pytest
+from _smoke import explain as _explain
 from conftest import ci
 
 
@@ -180,15 +181,6 @@ def test_dist_check_runs_one_rank_on_each_of_two_hosts(cluster, tmp_path):
 
 
 # ---- 2. smoke training across the two nodes, saved and resumed ----
-
-
-def _explain(report) -> str:
-    tails = [
-        f"--- {phase} log ---\n" + Path(log).read_text(errors="replace")[-3000:]
-        for phase, log in report.logs.items()
-        if Path(log).exists()
-    ]
-    return "\n".join([report.format(), *tails])
 
 
 @on_two_nodes

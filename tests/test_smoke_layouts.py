@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _smoke import explain as _explain
 
 from nemo_recipes.catalog import RECIPES
 
@@ -20,15 +21,6 @@ pytestmark = [pytest.mark.nemo]
 
 INVARIANT = "layout invariant"
 REPLICAS = "data-parallel replicas identical"
-
-
-def _explain(report) -> str:
-    tails = [
-        f"--- {phase} log (tail) ---\n" + Path(log).read_text(errors="replace")[-4000:]
-        for phase, log in report.logs.items()
-        if Path(log).exists()
-    ]
-    return "\n".join([report.format(), *tails])
 
 
 def _check(report, name: str):

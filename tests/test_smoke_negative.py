@@ -6,24 +6,14 @@ One process and the default 10 + 10 steps each (the learning check needs 20 step
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from _smoke import explain as _explain
 
 pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (tier b)")
 
 from nemo_recipes.smoke_training import smoke  # noqa: E402
 
 pytestmark = [pytest.mark.nemo, pytest.mark.slow]
-
-
-def _explain(report) -> str:
-    tails = [
-        f"--- {phase} log (tail) ---\n" + Path(log).read_text(errors="replace")[-3000:]
-        for phase, log in report.logs.items()
-        if Path(log).exists()
-    ]
-    return "\n".join([report.format(), *tails])
 
 
 def _failed(report) -> list[str]:

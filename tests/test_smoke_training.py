@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _smoke import explain as _explain
 
 pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (tier b)")
 
@@ -25,16 +26,7 @@ from nemo_recipes.smoke_training.launchers import executor_launcher, local_proce
 from nemo_recipes.smoke_training.runner import run_phase, workspace  # noqa: E402
 
 pytestmark = [pytest.mark.nemo]
-NO_DROPOUT = {"hidden_dropout": 0.0, "attention_dropout": 0.0}
-
-
-def _explain(report) -> str:
-    tails = [
-        f"--- {phase} log (tail) ---\n" + Path(log).read_text(errors="replace")[-4000:]
-        for phase, log in report.logs.items()
-        if Path(log).exists()
-    ]
-    return "\n".join([report.format(), *tails])
+from nemo_recipes.smoke_training.invariance import NO_DROPOUT  # noqa: E402
 
 
 def _assert_trained(report, *, layout: str) -> None:
