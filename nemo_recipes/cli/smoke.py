@@ -39,7 +39,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=HELP[0].upper() + HELP[1:] + ". The report gives the steps, the loss "
         "curve, seconds per step, the checkpoint size and each check, PASS or FAIL (resumed at the right step, "
         "resume restored the exact state, learning rate follows the schedule, data position continuous, loss "
-        "finite, model learned, last checkpoint resumable). Exits 1 when a check fails.",
+        "finite, model learned, last checkpoint resumable; with data parallelism, replicas identical; with "
+        "--invariance, layout invariant). Exits 1 when a check fails.",
         epilog=_output.epilog(EXAMPLES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
