@@ -202,7 +202,6 @@ class Workspace:
             "data_prefix": str(self.corpus) if self.corpus else None,
             "stop_at": stop_at,
             **({"invariant_init": True} if self.invariant_init else {}),
-            **({"faults": list(self.faults)} if self.faults else {}),
         }
 
 
