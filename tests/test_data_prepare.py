@@ -243,9 +243,13 @@ def test_kill_9_mid_way_then_a_rerun_finishes_byte_identical_without_redoing_rec
     os.killpg(process.pid, signal.SIGKILL)  # the whole process group: the prepare and its workers, as a crash
     process.wait()
     plan = plans.read_plan(out)
-    done = {p.name: p.stat().st_mtime_ns for p in receipts.iterdir()}
+    # A receipt is NAME.json; the kill may also leave one being written (write_atomic's .NAME.XXXX.tmp).
+    done = {p.name: p.stat().st_mtime_ns for p in receipts.glob("[!.]*.json")}
     assert 3 <= len(done) < len(plan.shards), "the kill did not land mid-way"
     assert not list(out.glob("big*")), "nothing carries a final name before the run completes"
+    # What a kill between a temporary's creation and its rename leaves (whether or not this kill landed there).
+    (receipts / ".000999.json.k1ll3d.tmp").write_text("{")
+    (out / plans.WORK_DIR / "shards" / "000999.tmp-4242.bin").write_bytes(b"\0")
 
     again = subprocess.run([*command, "--out", str(out), "--workers", "2"], env=ENV, capture_output=True, text=True,
                            timeout=600)  # fmt: skip
@@ -254,6 +258,9 @@ def test_kill_9_mid_way_then_a_rerun_finishes_byte_identical_without_redoing_rec
     assert {n: t for n, t in ((p.name, p.stat().st_mtime_ns) for p in receipts.iterdir()) if n in done} == done
     assert _files(out) == _files(tmp_path / "ref")
     assert read_manifest(out / "big").documents == len(texts)
+    work = out / plans.WORK_DIR
+    leftovers = [p.name for p in work.rglob("*") if ".tmp" in p.name]
+    assert not leftovers, "a killed run's temporaries are removed by the run that resumes it"
 
     unchanged = subprocess.run([*command, "--out", str(out)], env=ENV, capture_output=True, text=True, timeout=600)
     assert unchanged.returncode == 0 and "nothing to do" in unchanged.stderr

@@ -169,6 +169,20 @@ def start_fresh(work: Path) -> None:
         (work / sub).mkdir(parents=True, exist_ok=True)
 
 
+def remove_leftovers(plan: ShardPlan) -> int:
+    """Delete the temporaries a killed run left (a shard's `.tmp-PID` files, a receipt's `.NAME.XXXX.tmp`): nothing
+    reads them, and a re-run would otherwise keep them for ever. Only before the shards run (no writer is alive);
+    the count removed."""
+    removed = 0
+    for sub in ("shards", "receipts"):
+        folder = plan.work / sub
+        for path in folder.iterdir() if folder.is_dir() else ():
+            if ".tmp" in path.name and path.is_file():
+                path.unlink(missing_ok=True)
+                removed += 1
+    return removed
+
+
 def read_receipt(plan: ShardPlan, index: int) -> Optional[dict]:
     """The receipt of shard `index`, when the shard is finished for this plan and its files are still there."""
     try:

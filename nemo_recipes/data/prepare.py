@@ -708,6 +708,7 @@ def prepare(
             )
             return done
         todo = pending(plan)
+        plans.remove_leftovers(plan)
         if len(todo) < len(plan.shards):
             log(f"resuming: {len(plan.shards) - len(todo)} of {len(plan.shards)} shards already done (receipts kept)")
         total = sum(plan.shards[i].end - plan.shards[i].start for i in todo)
