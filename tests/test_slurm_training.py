@@ -86,6 +86,7 @@ class Preemption:
         self.job = None
         self.killed_after = None  # the last step the first run had recorded when it was requeued
         self.released = False
+        self.pending_since: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
 
@@ -111,8 +112,12 @@ class Preemption:
             elif not self.released:
                 info = scontrol(self.job)
                 if info.get("JobState") == "PENDING" and info.get("Restarts") == "1":
-                    subprocess.run(["scontrol", "update", f"JobId={self.job}", "StartTime=now"], capture_output=True)
-                    self.released = True
+                    # Not in the requeue's own second: slurmd refuses a credential of the second it revoked the job's.
+                    self.pending_since = self.pending_since or time.time()
+                    if time.time() - self.pending_since >= 2:
+                        release = ["scontrol", "update", f"JobId={self.job}", "StartTime=now"]
+                        subprocess.run(release, capture_output=True)
+                        self.released = True
 
     def finished_checkpoint(self) -> int:
         """The most steps a finished checkpoint holds (0: none yet)."""

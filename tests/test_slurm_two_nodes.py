@@ -269,14 +269,17 @@ def _follow_requeued(job: Job, space, timeout: float = 400.0) -> tuple[dict[str,
     """Follows the job through its requeue to its end: (final `scontrol show job` fields, the checkpoints complete
     when the restarted run began, i.e. what it could resume from). A requeued job is held back (BeginTime) for a
     while; it is started as soon as Slurm would run it, which a test has no reason to wait for."""
-    deadline, seen, available = time.time() + timeout, [], None
+    deadline, seen, available, pending_since = time.time() + timeout, [], None, None
     while True:
         fields = job_fields(job.slurm_id)
         state, restarts = fields.get("JobState", "?"), int(fields.get("Restarts", "0"))
         if not seen or seen[-1] != state:
             seen.append(state)
         if state == "PENDING" and restarts and fields.get("Reason") == "BeginTime":
-            slurm("scontrol", "update", f"JobId={job.slurm_id}", "StartTime=now", check=False)
+            # Not in the requeue's own second: slurmd refuses a credential of the second it revoked the job's.
+            pending_since = pending_since or time.time()
+            if time.time() - pending_since >= 2:
+                slurm("scontrol", "update", f"JobId={job.slurm_id}", "StartTime=now", check=False)
         if state == "RUNNING" and restarts and available is None:
             # Imports and set-up take the new run ~20 s before it can save anything of its own.
             available = _complete_checkpoints(space)
