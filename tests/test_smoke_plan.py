@@ -135,7 +135,7 @@ def test_a_layout_the_planner_refuses_never_starts():
 @given(
     name=st.sampled_from(list(RECIPES)),
     processes=st.sampled_from([1, 2, 4, 8]),
-    steps=st.integers(2, 200),
+    steps=st.integers(4, 200),
     stop=st.one_of(st.none(), st.integers(1, 199)),
 )
 def test_any_valid_request_gives_a_plan_the_planner_accepts(name, processes, steps, stop):
@@ -553,3 +553,37 @@ def test_full_size_without_a_gpu_is_refused(tmp_path):
         assert result.returncode == 2
         assert result.stderr.startswith("nemo-recipes smoke: error: full_size=True: needs GPUs")
         assert "leave --full-size out" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        # the plan would have named num_gpus_per_node, a field the user never gave
+        (["--processes", "100000"], "processes=100000: is larger than 4,096"),
+        # ... and four derived token counts for --steps, never --steps itself
+        (["--steps", str(10**20)], f"steps={10**20}: must be an integer from 4 to 1,000,000"),
+        # fewer than the learning check needs: it was left out silently and the run passed
+        (["--steps", "3"], "steps=3: must be an integer from 4 to 1,000,000"),
+        # one process is the one-process model: the check compared the run with itself
+        (["--invariance"], "invariance=True: compares a parallel layout with the one-process model"),
+        # NeMo-Run's local executor runs its processes here: the machine's cores bound them as for --processes
+        (["--executor", "local", "-E", "devices=4096"], "devices=4096: is more than this machine's"),
+    ],
+)
+def test_the_smoke_verb_refuses_what_it_cannot_judge_naming_the_flag_given(args, named, tmp_path):
+    from _cli import cli
+
+    result = cli("smoke", "gpt_1_3b", *args, "--dir", str(tmp_path / "run"))
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert named in result.stderr, result.stderr[-2000:]
+    assert "num_gpus_per_node" not in result.stderr and "_tokens" not in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run").exists()  # refused before the run's directory was made
+
+
+def test_a_run_cut_short_shows_the_learning_check_failed_not_left_out():
+    records = [{"event": "start", "phase": "train", "global_step": 0}]
+    records += [{"event": "step", "phase": "train", "step": s, "loss": 7.0} for s in (1, 2, 3)]
+    verdict = judge(records, steps=20, stop_step=10, global_batch_size=4)
+    learned = [c for c in verdict.checks if c.name == "model learned"]
+    assert len(learned) == 1 and not learned[0].passed and "3 step(s) trained" in learned[0].detail

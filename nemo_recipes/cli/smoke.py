@@ -86,8 +86,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--invariance",
         action="store_true",
-        help="with several processes: also train the one-process model of the same shape and check that the loss "
-        "curve equals it (dropout off in both; about one more minute)",
+        help="with two or more processes: also train the one-process model of the same shape and check that the "
+        "loss curve equals it (dropout off in both; about one more minute). Refused on one process, where the run "
+        "is that model and would be compared with itself",
     )
     add_executor_arguments(parser, example="devices=2")
     parser.add_argument(
@@ -150,4 +151,12 @@ def _executor_launch(args: argparse.Namespace) -> tuple[Launcher, int]:
             ],
             context=f"smoke {args.recipe}",
         )
+    import nemo_run as run
+
+    if isinstance(executor, run.LocalExecutor):  # its processes run on this machine, which must hold them
+        from nemo_recipes.smoke_training.runner import machine_problems
+
+        problems = machine_problems(world, args.full_size, field="devices", option="-E devices=")
+        if problems:
+            raise InvalidRecipeError(problems, context=f"smoke {args.recipe} on this machine")
     return executor_launcher(executor, experiment=f"smoke-{args.recipe}"), world

@@ -29,6 +29,9 @@ from nemo_recipes.smoke_training.checksums import COMPONENTS
 #: ~5 %). Larger batches (more data-parallel replicas or pipeline stages, a full-size run) are less noisy: the
 #: thresholds are then conservative.
 FROZEN_LOSS_SD = 0.045
+#: Fewest steps "model learned" can judge: it compares the mean of the first steps with that of the last (at least
+#: two each, not overlapping). A run with fewer is refused before it starts (shape.py), so the check is never left out.
+MIN_STEPS = 4
 #: One-sided normal quantile of a 0.1 % false-pass rate: P(Z > 3.09) = 0.1 %.
 Z_FALSE_PASS = 3.09
 
@@ -246,9 +249,13 @@ def judge(
             f"{[s for s, x in verdict.losses if not (isinstance(x, float) and math.isfinite(x))]}",
         )
     )
-    if finite and len(losses) >= 4:
+    if finite and len(losses) >= MIN_STEPS:
         check, verdict.learning = _learning_check(losses, unigram_entropy)
         verdict.checks.append(check)
+    elif finite:  # a run cut short (its phases' failures are reported too): the check is shown, not left out
+        verdict.checks.append(
+            Check("model learned", False, f"{len(losses)} step(s) trained; judging needs {MIN_STEPS} at least")
+        )
     if schedule is not None:
         verdict.checks.append(_schedule_check(step_records, schedule, stop_step))
     verdict.checks.append(_state_check(records, phases))

@@ -236,10 +236,13 @@ def visible_gpus() -> int:
     return min(present, len([d for d in visible.split(",") if d.strip() and not d.strip().startswith("-")]))
 
 
-def machine_problems(processes: int, full_size: bool) -> list[Problem]:
+def machine_problems(
+    processes: int, full_size: bool, field: str = "processes", option: str = "--processes "
+) -> list[Problem]:
     """What this machine cannot run: more processes than GPUs (with GPUs) or than cores (without: each gloo
     process trains on a core, and thousands would exhaust memory before the first step), and the recipe's full
-    shape without a GPU (its weights and optimizer state take tens to hundreds of GiB)."""
+    shape without a GPU (its weights and optimizer state take tens to hundreds of GiB). `field` and `option`: how
+    the user gave the process count (NeMo-Run's local executor: -E devices=N)."""
     gpus = visible_gpus()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     problems = []
@@ -257,10 +260,11 @@ def machine_problems(processes: int, full_size: bool) -> list[Problem]:
     if processes > limit:
         problems.append(
             Problem(
-                "processes",
+                field,
                 processes,
                 f"is more than this machine's {limit} {what}.",
-                f"use --processes {limit} or fewer, or --executor to run on a cluster.",
+                f"use {option}{limit} or fewer, or "
+                + ("--executor to run on a cluster." if option == "--processes " else "a cluster's executor."),
             )
         )
     return problems
@@ -378,6 +382,20 @@ def smoke(
     plan = smoke_plan(
         spec, processes=processes, steps=steps, stop_step=stop_step, full_size=full_size, overrides=overrides
     )
+    if invariance and plan.processes == 1:
+        raise InvalidRecipeError(
+            [
+                Problem(
+                    "invariance",
+                    True,
+                    "compares a parallel layout with the one-process model; on one process the run is that model, "
+                    "so it would compare the run with itself. (Every smoke run compares its resumed steps with a "
+                    "straight-through run already.)",
+                    "give --processes 2 or more (e.g. tensor_parallel=2), or leave --invariance out.",
+                )
+            ],
+            context=f"smoke {spec.name}",
+        )
     if launch is None:  # processes on this machine: it must be able to hold them
         problems = machine_problems(plan.processes, full_size)
         problems += [] if visible_gpus() else cpu_compat.cpu_problems(plan.spec)

@@ -14,10 +14,11 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.catalog import _COUNT_MAX, RecipeSpec
 from nemo_recipes.errors import InvalidRecipeError, Problem
 from nemo_recipes.plan import Cluster, validate
 from nemo_recipes.plan.data import checked_data
+from nemo_recipes.smoke_training.judge import MIN_STEPS
 
 #: Head dimension, heads and sequence of the scaled-down model: a few hundred thousand parameters, whose steps take
 #: a fraction of a second on a CPU core, big enough for the loss to fall visibly within tens of steps.
@@ -219,13 +220,34 @@ def _schedule(spec: RecipeSpec, steps: int, tokens_per_step: int) -> dict[str, i
     }
 
 
+#: Most steps a smoke run takes: a million take a day at 0.1 s per step; beyond it the derived token counts (steps x
+#: tokens per step) would be refused under names the user never gave.
+MAX_STEPS = 1_000_000
+
+
 def _argument_problems(processes: Any, steps: Any, stop_step: Any) -> list[Problem]:
     problems = []
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
         problems.append(Problem("processes", processes, "must be a positive integer.", "give e.g. --processes 2."))
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 2:
+    elif processes > _COUNT_MAX:  # named here: the plan would report it as num_gpus_per_node, which no user gave
         problems.append(
-            Problem("steps", steps, "must be an integer of at least 2 (train, stop, resume).", "give e.g. --steps 20.")
+            Problem(
+                "processes",
+                processes,
+                f"is larger than {_COUNT_MAX:,} (one node's processes; far beyond any machine: most likely a typo).",
+                "give e.g. --processes 2, or --executor to run on a cluster.",
+            )
+        )
+    if isinstance(steps, bool) or not isinstance(steps, int) or not MIN_STEPS <= steps <= MAX_STEPS:
+        problems.append(
+            Problem(
+                "steps",
+                steps,
+                f"must be an integer from {MIN_STEPS} to {MAX_STEPS:,}: the learning check compares the means of the "
+                f"first and last steps, which needs {MIN_STEPS} at least; a smoke run is tens of steps (more is "
+                "`nemo-recipes launch`'s).",
+                "give e.g. --steps 20.",
+            )
         )
     elif stop_step is not None and (
         isinstance(stop_step, bool) or not isinstance(stop_step, int) or not 1 <= stop_step < steps
