@@ -54,3 +54,28 @@ def test_a_learning_rate_of_1e_12_fails_the_learning_check_and_nothing_else(tmp_
     assert "neither is met" in _detail(report, "model learned")
     # The resume and the schedule are judged as for any run: restored exactly, the (tiny) schedule followed.
     assert "bit-equal to the save at step 10" in _detail(report, "resume restored the exact state")
+    _a_truncated_checkpoint_is_not_resumable(report)
+
+
+def _a_truncated_checkpoint_is_not_resumable(report) -> None:
+    """Issue 31: the metadata of a checkpoint whose tensor files are cut short still reads, so "resumable" reads
+    every item of the final checkpoint on the CPU. Shown on this run's real checkpoint (no training of its own):
+    read whole, it passes; a tensor file truncated to 0 bytes, or cut by one byte, fails, naming the file."""
+    import shutil
+    from pathlib import Path
+
+    from nemo_recipes.smoke_training.worker import inspect_checkpoints
+
+    assert "every item read and loaded on the CPU" in _detail(report, "last checkpoint resumable")
+    final = Path(report.verdict.checkpoint["path"])
+    for cut in (0, -1):
+        root = Path(report.directory) / f"cut{cut}"
+        copy = root / "smoke" / "checkpoints" / final.name
+        shutil.copytree(final, copy)
+        tensors = sorted((copy / "weights").glob("*.distcp"))
+        size = tensors[-1].stat().st_size
+        with open(tensors[-1], "r+b") as file:
+            file.truncate(size + cut if cut else 0)
+        [entry] = inspect_checkpoints(root)
+        assert "error" in entry and tensors[-1].name in entry["error"], entry
+        assert "read" not in entry

@@ -202,7 +202,16 @@ def _records(
         {
             "event": "checkpoints",
             "phase": "resume",
-            "checkpoints": [{"path": "p", "step": steps - 1, "bytes": 100, "tensors": 19, "optimizer": optimizer}],
+            "checkpoints": [
+                {
+                    "path": "p",
+                    "step": steps - 1,
+                    "bytes": 100,
+                    "tensors": 19,
+                    "optimizer": optimizer,
+                    "read": {"files": 2, "bytes": 90, "items": 19},
+                }
+            ],
         }
     )
     return records
@@ -465,7 +474,16 @@ def _requeued(*, killed_at=14, resumed_at=10, consumed=None, checkpoint_step=Non
         {
             "event": "checkpoints",
             "phase": "resume",
-            "checkpoints": [{"path": "p", "step": steps - 1, "bytes": 100, "tensors": 19, "optimizer": True}],
+            "checkpoints": [
+                {
+                    "path": "p",
+                    "step": steps - 1,
+                    "bytes": 100,
+                    "tensors": 19,
+                    "optimizer": True,
+                    "read": {"files": 2, "bytes": 90, "items": 19},
+                }
+            ],
         }
     )
     return records
@@ -587,3 +605,16 @@ def test_a_run_cut_short_shows_the_learning_check_failed_not_left_out():
     verdict = judge(records, steps=20, stop_step=10, global_batch_size=4)
     learned = [c for c in verdict.checks if c.name == "model learned"]
     assert len(learned) == 1 and not learned[0].passed and "3 step(s) trained" in learned[0].detail
+
+
+def test_a_checkpoint_whose_files_were_not_read_whole_is_not_resumable():
+    """The metadata alone passes a checkpoint whose tensor files are torn: "resumable" needs the read of every item
+    (worker.read_every_item; shown on a real truncated checkpoint in test_smoke_negative.py)."""
+    records = _records()
+    last = records[-1]["checkpoints"][0]
+    assert judge(records, steps=20, stop_step=10, global_batch_size=4).passed
+    for broken in ({"read": None}, {"read": None, "error": "ValueError: f.distcp holds 0 bytes"}):
+        last.update(broken)
+        failed = [c for c in judge(records, steps=20, stop_step=10, global_batch_size=4).checks if not c.passed]
+        assert [c.name for c in failed] == ["last checkpoint resumable"], failed
+        assert ("holds 0 bytes" if "error" in broken else "its files were not read") in failed[0].detail

@@ -263,7 +263,13 @@ def judge(
     saved = [c for r in _phase(records, second, "checkpoints") for c in r.get("checkpoints", [])]
     last = max(saved, key=lambda c: c.get("step") or -1) if saved else None
     verdict.checkpoint = last
-    loadable = last is not None and "error" not in last and last.get("optimizer") is True and last.get("tensors", 0) > 0
+    loadable = (
+        last is not None
+        and "error" not in last
+        and last.get("optimizer") is True
+        and last.get("tensors", 0) > 0
+        and bool(last.get("read"))
+    )
     verdict.checks.append(
         Check(
             "last checkpoint resumable",
@@ -271,7 +277,13 @@ def judge(
             "no checkpoint found"
             if not last
             else last.get("error")
-            or f"{last.get('tensors')} tensors, optimizer state {'included' if last.get('optimizer') else 'MISSING'}",
+            or f"{last.get('tensors')} tensors, optimizer state {'included' if last.get('optimizer') else 'MISSING'}"
+            + (
+                f"; every item read and loaded on the CPU ({read['items']} items, {read['bytes']:,} bytes in "
+                f"{read['files']} files)"
+                if (read := last.get("read"))
+                else "; its files were not read"
+            ),
         )
     )
     if last:
