@@ -88,6 +88,21 @@ def test_a_non_finite_loss_is_flagged(tmp_path):
     assert flags == ["non-finite loss at step 7: nan"]
 
 
+def test_a_loss_spike_is_flagged(tmp_path):
+    # One real line of the resumed phase with its loss raised to 9.0, far above the steps before it (6.7-7.2).
+    lines = (RUN / "resume.log").read_text().splitlines(keepends=True)
+    index = next(i for i, line in enumerate(lines) if "global_step: 18 |" in line)
+    head, rest = lines[index].split("reduced_train_loss: ", 1)
+    lines[index] = head + "reduced_train_loss: 9.0 |" + rest.split("|", 1)[1]
+    shutil.copy(RUN / "train.log", tmp_path / "train.log")
+    (tmp_path / "resume.log").write_text("".join(lines))
+    flags = _watch_json(tmp_path)["figures"]["flags"]
+    restart, spike = flags
+    assert restart.startswith("restart:") and spike.startswith("loss spike at step 19: 9 against a median of")
+    # The run as it was has no spike: the loss falls from 7.2 to 6.8 in steps of a few hundredths.
+    assert not any("spike" in f for f in _watch_json(RUN)["figures"]["flags"])
+
+
 @pytest.mark.parametrize(
     "case, why",
     [
