@@ -123,3 +123,33 @@ def test_what_is_not_a_run_exits_2_with_field_value_and_fix(case, why, tmp_path)
     (problem,) = json.loads(result.stdout)["problems"]
     assert problem["field"] == "run" and problem["value"] == str(target)
     assert problem["message"].startswith(why) and problem["fix"]
+
+
+def test_beside_the_plan_each_figure_has_the_planners_prediction_and_the_deviation():
+    # The run trained on a CPU; asked against an H100 it is far off the plan, and the warning names the plan's terms.
+    from nemo_recipes.catalog import RecipeSpec
+    from nemo_recipes.plan.hardware import Cluster
+    from nemo_recipes.plan.throughput import estimate_throughput
+
+    report = _watch_json(RUN, "--gpu", "h100")
+    spec = RecipeSpec(**json.loads((RUN / "train.json").read_text())["spec"])
+    plan = estimate_throughput(spec, Cluster.of(1, 1, "h100"))
+    rows = report["plan"]["figures"]
+    assert rows["step_time_s"]["planned"] == pytest.approx(plan.step_time_s, rel=1e-12)
+    assert rows["tokens_per_s_per_gpu"]["planned"] == pytest.approx(plan.tokens_per_s_per_gpu, rel=1e-12)
+    measured = report["figures"]["step_time_s"]
+    assert rows["step_time_s"]["deviation"] == pytest.approx(measured / plan.step_time_s - 1, rel=1e-12)
+    (warning,) = report["plan"]["warnings"]
+    dominant = plan.dominant_term
+    assert warning.startswith("step time +") and f"{dominant} is " in warning
+
+
+def test_against_the_plan_needs_the_recipe_and_a_known_gpu():
+    result = cli("watch", str(RUN / "train.log"), "--gpu", "h100", "--json")
+    assert result.returncode == 2
+    (problem,) = json.loads(result.stdout)["problems"]
+    assert problem["field"] == "--gpu" and "recipe" in problem["message"]
+    result = cli("watch", str(RUN), "--gpu", "h1000", "--json")
+    assert result.returncode == 2
+    (problem,) = json.loads(result.stdout)["problems"]
+    assert problem["field"] == "gpu" and problem["value"] == "h1000"

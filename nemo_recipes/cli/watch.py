@@ -39,6 +39,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="steps of every (re)started process left out of the step time (default 1)",
     )
     parser.add_argument(
+        "--gpu",
+        default=None,
+        metavar="GPU",
+        help="the GPU the run ran on: shows the plan's step time, tokens/s and TFLOP/s per GPU and MFU beside the "
+        "measured ones, with the deviation (needs the recipe: a `smoke --dir` directory)",
+    )
+    parser.add_argument(
         "--json",
         action="store_true",
         help="print JSON: {run, logs, recipe, figures{step, max_steps, loss, step_time_s, window_steps, "
@@ -67,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     skip = _skip_first(args.skip_first)
     found = read_run(args.target)
     result = figures(found.lines, found.spec, skip)
+    compared = _against_plan(args.gpu, result, found)
     if args.json:
         _output.print_json(
             {
@@ -74,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
                 "logs": [str(p) for p in found.logs],
                 "recipe": found.spec.name if found.spec else None,
                 "figures": result.to_dict(),
+                "plan": compared,
             }
         )
         return _output.EXIT_OK
@@ -94,9 +103,35 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {label:<12}{value}")
     if not result.window_steps:
         print("  (no step time yet: every logged step is a first step or near a checkpoint save)")
-    for flag in result.flags:
+    if compared is not None:
+        print(f"  against the plan on {compared['gpu']}:")
+        for name, row in compared["figures"].items():
+            deviation = "" if row["deviation"] is None else f" ({row['deviation']:+.0%})"
+            print(f"    {name:<22}measured {_fmt(row['measured'], '.4g')}, planned {row['planned']:.4g}{deviation}")
+    for flag in result.flags + (compared["warnings"] if compared else []):
         print(f"  ! {flag}")
     return _output.EXIT_OK
+
+
+def _against_plan(gpu: object, result: object, found: object) -> "dict | None":
+    from nemo_recipes.watching.against_plan import against_plan
+
+    if gpu is None:
+        return None
+    spec = getattr(found, "spec", None)
+    if spec is None:
+        raise InvalidConfigError(
+            [
+                Problem(
+                    "--gpu",
+                    gpu,
+                    "needs the run's recipe, which this run does not record (a log file alone).",
+                    "give the run's directory (`smoke --dir`), or leave out --gpu.",
+                )
+            ],
+            context="watch",
+        )
+    return against_plan(result, spec, str(gpu))  # type: ignore[arg-type]
 
 
 def _fmt(value: object, spec: str, unit: str = "") -> str:
