@@ -25,8 +25,10 @@ ALLOWED: dict[str, set[str]] = {
     "data": CORE | {"catalog", "__init__"},
     "training": CORE | {"catalog", "plan", "overrides", "__init__"},
     "executors": CORE | {"catalog", "plan", "overrides", "__init__"},
+    "watching": CORE | {"catalog", "plan"},
     "smoke_training": CORE | {"catalog", "plan", "overrides", "data", "training", "executors"},
-    "cli": CORE | {"catalog", "plan", "overrides", "data", "training", "executors", "smoke_training", "__init__"},
+    "cli": CORE
+    | {"catalog", "plan", "overrides", "data", "training", "executors", "smoke_training", "watching", "__init__"},
     "__init__": CORE | {"catalog", "plan", "training", "smoke_training"},
 }
 #: Edges across a layer that exist on purpose: (importing module, imported unit) -> why.
@@ -37,7 +39,7 @@ EXCEPTIONS = {
     ("executors/plugin.py", "training"): "the recipe plugin reads the RecipeSpec back from a run.Partial",
 }
 #: Units that must stay importable without NeMo, Megatron, torch, Lightning or NeMo-Run (the fast path).
-LIGHT = {"credentials", "counts", "errors", "yaml_files", "catalog", "plan", "overrides"}
+LIGHT = {"credentials", "counts", "errors", "yaml_files", "catalog", "plan", "overrides", "watching"}
 HEAVY = {"nemo", "megatron", "torch", "lightning", "nemo_run", "transformer_engine", "fiddle"}
 #: Files of heavier units that the fast path still imports (the planner reads manifests and fingerprints
 #: tokenizers): standard library and our own modules only, at import time; manifest.py also inside its functions.

@@ -45,6 +45,7 @@ def test_completes_verbs(script):
         "export",
         "launch",
         "smoke",
+        "watch",
         "data",
         "completion",
         "--help",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from _cli import check_snapshot, cli
 
-VERBS = ["ls", "show", "plan", "diff", "export", "launch", "smoke", "data", "completion"]
+VERBS = ["ls", "show", "plan", "diff", "export", "launch", "smoke", "watch", "data", "completion"]
 
 
 def test_top_level_help_matches_snapshot():

@@ -13,6 +13,7 @@ import argparse
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -84,6 +85,8 @@ def assert_light(probe: dict, args: tuple[str, ...]) -> None:
         ("export", "gpt_7b", "tensor_parallel=x"),
         ("launch", "gpt_nope", "--dryrun"),
         ("smoke", "gpt_nope"),
+        # watch reads a whole run (its recipe, FLOPs per token, figures) as text.
+        ("watch", str(Path(__file__).parent / "data" / "watch" / "smoke_gpt_1_3b"), "--json"),
     ],
     ids=lambda a: " ".join(a),
 )

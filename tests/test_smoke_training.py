@@ -96,6 +96,28 @@ def test_the_cli_smoke_of_gpt_1_3b_reports_json(tmp_path):
     assert report["resumed_at"] == 10 and len(report["losses"]) == 20
     assert report["checkpoint"]["optimizer"] is True and report["checkpoint"]["bytes"] > 0
     assert "step 20/20" in result.stderr  # the progress display went to stderr, the report alone to stdout
+    _assert_watch_reads_it(tmp_path)
+
+
+def _assert_watch_reads_it(directory: Path) -> None:
+    """`nemo-recipes watch` on the directory just trained: the steps trained, and the step time the smoke callback
+    timed over the same steps (test_watch.py does the same on a kept run, with the flags)."""
+    import statistics
+
+    result = subprocess.run(
+        [sys.executable, "-m", "nemo_recipes.cli.main", "watch", str(directory), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout)["figures"]
+    assert [x["step"] for x in figures["logged"]] == list(range(1, 21))
+    records = [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    seconds = {r["step"]: r["seconds"] for r in records if r.get("event") == "step"}
+    judged = statistics.median(seconds[s] for s in figures["window_steps"])
+    assert figures["step_time_s"] == pytest.approx(judged, rel=0.02, abs=0.005)
+    assert figures["tokens_per_s"] == pytest.approx(figures["tokens_per_step"] / judged, rel=0.03)
 
 
 @pytest.mark.slow

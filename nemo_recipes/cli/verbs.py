@@ -42,6 +42,10 @@ VERBS: dict[str, Verb] = {
         "nemo_recipes.cli.smoke",
         "train a recipe scaled down with NeMo's own loop, stop, resume, and judge it (CPU or GPU)",
     ),
+    "watch": Verb(
+        "nemo_recipes.cli.watch",
+        "read a job's log: step, loss, step time, tokens/s, TFLOP/s per GPU, memory, ETA, restarts and alarms",
+    ),
     "data": Verb(
         "nemo_recipes.cli.data",
         "prepare your own text as Megatron training data (.bin/.idx + manifest), and inspect it",

@@ -1,0 +1,138 @@
+"""`nemo-recipes watch RUN`: what a finished or running job's log says: step, loss, steady step time, tokens/s, model
+TFLOP/s per GPU, peak memory, ETA, and flags (restart and the step it resumed from, a resume from step 0, non-finite
+loss, loss spike). Reads text only: no NeMo, torch or NeMo-Run import."""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+
+from nemo_recipes.cli import _output
+from nemo_recipes.cli.verbs import VERBS
+from nemo_recipes.errors import InvalidConfigError, Problem
+
+HELP = VERBS["watch"].help
+EXAMPLES = """\
+  nemo-recipes watch runs/smoke1                      # the directory `smoke --dir runs/smoke1` kept
+  nemo-recipes watch job/log-train_1234_0.out          # the log of global rank 0 of a job
+  nemo-recipes watch runs/smoke1 --json | jq .figures.step_time_s"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "watch",
+        help=HELP,
+        description=HELP[0].upper() + HELP[1:] + ". Reads the lines NeMo's ProgressPrinter prints on global rank "
+        "0; the step time is the median over the logged steps that leave out the first steps of every process "
+        "and the steps that saved a checkpoint and the step after each; tokens/s, GPUs and TFLOP/s need the "
+        "recipe, which a `smoke --dir` "
+        "run directory records.",
+        epilog=_output.epilog(EXAMPLES),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("target", metavar="RUN", help="a log file, or the directory of a run (`smoke --dir`, a job's)")
+    parser.add_argument(
+        "--skip-first",
+        type=int,
+        default=None,
+        metavar="N",
+        help="steps of every (re)started process left out of the step time (default 1)",
+    )
+    parser.add_argument(
+        "--gpu",
+        default=None,
+        metavar="GPU",
+        help="the GPU the run ran on: shows the plan's step time, tokens/s and TFLOP/s per GPU and MFU beside the "
+        "measured ones, with the deviation (needs the recipe: a `smoke --dir` directory)",
+    )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print JSON: {run, logs, recipe, figures{step, max_steps, loss, step_time_s, window_steps, "
+        "tokens_per_s, ..., segments, flags}}",
+    )
+    parser.set_defaults(run=run)
+
+
+def _skip_first(value: object) -> int:
+    from nemo_recipes.watching.figures import SKIP_FIRST_STEPS
+
+    if value is None:
+        return SKIP_FIRST_STEPS
+    if not isinstance(value, int) or value < 0:
+        raise InvalidConfigError(
+            [Problem("--skip-first", value, "must be 0 or a positive number of steps.", "e.g. --skip-first 5.")],
+            context="watch",
+        )
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    from nemo_recipes.watching.figures import figures
+    from nemo_recipes.watching.sources import read_run
+
+    skip = _skip_first(args.skip_first)
+    found = read_run(args.target)
+    result = figures(found.lines, found.spec, skip)
+    compared = _against_plan(args.gpu, result, found)
+    if args.json:
+        _output.print_json(
+            {
+                "run": found.run,
+                "logs": [str(p) for p in found.logs],
+                "recipe": found.spec.name if found.spec else None,
+                "figures": result.to_dict(),
+                "plan": compared,
+            }
+        )
+        return _output.EXIT_OK
+    name = f" ({found.spec.name})" if found.spec else ""
+    print(f"watch {found.run}{name}: step {result.step}/{result.max_steps}")
+    rows = [("loss", _fmt(result.loss, ".4g") + f" (first logged {_fmt(result.initial_loss, '.4g')})")]
+    window = f" (median over {len(result.window_steps)} logged steps)" if result.window_steps else ""
+    rows.append(("step time", _fmt(result.step_time_s, ".4g", " s") + window))
+    if result.tokens_per_s is not None:
+        rows.append(("tokens/s", f"{result.tokens_per_s:,.0f} ({result.tokens_per_s_per_gpu:,.0f} per GPU)"))
+    if result.model_tflops_per_gpu is not None:
+        rows.append(("TFLOP/s/GPU", f"{result.model_tflops_per_gpu:.4g} (model FLOPs, from the recipe)"))
+    if result.peak_memory_reserved_bytes is not None:
+        rows.append(("peak memory", f"{result.peak_memory_reserved_bytes / 2**30:.2f} GiB reserved on rank 0's GPU"))
+    if result.eta_s is not None:
+        rows.append(("ETA", str(datetime.timedelta(seconds=round(result.eta_s)))))
+    for label, value in rows:
+        print(f"  {label:<12}{value}")
+    if not result.window_steps:
+        print("  (no step time yet: every logged step is a first step or near a checkpoint save)")
+    if compared is not None:
+        print(f"  against the plan on {compared['gpu']}:")
+        for name, row in compared["figures"].items():
+            deviation = "" if row["deviation"] is None else f" ({row['deviation']:+.0%})"
+            print(f"    {name:<22}measured {_fmt(row['measured'], '.4g')}, planned {row['planned']:.4g}{deviation}")
+    for flag in result.flags + (compared["warnings"] if compared else []):
+        print(f"  ! {flag}")
+    return _output.EXIT_OK
+
+
+def _against_plan(gpu: object, result: object, found: object) -> "dict | None":
+    from nemo_recipes.watching.against_plan import against_plan
+
+    if gpu is None:
+        return None
+    spec = getattr(found, "spec", None)
+    if spec is None:
+        raise InvalidConfigError(
+            [
+                Problem(
+                    "--gpu",
+                    gpu,
+                    "needs the run's recipe, which this run does not record (a log file alone).",
+                    "give the run's directory (`smoke --dir`), or leave out --gpu.",
+                )
+            ],
+            context="watch",
+        )
+    return against_plan(result, spec, str(gpu))  # type: ignore[arg-type]
+
+
+def _fmt(value: object, spec: str, unit: str = "") -> str:
+    return "-" if value is None else f"{value:{spec}}{unit}"

@@ -1,0 +1,155 @@
+"""`nemo-recipes watch` on the log of a real run: `tests/data/watch/smoke_gpt_1_3b/` is what `nemo-recipes smoke
+gpt_1_3b --dir` kept on this project's CPU machine under NeMo 2.7.3 (the phases' logs as NeMo printed them, the
+smoke callback's own per-step record `metrics.jsonl`, and the run's configuration `train.json`; see its README).
+The parser is pinned against NeMo's own lines there, not a hand-written string. Plain Python: no training here
+(`test_smoke_training.py` also watches a run it has just trained)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+from pathlib import Path
+
+import pytest
+from _cli import cli
+
+from nemo_recipes.watching.progress_log import LOSS, STEP_TIME, parse
+
+RUN = Path(__file__).parent / "data" / "watch" / "smoke_gpt_1_3b"
+
+
+def _records() -> dict[int, dict]:
+    """The smoke callback's record of every committed step, by step (its own timer around the same batch)."""
+    rows = [json.loads(line) for line in (RUN / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {r["step"]: r for r in rows if r.get("event") == "step"}
+
+
+def test_the_parser_reads_nemo_2_7_3s_own_progress_lines():
+    train = parse((RUN / "train.log").read_text().splitlines())
+    resume = parse((RUN / "resume.log").read_text().splitlines())
+    assert [line.step for line in train] == list(range(1, 11))
+    assert [line.step for line in resume] == list(range(11, 21))
+    assert {line.max_steps for line in train + resume} == {20}
+    records = _records()
+    for line in train + resume:
+        # ProgressPrinter writes 4 significant digits of the value the smoke callback records unrounded.
+        assert line.get(LOSS) == pytest.approx(records[line.step]["loss"], rel=1e-3), line
+        # Two timers around the same batch (TimingCallback's, the smoke callback's, which ends later): 2-4 ms apart
+        # in this run, 30 ms once on the loaded machine.
+        assert line.get(STEP_TIME) == pytest.approx(records[line.step]["seconds"], abs=0.04), line
+
+
+def _watch_json(run: Path, *args: str) -> dict:
+    result = cli("watch", str(run), "--json", *args)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_watch_reads_a_smoke_run_as_the_judge_does():
+    report = _watch_json(RUN)
+    figures = report["figures"]
+    assert report["recipe"] == "gpt_1_3b"
+    assert figures["step"] == 20 and figures["max_steps"] == 20
+    assert [x["step"] for x in figures["logged"]] == list(range(1, 21))  # every step trained, once
+    assert figures["segments"] == [
+        {"first_step": 1, "last_step": 10, "lines": 10},
+        {"first_step": 11, "last_step": 20, "lines": 10},
+    ]
+    assert figures["flags"] == ["restart: the run had reached step 10 and resumed after step 10"]
+    # The window leaves out each process's first step (1, 11), the steps that saved a checkpoint (every 5 here) and
+    # the step after each save.
+    assert figures["window_steps"] == [2, 3, 4, 7, 8, 9, 12, 13, 14, 17, 18, 19]
+    judge = statistics.median(_records()[s]["seconds"] for s in figures["window_steps"])
+    assert figures["step_time_s"] == pytest.approx(judge, rel=0.02, abs=0.005)
+    tokens = 4 * 64  # the scaled-down shape's global batch x sequence (train.json)
+    assert figures["tokens_per_step"] == tokens and figures["num_gpus"] == 1
+    assert figures["tokens_per_s"] == pytest.approx(tokens / judge, rel=0.03)
+    assert figures["eta_s"] == 0
+    assert figures["loss"] == pytest.approx(_records()[20]["loss"], rel=1e-3)
+
+
+def test_a_resume_that_started_again_from_step_0_is_flagged(tmp_path):
+    # The first phase's log twice: the second process began again at step 1 instead of resuming.
+    shutil.copy(RUN / "train.log", tmp_path / "train.log")
+    shutil.copy(RUN / "train.log", tmp_path / "resume.log")
+    (flag,) = _watch_json(tmp_path)["figures"]["flags"]
+    assert flag.startswith("restart from step 0: the run had reached step 10")
+
+
+def test_a_non_finite_loss_is_flagged(tmp_path):
+    # NeMo writes a NaN loss as `nan` (f"{val:.4}"); one real line's loss replaced by it.
+    lines = (RUN / "train.log").read_text().splitlines(keepends=True)
+    index = next(i for i, line in enumerate(lines) if "global_step: 6 |" in line)
+    head, rest = lines[index].split("reduced_train_loss: ", 1)
+    lines[index] = head + "reduced_train_loss: nan |" + rest.split("|", 1)[1]
+    (tmp_path / "job.log").write_text("".join(lines))
+    flags = _watch_json(tmp_path / "job.log")["figures"]["flags"]
+    assert flags == ["non-finite loss at step 7: nan"]
+
+
+def test_a_loss_spike_is_flagged(tmp_path):
+    # One real line of the resumed phase with its loss raised to 9.0, far above the steps before it (6.7-7.2).
+    lines = (RUN / "resume.log").read_text().splitlines(keepends=True)
+    index = next(i for i, line in enumerate(lines) if "global_step: 18 |" in line)
+    head, rest = lines[index].split("reduced_train_loss: ", 1)
+    lines[index] = head + "reduced_train_loss: 9.0 |" + rest.split("|", 1)[1]
+    shutil.copy(RUN / "train.log", tmp_path / "train.log")
+    (tmp_path / "resume.log").write_text("".join(lines))
+    flags = _watch_json(tmp_path)["figures"]["flags"]
+    restart, spike = flags
+    assert restart.startswith("restart:") and spike.startswith("loss spike at step 19: 9 against a median of")
+    # The run as it was has no spike: the loss falls from 7.2 to 6.8 in steps of a few hundredths.
+    assert not any("spike" in f for f in _watch_json(RUN)["figures"]["flags"])
+
+
+@pytest.mark.parametrize(
+    "case, why",
+    [
+        ("not a run", "is a directory without a run's log"),
+        ("another format", "holds no NeMo progress line"),
+        ("does not exist", "is neither a log file nor a run directory."),
+    ],
+)
+def test_what_is_not_a_run_exits_2_with_field_value_and_fix(case, why, tmp_path):
+    target = {
+        "not a run": tmp_path,
+        "another format": RUN / "train.json",
+        "does not exist": tmp_path / "no-such-run",
+    }[case]
+    result = cli("watch", str(target), "--json")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    (problem,) = json.loads(result.stdout)["problems"]
+    assert problem["field"] == "run" and problem["value"] == str(target)
+    assert problem["message"].startswith(why) and problem["fix"]
+
+
+def test_beside_the_plan_each_figure_has_the_planners_prediction_and_the_deviation():
+    # The run trained on a CPU; asked against an H100 it is far off the plan, and the warning names the plan's terms.
+    from nemo_recipes.catalog import RecipeSpec
+    from nemo_recipes.plan.hardware import Cluster
+    from nemo_recipes.plan.throughput import estimate_throughput
+
+    report = _watch_json(RUN, "--gpu", "h100")
+    spec = RecipeSpec(**json.loads((RUN / "train.json").read_text())["spec"])
+    plan = estimate_throughput(spec, Cluster.of(1, 1, "h100"))
+    rows = report["plan"]["figures"]
+    assert rows["step_time_s"]["planned"] == pytest.approx(plan.step_time_s, rel=1e-12)
+    assert rows["tokens_per_s_per_gpu"]["planned"] == pytest.approx(plan.tokens_per_s_per_gpu, rel=1e-12)
+    measured = report["figures"]["step_time_s"]
+    assert rows["step_time_s"]["deviation"] == pytest.approx(measured / plan.step_time_s - 1, rel=1e-12)
+    (warning,) = report["plan"]["warnings"]
+    dominant = plan.dominant_term
+    assert warning.startswith("step time +") and f"{dominant} is " in warning
+
+
+def test_against_the_plan_needs_the_recipe_and_a_known_gpu():
+    result = cli("watch", str(RUN / "train.log"), "--gpu", "h100", "--json")
+    assert result.returncode == 2
+    (problem,) = json.loads(result.stdout)["problems"]
+    assert problem["field"] == "--gpu" and "recipe" in problem["message"]
+    result = cli("watch", str(RUN), "--gpu", "h1000", "--json")
+    assert result.returncode == 2
+    (problem,) = json.loads(result.stdout)["problems"]
+    assert problem["field"] == "gpu" and problem["value"] == "h1000"
