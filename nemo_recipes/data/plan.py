@@ -58,6 +58,9 @@ class ShardPlan:
     arguments: dict
     sources: tuple[dict, ...]  # {"name", "inputs": [{"path", "bytes", "sha256"}]}
     shards: tuple[Shard, ...]
+    # The encoder `data prepare` chose for the tokenizer (fast_encoder.choose): "tiktoken" or the tokenizer's kind.
+    # Not part of `id`: every encoder it may choose gives the same ids.
+    encoder: str = ""
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -76,6 +79,7 @@ class ShardPlan:
             arguments=data["arguments"],
             sources=tuple(data["sources"]),
             shards=tuple(Shard(**s) for s in data["shards"]),
+            encoder=data.get("encoder") or data["tokenizer"]["kind"],
         )
 
     @property

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, TextIO
 
 from nemo_recipes import __version__
+from nemo_recipes.data import fast_encoder, sources, tokenizers
 from nemo_recipes.data import plan as plans
-from nemo_recipes.data import sources, tokenizers
 from nemo_recipes.data.manifest import (
     Manifest,
     fsync_directory,
@@ -259,6 +259,10 @@ def make_plan(
             f"note: tokenizer_path={info.path}: its vocabulary of {info.vocab_size:,} entries does not fit uint16 "
             f"(< {UINT16_VOCAB_LIMIT:,}): tokens are stored as int32, 4 bytes each, twice the disk of uint16."
         )
+    shards = tuple(_cut(srcs, size))
+    # Before the first shard: the faster encoder only where it gives the same ids on these inputs (one line either way).
+    choice = fast_encoder.choose(tokenizer_path, _sample(shards, options))
+    log(f"tokenizer: {choice.why}")
     plan = ShardPlan(
         id=identity,
         out=str(out),
@@ -266,12 +270,30 @@ def make_plan(
         tokenizer=info,
         arguments=arguments,
         sources=tuple(described),
-        shards=tuple(_cut(srcs, size)),
+        shards=shards,
+        encoder=choice.encoder,
     )
     if up_to_date(plan) is None:  # outputs written by this plan before (then another ran here) need no new one
         plans.start_fresh(plan.work)
         plans.write_plan(plan)
     return plan
+
+
+def _sample(shards: tuple[Shard, ...], options: Options) -> list[str]:
+    """The first documents of up to 16 shards spread over the inputs, about fast_encoder.SAMPLE_CHARS in all."""
+    count = len(shards)
+    picked = sorted({i * count // 16 for i in range(16)} if count > 16 else range(count))
+    per_shard = max(fast_encoder.SAMPLE_CHARS // max(len(picked), 1), 1 << 14)
+    read = sources.ReadOptions(options.key, options.max_document_chars, options.skip_bad_lines)
+    texts: list[str] = []
+    for index in picked:
+        taken = 0
+        for text in _documents(shards[index], read, sources.Skipped(), limit=per_shard):
+            texts.append(text)
+            taken += len(text)
+            if taken >= per_shard:
+                break
+    return texts
 
 
 # ---- one shard ----
@@ -446,7 +468,7 @@ def run_shards(plan_path: str | Path, rank: int = 0, world: int = 1, *, report: 
     todo = [i for i in pending(plan) if i % world == rank]
     if not todo:
         return 0
-    encoder = tokenizers.load(plan.tokenizer.path)
+    encoder = fast_encoder.load(plan.tokenizer.path, plan.encoder)
     with _one_thread_per_worker():
         for index in todo:
             process_shard(plan, plan.shards[index], encoder, report or (lambda *_: None))
@@ -459,7 +481,7 @@ _WORKER: dict[str, Any] = {}
 
 def _worker_init(plan_path: str, queue: Any, parent: int) -> None:
     _WORKER["plan"] = plans.read_plan(plan_path)
-    _WORKER["encoder"] = tokenizers.load(_WORKER["plan"].tokenizer.path)
+    _WORKER["encoder"] = fast_encoder.load(_WORKER["plan"].tokenizer.path, _WORKER["plan"].encoder)
     _WORKER["queue"] = queue
     _WORKER["parent"] = parent
 
@@ -481,7 +503,7 @@ def _worker_shard(index: int) -> Any:
 def _run_local(plan: ShardPlan, todo: list[int], workers: int, progress: Progress) -> None:
     """The shards `todo` on a pool of `workers` processes (in this process when one is enough)."""
     if workers <= 1 or len(todo) <= 1:
-        encoder = tokenizers.load(plan.tokenizer.path)
+        encoder = fast_encoder.load(plan.tokenizer.path, plan.encoder)
         with _one_thread_per_worker():
             for index in todo:
                 process_shard(plan, plan.shards[index], encoder, progress.update)

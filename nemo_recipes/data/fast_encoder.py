@@ -1,0 +1,241 @@
+"""A faster encoder with the same ids: tiktoken's BPE built in memory from the tokenizer's own vocabulary, used by
+`data prepare` only after it gave, id for id, what the tokenizer's own library gives on a sample of the inputs.
+
+Why it can be exact: tiktoken merges the adjacent pair whose concatenation has the lowest rank, Hugging Face's BPE
+the pair with the lowest merge index; with ranks = the tokenizer's ids they agree when every token was made by one
+merge of two earlier tokens, in id order, which holds for a byte-level BPE trained by `BpeTrainer` (every tokenizer
+`--train-tokenizer` writes). Nothing here decides that from the tokenizer's configuration: normalizers, other split
+patterns, `ignore_merges`, dropout and SentencePiece's rules are all caught by comparing the ids (`check`), and a
+tokenizer that differs keeps its own library. tiktoken is imported inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Optional
+
+from nemo_recipes.data import tokenizers
+
+TIKTOKEN = "tiktoken"
+#: GPT-2's split pattern, the one Hugging Face's ByteLevel pre-tokenizer applies (`use_regex=True`).
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+#: Text the check encodes besides the sample, so that what a sample of plain prose may lack is compared too: every
+#: Unicode plane, a word of thousands of letters, runs of spaces, tabs and newlines, CRLF, combining marks, digits,
+#: contractions and punctuation (the special and added tokens are written into it by `check`).
+TRAPS = (
+    "Plain prose, with punctuation: isn't it? They'll say \"yes\" -- or won't. 12,345.67 and 3.14159e-10.\n",
+    "Whitespace:  two,   three,\t tab,\t\ttabs, trailing   \n\n\n   \n and\r\nCRLF\r\n\r\nlines \r\n",
+    "Unicode: café naïve Ñandú Ωμέγα Москва العربية עברית हिन्दी 中文字符 日本語のテキスト 한국어 ภาษาไทย\n",
+    "Planes: \U00010348\U0001d11e\U0001f600\U0001f469\u200d\U0001f4bb\U00020000\U0002a700\U000e0041\U000f0000"
+    "\U0010fffd \ufeff\u00a0\u2028\u3000x\u0301\u0300 \ufffd\n",
+    "Long: " + "antidisestablishmentarianism" * 200 + " " + "x" * 5000 + " " + "\u00e9" * 3000 + "\n",
+    "Code: def f(x):\n    return {'a': [1, 2, 3]}  # comment\n\tif x != y: pass\n" + " " * 64 + "end\n",
+)
+#: The sample of the inputs the check compares, at most (encoded twice before the first shard: a second or two).
+SAMPLE_CHARS = 2_000_000
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's map of printable characters to bytes, the one Hugging Face's ByteLevel writes its vocabulary in."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+    printable += list(range(ord("®"), ord("ÿ") + 1))
+    codes = printable[:]
+    extra = 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            codes.append(256 + extra)
+            extra += 1
+    return {chr(code): byte for byte, code in zip(printable, codes, strict=True)}
+
+
+@dataclass(frozen=True)
+class Vocabulary:
+    """What a tiktoken `Encoding` is built from: {token bytes: id} and {special token: id}."""
+
+    ranks: dict[bytes, int]
+    specials: dict[str, int]
+
+
+def _huggingface_vocabulary(path: Path) -> Vocabulary | str:
+    file = path if path.is_file() else path / "tokenizer.json"
+    if not file.is_file():
+        return "no tokenizer.json"
+    data = json.loads(file.read_text(encoding="utf-8"))
+    model = data.get("model") or {}
+    if model.get("type") != "BPE":
+        return f"its model is {model.get('type')}, not BPE"
+    specials = {t["content"]: int(t["id"]) for t in data.get("added_tokens") or ()}
+    decoder = _byte_decoder()
+    ranks: dict[bytes, int] = {}
+    for token, token_id in model.get("vocab", {}).items():
+        if token in specials:
+            continue
+        try:
+            ranks[bytes(decoder[char] for char in token)] = int(token_id)
+        except KeyError:
+            return f"its vocabulary is not byte-level (token {token!r})"
+    return Vocabulary(ranks, specials)
+
+
+def _sentencepiece_vocabulary(path: Path) -> Vocabulary | str:
+    """A SentencePiece model read as a byte-level BPE (pieces as UTF-8 with '▁' for a space, `<0xNN>` as bytes):
+    the encoding a naive conversion gives, which the check then compares with SentencePiece's own."""
+    import sentencepiece
+
+    processor = sentencepiece.SentencePieceProcessor()
+    processor.Load(str(path if path.is_file() else next(f for f in tokenizers.tokenizer_files(path))))
+    ranks: dict[bytes, int] = {}
+    specials = {}
+    for piece_id in range(processor.get_piece_size()):
+        piece = processor.id_to_piece(piece_id)
+        if processor.is_byte(piece_id):
+            ranks.setdefault(bytes([int(piece[3:5], 16)]), piece_id)
+        elif processor.is_control(piece_id) or processor.is_unknown(piece_id):
+            specials[piece] = piece_id
+        else:
+            ranks.setdefault(piece.replace("\u2581", " ").encode("utf-8"), piece_id)
+    return Vocabulary(ranks, specials)
+
+
+def vocabulary(path: str | Path) -> Vocabulary | str:
+    """The tokenizer at `path` as tiktoken ranks, or why it cannot be read as one."""
+    path = Path(path)
+    if tokenizers.kind_of(path) == tokenizers.SENTENCEPIECE:
+        result = _sentencepiece_vocabulary(path)
+    else:
+        result = _huggingface_vocabulary(path)
+    if isinstance(result, Vocabulary):
+        missing = [byte for byte in range(256) if bytes([byte]) not in result.ranks]
+        if missing:
+            # tiktoken starts every word from its single bytes: one not in the vocabulary would stop it.
+            return f"{len(missing)} of the 256 single bytes are not tokens (first: {missing[0]:#04x})"
+    return result
+
+
+@functools.lru_cache(maxsize=1)
+def _unassigned() -> re.Pattern[str]:
+    """Characters unassigned in this Python's Unicode tables (14.0 on 3.11). The split regexes of tiktoken and of
+    Hugging Face's tokenizers carry Unicode tables of their own versions: a character assigned since (U+13CF1, a
+    letter of Unicode 16, measured here) is a letter to one and not to the other, and splits the words differently."""
+    ranges = []
+    start = None
+    for code in range(0x110000):
+        unassigned = unicodedata.category(chr(code)) == "Cn"
+        if unassigned and start is None:
+            start = code
+        elif not unassigned and start is not None:
+            ranges.append((start, code - 1))
+            start = None
+    if start is not None:
+        ranges.append((start, 0x10FFFF))
+    return re.compile("[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges) + "]")
+
+
+class TiktokenEncoder(tokenizers.Encoder):
+    """tiktoken over the vocabulary of a tokenizer, with that tokenizer's vocabulary size and end-of-document id.
+    Special and added tokens written literally in the text are encoded as their ids, as Hugging Face does. A document
+    with a character unassigned in Python's Unicode tables is encoded by `reference` (the tokenizer's own library),
+    whose Unicode version may differ from tiktoken's."""
+
+    kind = TIKTOKEN
+
+    def __init__(self, vocab: Vocabulary, reference: tokenizers.Encoder):
+        import tiktoken
+
+        self._encoding = tiktoken.Encoding(
+            "nemo-recipes", pat_str=GPT2_PATTERN, mergeable_ranks=vocab.ranks, special_tokens=vocab.specials
+        )
+        self._core = self._encoding._core_bpe  # the Rust encoder: skips a Python check per document
+        self._specials = set(vocab.specials)
+        self._reference = reference
+        self._unassigned = _unassigned()
+        self.vocab_size = reference.vocab_size
+        self.eod_id = reference.eod_id
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        encode = self._core.encode
+        specials = self._specials
+        unassigned = self._unassigned.search
+        result = [encode(text, specials) if text.isascii() or not unassigned(text) else [] for text in texts]
+        rare = [i for i, text in enumerate(texts) if not result[i] and text and not text.isascii() and unassigned(text)]
+        if rare:
+            for i, ids in zip(rare, self._reference.encode_batch([texts[i] for i in rare]), strict=True):
+                result[i] = ids
+        return result
+
+    def decode(self, ids: Iterable[int]) -> str:
+        return self._encoding.decode(list(ids), errors="strict")
+
+
+def build(path: str | Path, reference: tokenizers.Encoder) -> TiktokenEncoder | str:
+    """tiktoken for the tokenizer at `path` (loaded as `reference`), or why there is none."""
+    vocab = vocabulary(path)
+    if isinstance(vocab, str):
+        return vocab
+    return TiktokenEncoder(vocab, reference)
+
+
+def _trap_texts(candidate: TiktokenEncoder) -> list[str]:
+    specials = sorted(candidate._specials)
+    literal = "".join(f"a{token}b {token} {token}{token}\n" for token in specials)
+    return [*TRAPS, literal, "".join(TRAPS) + literal]
+
+
+def check(reference: tokenizers.Encoder, candidate: tokenizers.Encoder, sample: list[str]) -> Optional[str]:
+    """None when `candidate` gives the ids `reference` gives on every text of `sample` (and the traps), else the first
+    difference, in words."""
+    texts = list(sample) + (_trap_texts(candidate) if isinstance(candidate, TiktokenEncoder) else list(TRAPS))
+    try:
+        got = candidate.encode_batch(texts)
+    except BaseException as error:  # noqa: BLE001  tiktoken's Rust panics are BaseExceptions; any is a difference
+        if isinstance(error, (KeyboardInterrupt, SystemExit)):
+            raise
+        return f"it failed: {type(error).__name__}: {str(error)[:120]}"
+    expected = reference.encode_batch(texts)
+    for number, (want, have) in enumerate(zip(expected, got, strict=True)):
+        if want != have:
+            pairs = enumerate(zip(want, have, strict=False))
+            at = next((i for i, (a, b) in pairs if a != b), min(len(want), len(have)))
+            where = "the traps" if number >= len(sample) else f"sample document {number + 1}"
+            return (
+                f"{where} differs at token {at} of {len(want)}: {want[at : at + 3]} expected, {have[at : at + 3]} "
+                f"given, near {reference.decode(want[max(0, at - 2) : at + 2])!r}"
+            )
+    return None
+
+
+@dataclass(frozen=True)
+class Choice:
+    encoder: str  # TIKTOKEN, or the tokenizer's kind (its own library)
+    why: str  # one line for the user
+
+
+def choose(path: str | Path, sample: list[str]) -> Choice:
+    """The encoder `data prepare` uses for the tokenizer at `path`: tiktoken when it passes `check` on `sample`,
+    else the tokenizer's own library, with the reason."""
+    reference = tokenizers.load(path)
+    candidate = build(path, reference)
+    if isinstance(candidate, str):
+        return Choice(reference.kind, f"encoding with {reference.kind} (no faster encoder: {candidate})")
+    difference = check(reference, candidate, sample)
+    if difference is not None:
+        return Choice(reference.kind, f"encoding with {reference.kind}: tiktoken gives other ids ({difference})")
+    tokens = sum(len(t) for t in sample)
+    return Choice(TIKTOKEN, f"encoding with tiktoken: the same ids as {reference.kind} on {tokens:,} characters")
+
+
+def load(path: str | Path, encoder: str) -> tokenizers.Encoder:
+    """The encoder `choose` chose for the tokenizer at `path`."""
+    reference = tokenizers.load(path)
+    if encoder != TIKTOKEN:
+        return reference
+    built = build(path, reference)
+    if isinstance(built, str):  # the tokenizer changed since the choice; the plan's fingerprint stops that first
+        raise RuntimeError(f"tiktoken was chosen for {path} but cannot be built: {built}")
+    return built
