@@ -18,6 +18,7 @@ from nemo.collections.llm.gpt.model.base import GPTConfig  # noqa: E402
 import nemo_recipes  # noqa: E402
 from nemo_recipes.catalog import RECIPES, field_names  # noqa: E402
 from nemo_recipes.errors import InvalidRecipeError  # noqa: E402
+from nemo_recipes.families import Architecture  # noqa: E402
 from nemo_recipes.training import cpu_compat, parts  # noqa: E402
 from nemo_recipes.training.factories import FACTORIES, knob_names  # noqa: E402
 from nemo_recipes.training.introspect import spec_from_partial  # noqa: E402
@@ -144,6 +145,22 @@ def test_megatron_model_has_exactly_the_catalog_parameter_count(name, single_ran
     config.perform_initialization = False
     model = config.configure_model(fdl.build(parts.tokenizer(spec)), pre_process=True, post_process=True)
     assert sum(p.numel() for p in model.parameters()) == spec.num_parameters
+
+
+@pytest.mark.parametrize("name", ["gpt_1_3b", "llama_8b"])
+def test_megatron_layer_has_the_architectures_tensors(name, single_rank_megatron):
+    # One family's row each: Megatron's first layer holds the shapes the architecture lists, and marks as
+    # TP-sharded (tensor_model_parallel) exactly those the architecture says TP splits.
+    spec = RECIPES[name].replace(tensor_parallel=1, pipeline_parallel=1, num_layers=1)
+    config = fdl.build(cpu_compat.cpu_model_settings(model_config(spec)))
+    config.init_model_with_meta_device = True
+    config.perform_initialization = False
+    model = config.configure_model(fdl.build(parts.tokenizer(spec)), pre_process=True, post_process=True)
+    megatron = sorted(
+        (tuple(p.shape), bool(getattr(p, "tensor_model_parallel", False))) for p in model.decoder.layers[0].parameters()
+    )
+    ours = sorted((t.shape, t.split != "replicated") for t in Architecture.of(spec).layer_tensors())
+    assert megatron == ours
 
 
 def test_overrides_reach_every_part():
