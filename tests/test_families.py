@@ -60,7 +60,8 @@ def test_the_parameter_count_adds_the_layers_the_embeddings_and_the_final_norm()
 
 
 def test_the_recipe_factories_help_names_the_family():
-    # The factories need NeMo-Run; their docstrings are what `nemo llm pretrain --help` lists.
+    # The factories need NeMo-Run. Their docstrings are what help(nemo_recipes.llama_8b) shows; NeMo-Run's factory
+    # table in `nemo llm pretrain --help` shows names and import paths only (checked with NeMo-Run as pinned).
     pytest.importorskip("nemo_run")
     import nemo_recipes
 
