@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional, TypeGuard
 
 from nemo_recipes.errors import InvalidRecipeError, Problem, did_you_mean
+from nemo_recipes.families import REGISTRY, Architecture, family_of, get_family
 
 Precision = Literal["bf16", "fp16", "fp8"]
 Recompute = Literal["none", "selective", "full"]
@@ -160,8 +161,7 @@ class RecipeSpec:
     @property
     def family(self) -> str:
         """'gpt' or 'llama': the recipe name's prefix, which names the model config class (`config_class_name`)."""
-        prefix = self.name.split("_", 1)[0]
-        return prefix if prefix in FAMILIES else "gpt"
+        return family_of(self.name)
 
     @property
     def model_parallel_size(self) -> int:
@@ -275,26 +275,9 @@ _RETIRED_FIELDS = {"gated_linear_unit": _gated_linear_unit_retired}
 
 
 def parameter_count(spec: RecipeSpec) -> int:
-    """Exact parameter count of the model NeMo builds for `spec` (Megatron-Core GPTModel, padded vocabulary).
-
-    Per layer: the fused QKV projection (queries heads x head_dim wide, keys and values query groups x head_dim
-    each) and the output projection, the MLP (gated: fc1 holds the gate and the up projection, 2 x FFN wide), biases
-    on all four linear layers unless add_bias_linear is off, and two norms (LayerNorm has weight and bias, RMSNorm a
-    weight only). Plus the word embeddings, an output layer unless tied, a learned position table (RoPE has no
-    parameters), and the final norm. Narayanan et al. 2021, Eq. 2, is the GPT-3 case.
-    """
-    h, ffn = spec.hidden_size, spec.ffn_hidden_size
-    q, kv = spec.num_attention_heads * spec.head_dim, spec.kv_groups * spec.head_dim
-    bias = 1 if spec.add_bias_linear else 0
-    norm = 2 * h if spec.normalization == "LayerNorm" else h
-    qkv_width = q + 2 * kv
-    attention = h * qkv_width + q * h + bias * (qkv_width + h)
-    mlp_in = (2 if spec.gated_linear_unit else 1) * ffn
-    mlp = h * mlp_in + ffn * h + bias * (mlp_in + h)
-    per_layer = attention + mlp + 2 * norm
-    embeddings = spec.padded_vocab_size * h * (1 if spec.share_embeddings else 2)
-    positions = spec.seq_length * h if spec.position_embedding_type == "learned_absolute" else 0
-    return spec.num_layers * per_layer + embeddings + positions + norm
+    """Exact parameter count of the model NeMo builds for `spec` (Megatron-Core GPTModel, padded vocabulary): the
+    family architecture's count (`families.architecture`), which every other count reads too."""
+    return Architecture.of(spec).num_parameters
 
 
 def _steps(tokens: int, tokens_per_step: int) -> int:
@@ -885,69 +868,14 @@ SOURCES: dict[str, str] = {
     "default_gpu": "H100 80 GB SXM, the GPU the seed names; defaults are validated against it",
 }
 
-# NVIDIA's published H100 layouts for Llama 3 (BF16 pretraining rows), read in NeMo's performance scripts.
-LLAMA_H100 = (
-    "NVIDIA's H100 BF16 pretraining layout for Llama 3 (NVIDIA/NeMo "
-    "scripts/performance/recommended_model_configs/model_configs_h100.csv @000e8c17a3: llama3 8b on 8 GPUs "
-    "TP1 PP1 CP2, 70b on 64 GPUs TP4 PP4 CP2 VP5, llama31 405b on 1024 GPUs TP8 PP8 CP2 VP8; micro batch 1; "
-    "global batch 128, 128, 512)"
-)
-LLAMA3_SHAPE = (
-    "Llama 3 (Dubey et al. 2024, Table 3; NeMo Llama3Config8B/70B, Llama31Config405B): "
-    "8B 32 x 4096, 32 heads; 70B 80 x 8192, 64 heads; 405B 126 x 16384, 128 heads"
-)
-#: Where the Llama rows' values come from, where they differ from `SOURCES` (the field defaults and GPT rows).
-LLAMA_SOURCES: dict[str, str] = {
-    **dict.fromkeys(("num_layers", "hidden_size", "num_attention_heads"), LLAMA3_SHAPE),
-    **dict.fromkeys(
-        (
-            "tensor_parallel",
-            "pipeline_parallel",
-            "context_parallel",
-            "virtual_pipeline",
-            "micro_batch_size",
-            "global_batch_size",
-        ),
-        LLAMA_H100,
-    ),
-    "num_query_groups": "8 key/value groups (grouped-query attention), Llama 3 (Dubey et al. 2024, Table 3)",
-    "ffn_hidden_size": "SwiGLU FFN of Llama 3 (Dubey et al. 2024, Table 3): 14336, 28672, 53248",
-    "seq_length": "8192, Llama 3's pretraining context (Dubey et al. 2024, Sec. 3.4) and NeMo's llama3 recipes",
-    "vocab_size": "128,256 tokens, Llama 3's tokenizer (Dubey et al. 2024, Sec. 3.1); padded as NeMo pads it",
-    "position_embedding_type": "RoPE (Su et al. 2021), as Llama 3 and NeMo's Llama3Config",
-    "rotary_base": "500,000, Llama 3's RoPE base (Dubey et al. 2024, Sec. 3.1.1; NeMo Llama3Config8B)",
-    "normalization": "RMSNorm, as Llama 3 and NeMo's LlamaConfig",
-    "activation": "SwiGLU (gated linear unit with SiLU), as Llama 3 and NeMo's LlamaConfig (activation_func=silu)",
-    "add_bias_linear": "no biases in linear layers, as Llama 3 and NeMo's LlamaConfig",
-    "share_embeddings": "untied output layer, as Llama 3 8B/70B/405B and NeMo's Llama3Config",
-    "hidden_dropout": "0, as Llama 3 and NeMo's Llama3Config",
-    "attention_dropout": "0, as Llama 3 and NeMo's Llama3Config",
-    "pipeline_counts_embedding_and_loss": "405B: on, 126 layers + embedding + loss = 128 over PP 8 x VP 8 "
-    "(NeMo's llama31_405b recipe); off for 8B and 70B, whose layers divide evenly",
-    "max_lr": "8B 3e-4 (NeMo's llama3_8b recipe; Llama 2 7B, Touvron et al. 2023); 70B 1.5e-4 (Llama 2 70B, "
-    "Touvron et al. 2023, Table 1); 405B 8e-5 (Llama 3 paper, Sec. 3.4.1)",
-    "min_lr_ratio": "8B, 70B: 10 % of max LR (Llama 2 paper, Sec. 2.2); 405B: 8e-7 = 1 % (Llama 3 paper, Sec. 3.4.1)",
-    "adam_eps": "1e-5, as Llama 2 (Touvron et al. 2023, Sec. 2.2) and NeMo's Llama recipes",
-    "warmup_tokens": "8B, 70B: 2000 steps of 4M tokens (Llama 2 paper, Sec. 2.2); 405B: 8000 steps of 4M tokens "
-    "(Llama 3 paper, Sec. 3.4.1)",
-    "decay_tokens": "cosine decay over the whole run, as Llama 3 405B (Sec. 3.4.1)",
-    "train_tokens": "15T tokens, Llama 3's pretraining corpus (Dubey et al. 2024, Sec. 3.1)",
-    "num_nodes": "the published layout's GPU count on 8-GPU nodes (8, 64, 1024 GPUs: DP 4, 2, 8): the distributed "
-    "optimizer shards its state over DP x CP, which the 70B and 405B layouts need to fit",
-    "recompute": "70B: selective (attention core), the catalog default. 8B, 405B: full recomputation of the first "
-    "recompute_num_layers layers of each chunk, the least that fits 80 GB with 5 % to spare under the planner's "
-    "default stack (`nemo-recipes plan llama_8b`): NVIDIA's runs recompute nothing but reduce gradients in BF16 "
-    "(grad_reduce_in_fp32 off in NeMo's performance scripts), where NeMo's default keeps them in FP32",
-    "recompute_num_layers": "8B: 16 of 32 layers; 405B: 1 of each 2-layer chunk (see recompute)",
-}
-FAMILY_SOURCES: dict[str, dict[str, str]] = {"gpt": {}, "llama": LLAMA_SOURCES}
-#: Recipe name prefix -> the family's display name, which also prefixes its NeMo config classes.
-FAMILIES: dict[str, str] = {"gpt": "GPT", "llama": "Llama"}
+#: Recipe name prefix -> the family's display name, which also prefixes its NeMo config classes (the family modules
+#: own them: `nemo_recipes.families`).
+FAMILIES: dict[str, str] = {prefix: family.display_name for prefix, family in REGISTRY.items()}
 
 
 def source(spec: RecipeSpec, field: str) -> str:
     """Where the value of `field` in the table row `spec` comes from."""
-    return FAMILY_SOURCES[spec.family].get(field) or SOURCES.get(field, "")
+    return get_family(spec.family).sources.get(field) or SOURCES.get(field, "")
 
 
 DERIVED_SOURCES: dict[str, str] = {

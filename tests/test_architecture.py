@@ -19,16 +19,28 @@ ALLOWED: dict[str, set[str]] = {
     "counts": set(),
     "errors": {"credentials"},
     "yaml_files": {"errors", "credentials"},
-    "catalog": CORE | {"plan"},
-    "plan": CORE | {"catalog", "data"},
+    "families": CORE,
+    "catalog": CORE | {"plan", "families"},
+    "plan": CORE | {"catalog", "families", "data"},
     "overrides": CORE | {"catalog"},
     "data": CORE | {"catalog", "__init__"},
-    "training": CORE | {"catalog", "plan", "overrides", "__init__"},
+    "training": CORE | {"catalog", "families", "plan", "overrides", "__init__"},
     "executors": CORE | {"catalog", "plan", "overrides", "__init__"},
-    "watching": CORE | {"catalog", "plan"},
+    "watching": CORE | {"catalog", "families", "plan"},
     "smoke_training": CORE | {"catalog", "plan", "overrides", "data", "training", "executors"},
     "cli": CORE
-    | {"catalog", "plan", "overrides", "data", "training", "executors", "smoke_training", "watching", "__init__"},
+    | {
+        "catalog",
+        "families",
+        "plan",
+        "overrides",
+        "data",
+        "training",
+        "executors",
+        "smoke_training",
+        "watching",
+        "__init__",
+    },
     "__init__": CORE | {"catalog", "plan", "training", "smoke_training"},
 }
 #: Edges across a layer that exist on purpose: (importing module, imported unit) -> why.
@@ -39,7 +51,7 @@ EXCEPTIONS = {
     ("executors/plugin.py", "training"): "the recipe plugin reads the RecipeSpec back from a run.Partial",
 }
 #: Units that must stay importable without NeMo, Megatron, torch, Lightning or NeMo-Run (the fast path).
-LIGHT = {"credentials", "counts", "errors", "yaml_files", "catalog", "plan", "overrides", "watching"}
+LIGHT = {"credentials", "counts", "errors", "yaml_files", "families", "catalog", "plan", "overrides", "watching"}
 HEAVY = {"nemo", "megatron", "torch", "lightning", "nemo_run", "transformer_engine", "fiddle"}
 #: Files of heavier units that the fast path still imports (the planner reads manifests and fingerprints
 #: tokenizers): standard library and our own modules only, at import time; manifest.py also inside its functions.

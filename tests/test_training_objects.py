@@ -18,6 +18,7 @@ from nemo.collections.llm.gpt.model.base import GPTConfig  # noqa: E402
 import nemo_recipes  # noqa: E402
 from nemo_recipes.catalog import RECIPES, field_names  # noqa: E402
 from nemo_recipes.errors import InvalidRecipeError  # noqa: E402
+from nemo_recipes.families import Architecture  # noqa: E402
 from nemo_recipes.training import cpu_compat, parts  # noqa: E402
 from nemo_recipes.training.factories import FACTORIES, knob_names  # noqa: E402
 from nemo_recipes.training.introspect import spec_from_partial  # noqa: E402
@@ -144,6 +145,30 @@ def test_megatron_model_has_exactly_the_catalog_parameter_count(name, single_ran
     config.perform_initialization = False
     model = config.configure_model(fdl.build(parts.tokenizer(spec)), pre_process=True, post_process=True)
     assert sum(p.numel() for p in model.parameters()) == spec.num_parameters
+
+
+def _megatron_split(name: str) -> str:
+    if "linear_qkv." in name or "linear_fc1." in name:
+        return "replicated" if "layer_norm" in name else "column"  # TE fuses the norm into the next linear layer
+    if name.endswith(("linear_proj.weight", "linear_fc2.weight")):
+        return "row"
+    return "replicated"
+
+
+@pytest.mark.parametrize("name", ["gpt_1_3b", "llama_8b"])
+def test_megatron_layer_has_the_architectures_tensors(name, single_rank_megatron):
+    # One family's row each: Megatron's first layer holds the shapes the architecture lists, each split as its
+    # Megatron module splits it (linear_qkv and linear_fc1 are ColumnParallelLinear, linear_proj and linear_fc2
+    # RowParallelLinear, whose bias is added after the all-reduce; norms are whole). Megatron's own
+    # tensor_model_parallel mark is set only where it initialises a weight, which a meta-device build skips.
+    spec = RECIPES[name].replace(tensor_parallel=1, pipeline_parallel=1, num_layers=1)
+    config = fdl.build(cpu_compat.cpu_model_settings(model_config(spec)))
+    config.init_model_with_meta_device = True
+    config.perform_initialization = False
+    model = config.configure_model(fdl.build(parts.tokenizer(spec)), pre_process=True, post_process=True)
+    megatron = sorted((tuple(p.shape), _megatron_split(name)) for name, p in model.decoder.layers[0].named_parameters())
+    ours = sorted((t.shape, t.split) for t in Architecture.of(spec).layer_tensors())
+    assert megatron == ours
 
 
 def test_overrides_reach_every_part():

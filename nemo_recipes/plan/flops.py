@@ -15,9 +15,8 @@ Standard library only. Formulas and their sources are in `perf-model.md` section
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.families.architecture import Architecture, TokenFlops
 from nemo_recipes.plan.layout import Layout
 
 MODEL_FLOPS_CONVENTION = (
@@ -27,34 +26,10 @@ MODEL_FLOPS_CONVENTION = (
 )
 
 
-@dataclass(frozen=True)
-class TokenFlops:
-    """Forward FLOPs per token, split by kind of work (the backward pass costs twice each)."""
-
-    dense: float  # the four linear layers of every transformer layer, summed over layers
-    attention: float  # scores and attention-over-V, summed over layers, full s x s (no causal discount)
-    logits: float  # the output layer
-
-    @property
-    def forward(self) -> float:
-        return self.dense + self.attention + self.logits
-
-    @property
-    def model(self) -> float:
-        """Training FLOPs per token without recomputation: 3 x forward."""
-        return 3.0 * self.forward
-
-
 def forward_flops_per_token(spec: RecipeSpec) -> TokenFlops:
-    """Forward FLOPs per token of the whole model for `spec` (one sequence position, all layers)."""
-    h, s, layers = spec.hidden_size, spec.seq_length, spec.num_layers
-    d_head = spec.head_dim
-    q = spec.num_attention_heads * d_head
-    kv = spec.kv_groups * d_head
-    mlp_in = spec.ffn_hidden_size * (2 if spec.gated_linear_unit else 1)
-    dense = 2.0 * (h * (q + 2 * kv) + q * h + h * mlp_in + spec.ffn_hidden_size * h)
-    attention = 4.0 * s * q
-    return TokenFlops(dense=layers * dense, attention=layers * attention, logits=2.0 * h * spec.padded_vocab_size)
+    """Forward FLOPs per token of the whole model for `spec` (one sequence position, all layers): the family
+    architecture's (`families.architecture.Architecture.forward_flops_per_token`)."""
+    return Architecture.of(spec).forward_flops_per_token()
 
 
 def model_flops_per_token(spec: RecipeSpec) -> float:

@@ -21,37 +21,18 @@ from dataclasses import dataclass
 from typing import Optional
 
 from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.families.architecture import Architecture, LayerParams
 from nemo_recipes.plan.hardware import Cluster
 
 
-@dataclass(frozen=True)
-class LayerParams:
-    """One transformer layer's parameters, split by how TP stores them."""
-
-    sharded: int  # column/row-parallel weights and column-parallel biases: divided by TP
-    replicated: int  # row-parallel biases and norms: a full copy on every TP rank
-
-    def per_rank(self, tp: int) -> float:
-        return self.sharded / tp + self.replicated
-
-
 def layer_params(spec: RecipeSpec) -> LayerParams:
-    """Megatron GPT layer (the model `catalog.parameter_count` counts) split into TP-sharded and replicated parts:
-    QKV (queries heads x head_dim wide, keys and values query groups x head_dim each) and FC1 (2 x FFN when gated) are
-    column-parallel, weights and biases sharded; the output projection and FC2 are row-parallel, their biases
-    replicated; no biases at all with add_bias_linear off."""
-    h, ffn = spec.hidden_size, spec.ffn_hidden_size
-    q, kv = spec.num_attention_heads * spec.head_dim, spec.kv_groups * spec.head_dim
-    bias = 1 if spec.add_bias_linear else 0
-    fc1_width = (2 if spec.gated_linear_unit else 1) * ffn
-    qkv = h * (q + 2 * kv) + bias * (q + 2 * kv)
-    sharded = qkv + q * h + h * fc1_width + bias * fc1_width + ffn * h
-    replicated = 2 * bias * h + 2 * norm_params(spec)  # output-projection and FC2 biases, two norms
-    return LayerParams(sharded=sharded, replicated=replicated)
+    """One transformer layer split into TP-sharded and replicated parts: the family architecture's tensors
+    (`families.architecture.Architecture.layer_tensors`), the model `catalog.parameter_count` counts."""
+    return Architecture.of(spec).layer_params()
 
 
 def norm_params(spec: RecipeSpec) -> int:
-    return 2 * spec.hidden_size if spec.normalization == "LayerNorm" else spec.hidden_size
+    return Architecture.of(spec).norm_params
 
 
 @dataclass(frozen=True)
@@ -159,7 +140,7 @@ def _params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
     t = layout.tp
     per_layer = layer_params(spec).per_rank(t)
     vocab = spec.padded_vocab_size * spec.hidden_size / t
-    positions = spec.seq_length * spec.hidden_size if spec.position_embedding_type == "learned_absolute" else 0
+    positions = Architecture.of(spec).position_params
     if layout.pp == 1:
         return spec.num_layers * per_layer + vocab * (1 if spec.share_embeddings else 2) + positions + norm_params(spec)
     first = layout.layers_first_stage * per_layer + vocab + positions

@@ -18,6 +18,7 @@ from nemo.collections.llm.api import pretrain
 
 from nemo_recipes.catalog import RECIPES, RecipeSpec, get_recipe, not_a_spec, plain_name_problems
 from nemo_recipes.errors import Problem, raise_if_any
+from nemo_recipes.families import get_family
 from nemo_recipes.overrides import read_value
 from nemo_recipes.plan import Cluster, validate
 from nemo_recipes.training import parts
@@ -115,6 +116,7 @@ def _positional_problems(recipe_name: str, positional: tuple) -> list[Problem]:
 
 def _make_factory(recipe_name: str):
     row = get_recipe(recipe_name)
+    family = get_family(row.family)
     hints = typing.get_type_hints(RecipeSpec)
 
     def factory(*positional: Any, name: str = "default", dir: Optional[str] = None, **overrides: Any) -> run.Partial:
@@ -151,7 +153,8 @@ def _make_factory(recipe_name: str):
     factory.__name__ = factory.__qualname__ = recipe_name
     factory.__module__ = __name__
     factory.__doc__ = (
-        f"GPT {row.size_label} pretraining recipe ({row.num_parameters / 1e9:.2f}B parameters): "
+        f"{family.display_name} {row.size_label} pretraining recipe ({row.num_parameters / 1e9:.2f}B parameters; "
+        f"{family.summary}): "
         f"{row.num_layers} layers, hidden {row.hidden_size}, {row.num_attention_heads} heads, "
         f"TP{row.tensor_parallel} PP{row.pipeline_parallel}, micro batch {row.micro_batch_size}, "
         f"global batch {row.global_batch_size}, sequence {row.seq_length}; "

@@ -1,0 +1,189 @@
+"""A decoder-only transformer's architecture as Megatron-Core builds it: the tensors of one layer with their shapes
+and how tensor parallelism stores them, and the counts and FLOPs every other part of the package reads.
+
+Standard library only (the planner and the catalog read it on the fast path). Both families share this arithmetic:
+what differs between GPT and Llama (gating, biases, norms, positions, tied output layer) are recipe values that the
+shapes below take as they are, so one formula cannot drift from another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+#: How tensor parallelism stores a tensor: column-parallel (split along its output rows), row-parallel (split along
+#: its input columns), or a full copy on every TP rank.
+Split = Literal["column", "row", "replicated"]
+
+
+class Shape(Protocol):
+    """The recipe values the architecture reads (a `catalog.RecipeSpec` has them all): a protocol rather than the
+    class, so that this module stays below the catalog, which reads it."""
+
+    @property
+    def num_layers(self) -> int: ...
+    @property
+    def hidden_size(self) -> int: ...
+    @property
+    def ffn_hidden_size(self) -> int: ...
+    @property
+    def num_attention_heads(self) -> int: ...
+    @property
+    def kv_groups(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def seq_length(self) -> int: ...
+    @property
+    def padded_vocab_size(self) -> int: ...
+    @property
+    def normalization(self) -> str: ...
+    @property
+    def gated_linear_unit(self) -> bool: ...
+    @property
+    def add_bias_linear(self) -> bool: ...
+    @property
+    def share_embeddings(self) -> bool: ...
+    @property
+    def position_embedding_type(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """One parameter tensor of a transformer layer, named by its role (Megatron's state-dict keys differ between its
+    local and Transformer Engine layer specs; the roles do not)."""
+
+    role: str
+    shape: tuple[int, ...]
+    split: Split
+
+    @property
+    def numel(self) -> int:
+        count = 1
+        for size in self.shape:
+            count *= size
+        return count
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """One transformer layer's parameters, split by how TP stores them."""
+
+    sharded: int  # column/row-parallel weights and column-parallel biases: divided by TP
+    replicated: int  # row-parallel biases and norms: a full copy on every TP rank
+
+    def per_rank(self, tp: int) -> float:
+        return self.sharded / tp + self.replicated
+
+
+@dataclass(frozen=True)
+class TokenFlops:
+    """Forward FLOPs per token, split by kind of work (the backward pass costs twice each)."""
+
+    dense: float  # the four linear layers of every transformer layer, summed over layers
+    attention: float  # scores and attention-over-V, summed over layers, full s x s (no causal discount)
+    logits: float  # the output layer
+
+    @property
+    def forward(self) -> float:
+        return self.dense + self.attention + self.logits
+
+    @property
+    def model(self) -> float:
+        """Training FLOPs per token without recomputation: 3 x forward."""
+        return 3.0 * self.forward
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """The model Megatron-Core's GPTModel builds for a recipe: read `Architecture.of(spec)`, never recount."""
+
+    spec: Shape
+
+    @classmethod
+    def of(cls, spec: Shape) -> "Architecture":
+        return cls(spec)
+
+    @property
+    def query_width(self) -> int:
+        return self.spec.num_attention_heads * self.spec.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.spec.kv_groups * self.spec.head_dim
+
+    @property
+    def fc1_width(self) -> int:
+        """Gated MLPs keep the gate and the up projection in one fc1, 2 x FFN wide (Megatron-Core's linear_fc1)."""
+        return (2 if self.spec.gated_linear_unit else 1) * self.spec.ffn_hidden_size
+
+    def norm(self, role: str) -> list[Tensor]:
+        """LayerNorm has a weight and a bias, RMSNorm a weight only."""
+        h = self.spec.hidden_size
+        tensors = [Tensor(f"{role}.weight", (h,), "replicated")]
+        if self.spec.normalization == "LayerNorm":
+            tensors.append(Tensor(f"{role}.bias", (h,), "replicated"))
+        return tensors
+
+    def layer_tensors(self) -> list[Tensor]:
+        """One transformer layer: the fused QKV projection (queries heads x head_dim wide, keys and values query
+        groups x head_dim each) and FC1 are column-parallel, the output projection and FC2 row-parallel, whose
+        biases every TP rank holds whole; no biases with add_bias_linear off; two norms."""
+        s, h, ffn = self.spec, self.spec.hidden_size, self.spec.ffn_hidden_size
+        qkv = self.query_width + 2 * self.kv_width
+        tensors = [
+            *self.norm("input_norm"),
+            Tensor("qkv.weight", (qkv, h), "column"),
+            Tensor("proj.weight", (h, self.query_width), "row"),
+            *self.norm("pre_mlp_norm"),
+            Tensor("fc1.weight", (self.fc1_width, h), "column"),
+            Tensor("fc2.weight", (h, ffn), "row"),
+        ]
+        if s.add_bias_linear:
+            tensors += [
+                Tensor("qkv.bias", (qkv,), "column"),
+                Tensor("proj.bias", (h,), "replicated"),
+                Tensor("fc1.bias", (self.fc1_width,), "column"),
+                Tensor("fc2.bias", (h,), "replicated"),
+            ]
+        return tensors
+
+    def layer_params(self) -> LayerParams:
+        tensors = self.layer_tensors()
+        return LayerParams(
+            sharded=sum(t.numel for t in tensors if t.split != "replicated"),
+            replicated=sum(t.numel for t in tensors if t.split == "replicated"),
+        )
+
+    @property
+    def norm_params(self) -> int:
+        return sum(t.numel for t in self.norm("final_norm"))
+
+    @property
+    def embedding_params(self) -> int:
+        """Word embeddings (the padded vocabulary), an output layer unless tied."""
+        return self.spec.padded_vocab_size * self.spec.hidden_size * (1 if self.spec.share_embeddings else 2)
+
+    @property
+    def position_params(self) -> int:
+        """A learned position table; RoPE has no parameters."""
+        learned = self.spec.position_embedding_type == "learned_absolute"
+        return self.spec.seq_length * self.spec.hidden_size if learned else 0
+
+    @property
+    def num_parameters(self) -> int:
+        """Exact parameter count of the model NeMo builds (Narayanan et al. 2021, Eq. 2, is the GPT-3 case)."""
+        per_layer = self.layer_params()
+        layers = self.spec.num_layers * (per_layer.sharded + per_layer.replicated)
+        return layers + self.embedding_params + self.position_params + self.norm_params
+
+    def forward_flops_per_token(self) -> TokenFlops:
+        """Forward FLOPs per token of the whole model (perf-model.md 2.2): 2 per weight of the four linear layers,
+        `4·s·q` for the attention scores and attention over V, `2·h·V` for the logits."""
+        s = self.spec
+        q, kv, h = self.query_width, self.kv_width, s.hidden_size
+        dense = 2.0 * (h * (q + 2 * kv) + q * h + h * self.fc1_width + s.ffn_hidden_size * h)
+        attention = 4.0 * s.seq_length * q
+        return TokenFlops(
+            dense=s.num_layers * dense, attention=s.num_layers * attention, logits=2.0 * h * s.padded_vocab_size
+        )

@@ -1,0 +1,18 @@
+"""What a model family is: the recipe-name prefix it owns, the name it shows, and where its rows' values come from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+
+@dataclass(frozen=True)
+class Family:
+    """One model family. Its rows share the transformer arithmetic of `families.architecture`; what a family owns is
+    its name (the recipe prefix, and the display name that prefixes its NeMo config classes and help) and the sources
+    of the values in which its rows differ from the catalog's defaults."""
+
+    prefix: str
+    display_name: str
+    summary: str  # one line for help texts: what the family's architecture is
+    sources: Mapping[str, str] = field(default_factory=dict)
