@@ -18,6 +18,7 @@ import logging
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import warnings
@@ -457,7 +458,31 @@ def run_shards(plan_path: str | Path, rank: int = 0, world: int = 1, *, report: 
 _WORKER: dict[str, Any] = {}
 
 
+#: The signals that stop the command. The parent stops the pool when one arrives; the workers must not run the
+#: command's handler (cli/_signals.py) that fork copied into them: it raised inside their exit finalizers when the
+#: pool's SIGTERM came, and a worker then waited on a queue lock for ever.
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _signals_blocked() -> Iterator[None]:
+    """The stopping signals held back while the pool forks, so that no worker runs a line with the parent's handler
+    (the signal is delivered to the parent after, and the pool's helper threads keep the mask: the main thread
+    takes every signal)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _worker_init(plan_path: str, queue: Any, parent: int) -> None:
+    # SIGTERM (the pool's terminate, a kill of the group) ends a worker at once; Ctrl-C reaches the whole process
+    # group, and it is the parent's to act on (it stops the pool).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING)
     _WORKER["plan"] = plans.read_plan(plan_path)
     _WORKER["encoder"] = tokenizers.load(_WORKER["plan"].tokenizer.path)
     _WORKER["queue"] = queue
@@ -490,7 +515,11 @@ def _run_local(plan: ShardPlan, todo: list[int], workers: int, progress: Progres
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     with _one_thread_per_worker():
-        pool = context.Pool(min(workers, len(todo)), _worker_init, (str(plan.work / "plan.json"), queue, os.getpid()))
+        with _signals_blocked():
+            pool = context.Pool(
+                min(workers, len(todo)), _worker_init, (str(plan.work / "plan.json"), queue, os.getpid())
+            )
+        finished = False
         try:
             results = [pool.apply_async(_worker_shard, (index,)) for index in todo]
             while True:
@@ -503,9 +532,12 @@ def _run_local(plan: ShardPlan, todo: list[int], workers: int, progress: Progres
                 if all(result.ready() for result in results):
                     break
             _drain(queue, progress, timeout=0)
-            pool.close()
+            finished = True
         finally:
-            pool.terminate()
+            if finished:  # every task is done: the idle workers take the pool's end-of-work sentinel and exit
+                pool.close()
+            else:  # a stop or an error: SIGTERM ends the workers (their default action, see _worker_init)
+                pool.terminate()
             pool.join()
 
 
