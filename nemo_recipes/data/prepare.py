@@ -86,7 +86,7 @@ class Options:
         if self.train_tokenizer:
             data["train_tokenizer"] = {
                 "kind": self.tokenizer_kind,
-                "vocab_size": self.vocab_size or tokenizers.DEFAULT_VOCAB_SIZE,
+                "vocab_size": tokenizers.DEFAULT_VOCAB_SIZE if self.vocab_size is None else self.vocab_size,
                 "sample_bytes": self.tokenizer_sample_bytes,
             }
         else:
@@ -113,6 +113,16 @@ class Options:
                     "only a trained tokenizer takes a vocabulary size.",
                     "drop --vocab-size, or use --train-tokenizer.",
                 )  # fmt: skip
+            )
+        low, high = tokenizers.MIN_VOCAB_SIZE, tokenizers.MAX_VOCAB_SIZE
+        if self.train_tokenizer and self.vocab_size is not None and not low <= self.vocab_size <= high:
+            problems.append(
+                Problem(
+                    "vocab_size",
+                    self.vocab_size,
+                    f"a trained vocabulary holds {low:,} to {high:,} entries.",
+                    f"give e.g. --vocab-size {tokenizers.DEFAULT_VOCAB_SIZE}, or leave it out for that default.",
+                )
             )
         for name in ("max_document_chars", "tokenizer_sample_bytes"):
             value = getattr(self, name)
@@ -214,7 +224,7 @@ def _train(srcs: list[sources.Source], described: list[dict], out: Path, options
                 if taken >= per_shard:
                     break
 
-    vocab = options.vocab_size or tokenizers.DEFAULT_VOCAB_SIZE
+    vocab = tokenizers.DEFAULT_VOCAB_SIZE if options.vocab_size is None else options.vocab_size
     log(f"tokenizer: training a {options.tokenizer_kind} BPE of {vocab:,} entries on a sample of the inputs")
     path = tokenizers.train(sample(), out, vocab_size=vocab, kind=options.tokenizer_kind)
     got = tokenizers.load(path).vocab_size
@@ -238,6 +248,8 @@ def make_plan(
     """Resolve and check the inputs, find or train the tokenizer, and return the plan: the one in
     `out/.nemo-recipes-work/plan.json` when inputs and arguments are unchanged, else a new one written there."""
     options.check()
+    if shard_bytes is not None and shard_bytes < 1:
+        raise bad("shard_size", shard_bytes, "must be a positive size.", "give e.g. --shard-size 64M, or leave it out.")
     srcs = sources.resolve(list(inputs))
     out = Path(out).absolute()
     _writable(out)
@@ -728,7 +740,12 @@ def prepare(
         tokenizer_kind=tokenizer_kind,
         tokenizer_sample_bytes=tokenizer_sample_bytes,
     )
-    workers = max(1, workers or os.cpu_count() or 1)
+    cores = len(os.sched_getaffinity(0))
+    if workers is not None and workers > cores and shard_runner is None:
+        # A process per worker beyond the cores only adds memory and switching; the pool is also cut to the shards.
+        log(f"note: --workers {workers:,}: {cores} core(s) here; {cores} worker(s) used.")
+        workers = cores
+    workers = max(1, workers or cores)
     out = Path(out).absolute()
     try:
         plan = make_plan(inputs, out, options, workers=workers, shard_bytes=shard_bytes, log=log)
