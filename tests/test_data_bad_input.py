@@ -243,3 +243,29 @@ def test_inspect_refuses_a_negative_sample(tmp_path):
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
         code = main(["data", "inspect", str(tmp_path / "any"), "--sample-tokens", "-1"])
     assert code == 2 and "sample_tokens=-1" in err.getvalue(), err.getvalue()
+
+
+def test_an_out_inside_the_input_directory_never_reads_its_own_outputs(tmp_path, tokenizer):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    jsonl(corpus / "a.jsonl", GOOD)
+    out = corpus / "out"
+    first = run(str(corpus), "--out", str(out), "--tokenizer", str(tokenizer))
+    assert first[0] == 0, first[2]
+    # The second run sees plan.json, receipts and the manifest under the input directory: none of them is an input.
+    code, _, err = run(str(corpus), "--out", str(out), "--tokenizer", str(tokenizer))
+    assert code == 0 and "nothing to do" in err, err
+    assert read_manifest(out / "corpus").inputs[0]["path"].endswith("a.jsonl")
+    assert len(read_manifest(out / "corpus").inputs) == 1
+
+
+def test_a_second_prepare_on_one_out_is_refused_while_the_first_holds_it(tmp_path, tokenizer):
+    import fcntl
+
+    out = tmp_path / "out"
+    (out / ".nemo-recipes-work").mkdir(parents=True)
+    with open(out / ".nemo-recipes-work" / "lock", "w") as held:  # what a running prepare holds
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        code, _, err = run(str(jsonl(tmp_path / "a.jsonl", GOOD)), "--out", str(out), "--tokenizer", str(tokenizer))
+    expect(code, err, "out", "another `data prepare` is writing there now")
+    assert not (out / "a.bin").exists()

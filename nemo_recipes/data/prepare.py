@@ -10,7 +10,9 @@ complete. NumPy, Megatron-Core and the tokenizer libraries are imported inside t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
+import fcntl
 import gc
 import itertools
 import json
@@ -30,6 +32,7 @@ from nemo_recipes import __version__
 from nemo_recipes.data import plan as plans
 from nemo_recipes.data import sources, tokenizers
 from nemo_recipes.data.manifest import (
+    MANIFEST_SUFFIX,
     Manifest,
     fsync_directory,
     index_summary,
@@ -150,6 +153,61 @@ def _writable(out: Path) -> None:
         raise bad("out", str(out), f"the output directory cannot be written: {error.strerror or error}.", fix) from None
 
 
+def _ours(path: Path, out: Path) -> bool:
+    """A file this command writes in `out`: its work directory (plan, receipts), a manifest, a trained tokenizer."""
+    if not path.is_relative_to(out):
+        return False
+    inside = path.relative_to(out).parts
+    return inside[0] in (plans.WORK_DIR, "tokenizer", "tokenizer.model") or (
+        len(inside) == 1 and path.name.endswith(MANIFEST_SUFFIX)
+    )
+
+
+def _without_outputs(srcs: list[sources.Source], out: Path, log: Log) -> list[sources.Source]:
+    """The sources less what an earlier run wrote to `out` (an --out inside an input directory): read as input, the
+    plan, receipts and manifests change the plan at every run, which then never ends."""
+    result = []
+    problems = []
+    for source in srcs:
+        files = tuple(f for f in source.files if not _ours(Path(f.path), out))
+        if len(files) < len(source.files):
+            log(
+                f"note: {source.argument}: {len(source.files) - len(files)} file(s) that data prepare wrote in "
+                f"{out} left out"
+            )
+        if not files:
+            problems.append(
+                Problem(
+                    "inputs",
+                    source.argument,
+                    f"holds only what data prepare wrote in {out}.",
+                    "give the input files, or an --out outside the inputs.",
+                )
+            )
+        result.append(dataclasses.replace(source, files=files))
+    if problems:
+        raise BadInput(problems, context="data prepare")
+    return result
+
+
+@contextlib.contextmanager
+def _locked(out: Path) -> Iterator[None]:
+    """One prepare at a time per --out: a second one would tokenize everything again and fail at its merge."""
+    work = out / plans.WORK_DIR
+    work.mkdir(parents=True, exist_ok=True)
+    with open(work / "lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise bad(
+                "out",
+                str(out),
+                "another `data prepare` is writing there now.",
+                "wait for it to finish (then run again: it resumes or finds nothing to do), or choose another --out.",
+            ) from None
+        yield  # the kernel releases the lock when this process ends, killed or not
+
+
 def _digests(srcs: list[sources.Source]) -> list[dict]:
     """Each source's {"name", "inputs"}; an empty input file is refused (all of them at once)."""
     problems = []
@@ -253,6 +311,7 @@ def make_plan(
     srcs = sources.resolve(list(inputs))
     out = Path(out).absolute()
     _writable(out)
+    srcs = _without_outputs(srcs, out, log)
     described = _digests(srcs)
     # The shard size follows the inputs' stored size (compressed files get larger shards; that is all).
     size = shard_bytes or plans.shard_size(sum(i["bytes"] for s in described for i in s["inputs"]), workers)
@@ -747,36 +806,52 @@ def prepare(
         workers = cores
     workers = max(1, workers or cores)
     out = Path(out).absolute()
+    _writable(out)
     try:
-        plan = make_plan(inputs, out, options, workers=workers, shard_bytes=shard_bytes, log=log)
-        done = up_to_date(plan)
-        if done is not None:
-            log(
-                f"nothing to do: {', '.join(str(out / m.prefix) for m in done)} already up to date "
-                "(same inputs and arguments)"
-            )
-            return done
-        todo = pending(plan)
-        plans.remove_leftovers(plan)
-        if len(todo) < len(plan.shards):
-            log(f"resuming: {len(plan.shards) - len(todo)} of {len(plan.shards)} shards already done (receipts kept)")
-        total = sum(plan.shards[i].end - plan.shards[i].start for i in todo)
-        if shard_runner is not None:
-            shard_runner(plan.work / "plan.json")
-            todo = []  # tokenized elsewhere: no local rates to report
-        else:
-            _import_writer()
-
-            bar = Progress(total, stream=err, mode=progress, label="tokenizing")
-            try:
-                _run_local(plan, todo, workers, bar)
-            finally:
-                bar.close()
-        manifests = finalize(plan.work / "plan.json")
+        with _locked(out):
+            return _prepare_locked(inputs, out, options, workers, shard_bytes, progress, err, log, shard_runner)
     except OSError as error:
         if error.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
             raise _disk_full(error, out) from None
         raise
+
+
+def _prepare_locked(
+    inputs: list[str],
+    out: Path,
+    options: Options,
+    workers: int,
+    shard_bytes: Optional[int],
+    progress: str,
+    err: TextIO,
+    log: Log,
+    shard_runner: Optional[Callable[[Path], None]],
+) -> list[Manifest]:
+    plan = make_plan(inputs, out, options, workers=workers, shard_bytes=shard_bytes, log=log)
+    done = up_to_date(plan)
+    if done is not None:
+        log(
+            f"nothing to do: {', '.join(str(out / m.prefix) for m in done)} already up to date "
+            "(same inputs and arguments)"
+        )
+        return done
+    todo = pending(plan)
+    plans.remove_leftovers(plan)
+    if len(todo) < len(plan.shards):
+        log(f"resuming: {len(plan.shards) - len(todo)} of {len(plan.shards)} shards already done (receipts kept)")
+    total = sum(plan.shards[i].end - plan.shards[i].start for i in todo)
+    if shard_runner is not None:
+        shard_runner(plan.work / "plan.json")
+        todo = []  # tokenized elsewhere: no local rates to report
+    else:
+        _import_writer()
+
+        bar = Progress(total, stream=err, mode=progress, label="tokenizing")
+        try:
+            _run_local(plan, todo, workers, bar)
+        finally:
+            bar.close()
+    manifests = finalize(plan.work / "plan.json")
     if progress != "none" and todo:
         rates = bar.rates()
         log(
