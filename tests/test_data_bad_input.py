@@ -269,3 +269,12 @@ def test_a_second_prepare_on_one_out_is_refused_while_the_first_holds_it(tmp_pat
         code, _, err = run(str(jsonl(tmp_path / "a.jsonl", GOOD)), "--out", str(out), "--tokenizer", str(tokenizer))
     expect(code, err, "out", "another `data prepare` is writing there now")
     assert not (out / "a.bin").exists()
+
+
+def test_a_fifo_or_a_device_is_named_as_not_a_regular_file(tmp_path, tokenizer):
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    for given in (str(fifo), "/dev/null"):
+        code, _, err = run(given, "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer))
+        expect(code, err, "inputs", "not a regular file")
+        assert "no such file" not in err

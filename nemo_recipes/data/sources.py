@@ -115,6 +115,11 @@ def resolve(arguments: list[str]) -> list[Source]:
         elif path.is_file():
             matched = [path]
             default_name = _stem(path)
+        elif path.exists():  # a FIFO, a device (/dev/null), a socket: no size to cut into shards, no second read
+            problems.append(
+                Problem("inputs", given, "not a regular file (a pipe or a device).", "save the text to a file first.")
+            )
+            continue
         else:
             problems.append(Problem("inputs", given, "no such file or directory.", "check the path."))
             continue
