@@ -587,7 +587,8 @@ def data_problems(spec: RecipeSpec) -> list[Problem]:
                 "use positive weights (they need not sum to 1; Megatron normalises them).",
             )
         )
-    elif weights and not math.isfinite(sum(float(w) for w in weights)):  # each finite, the sum not: the shares would be NaN
+    # Each weight finite, their sum not: every share would be NaN.
+    elif weights and not math.isfinite(sum(float(w) for w in weights)):
         problems.append(
             Problem(
                 "data_weights",
