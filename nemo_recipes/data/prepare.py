@@ -806,6 +806,9 @@ def prepare(
         workers = cores
     workers = max(1, workers or cores)
     out = Path(out).absolute()
+    # The arguments and inputs are checked before the lock creates `out`: a refused command leaves nothing behind.
+    options.check()
+    sources.resolve(list(inputs))
     _writable(out)
     try:
         with _locked(out):
