@@ -570,6 +570,16 @@ def data_problems(spec: RecipeSpec) -> list[Problem]:
                 "use positive weights (they need not sum to 1; Megatron normalises them).",
             )
         )
+    # Each weight finite, their sum not: every share would be NaN.
+    elif weights and not math.isfinite(sum(float(w) for w in weights)):
+        problems.append(
+            Problem(
+                "data_weights",
+                list(weights),
+                "the weights' sum overflows a float.",
+                "use relative weights of ordinary size (e.g. [1, 1]: Megatron normalises them).",
+            )
+        )
     empty = [p for p in paths if not str(p).strip()]
     if empty:
         problems.append(

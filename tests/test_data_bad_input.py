@@ -8,6 +8,7 @@ import contextlib
 import gzip
 import io
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -191,3 +192,89 @@ def test_a_vocabulary_too_large_for_uint16_is_said(tmp_path, tokenizer):
     assert code == 0, err
     assert "note: tokenizer_path=" in err and "does not fit uint16" in err and "stored as int32" in err
     assert read_manifest(tmp_path / "out" / "good").dtype == "int32"
+
+
+# data prepare's numeric flags: 0 and negative values are refused (0 was read as "the default"), as are values that
+# are no number and a vocabulary the trainer cannot build; every one exits 2 naming the flag, before any work.
+NUMERIC = {
+    "--vocab-size": ("vocab_size", ["0", "-1", "259", "1000000000000", "x"]),
+    "--shard-size": ("shard_size", ["0", "-1", "1e3x"]),
+    "--tokenizer-sample": ("tokenizer_sample_bytes", ["0", "-5", "many"]),
+    "--max-document-chars": ("max_document_chars", ["0", "-1", "1.5"]),
+    "--workers": ("workers", ["0", "-3", "two"]),
+}
+
+
+@pytest.mark.parametrize("flag,value", [(f, v) for f, (_, values) in NUMERIC.items() for v in values])
+def test_numeric_flags_refuse_zero_negative_and_non_numbers(flag, value, tmp_path):
+    source = jsonl(tmp_path / "in.jsonl", GOOD)
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), pytest.raises(SystemExit) as parsed:
+        code = main(["data", "prepare", str(source), "--out", str(tmp_path / "out"), "--train-tokenizer",
+                     "--progress", "none", flag, value])  # fmt: skip
+        raise SystemExit(code)
+    assert parsed.value.code == 2, err.getvalue()
+    assert "Traceback" not in err.getvalue()
+    field = NUMERIC[flag][0]
+    assert f"{field}=" in err.getvalue() or flag in err.getvalue(), err.getvalue()
+    assert not (tmp_path / "out" / "in.bin").exists()
+
+
+def test_an_empty_name_input_is_refused_not_read_as_the_working_directory(tmp_path, tokenizer, monkeypatch):
+    jsonl(tmp_path / "stray.jsonl", GOOD)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = run("wiki=", "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer))
+    expect(code, err, "inputs", "names no input")
+    assert not (tmp_path / "out" / "wiki.bin").exists()
+
+
+def test_workers_beyond_the_cores_are_bounded_with_a_notice(tmp_path, tokenizer):
+    source = jsonl(tmp_path / "in.jsonl", GOOD)
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = main(["data", "prepare", str(source), "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer),
+                     "--progress", "none", "--workers", "1000"])  # fmt: skip
+    cores = len(os.sched_getaffinity(0))
+    assert code == 0 and f"--workers 1,000: {cores} core(s) here; {cores} worker(s) used" in err.getvalue()
+
+
+def test_inspect_refuses_a_negative_sample(tmp_path):
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = main(["data", "inspect", str(tmp_path / "any"), "--sample-tokens", "-1"])
+    assert code == 2 and "sample_tokens=-1" in err.getvalue(), err.getvalue()
+
+
+def test_an_out_inside_the_input_directory_never_reads_its_own_outputs(tmp_path, tokenizer):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    jsonl(corpus / "a.jsonl", GOOD)
+    out = corpus / "out"
+    first = run(str(corpus), "--out", str(out), "--tokenizer", str(tokenizer))
+    assert first[0] == 0, first[2]
+    # The second run sees plan.json, receipts and the manifest under the input directory: none of them is an input.
+    code, _, err = run(str(corpus), "--out", str(out), "--tokenizer", str(tokenizer))
+    assert code == 0 and "nothing to do" in err, err
+    assert read_manifest(out / "corpus").inputs[0]["path"].endswith("a.jsonl")
+    assert len(read_manifest(out / "corpus").inputs) == 1
+
+
+def test_a_second_prepare_on_one_out_is_refused_while_the_first_holds_it(tmp_path, tokenizer):
+    import fcntl
+
+    out = tmp_path / "out"
+    (out / ".nemo-recipes-work").mkdir(parents=True)
+    with open(out / ".nemo-recipes-work" / "lock", "w") as held:  # what a running prepare holds
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        code, _, err = run(str(jsonl(tmp_path / "a.jsonl", GOOD)), "--out", str(out), "--tokenizer", str(tokenizer))
+    expect(code, err, "out", "another `data prepare` is writing there now")
+    assert not (out / "a.bin").exists()
+
+
+def test_a_fifo_or_a_device_is_named_as_not_a_regular_file(tmp_path, tokenizer):
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    for given in (str(fifo), "/dev/null"):
+        code, _, err = run(given, "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer))
+        expect(code, err, "inputs", "not a regular file")
+        assert "no such file" not in err

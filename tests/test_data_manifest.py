@@ -143,6 +143,31 @@ def test_index_summary_refuses_what_is_not_an_index(tmp_path):
     assert "none.idx is missing" in _problem(error).message
 
 
+@pytest.mark.nemo
+@pytest.mark.parametrize("damage", ["2^40 sequences", "2^62 sequences", "cut short", "negative length"])
+def test_a_damaged_index_is_refused_before_its_counts_are_trusted(tmp_path, damage):
+    import struct
+
+    import numpy as np
+
+    prefix = tmp_path / "d"
+    _write_dataset(str(prefix), [[1, 2, 3, 0], [7, 0]], np.uint16)
+    idx = tmp_path / "d.idx"
+    data = bytearray(idx.read_bytes())
+    head = struct.Struct("<9sQBQQ")
+    magic, version, code, sequences, documents = head.unpack_from(data)
+    if damage.startswith("2^"):  # the header claims more than the file holds: MemoryError, OverflowError before
+        head.pack_into(data, 0, magic, version, code, 1 << int(damage[2:4]), documents)
+    elif damage == "cut short":
+        del data[-5:]
+    else:  # the first length negative, the second larger, the total unchanged: only the sign shows the damage
+        struct.pack_into("<ii", data, head.size, -1, 6)
+    idx.write_bytes(bytes(data))
+    with pytest.raises(InvalidConfigError) as error:
+        index_summary(prefix)
+    assert "damaged" in _problem(error).message, _problem(error).message
+
+
 def test_the_light_modules_import_only_the_standard_library():
     # The planner reads manifests and fingerprints tokenizers on the fast path.
     probe = (

@@ -84,6 +84,13 @@ def test_numbers_that_overflow_a_float_are_refused_not_crashed_on(cli_in_process
     assert "<an integer of about 5001 digits>" in text  # Python cannot print it; the message still can
 
 
+def test_weights_whose_sum_overflows_are_refused_not_planned_as_nan(cli_in_process):
+    # Issue 33 (red team): each weight finite, the sum infinite; plan failed on NaN shares.
+    for verb in ("show", "plan"):
+        code, _, err = cli_in_process(verb, "gpt_7b", "data_paths=[/d/a,/d/b]", "data_weights=[1e308,1e308]")
+        assert code == 2 and "data_weights=" in err and "overflows" in err, err
+
+
 def test_a_step_larger_than_the_run_names_the_batch_that_fits():
     with pytest.raises(InvalidRecipeError) as error:
         get_recipe("gpt_7b").replace(global_batch_size=2**24, seq_length=2**15)

@@ -154,6 +154,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     inspect.set_defaults(run=run_inspect)
 
 
+def _default(value: int | None, default: int) -> int:
+    return default if value is None else value
+
+
 def run_prepare(args: argparse.Namespace) -> int:
     from nemo_recipes.data import prepare
 
@@ -173,8 +177,9 @@ def run_prepare(args: argparse.Namespace) -> int:
         skip_bad_lines=args.skip_bad_lines,
         shard_bytes=args.shard_size,
         progress=args.progress,
-        max_document_chars=args.max_document_chars or prepare.DEFAULT_MAX_DOCUMENT_CHARS,
-        tokenizer_sample_bytes=args.tokenizer_sample or prepare.DEFAULT_TOKENIZER_SAMPLE_BYTES,
+        # 0 is refused there like any value below 1, not read as "the default".
+        max_document_chars=_default(args.max_document_chars, prepare.DEFAULT_MAX_DOCUMENT_CHARS),
+        tokenizer_sample_bytes=_default(args.tokenizer_sample, prepare.DEFAULT_TOKENIZER_SAMPLE_BYTES),
     )
     if args.json:
         _output.print_json([m.to_json() for m in manifests])
@@ -187,6 +192,10 @@ def run_prepare(args: argparse.Namespace) -> int:
 def run_inspect(args: argparse.Namespace) -> int:
     from nemo_recipes.data.inspect import errors, inspect
 
+    if args.sample_tokens < 0:
+        raise InvalidConfigError(
+            [Problem("sample_tokens", args.sample_tokens, "must be 0 or more.", "give e.g. --sample-tokens 64.")]
+        )
     results = [inspect(p, tokenizer_path=args.tokenizer, sample_tokens=args.sample_tokens) for p in args.prefixes]
     if args.json:
         _output.print_json([r.to_dict() for r in results])

@@ -228,10 +228,20 @@ def read_index(prefix: str | Path) -> tuple[str, int, int, array]:
             _magic, version, code, sequences, documents = _IDX_HEAD.unpack(head)
             if version != 1 or code not in DTYPES:
                 raise _problem(prefix, f"{idx.name} has version {version}, dtype code {code}: not readable.", fix)
-            lengths = array("i")
-            lengths.frombytes(stream.read(4 * sequences))
             size = idx.stat().st_size
             bin_size = bin_.stat().st_size
+            expected = _IDX_HEAD.size + 4 * sequences + 8 * sequences + 8 * documents
+            # The counts are checked against the file's size before anything is read by them: a damaged header
+            # (2^62 sequences) would otherwise ask for exabytes.
+            if size not in (expected, expected + sequences):
+                raise _problem(
+                    prefix,
+                    f"{idx.name} is {size} bytes, but its header's {sequences} sequences and {documents} document "
+                    f"offsets need {expected}: damaged or cut short.",
+                    fix,
+                )
+            lengths = array("i")
+            lengths.frombytes(stream.read(4 * sequences))
     except FileNotFoundError as error:
         raise _problem(
             prefix,
@@ -241,9 +251,10 @@ def read_index(prefix: str | Path) -> tuple[str, int, int, array]:
     if struct.pack("=i", 1) != struct.pack("<i", 1):  # pragma: no cover  (big-endian hosts)
         lengths.byteswap()
     dtype, itemsize = DTYPES[code]
+    if any(length < 0 for length in lengths):
+        raise _problem(prefix, f"{idx.name} holds a negative sequence length: damaged.", fix)
     tokens = sum(lengths)
-    expected = _IDX_HEAD.size + 4 * sequences + 8 * sequences + 8 * documents
-    if len(lengths) != sequences or size not in (expected, expected + sequences) or bin_size != tokens * itemsize:
+    if len(lengths) != sequences or bin_size != tokens * itemsize:
         raise _problem(
             prefix,
             f"{idx.name} and {bin_.name} do not match ({sequences} sequences of {tokens} {dtype} tokens need "

@@ -10,7 +10,9 @@ complete. NumPy, Megatron-Core and the tokenizer libraries are imported inside t
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
+import fcntl
 import gc
 import itertools
 import json
@@ -18,6 +20,7 @@ import logging
 import multiprocessing
 import os
 import shutil
+import signal
 import sys
 import tempfile
 import warnings
@@ -29,6 +32,7 @@ from nemo_recipes import __version__
 from nemo_recipes.data import fast_encoder, sources, tokenizers
 from nemo_recipes.data import plan as plans
 from nemo_recipes.data.manifest import (
+    MANIFEST_SUFFIX,
     Manifest,
     fsync_directory,
     index_summary,
@@ -85,7 +89,7 @@ class Options:
         if self.train_tokenizer:
             data["train_tokenizer"] = {
                 "kind": self.tokenizer_kind,
-                "vocab_size": self.vocab_size or tokenizers.DEFAULT_VOCAB_SIZE,
+                "vocab_size": tokenizers.DEFAULT_VOCAB_SIZE if self.vocab_size is None else self.vocab_size,
                 "sample_bytes": self.tokenizer_sample_bytes,
             }
         else:
@@ -113,6 +117,16 @@ class Options:
                     "drop --vocab-size, or use --train-tokenizer.",
                 )  # fmt: skip
             )
+        low, high = tokenizers.MIN_VOCAB_SIZE, tokenizers.MAX_VOCAB_SIZE
+        if self.train_tokenizer and self.vocab_size is not None and not low <= self.vocab_size <= high:
+            problems.append(
+                Problem(
+                    "vocab_size",
+                    self.vocab_size,
+                    f"a trained vocabulary holds {low:,} to {high:,} entries.",
+                    f"give e.g. --vocab-size {tokenizers.DEFAULT_VOCAB_SIZE}, or leave it out for that default.",
+                )
+            )
         for name in ("max_document_chars", "tokenizer_sample_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -137,6 +151,61 @@ def _writable(out: Path) -> None:
             pass
     except OSError as error:
         raise bad("out", str(out), f"the output directory cannot be written: {error.strerror or error}.", fix) from None
+
+
+def _ours(path: Path, out: Path) -> bool:
+    """A file this command writes in `out`: its work directory (plan, receipts), a manifest, a trained tokenizer."""
+    if not path.is_relative_to(out):
+        return False
+    inside = path.relative_to(out).parts
+    return inside[0] in (plans.WORK_DIR, "tokenizer", "tokenizer.model") or (
+        len(inside) == 1 and path.name.endswith(MANIFEST_SUFFIX)
+    )
+
+
+def _without_outputs(srcs: list[sources.Source], out: Path, log: Log) -> list[sources.Source]:
+    """The sources less what an earlier run wrote to `out` (an --out inside an input directory): read as input, the
+    plan, receipts and manifests change the plan at every run, which then never ends."""
+    result = []
+    problems = []
+    for source in srcs:
+        files = tuple(f for f in source.files if not _ours(Path(f.path), out))
+        if len(files) < len(source.files):
+            log(
+                f"note: {source.argument}: {len(source.files) - len(files)} file(s) that data prepare wrote in "
+                f"{out} left out"
+            )
+        if not files:
+            problems.append(
+                Problem(
+                    "inputs",
+                    source.argument,
+                    f"holds only what data prepare wrote in {out}.",
+                    "give the input files, or an --out outside the inputs.",
+                )
+            )
+        result.append(dataclasses.replace(source, files=files))
+    if problems:
+        raise BadInput(problems, context="data prepare")
+    return result
+
+
+@contextlib.contextmanager
+def _locked(out: Path) -> Iterator[None]:
+    """One prepare at a time per --out: a second one would tokenize everything again and fail at its merge."""
+    work = out / plans.WORK_DIR
+    work.mkdir(parents=True, exist_ok=True)
+    with open(work / "lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise bad(
+                "out",
+                str(out),
+                "another `data prepare` is writing there now.",
+                "wait for it to finish (then run again: it resumes or finds nothing to do), or choose another --out.",
+            ) from None
+        yield  # the kernel releases the lock when this process ends, killed or not
 
 
 def _digests(srcs: list[sources.Source]) -> list[dict]:
@@ -213,7 +282,7 @@ def _train(srcs: list[sources.Source], described: list[dict], out: Path, options
                 if taken >= per_shard:
                     break
 
-    vocab = options.vocab_size or tokenizers.DEFAULT_VOCAB_SIZE
+    vocab = tokenizers.DEFAULT_VOCAB_SIZE if options.vocab_size is None else options.vocab_size
     log(f"tokenizer: training a {options.tokenizer_kind} BPE of {vocab:,} entries on a sample of the inputs")
     path = tokenizers.train(sample(), out, vocab_size=vocab, kind=options.tokenizer_kind)
     got = tokenizers.load(path).vocab_size
@@ -237,9 +306,12 @@ def make_plan(
     """Resolve and check the inputs, find or train the tokenizer, and return the plan: the one in
     `out/.nemo-recipes-work/plan.json` when inputs and arguments are unchanged, else a new one written there."""
     options.check()
+    if shard_bytes is not None and shard_bytes < 1:
+        raise bad("shard_size", shard_bytes, "must be a positive size.", "give e.g. --shard-size 64M, or leave it out.")
     srcs = sources.resolve(list(inputs))
     out = Path(out).absolute()
     _writable(out)
+    srcs = _without_outputs(srcs, out, log)
     described = _digests(srcs)
     # The shard size follows the inputs' stored size (compressed files get larger shards; that is all).
     size = shard_bytes or plans.shard_size(sum(i["bytes"] for s in described for i in s["inputs"]), workers)
@@ -479,7 +551,31 @@ def run_shards(plan_path: str | Path, rank: int = 0, world: int = 1, *, report: 
 _WORKER: dict[str, Any] = {}
 
 
+#: The signals that stop the command. The parent stops the pool when one arrives; the workers must not run the
+#: command's handler (cli/_signals.py) that fork copied into them: it raised inside their exit finalizers when the
+#: pool's SIGTERM came, and a worker then waited on a queue lock for ever.
+STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _signals_blocked() -> Iterator[None]:
+    """The stopping signals held back while the pool forks, so that no worker runs a line with the parent's handler
+    (the signal is delivered to the parent after, and the pool's helper threads keep the mask: the main thread
+    takes every signal)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _worker_init(plan_path: str, queue: Any, parent: int) -> None:
+    # SIGTERM (the pool's terminate, a kill of the group) ends a worker at once; Ctrl-C reaches the whole process
+    # group, and it is the parent's to act on (it stops the pool).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING)
     _WORKER["plan"] = plans.read_plan(plan_path)
     _WORKER["encoder"] = fast_encoder.load(_WORKER["plan"].tokenizer.path, _WORKER["plan"].encoder)
     _WORKER["queue"] = queue
@@ -512,7 +608,11 @@ def _run_local(plan: ShardPlan, todo: list[int], workers: int, progress: Progres
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     with _one_thread_per_worker():
-        pool = context.Pool(min(workers, len(todo)), _worker_init, (str(plan.work / "plan.json"), queue, os.getpid()))
+        with _signals_blocked():
+            pool = context.Pool(
+                min(workers, len(todo)), _worker_init, (str(plan.work / "plan.json"), queue, os.getpid())
+            )
+        finished = False
         try:
             results = [pool.apply_async(_worker_shard, (index,)) for index in todo]
             while True:
@@ -525,9 +625,12 @@ def _run_local(plan: ShardPlan, todo: list[int], workers: int, progress: Progres
                 if all(result.ready() for result in results):
                     break
             _drain(queue, progress, timeout=0)
-            pool.close()
+            finished = True
         finally:
-            pool.terminate()
+            if finished:  # every task is done: the idle workers take the pool's end-of-work sentinel and exit
+                pool.close()
+            else:  # a stop or an error: SIGTERM ends the workers (their default action, see _worker_init)
+                pool.terminate()
             pool.join()
 
 
@@ -718,38 +821,62 @@ def prepare(
         tokenizer_kind=tokenizer_kind,
         tokenizer_sample_bytes=tokenizer_sample_bytes,
     )
-    workers = max(1, workers or os.cpu_count() or 1)
+    cores = len(os.sched_getaffinity(0))
+    if workers is not None and workers > cores and shard_runner is None:
+        # A process per worker beyond the cores only adds memory and switching; the pool is also cut to the shards.
+        log(f"note: --workers {workers:,}: {cores} core(s) here; {cores} worker(s) used.")
+        workers = cores
+    workers = max(1, workers or cores)
     out = Path(out).absolute()
+    # The arguments and inputs are checked before the lock creates `out`: a refused command leaves nothing behind.
+    options.check()
+    sources.resolve(list(inputs))
+    _writable(out)
     try:
-        plan = make_plan(inputs, out, options, workers=workers, shard_bytes=shard_bytes, log=log)
-        done = up_to_date(plan)
-        if done is not None:
-            log(
-                f"nothing to do: {', '.join(str(out / m.prefix) for m in done)} already up to date "
-                "(same inputs and arguments)"
-            )
-            return done
-        todo = pending(plan)
-        plans.remove_leftovers(plan)
-        if len(todo) < len(plan.shards):
-            log(f"resuming: {len(plan.shards) - len(todo)} of {len(plan.shards)} shards already done (receipts kept)")
-        total = sum(plan.shards[i].end - plan.shards[i].start for i in todo)
-        if shard_runner is not None:
-            shard_runner(plan.work / "plan.json")
-            todo = []  # tokenized elsewhere: no local rates to report
-        else:
-            _import_writer()
-
-            bar = Progress(total, stream=err, mode=progress, label="tokenizing")
-            try:
-                _run_local(plan, todo, workers, bar)
-            finally:
-                bar.close()
-        manifests = finalize(plan.work / "plan.json")
+        with _locked(out):
+            return _prepare_locked(inputs, out, options, workers, shard_bytes, progress, err, log, shard_runner)
     except OSError as error:
         if error.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
             raise _disk_full(error, out) from None
         raise
+
+
+def _prepare_locked(
+    inputs: list[str],
+    out: Path,
+    options: Options,
+    workers: int,
+    shard_bytes: Optional[int],
+    progress: str,
+    err: TextIO,
+    log: Log,
+    shard_runner: Optional[Callable[[Path], None]],
+) -> list[Manifest]:
+    plan = make_plan(inputs, out, options, workers=workers, shard_bytes=shard_bytes, log=log)
+    done = up_to_date(plan)
+    if done is not None:
+        log(
+            f"nothing to do: {', '.join(str(out / m.prefix) for m in done)} already up to date "
+            "(same inputs and arguments)"
+        )
+        return done
+    todo = pending(plan)
+    plans.remove_leftovers(plan)
+    if len(todo) < len(plan.shards):
+        log(f"resuming: {len(plan.shards) - len(todo)} of {len(plan.shards)} shards already done (receipts kept)")
+    total = sum(plan.shards[i].end - plan.shards[i].start for i in todo)
+    if shard_runner is not None:
+        shard_runner(plan.work / "plan.json")
+        todo = []  # tokenized elsewhere: no local rates to report
+    else:
+        _import_writer()
+
+        bar = Progress(total, stream=err, mode=progress, label="tokenizing")
+        try:
+            _run_local(plan, todo, workers, bar)
+        finally:
+            bar.close()
+    manifests = finalize(plan.work / "plan.json")
     if progress != "none" and todo:
         rates = bar.rates()
         log(

@@ -103,6 +103,9 @@ def resolve(arguments: list[str]) -> list[Source]:
             argument.rpartition("=") if "=" in argument and not Path(argument).exists() else ("", "", argument)
         )
         path = Path(given).expanduser()
+        if not given:  # Path("") is ".": every file under the working directory
+            problems.append(Problem("inputs", argument, "names no input.", "give NAME=INPUT, e.g. wiki=data/wiki/"))
+            continue
         if _has_magic(given):
             matched = [Path(p) for p in sorted(glob.glob(str(path), recursive=True)) if Path(p).is_file()]
             default_name = _stem(Path(re.sub(r"[*?\[\]]", "", path.name))).strip("-_.") or path.parent.name
@@ -112,6 +115,11 @@ def resolve(arguments: list[str]) -> list[Source]:
         elif path.is_file():
             matched = [path]
             default_name = _stem(path)
+        elif path.exists():  # a FIFO, a device (/dev/null), a socket: no size to cut into shards, no second read
+            problems.append(
+                Problem("inputs", given, "not a regular file (a pipe or a device).", "save the text to a file first.")
+            )
+            continue
         else:
             problems.append(Problem("inputs", given, "no such file or directory.", "check the path."))
             continue

@@ -47,6 +47,10 @@ TRAINED_EOD = "<|endoftext|>"
 #: English and code at a reasonable compression, small enough for uint16 tokens (half the disk of int32) and a modest
 #: embedding. On a small corpus BPE stops earlier, when no pair is left to merge.
 DEFAULT_VOCAB_SIZE = 32000
+#: The smallest trained vocabulary: the 256 bytes, the special tokens and some merges.
+MIN_VOCAB_SIZE = 260
+#: The largest: far above any vocabulary in use (256K); the Rust trainer aborts the whole process (SIGABRT) near 10^12.
+MAX_VOCAB_SIZE = 1 << 22
 
 _HF_FIX = (
     "give a Hugging Face tokenizer directory (with tokenizer.json, or tokenizer_config.json and its vocabulary "
@@ -251,14 +255,16 @@ def train(
         raise InvalidConfigError(
             [Problem("tokenizer_kind", kind, "unknown tokenizer kind.", f"use one of {', '.join(KINDS)}.")]
         )
-    if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 260:
+    whole = isinstance(vocab_size, int) and not isinstance(vocab_size, bool)
+    if not whole or not MIN_VOCAB_SIZE <= vocab_size <= MAX_VOCAB_SIZE:
         raise InvalidConfigError(
             [
                 Problem(
                     "vocab_size",
                     vocab_size,
-                    "a trained vocabulary needs the 256 bytes, the special tokens and some merges.",
-                    f"give at least 260, e.g. {DEFAULT_VOCAB_SIZE}.",
+                    f"a trained vocabulary holds {MIN_VOCAB_SIZE:,} to {MAX_VOCAB_SIZE:,} entries (the 256 bytes, "
+                    "the special tokens and some merges, at least).",
+                    f"give e.g. {DEFAULT_VOCAB_SIZE}.",
                 )
             ]
         )
