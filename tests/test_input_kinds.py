@@ -91,6 +91,17 @@ def test_weights_whose_sum_overflows_are_refused_not_planned_as_nan(cli_in_proce
         assert code == 2 and "data_weights=" in err and "overflows" in err, err
 
 
+@pytest.mark.parametrize("field", ["tokenizer_path", "data_paths"])
+def test_a_path_the_system_refuses_to_look_up_is_named_not_crashed_on(cli_in_process, field):
+    # Issue 33 (red team): a 100,000-character path made plan fail with OSError (File name too long).
+    path = "a" * 100_000
+    argument = f"{field}={path}" if field == "tokenizer_path" else f"{field}=[{path}]"
+    code, out, err = cli_in_process("plan", "gpt_7b", argument)
+    text = out + err
+    assert code == 2 and f"{field}=" in text and "cannot be read" in text and "100,000 characters" in text, text[:2000]
+    assert "internal error" not in text
+
+
 def test_a_step_larger_than_the_run_names_the_batch_that_fits():
     with pytest.raises(InvalidRecipeError) as error:
         get_recipe("gpt_7b").replace(global_batch_size=2**24, seq_length=2**15)
