@@ -239,6 +239,14 @@ def test_names_that_would_write_outside_their_directory_are_refused(cli_in_proce
         get_recipe("gpt_7b").replace(name="..")
 
 
+def test_a_name_too_long_for_a_file_name_is_refused_before_nemo_run_makes_its_directory(cli_in_process):
+    # Issue 33 (red team): a 300-character --name reached NeMo-Run, which failed on "File name too long".
+    for argv in (("launch", "gpt_7b", "--executor", "local", "--dryrun"), ("export", "gpt_7b")):
+        code, _, err = cli_in_process(*argv, "--name", "n" * 300)
+        assert code == 2 and "name=" in err and "longer than 128 bytes" in err and "redacted" not in err, err
+    assert cli_in_process("show", "gpt_7b", f"name={'n' * 128}")[0] == 0
+
+
 def test_a_missing_slurm_account_is_a_message_not_a_type_error():
     from nemo_recipes.executors.profiles import executor_for
 
