@@ -615,6 +615,11 @@ def data_problems(spec: RecipeSpec) -> list[Problem]:
     return problems
 
 
+#: The longest name in bytes: NeMo-Run's experiment directory is NAME_<timestamp> and its job files add a few words
+#: more, all under the 255-byte file-name limit of Linux file systems.
+MAX_NAME_BYTES = 128
+
+
 def plain_name_problems(field: str, name: Any) -> list[Problem]:
     """Problems unless `name` can be one directory name (a recipe, experiment or log name): NeMo-Run and NeMo make
     directories of them, so a separator or '..' would write outside the directory they belong in."""
@@ -628,6 +633,17 @@ def plain_name_problems(field: str, name: Any) -> list[Problem]:
                 "must be a plain name: it becomes a directory name and a word of the job script, so no '/' or "
                 "'\\', not '.' or '..', no spaces, quotes, shell characters or control characters.",
                 f"use letters, digits, '_', '-' and '.', e.g. {field}=gpt_7b_run1.",
+            )
+        ]
+    size = len(name.encode("utf-8", "surrogateescape"))
+    if size > MAX_NAME_BYTES:
+        return [
+            Problem(
+                field,
+                f"{name[:40]}... ({size} bytes)",
+                f"is longer than {MAX_NAME_BYTES} bytes: NeMo-Run makes a directory of it with a timestamp added "
+                "and files named after it, and a file name holds at most 255 bytes.",
+                f"give a shorter name, e.g. {field}={name[:24]}.",
             )
         ]
     return []

@@ -167,6 +167,20 @@ def test_launch_dryrun_hands_recipe_executor_and_plugin_to_nemo_run(tmp_path):
 @pytest.mark.nemo
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("nemo_run") is None, reason="needs NeMo-Run")
+def test_launch_validates_the_recipe_once_on_the_executors_cluster(tmp_path):
+    # Issue 33: PP 8 fits the executor's 8 nodes (64 GPUs); the recipe was refused for the row's own 4 nodes.
+    result = cli(
+        "launch", "gpt_70b", "--executor", "slurm", "-E", "nodes=8", "-E", "account=a", "-E", "partition=p",
+        "pipeline_parallel=8", "--dryrun",
+        timeout=300, cwd=tmp_path, NEMORUN_HOME=str(tmp_path / "nemo_run"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "#SBATCH --nodes=8" in result.stdout + result.stderr
+
+
+@pytest.mark.nemo
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("nemo_run") is None, reason="needs NeMo-Run")
 def test_launch_refuses_a_plan_the_executor_cannot_hold(tmp_path):
     result = cli(
         "launch",

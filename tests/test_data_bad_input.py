@@ -278,3 +278,46 @@ def test_a_fifo_or_a_device_is_named_as_not_a_regular_file(tmp_path, tokenizer):
         code, _, err = run(given, "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer))
         expect(code, err, "inputs", "not a regular file")
         assert "no such file" not in err
+
+
+def _damaged_inputs(tmp_path: Path) -> dict[str, Path]:
+    """A .gz and a .zst cut in half, and random bytes under each suffix: what a copy or download cut short and a
+    misnamed file look like."""
+    import zstandard
+
+    data = b"\n".join(json.dumps(r).encode() for r in GOOD * 40) + b"\n"
+    gz, zst = gzip.compress(data), zstandard.ZstdCompressor().compress(data)
+    noise = os.urandom(4096)
+    files = {
+        "cut.jsonl.gz": gz[: len(gz) // 2],
+        "cut.jsonl.zst": zst[: len(zst) // 2],
+        "noise.jsonl.gz": noise,
+        "noise.jsonl.zst": noise,
+    }
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+    return {name: tmp_path / name for name in files}
+
+
+def test_a_damaged_compressed_file_is_named_with_its_cause(tmp_path, tokenizer):
+    for name, path in _damaged_inputs(tmp_path).items():
+        out = tmp_path / f"out-{name}"
+        code, _, err = run(f"d={path}", "--tokenizer", str(tokenizer), "--out", str(out))
+        expect(code, err, "inputs")
+        assert str(path) in err and "cannot be decompressed" in err, (name, err)
+        assert "holds no text" not in err and "Traceback" not in err, (name, err)
+        nothing_final(out)
+
+
+def test_a_whole_zst_of_several_frames_reads_as_before(tmp_path):
+    """The reader that notices a cut frame reads a complete file of two frames whole, in any read size."""
+    import zstandard
+
+    from nemo_recipes.data.sources import InputFile, open_binary
+
+    first, second = b"a" * 300_000 + b"\n", b"b" * 70_000 + b"\n"
+    path = tmp_path / "two.txt.zst"
+    compressor = zstandard.ZstdCompressor()
+    path.write_bytes(compressor.compress(first) + compressor.compress(second))
+    with open_binary(InputFile(str(path), "text", "zstd")) as stream:
+        assert stream.read() == first + second

@@ -91,6 +91,17 @@ def test_weights_whose_sum_overflows_are_refused_not_planned_as_nan(cli_in_proce
         assert code == 2 and "data_weights=" in err and "overflows" in err, err
 
 
+@pytest.mark.parametrize("field", ["tokenizer_path", "data_paths"])
+def test_a_path_the_system_refuses_to_look_up_is_named_not_crashed_on(cli_in_process, field):
+    # Issue 33 (red team): a 100,000-character path made plan fail with OSError (File name too long).
+    path = "a" * 100_000
+    argument = f"{field}={path}" if field == "tokenizer_path" else f"{field}=[{path}]"
+    code, out, err = cli_in_process("plan", "gpt_7b", argument)
+    text = out + err
+    assert code == 2 and f"{field}=" in text and "cannot be read" in text and "100,000 characters" in text, text[:2000]
+    assert "internal error" not in text
+
+
 def test_a_step_larger_than_the_run_names_the_batch_that_fits():
     with pytest.raises(InvalidRecipeError) as error:
         get_recipe("gpt_7b").replace(global_batch_size=2**24, seq_length=2**15)
@@ -226,6 +237,14 @@ def test_names_that_would_write_outside_their_directory_are_refused(cli_in_proce
     assert code == 2 and "name='a/b'" in err and list(tmp_path.iterdir()) == []
     with pytest.raises(InvalidRecipeError):
         get_recipe("gpt_7b").replace(name="..")
+
+
+def test_a_name_too_long_for_a_file_name_is_refused_before_nemo_run_makes_its_directory(cli_in_process):
+    # Issue 33 (red team): a 300-character --name reached NeMo-Run, which failed on "File name too long".
+    for argv in (("launch", "gpt_7b", "--executor", "local", "--dryrun"), ("export", "gpt_7b")):
+        code, _, err = cli_in_process(*argv, "--name", "n" * 300)
+        assert code == 2 and "name=" in err and "longer than 128 bytes" in err and "redacted" not in err, err
+    assert cli_in_process("show", "gpt_7b", f"name={'n' * 128}")[0] == 0
 
 
 def test_a_missing_slurm_account_is_a_message_not_a_type_error():

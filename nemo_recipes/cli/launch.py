@@ -128,7 +128,16 @@ def run(args: argparse.Namespace) -> int:
         problems = _hardware_problems(overrides, executor, args.executor)
         if problems:
             raise InvalidRecipeError(problems, context=f"launch {spec.name} on {args.executor}")
-        partial = build_partial(spec, name=args.name)
+        # The recipe is built and validated once, on the executor's hardware: validated on the row's own nodes
+        # first, a layout that fits the executor (gpt_70b with PP 8 on 8 nodes) was refused for the row's 4 nodes.
+        try:
+            spec = spec.replace(num_nodes=executor.nnodes(), num_gpus_per_node=executor.nproc_per_node())
+            partial = build_partial(spec, name=args.name)
+        except InvalidRecipeError as error:
+            where = f" ({error.context})" if error.context else ""
+            raise InvalidRecipeError(
+                error.problems, context=f"launch {spec.name} on {args.executor}{where}: not submitted"
+            ) from None
         name = args.name or spec.name
         try:
             job = submission.submit(

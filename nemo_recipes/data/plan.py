@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from nemo_recipes.data.manifest import TokenizerInfo, write_atomic
-from nemo_recipes.data.sources import JSONL, InputFile, ReadOptions, open_binary
+from nemo_recipes.data.sources import JSONL, InputFile, ReadOptions, damaged, open_binary
 
 WORK_DIR = ".nemo-recipes-work"
 PLAN_FORMAT = "nemo-recipes-shard-plan/1"
@@ -118,7 +118,18 @@ def plan_id(inputs: list[dict], arguments: dict, tokenizer_fingerprint: str) -> 
 
 def split_file(file: InputFile, shard_bytes: int) -> tuple[list[tuple[int, int, int]], int, bool]:
     """(start, end, first line) ranges of about `shard_bytes` each, cut at document starts; the content's size;
-    whether it holds any non-blank line."""
+    whether it holds any non-blank line. A compressed file that cannot be decompressed is refused here, before
+    any shard, with its name (sources.damaged)."""
+    try:
+        return _split(file, shard_bytes)
+    except Exception as error:
+        answer = damaged(file, error)
+        if answer is None:
+            raise
+        raise answer from None
+
+
+def _split(file: InputFile, shard_bytes: int) -> tuple[list[tuple[int, int, int]], int, bool]:
     ranges: list[tuple[int, int, int]] = []
     start, start_line = 0, 1
     offset, line, any_text = 0, 1, False

@@ -160,17 +160,86 @@ def resolve(arguments: list[str]) -> list[Source]:
     return sources
 
 
+class CutShort(EOFError):
+    """A compressed file that ends inside a frame (a copy or a download cut short)."""
+
+
+class _ZstdReader(io.RawIOBase):
+    """A .zst file's content, frame after frame, that raises CutShort where the file ends inside a frame.
+
+    zstandard's own stream_reader returns what it decoded and then an empty read at a cut frame, so a file cut in
+    half read as a file with no text. Input goes in 64 KiB pieces to bound what one piece can expand to."""
+
+    _PIECE = 1 << 16
+
+    def __init__(self, path: str) -> None:
+        import zstandard
+
+        self._new = zstandard.ZstdDecompressor().decompressobj
+        self._file = open(path, "rb")
+        self._frame: Any = None
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        self._file.close()
+        super().close()
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._pending:
+            piece = self._file.read(self._PIECE)
+            if not piece:
+                if self._frame is not None and not self._frame.eof:
+                    raise CutShort("the file ends inside a zstd frame")
+                return 0
+            self._pending = self._decode(piece)
+        size = min(len(buffer), len(self._pending))
+        buffer[:size] = self._pending[:size]
+        self._pending = self._pending[size:]
+        return size
+
+    def _decode(self, piece: bytes) -> bytes:
+        out = []
+        while piece:
+            if self._frame is None or self._frame.eof:
+                self._frame = self._new()
+            out.append(self._frame.decompress(piece))
+            piece = self._frame.unused_data if self._frame.eof else b""
+        return b"".join(out)
+
+
 def open_binary(file: InputFile) -> IO[bytes]:
-    """The file's decompressed bytes as a stream."""
+    """The file's decompressed bytes as a stream. Reading it raises what `damaged` recognises for a damaged file."""
     if file.compression == "gzip":
         return gzip.open(file.path, "rb")  # type: ignore[return-value]
     if file.compression == "zstd":
+        return io.BufferedReader(_ZstdReader(file.path), buffer_size=1 << 20)
+    return open(file.path, "rb")
+
+
+def damaged(file: InputFile, error: Exception) -> Optional[BadInput]:
+    """The answer to a decompression error while reading `file` (exit 2, the file named), or None when `error` is
+    not one: a truncated or corrupt .gz (EOFError, BadGzipFile, zlib.error), a .zst cut short or not zstd."""
+    import zlib
+
+    kinds: tuple[type[BaseException], ...] = (EOFError, gzip.BadGzipFile, zlib.error)
+    if file.compression == "zstd":
         import zstandard
 
-        # Buffered: zstandard's reader has no readline, and its read may return less than asked.
-        reader = zstandard.ZstdDecompressor().stream_reader(open(file.path, "rb"), closefd=True)
-        return io.BufferedReader(reader, buffer_size=1 << 20)
-    return open(file.path, "rb")
+        kinds += (zstandard.ZstdError,)
+    if file.compression is None or not isinstance(error, kinds):
+        return None
+    codec = "gzip" if file.compression == "gzip" else "zstd"
+    return bad(
+        "inputs",
+        file.path,
+        f"the file cannot be decompressed as {codec}: {error or type(error).__name__} (cut short, damaged, or not "
+        f"{codec} at all).",
+        f"copy or download the file again and check it (e.g. {'gzip -t' if codec == 'gzip' else 'zstd -t'} "
+        f"{file.path}), or leave it out of the inputs.",
+    )
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,9 @@ def read_data(spec: RecipeSpec, *, vocab_given: bool = False) -> tuple[RecipeSpe
             info = tokenizers.describe(spec.tokenizer_path)
         except InvalidRecipeError as error:
             problems += error.problems
+        except OSError as error:  # a path the system refuses to look up (too long, a loop, no permission)
+            what = "a tokenizer's directory (tokenizer.json or tokenizer.model) or the file itself"
+            problems.append(_unreadable("tokenizer_path", spec.tokenizer_path, error, what))
     if info is not None:
         if vocab_given and spec.vocab_size != info.vocab_size:
             problems.append(
@@ -143,6 +146,16 @@ def checked_data(spec: RecipeSpec, *, vocab_given: bool = False, context: str = 
     if report.errors:
         raise InvalidRecipeError(report.problems, context=context)
     return spec, report
+
+
+def _unreadable(field: str, path: str, error: OSError, what: str) -> Problem:
+    shown = path if len(path) <= 200 else f"{path[:120]}..."
+    return Problem(
+        field,
+        shown,
+        f"cannot be read ({error.strerror or type(error).__name__}; the path has {len(path):,} characters).",
+        f"give the path of {what} as this machine names it.",
+    )
 
 
 def _sources(spec: RecipeSpec, info: Any, problems: list[Problem]) -> tuple[Source, ...]:
@@ -183,6 +196,9 @@ def _source(path: str, weight: float, planned: float, info: Any, vocab: int, pro
             summary = index_summary(path)
     except InvalidRecipeError as error:
         problems += error.problems
+        return Source(path, weight, None, None, None, False, planned)
+    except OSError as error:  # a path the system refuses to look up (too long, a loop, no permission)
+        problems.append(_unreadable("data_paths", path, error, "the prefix of a prepared dataset (PREFIX.bin/.idx)"))
         return Source(path, weight, None, None, None, False, planned)
     if summary is not None:
         if summary.dtype not in ("uint8", "int8") and vocab < 2 ** (8 * (2 if summary.dtype.endswith("16") else 4)):
