@@ -389,8 +389,7 @@ def smoke(
                     "invariance",
                     True,
                     "compares a parallel layout with the one-process model; on one process the run is that model, "
-                    "so it would compare the run with itself. (Every smoke run compares its resumed steps with a "
-                    "straight-through run already.)",
+                    "so it would compare the run with itself.",
                     "give --processes 2 or more (e.g. tensor_parallel=2), or leave --invariance out.",
                 )
             ],
