@@ -191,3 +191,52 @@ def test_the_recipe_plugin_refuses_missing_or_foreign_data_before_submitting(dat
     assert fine.model.config.vocab_size is None
     assert fine.data.tokenizer.pretrained_model_name == str(out / "tokenizer")
     RecipePlugin().setup(fine, local(devices=8))
+
+
+def test_relative_paths_are_made_absolute_where_they_are_checked(data, monkeypatch):
+    """A Slurm job runs in its experiment directory (--chdir) and a pod in its image's: a relative prefix or
+    tokenizer that the plan checked here would name nothing there (issue 33)."""
+    monkeypatch.chdir(data)
+    spec = get_recipe("gpt_7b").replace(data_paths=("out/plays",), tokenizer_path="out/tokenizer")
+    planned, report = read_data(spec)
+    assert not report.errors
+    assert planned.data_paths == (str(data / "out" / "plays"),)
+    assert planned.tokenizer_path == str(data / "out" / "tokenizer")
+    assert [s.path for s in report.sources] == [str(data / "out" / "plays")]
+
+
+def test_a_tokenizer_json_is_the_tokenizer_of_its_directory(data, tmp_path):
+    """README lets `data prepare` take DIR or DIR/tokenizer.json: either names the tokenizer that wrote the data,
+    and the recipe gives NeMo the directory (AutoTokenizer loads directories)."""
+    from nemo_recipes.data.prepare import prepare
+
+    out = data / "out"
+    planned, report = read_data(_spec(data, "plays", tokenizer_path=str(out / "tokenizer" / "tokenizer.json")))
+    assert not report.errors, [p.message for p in report.errors]
+    assert planned.tokenizer_path == str(out / "tokenizer")
+    # Prepared from the file, read with the directory.
+    prepare([str(_write(tmp_path / "plays.jsonl", 30, 1))], tmp_path / "by-file", progress="none",
+            tokenizer_path=str(out / "tokenizer" / "tokenizer.json"))  # fmt: skip
+    spec = get_recipe("gpt_7b").replace(data_paths=(str(tmp_path / "by-file" / "plays"),))
+    for tokenizer in (out / "tokenizer", out / "tokenizer" / "tokenizer.json"):
+        _, report = read_data(spec.replace(tokenizer_path=str(tokenizer)))
+        assert not report.errors, [p.message for p in report.errors]
+    # Another tokenizer's file is still refused.
+    _, report = read_data(spec.replace(tokenizer_path=str(data / "other" / "tokenizer" / "tokenizer.json")))
+    assert [p.field for p in report.errors] == ["tokenizer_path"]
+
+
+@pytest.mark.nemo
+def test_the_recipe_plugin_gives_the_job_absolute_paths_and_the_tokenizers_directory(data, monkeypatch):
+    import nemo_recipes
+    from nemo_recipes.executors import RecipePlugin, slurm
+
+    monkeypatch.chdir(data)
+    recipe = nemo_recipes.gpt_1_3b(data_paths=["out/plays", str(data / "out" / "plays")], data_weights=[2, 1],
+                                   tokenizer_path="out/tokenizer/tokenizer.json")  # fmt: skip
+    assert recipe.data.tokenizer.pretrained_model_name == "out/tokenizer"  # a directory, without opening a file
+    executor = slurm(account="a", partition="p", nodes=1, gpus_per_node=8, container_image=None)
+    RecipePlugin().setup(recipe, executor)
+    out = data / "out"
+    assert recipe.data.paths == [2.0, str(out / "plays"), 1.0, str(out / "plays")]
+    assert recipe.data.tokenizer.pretrained_model_name == str(out / "tokenizer")

@@ -81,6 +81,36 @@ def tokenizer_files(path: str | Path) -> list[Path]:
     return files
 
 
+def canonical(path: str | Path) -> Path:
+    """`path` as recipes give it to NeMo: absolute (against this process's working directory, `~` expanded), and a
+    Hugging Face `tokenizer.json` named by itself becomes its directory, since NeMo's AutoTokenizer loads a
+    directory (README allows either). Anything else, unreadable paths included, is only made absolute."""
+    absolute = Path(path).expanduser().absolute()
+    try:
+        if absolute.name == "tokenizer.json" and absolute.is_file():
+            return absolute.parent
+    except OSError:  # too long a name, a loop: the checks that follow report it
+        pass
+    return absolute
+
+
+def wrote(written: TokenizerInfo, info: TokenizerInfo) -> bool:
+    """Whether `info` encodes as the tokenizer a manifest records (`written`) did: the same fingerprint; or data
+    prepared from DIR/tokenizer.json read with DIR (or the reverse), that file unchanged since, with the same
+    vocabulary and end-of-document id."""
+    if written.fingerprint == info.fingerprint:
+        return True
+    if canonical(written.path) != canonical(info.path) or (written.vocab_size, written.eod_id) != (
+        info.vocab_size,
+        info.eod_id,
+    ):
+        return False
+    try:
+        return fingerprint(written.path) == written.fingerprint
+    except (InvalidConfigError, OSError):
+        return False
+
+
 def fingerprint(path: str | Path) -> str:
     """ "sha256:<hex>" over the tokenizer's files: a file's bytes; for a directory the sorted names and bytes of its
     tokenizer files (TOKENIZER_FILES). Standard library only."""

@@ -58,10 +58,11 @@ class RecipePlugin(run.Plugin):
             task.trainer.num_nodes = nodes
             task.trainer.devices = devices
             from nemo_recipes.plan import Cluster, validate
-            from nemo_recipes.plan.data import read_data
+            from nemo_recipes.plan.data import read_data, resolved_paths
             from nemo_recipes.training.introspect import spec_from_partial
 
-            spec = spec_from_partial(task)
+            spec = resolved_paths(spec_from_partial(task))
+            _set_data_paths(task, spec)
             if self.validate:
                 # The data files, before any GPU hour: prefixes that exist, ids that fit the tokenizer, the
                 # tokenizer that wrote them; and the plan with the tokenizer's vocabulary.
@@ -87,6 +88,24 @@ class RecipePlugin(run.Plugin):
     def _secure(self, task: Any, executor: run.Executor) -> list[Problem]:
         # Every executor gets its preset's secret policy (registry.py); one no preset returns, the generic one.
         return registry.secure(executor, task.env if isinstance(task, run.Script) else None, self.secrets)
+
+
+def _set_data_paths(task: run.Partial, spec: Any) -> None:
+    """The task's data prefixes and tokenizer as `plan.data.resolved_paths` gives them (absolute; a tokenizer.json as
+    its directory), in the form the task holds them (zipped with weights or not)."""
+    data = getattr(task, "data", None)
+    paths = getattr(data, "paths", None)
+    if isinstance(paths, (list, tuple)) and paths and spec.data_paths:
+        zipped = len(paths) == 2 * len(spec.data_paths) and all(isinstance(w, (int, float)) for w in paths[0::2])
+        if zipped:
+            task.data.paths = [item for pair in zip(paths[0::2], spec.data_paths, strict=True) for item in pair]
+        elif len(paths) == len(spec.data_paths):
+            task.data.paths = list(spec.data_paths)
+    tokenizer = getattr(data, "tokenizer", None)
+    if tokenizer is not None and spec.tokenizer_path is not None:
+        for name in ("model_path", "pretrained_model_name"):
+            if getattr(tokenizer, name, None):
+                setattr(tokenizer, name, spec.tokenizer_path)
 
 
 def _warn_if_config_unreadable(executor: run.KubeflowExecutor) -> None:

@@ -109,6 +109,7 @@ def read_data(spec: RecipeSpec, *, vocab_given: bool = False) -> tuple[RecipeSpe
     if not spec.data_paths and spec.tokenizer_path is None:
         return spec, DataReport()
     problems = list(data_problems(spec))
+    spec = resolved_paths(spec)
     info = None
     if spec.tokenizer_path is not None and spec.tokenizer_path.strip():
         try:
@@ -138,6 +139,21 @@ def read_data(spec: RecipeSpec, *, vocab_given: bool = False) -> tuple[RecipeSpe
         vocab_size=info.vocab_size if info else None,
         problems=tuple(problems),
     )
+
+
+def resolved_paths(spec: RecipeSpec) -> RecipeSpec:
+    """`spec` with its data prefixes and tokenizer as the job must be given them: absolute, against the working
+    directory they are checked in. A Slurm job runs in its experiment directory (`--chdir`) and a pod in its image's,
+    where a relative path names nothing. A `tokenizer.json` becomes its directory (`data.tokenizers.canonical`)."""
+    from nemo_recipes.data import tokenizers
+
+    paths = tuple(str(Path(p).expanduser().absolute()) if str(p).strip() else p for p in spec.data_paths)
+    tokenizer = spec.tokenizer_path
+    if tokenizer is not None and tokenizer.strip():
+        tokenizer = str(tokenizers.canonical(tokenizer))
+    if (paths, tokenizer) == (spec.data_paths, spec.tokenizer_path):
+        return spec
+    return spec.replace(data_paths=paths, tokenizer_path=tokenizer)
 
 
 def checked_data(spec: RecipeSpec, *, vocab_given: bool = False, context: str = "") -> tuple[RecipeSpec, DataReport]:
@@ -186,6 +202,7 @@ def _sources(spec: RecipeSpec, info: Any, problems: list[Problem]) -> tuple[Sour
 
 
 def _source(path: str, weight: float, planned: float, info: Any, vocab: int, problems: list[Problem]) -> Source:
+    from nemo_recipes.data import tokenizers
     from nemo_recipes.data.manifest import index_summary, manifest_path, read_manifest
 
     try:
@@ -215,7 +232,7 @@ def _source(path: str, weight: float, planned: float, info: Any, vocab: int, pro
             )
         return Source(path, weight, summary.tokens, summary.documents, None, False, planned)
     written_by = manifest.tokenizer
-    if info is not None and written_by.fingerprint != info.fingerprint:
+    if info is not None and not tokenizers.wrote(written_by, info):
         problems.append(
             Problem(
                 "tokenizer_path",

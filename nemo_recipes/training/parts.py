@@ -11,6 +11,7 @@ Every function returns an unbuilt `run.Config`: building a recipe reads no file,
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from typing import Optional
 
@@ -150,7 +151,11 @@ def tokenizer(spec: RecipeSpec) -> run.Config:
         return run.Config(SentencePieceTokenizer, model_path=spec.tokenizer_path)
     from nemo.collections.common.tokenizers.huggingface.auto_tokenizer import AutoTokenizer
 
-    return run.Config(AutoTokenizer, pretrained_model_name=spec.tokenizer_path, use_fast=True)
+    # A tokenizer.json (which `data prepare` takes) as its directory: AutoTokenizer loads directories, not the file.
+    path = spec.tokenizer_path
+    if os.path.basename(path) == "tokenizer.json":
+        path = os.path.dirname(path) or "."
+    return run.Config(AutoTokenizer, pretrained_model_name=path, use_fast=True)
 
 
 def blend(spec: RecipeSpec) -> list:
