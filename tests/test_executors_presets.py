@@ -1,5 +1,6 @@
 """Presets, cluster profiles, env quoting, secrets, NeMo-Run CLI factories and the recipe plugin (no cluster)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -712,3 +713,32 @@ def test_an_unreachable_kubernetes_api_is_named_with_the_server_and_the_fix(host
     assert problem.field == "kubeconfig" and problem.value == f"https://{host}:{port}"
     assert "cannot be reached (Connection refused)" in problem.message and "nothing was submitted" in problem.message
     assert "kubectl cluster-info" in problem.fix
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("verb", ["smoke", "launch"])
+def test_smoke_and_launch_ask_the_kubernetes_api_once_before_anything_starts(verb, tmp_path):
+    """`smoke --executor kubernetes` failed after NeMo-Run's minute of retries with "internal error (MaxRetryError)"
+    (issue 33): one short request first, then exit 1 (a scheduler that cannot be reached) naming the server."""
+    import socket
+
+    from _cli import cli
+
+    with socket.socket() as probe:  # a port free now: connecting to it is refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = tmp_path / "config"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f'clusters: [{{name: c, cluster: {{server: "https://127.0.0.1:{port}"}}}}]\n'
+        "contexts: [{name: c, context: {cluster: c, user: u, namespace: default}}]\n"
+        "current-context: c\nusers: [{name: u, user: {token: placeholder}}]\n"
+    )
+    result = cli(verb, "gpt_1_3b", "--executor", "kubernetes", "--json", timeout=300, KUBECONFIG=str(config),
+                 NEMORUN_HOME=str(tmp_path / "home"))  # fmt: skip
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr and "internal error" not in result.stderr
+    (problem,) = json.loads(result.stdout)["problems"]
+    assert problem["field"] == "kubeconfig" and problem["value"] == f"https://127.0.0.1:{port}"
+    assert "cannot be reached (Connection refused)" in problem["message"] and "kubectl cluster-info" in problem["fix"]
+    assert not (tmp_path / "home" / "experiments").exists()  # nothing was started

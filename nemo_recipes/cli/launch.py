@@ -139,6 +139,9 @@ def run(args: argparse.Namespace) -> int:
                 error.problems, context=f"launch {spec.name} on {args.executor}{where}: not submitted"
             ) from None
         name = args.name or spec.name
+        unreachable = [] if args.dryrun else submission.api_server_problems(executor)
+        if unreachable:
+            raise _output.CLIError(f"launch {name} on {args.executor}: nothing was submitted", problems=unreachable)
         try:
             job = submission.submit(
                 partial, executor, name=name, plugins=[RecipePlugin(gpu=gpu)], dryrun=args.dryrun, detach=args.detach

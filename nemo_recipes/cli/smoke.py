@@ -153,6 +153,11 @@ def _executor_launch(args: argparse.Namespace) -> tuple[Launcher, int]:
         )
     import nemo_run as run
 
+    from nemo_recipes.executors.submission import api_server_problems
+
+    problems = api_server_problems(executor)
+    if problems:  # a scheduler that cannot be reached is a failure outside the input: exit 1, as for launch
+        raise _output.CLIError(f"smoke {args.recipe} on {args.executor}: nothing was started", problems=problems)
     if isinstance(executor, run.LocalExecutor):  # its processes run on this machine, which must hold them
         from nemo_recipes.smoke_training.runner import machine_problems
 

@@ -144,9 +144,42 @@ def unreachable_problems(error: BaseException, executor: Any) -> list[Problem]:
             f"the Kubernetes API server cannot be reached ({said.group(0) if said else type(error).__name__}); "
             "nothing was submitted.",
             "check the cluster is up and the kubeconfig's current context points at it (kubectl cluster-info; "
-            "KUBECONFIG picks the file, kubectl config use-context the cluster), then launch again.",
+            "KUBECONFIG picks the file, kubectl config use-context the cluster), then try again.",
         )
     ]
+
+
+#: Seconds the API server has to answer the probe below.
+PROBE_TIMEOUT = 10
+
+
+def api_server_problems(executor: Any) -> list[Problem]:
+    """For a Kubeflow executor, one request to the API server its kubeconfig names, so a
+    cluster that cannot be reached is said in seconds and before anything starts: NeMo-Run's client retries for
+    about a minute, then fails with urllib3's MaxRetryError. [] for any other executor, or when it answers."""
+    if type(executor).__name__ != "KubeflowExecutor":
+        return []
+    try:
+        from kubernetes import client, config
+
+        try:  # as NeMo-Run's KubeflowExecutor loads it: the kubeconfig, else the pod's service account
+            config.load_kube_config()
+        except Exception as original:
+            try:
+                config.load_incluster_config()
+            except Exception:
+                raise original from None
+        client.VersionApi().get_code(_request_timeout=PROBE_TIMEOUT)
+    except Exception as error:  # the client's own exceptions and urllib3's, whatever the cause
+        return unreachable_problems(error, executor) or [
+            Problem(
+                "kubeconfig",
+                os.environ.get("KUBECONFIG", "~/.kube/config"),
+                f"the Kubernetes API server did not answer ({type(error).__name__}: {str(error)[:200]}).",
+                "check the kubeconfig's current context and credentials with kubectl cluster-info.",
+            )
+        ]
+    return []
 
 
 def refusal_problems(error: BaseException, executor: Any) -> list[Problem]:
