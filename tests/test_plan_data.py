@@ -240,3 +240,45 @@ def test_the_recipe_plugin_gives_the_job_absolute_paths_and_the_tokenizers_direc
     out = data / "out"
     assert recipe.data.paths == [2.0, str(out / "plays"), 1.0, str(out / "plays")]
     assert recipe.data.tokenizer.pretrained_model_name == str(out / "tokenizer")
+
+
+@pytest.mark.parametrize("damage", ["bin cut short", "bin grown", "idx of another dataset", "idx cut short"])
+def test_files_changed_behind_an_intact_manifest_are_refused(data, tmp_path, damage):
+    """Issue 33 (red team): plan read only the manifest, so a `.bin` cut short or an `.idx` replaced by another
+    dataset's passed as valid, and the job failed (or trained on garbage) on the GPUs."""
+    for suffix in (".bin", ".idx", ".manifest.json"):
+        (tmp_path / f"plays{suffix}").write_bytes((data / "out" / f"plays{suffix}").read_bytes())
+    spec = _spec(data, "plays").replace(data_paths=(str(tmp_path / "plays"),))
+    _, intact = read_data(spec)
+    assert not intact.errors, intact.errors
+    bin_, idx = tmp_path / "plays.bin", tmp_path / "plays.idx"
+    if damage == "bin cut short":
+        bin_.write_bytes(bin_.read_bytes()[:-2])
+    elif damage == "bin grown":
+        bin_.write_bytes(bin_.read_bytes() + b"\0\0")
+    elif damage == "idx of another dataset":  # poems: another document count, another .bin size
+        idx.write_bytes((data / "out" / "poems.idx").read_bytes())
+    else:
+        idx.write_bytes(idx.read_bytes()[:-8])
+    _, report = read_data(spec)
+    (problem,) = report.errors
+    assert problem.field == "data_paths" and problem.value == str(tmp_path / "plays"), problem
+    assert "prepare the data again" in problem.fix
+
+
+def test_an_idx_of_the_same_counts_but_other_offsets_is_refused(data, tmp_path):
+    """The constant-time check reads where the last sequence ends: an index whose counts agree but whose offsets
+    do not (rewritten by another tool) is refused too."""
+    import struct
+
+    for suffix in (".bin", ".idx", ".manifest.json"):
+        (tmp_path / f"plays{suffix}").write_bytes((data / "out" / f"plays{suffix}").read_bytes())
+    idx = tmp_path / "plays.idx"
+    raw = bytearray(idx.read_bytes())
+    sequences = struct.unpack_from("<Q", raw, 18)[0]
+    last_pointer = 34 + 4 * sequences + 8 * (sequences - 1)
+    struct.pack_into("<q", raw, last_pointer, struct.unpack_from("<q", raw, last_pointer)[0] - 2)
+    idx.write_bytes(bytes(raw))
+    _, report = read_data(_spec(data, "plays").replace(data_paths=(str(tmp_path / "plays"),)))
+    (problem,) = report.errors
+    assert problem.field == "data_paths" and "ending at byte" in problem.message

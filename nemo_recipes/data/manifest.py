@@ -217,49 +217,96 @@ def index_summary(prefix: str | Path) -> IndexSummary:
 
 def read_index(prefix: str | Path) -> tuple[str, int, int, array]:
     """(dtype, sequences, documents, the sequence lengths) of the `.idx` at `prefix`, checked against its `.bin`."""
+    head = _read_head(prefix)
+    with open(head.idx, "rb") as stream:
+        stream.seek(_IDX_HEAD.size)
+        lengths = array("i")
+        lengths.frombytes(stream.read(4 * head.sequences))
+    if struct.pack("=i", 1) != struct.pack("<i", 1):  # pragma: no cover  (big-endian hosts)
+        lengths.byteswap()
+    if any(length < 0 for length in lengths):
+        raise _problem(prefix, f"{head.idx.name} holds a negative sequence length: damaged.", _AGAIN)
+    tokens = sum(lengths)
+    if len(lengths) != head.sequences or head.bin_size != tokens * head.itemsize:
+        raise _problem(
+            prefix,
+            f"{head.idx.name} and {head.bin.name} do not match ({head.sequences} sequences of {tokens} {head.dtype} "
+            f"tokens need {tokens * head.itemsize} bytes of .bin; it has {head.bin_size}): truncated or half-written.",
+            _AGAIN,
+        )
+    # document_indices starts with a 0: documents = its length - 1.
+    return head.dtype, head.sequences, max(head.documents - 1, 0), lengths
+
+
+def check_files(prefix: str | Path, manifest: Manifest) -> None:
+    """The `.bin` and `.idx` at `prefix` are still the files `manifest` describes, checked in constant time (the
+    planner reads this for every source of every plan): the index header, both sizes, and where the last sequence
+    ends. InvalidConfigError naming the first difference: a `.bin` cut short or grown, an `.idx` of another dataset.
+    `data inspect` reads the whole index and every token."""
+    head = _read_head(prefix)
+    said = (manifest.dtype, manifest.documents, manifest.documents + 1, manifest.tokens * head.itemsize)
+    found = (head.dtype, head.sequences, head.documents, head.bin_size)
+    if said == found and head.sequences:
+        with open(head.idx, "rb") as stream:
+            stream.seek(_IDX_HEAD.size + 4 * (head.sequences - 1))
+            (last_length,) = struct.unpack("<i", stream.read(4))
+            stream.seek(_IDX_HEAD.size + 4 * head.sequences + 8 * (head.sequences - 1))
+            (last_pointer,) = struct.unpack("<q", stream.read(8))
+        found = (*found[:3], last_pointer + last_length * head.itemsize)
+    if said != found:
+        raise _problem(
+            prefix,
+            f"the files are not the ones its manifest describes: the manifest says {manifest.documents} documents of "
+            f"{manifest.tokens} {manifest.dtype} tokens ({said[3]} bytes of .bin); {head.idx.name} says "
+            f"{head.sequences} sequences of {head.dtype} ending at byte {found[3]}, and {head.bin.name} has "
+            f"{head.bin_size} bytes: cut short, grown, or replaced by another dataset's after it was written.",
+            "prepare the data again with `nemo-recipes data prepare` (into a new --out, or after removing these "
+            "files), and do not edit a prepared dataset in place.",
+        )
+
+
+_AGAIN = "prepare the data again with `nemo-recipes data prepare` (it resumes and rewrites what is incomplete)."
+
+
+@dataclass(frozen=True)
+class _Head:
+    idx: Path
+    bin: Path
+    dtype: str
+    itemsize: int
+    sequences: int
+    documents: int  # the header's document-index count: documents + 1
+    bin_size: int
+
+
+def _read_head(prefix: str | Path) -> _Head:
+    """The `.idx` header at `prefix`, its counts checked against its own size before anything is read by them (a
+    damaged header of 2^62 sequences would otherwise ask for exabytes), and the `.bin`'s size."""
     path = check_prefix(prefix)
     idx, bin_ = Path(f"{path}.idx"), Path(f"{path}.bin")
-    fix = "prepare the data again with `nemo-recipes data prepare` (it resumes and rewrites what is incomplete)."
     try:
         with open(idx, "rb") as stream:
             head = stream.read(_IDX_HEAD.size)
-            if len(head) < _IDX_HEAD.size or head[:9] != _IDX_MAGIC:
-                raise _problem(prefix, f"{idx.name} is not a Megatron index (bad header).", fix)
-            _magic, version, code, sequences, documents = _IDX_HEAD.unpack(head)
-            if version != 1 or code not in DTYPES:
-                raise _problem(prefix, f"{idx.name} has version {version}, dtype code {code}: not readable.", fix)
-            size = idx.stat().st_size
-            bin_size = bin_.stat().st_size
-            expected = _IDX_HEAD.size + 4 * sequences + 8 * sequences + 8 * documents
-            # The counts are checked against the file's size before anything is read by them: a damaged header
-            # (2^62 sequences) would otherwise ask for exabytes.
-            if size not in (expected, expected + sequences):
-                raise _problem(
-                    prefix,
-                    f"{idx.name} is {size} bytes, but its header's {sequences} sequences and {documents} document "
-                    f"offsets need {expected}: damaged or cut short.",
-                    fix,
-                )
-            lengths = array("i")
-            lengths.frombytes(stream.read(4 * sequences))
+        size = idx.stat().st_size
+        bin_size = bin_.stat().st_size
     except FileNotFoundError as error:
         raise _problem(
             prefix,
             f"no Megatron dataset there: {Path(error.filename).name} is missing.",
             "give the PREFIX that `nemo-recipes data prepare` printed (DIR/NAME, no suffix), or prepare the data.",
         ) from None
-    if struct.pack("=i", 1) != struct.pack("<i", 1):  # pragma: no cover  (big-endian hosts)
-        lengths.byteswap()
-    dtype, itemsize = DTYPES[code]
-    if any(length < 0 for length in lengths):
-        raise _problem(prefix, f"{idx.name} holds a negative sequence length: damaged.", fix)
-    tokens = sum(lengths)
-    if len(lengths) != sequences or bin_size != tokens * itemsize:
+    if len(head) < _IDX_HEAD.size or head[:9] != _IDX_MAGIC:
+        raise _problem(prefix, f"{idx.name} is not a Megatron index (bad header).", _AGAIN)
+    _magic, version, code, sequences, documents = _IDX_HEAD.unpack(head)
+    if version != 1 or code not in DTYPES:
+        raise _problem(prefix, f"{idx.name} has version {version}, dtype code {code}: not readable.", _AGAIN)
+    expected = _IDX_HEAD.size + 4 * sequences + 8 * sequences + 8 * documents
+    if size not in (expected, expected + sequences):
         raise _problem(
             prefix,
-            f"{idx.name} and {bin_.name} do not match ({sequences} sequences of {tokens} {dtype} tokens need "
-            f"{tokens * itemsize} bytes of .bin; it has {bin_size}): truncated or half-written.",
-            fix,
+            f"{idx.name} is {size} bytes, but its header's {sequences} sequences and {documents} document "
+            f"offsets need {expected}: damaged or cut short.",
+            _AGAIN,
         )
-    # document_indices starts with a 0: documents = its length - 1.
-    return dtype, sequences, max(documents - 1, 0), lengths
+    dtype, itemsize = DTYPES[code]
+    return _Head(idx, bin_, dtype, itemsize, sequences, documents, bin_size)

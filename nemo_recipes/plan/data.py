@@ -109,6 +109,7 @@ def read_data(spec: RecipeSpec, *, vocab_given: bool = False) -> tuple[RecipeSpe
     if not spec.data_paths and spec.tokenizer_path is None:
         return spec, DataReport()
     problems = list(data_problems(spec))
+    given = spec  # what the user wrote, for the problems that name a path the system refuses to look up
     spec = resolved_paths(spec)
     info = None
     if spec.tokenizer_path is not None and spec.tokenizer_path.strip():
@@ -118,7 +119,7 @@ def read_data(spec: RecipeSpec, *, vocab_given: bool = False) -> tuple[RecipeSpe
             problems += error.problems
         except OSError as error:  # a path the system refuses to look up (too long, a loop, no permission)
             what = "a tokenizer's directory (tokenizer.json or tokenizer.model) or the file itself"
-            problems.append(_unreadable("tokenizer_path", spec.tokenizer_path, error, what))
+            problems.append(_unreadable("tokenizer_path", given.tokenizer_path or "", error, what))
     if info is not None:
         if vocab_given and spec.vocab_size != info.vocab_size:
             problems.append(
@@ -132,7 +133,7 @@ def read_data(spec: RecipeSpec, *, vocab_given: bool = False) -> tuple[RecipeSpe
             )
         spec = spec.replace(vocab_size=info.vocab_size)
     shape_is_valid = not any(p.severity == ERROR for p in problems if p.field in ("data_paths", "data_weights"))
-    sources = _sources(spec, info, problems) if spec.data_paths and shape_is_valid else ()
+    sources = _sources(spec, info, problems, given.data_paths) if spec.data_paths and shape_is_valid else ()
     return spec, DataReport(
         sources=sources,
         tokenizer=info,
@@ -174,13 +175,14 @@ def _unreadable(field: str, path: str, error: OSError, what: str) -> Problem:
     )
 
 
-def _sources(spec: RecipeSpec, info: Any, problems: list[Problem]) -> tuple[Source, ...]:
+def _sources(spec: RecipeSpec, info: Any, problems: list[Problem], given: tuple[str, ...]) -> tuple[Source, ...]:
     weights = spec.data_weights or (1.0,) * len(spec.data_paths)
     total = float(sum(weights))
     vocab = info.vocab_size if info is not None else spec.vocab_size
     sources = []
-    for path, weight in zip(spec.data_paths, weights, strict=True):
-        source = _source(str(path), weight / total, spec.train_tokens * weight / total, info, vocab, problems)
+    for path, weight, as_given in zip(spec.data_paths, weights, given, strict=True):
+        planned = spec.train_tokens * weight / total
+        source = _source(str(path), weight / total, planned, info, vocab, problems, str(as_given))
         sources.append(source)
         if source.documents is not None:
             problems += _split_problems(source)
@@ -201,13 +203,16 @@ def _sources(spec: RecipeSpec, info: Any, problems: list[Problem]) -> tuple[Sour
     return tuple(sources)
 
 
-def _source(path: str, weight: float, planned: float, info: Any, vocab: int, problems: list[Problem]) -> Source:
+def _source(  # noqa: PLR0913 (as_given: the path as the user wrote it, named when the system refuses it)
+    path: str, weight: float, planned: float, info: Any, vocab: int, problems: list[Problem], as_given: str
+) -> Source:
     from nemo_recipes.data import tokenizers
-    from nemo_recipes.data.manifest import index_summary, manifest_path, read_manifest
+    from nemo_recipes.data.manifest import check_files, index_summary, manifest_path, read_manifest
 
     try:
         if manifest_path(path).is_file():
             manifest = read_manifest(path)
+            check_files(path, manifest)  # a .bin cut short or an .idx replaced behind an intact manifest
             summary = None
         else:
             summary = index_summary(path)
@@ -215,7 +220,8 @@ def _source(path: str, weight: float, planned: float, info: Any, vocab: int, pro
         problems += error.problems
         return Source(path, weight, None, None, None, False, planned)
     except OSError as error:  # a path the system refuses to look up (too long, a loop, no permission)
-        problems.append(_unreadable("data_paths", path, error, "the prefix of a prepared dataset (PREFIX.bin/.idx)"))
+        what = "the prefix of a prepared dataset (PREFIX.bin/.idx)"
+        problems.append(_unreadable("data_paths", as_given, error, what))
         return Source(path, weight, None, None, None, False, planned)
     if summary is not None:
         if summary.dtype not in ("uint8", "int8") and vocab < 2 ** (8 * (2 if summary.dtype.endswith("16") else 4)):
