@@ -72,3 +72,31 @@ def test_another_tokenizer_is_named_and_its_smaller_vocabulary_refused(prepared,
 def test_a_prefix_that_is_not_a_dataset(tmp_path, suffix, why):
     code, _, err = inspect(str(tmp_path / f"nothing{suffix}"))
     assert code == 2 and why in err and "data_paths=" in err
+
+
+@pytest.mark.parametrize("change", ["tokenizer removed", "tokenizer replaced", "manifest names another"])
+def test_a_manifests_tokenizer_that_is_gone_or_changed_is_an_error(prepared, tmp_path, change):
+    """Issue 33 (red team): inspect exited 0 and dropped the sample without a word when the tokenizer the manifest
+    names was removed, replaced on disk, or the manifest edited to name another directory."""
+    copy = tmp_path / "copy"
+    shutil.copytree(prepared.parent, copy)
+    manifest_file = copy / "story.manifest.json"
+    manifest = json.loads(manifest_file.read_text())
+    tokenizer_dir = copy / "tokenizer"
+    manifest["tokenizer"]["path"] = str(tokenizer_dir)
+    manifest_file.write_text(json.dumps(manifest))
+    code, out, err = inspect(str(copy / "story"))
+    assert code == 0 and "sample: 'Paragraph 0." in out, err  # the copy, its manifest pointed at it: intact
+    if change == "tokenizer removed":
+        shutil.rmtree(tokenizer_dir)
+    elif change == "tokenizer replaced":
+        shutil.rmtree(tokenizer_dir)
+        assert tokenizers.train(TEXTS[:50], copy, vocab_size=270) == tokenizer_dir
+    else:
+        other = tokenizers.train(TEXTS[:50], tmp_path / "other", vocab_size=270)
+        manifest["tokenizer"]["path"] = str(other)
+        manifest_file.write_text(json.dumps(manifest))
+    code, out, err = inspect(str(copy / "story"))
+    assert code == 2, (out, err)
+    assert "tokenizer=" in err and "the ids are not checked against it" in err and "give --tokenizer" in err
+    assert "sample:" not in out

@@ -71,12 +71,8 @@ def inspect(
                     "use the tokenizer named in the manifest, or prepare the data again with this one.",
                 )
             )
-    elif manifest and Path(manifest.tokenizer.path).exists():
-        try:
-            if tokenizers.fingerprint(manifest.tokenizer.path) == manifest.tokenizer.fingerprint:
-                encoder = tokenizers.load(manifest.tokenizer.path)
-        except InvalidRecipeError:
-            encoder = None
+    elif manifest:
+        encoder = _manifests_tokenizer(manifest, problems)
     if vocab_size is not None and max_id >= vocab_size:
         problems.append(
             Problem(
@@ -113,6 +109,31 @@ def inspect(
     return Inspection(
         str(prefix), documents, sequences, sum(lengths), dtype, max_id, vocab_size, manifest, sample, problems
     )
+
+
+def _manifests_tokenizer(manifest: Manifest, problems: list[Problem]) -> Any:
+    """The tokenizer the manifest names, loaded when it is still the one that wrote the data; otherwise an error in
+    `problems` (a sample decoded by another tokenizer would be other text, and one silently left out hides that the
+    data can no longer be read back)."""
+    written = manifest.tokenizer
+    try:
+        if tokenizers.fingerprint(written.path) == written.fingerprint:
+            return tokenizers.load(written.path)
+        why = "is not the one the dataset was written with (its files changed since)"
+    except (InvalidRecipeError, OSError) as error:
+        why = (
+            f"cannot be read ({error.problems[0].message if isinstance(error, InvalidRecipeError) else error.strerror})"
+        )
+    problems.append(
+        Problem(
+            "tokenizer",
+            written.path,
+            f"the manifest's tokenizer {why}: the ids are not checked against it and no sample is decoded.",
+            "give --tokenizer with the tokenizer that wrote the data, or prepare the data again with the one you train "
+            "with.",
+        )
+    )
+    return None
 
 
 def errors(inspection: Inspection) -> list[Problem]:
