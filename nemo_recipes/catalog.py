@@ -18,7 +18,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, TypeGuard
 
-from nemo_recipes.errors import InvalidRecipeError, Problem, did_you_mean
+from nemo_recipes.errors import InvalidRecipeError, Problem, did_you_mean, looks_secret
 from nemo_recipes.families import REGISTRY, Architecture, family_of, get_family
 
 Precision = Literal["bf16", "fp16", "fp8"]
@@ -643,7 +643,8 @@ def plain_name_problems(field: str, name: Any) -> list[Problem]:
                 f"{name[:40]}... ({size} bytes)",
                 f"is longer than {MAX_NAME_BYTES} bytes: NeMo-Run makes a directory of it with a timestamp added "
                 "and files named after it, and a file name holds at most 255 bytes.",
-                f"give a shorter name, e.g. {field}={name[:24]}.",
+                # A name that looks like a token is shown redacted: the example does not quote its start either.
+                f"give a shorter name, e.g. {field}={'gpt_7b_run1' if looks_secret(name) else name[:24]}.",
             )
         ]
     return []

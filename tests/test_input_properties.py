@@ -87,6 +87,14 @@ NASTY_TEXT = [
     "9223372036854775808",
     "\u202e",
     "x" * 300,
+    # The red team's kinds (issue 33), so that every surface drawn from this list meets them:
+    "1e308",  # weights whose sum overflows a float
+    "1000000000000",  # --vocab-size 10^12 made the Rust trainer abort the process
+    "2e20",
+    "a" * 100_000,  # a path the system refuses to look up (File name too long)
+    "/dev/null",  # a device where a file is expected
+    "NAME=",  # a named input with nothing after the '='
+    "data.jsonl.gz",  # a compressed input that does not exist (or is not that codec)
 ]
 text_values = st.one_of(
     st.sampled_from(NASTY_TEXT),
@@ -305,6 +313,41 @@ def test_other_fast_verbs_answer_any_argument_list(empty_cwd, verb, rest):
         return  # a real file would be compared (NeMo for a recipe side): not this test's business
     code, out, err = run_cli(argv)
     check_cli_answer(argv, code, out, err)
+    assert_nothing_written(empty_cwd)
+
+
+DATA_FLAGS = ["--vocab-size", "--shard-size", "--tokenizer-sample", "--max-document-chars",
+              "--workers", "--progress"]  # fmt: skip
+hostile_paths = text_values.filter(lambda v: v not in ("/", "..", "../..", "-", "-h") and not v.startswith("-"))
+
+
+@fast(80)
+@given(
+    inputs=st.lists(hostile_paths, min_size=1, max_size=2),
+    out=hostile_paths,
+    flags=st.lists(st.tuples(st.sampled_from(DATA_FLAGS), flag_values), max_size=3),
+    tokenizer=st.one_of(st.just(["--train-tokenizer"]), hostile_paths.map(lambda path: ["--tokenizer", path])),
+    switch=st.sampled_from([[], ["--json"], ["--skip-bad-lines"]]),
+)
+def test_data_prepare_answers_any_inputs_and_flags(empty_cwd, inputs, out, flags, tokenizer, switch):  # noqa: PLR0913
+    """`data prepare` with hostile inputs, --out and flags (issue 33's kinds among them) in an empty directory:
+    nothing there to read, so every answer is a refusal (exit 2 with the fix, or argparse's usage), never a
+    traceback or a hang, and no --out is created for a refused run."""
+    argv = ["data", "prepare", *inputs, "--out", out, *tokenizer, *switch, *(item for pair in flags for item in pair)]
+    code, out_text, err = run_cli(argv)
+    check_cli_answer(argv, code, out_text, err, allowed=(2,))
+    assert_nothing_written(empty_cwd)
+
+
+@fast(60)
+@given(prefixes=st.lists(hostile_paths, min_size=1, max_size=2), tokenizer=st.one_of(st.none(), hostile_paths),
+       sample=st.one_of(st.none(), flag_values))  # fmt: skip
+def test_data_inspect_answers_any_prefix(empty_cwd, prefixes, tokenizer, sample):
+    argv = ["data", "inspect", *prefixes]
+    argv += ["--tokenizer", tokenizer] if tokenizer is not None else []
+    argv += ["--sample-tokens", sample] if sample is not None else []
+    code, out, err = run_cli(argv)
+    check_cli_answer(argv, code, out, err, allowed=(2,))
     assert_nothing_written(empty_cwd)
 
 

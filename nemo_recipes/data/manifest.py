@@ -117,6 +117,8 @@ def check_prefix(prefix: str | Path) -> Path:
     """`prefix` as a Path; a prefix written with its `.bin`/`.idx`/manifest suffix is refused (Megatron appends
     the suffixes itself, so `corpus.bin` would name `corpus.bin.bin`)."""
     text = str(prefix)
+    if "\x00" in text:
+        raise _problem(prefix, "holds a NUL character, which no file name can.", "give the PREFIX without it.")
     for suffix in (".bin", ".idx", MANIFEST_SUFFIX):
         if text.endswith(suffix):
             raise _problem(
@@ -294,6 +296,12 @@ def _read_head(prefix: str | Path) -> _Head:
             prefix,
             f"no Megatron dataset there: {Path(error.filename).name} is missing.",
             "give the PREFIX that `nemo-recipes data prepare` printed (DIR/NAME, no suffix), or prepare the data.",
+        ) from None
+    except OSError as error:  # a path the system refuses to look up: too long a name, a loop, no permission
+        raise _problem(
+            prefix,
+            f"cannot be read ({error.strerror or type(error).__name__}; the path has {len(str(path)):,} characters).",
+            "give the PREFIX of a prepared dataset (DIR/NAME, no suffix) as this machine names it.",
         ) from None
     if len(head) < _IDX_HEAD.size or head[:9] != _IDX_MAGIC:
         raise _problem(prefix, f"{idx.name} is not a Megatron index (bad header).", _AGAIN)
