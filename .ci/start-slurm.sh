@@ -95,6 +95,7 @@ install -d -m 0755 "$CONF_DIR"
 install -d -o "$SLURM_USER" -m 0755 "$LOG_DIR" /var/spool/slurmctld /var/spool/slurmd /var/lib/slurm
 CPUS=$(nproc)
 MEM_MB=$(awk '/MemTotal/ {print int($2 / 1024 * 0.8)}' /proc/meminfo)
+FAKE_GPUS=2
 
 write_if_changed() {  # write_if_changed FILE MODE OWNER < content; prints "changed" when the file was rewritten
     local file=$1 mode=$2 owner=$3 tmp
@@ -152,11 +153,23 @@ AccountingStorageHost=localhost
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30
 JobCompType=jobcomp/none
-NodeName=${NODE} CPUs=${CPUS} RealMemory=${MEM_MB} State=UNKNOWN
+# Two count-only GPUs (gres.conf, no device files): recipes that train on GPUs are refused on an executor that asks
+# for none (executors/plugin.py), so the launch tests ask for one; nothing in CI touches a GPU.
+GresTypes=gpu
+NodeName=${NODE} CPUs=${CPUS} RealMemory=${MEM_MB} Gres=gpu:${FAKE_GPUS} State=UNKNOWN
 # Small test jobs share the few cores of a CI machine instead of queueing behind each other.
 PartitionName=${PARTITION} Nodes=${NODE} Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 EOF
 )
+
+gres_changed=$(write_if_changed "$CONF_DIR/gres.conf" 0644 root <<EOF
+# Written by nemo-recipes .ci/start-slurm.sh: GPUs Slurm counts and hands out, with no GPU behind them. slurmd's gpu
+# plugin counts device files, so each is a character device every machine has (task/none constrains nothing).
+NodeName=${NODE} Name=gpu File=/dev/null
+NodeName=${NODE} Name=gpu File=/dev/zero
+EOF
+)
+conf_changed="${conf_changed}${gres_changed}"
 
 # ---- 5. slurmdbd and the cluster, account and user records ----
 if [ -n "$dbd_changed" ] && running /run/slurmdbd.pid; then
@@ -184,7 +197,11 @@ if [ -n "$conf_changed" ]; then
             kill "$(cat "/run/$daemon.pid")"
         fi
     done
-    sleep 1
+    # A stopping slurmctld saves its state first: start the new ones only once the old ones are gone (bounded).
+    for _ in $(seq 60); do
+        running /run/slurmctld.pid || running /run/slurmd.pid || break
+        sleep 0.5
+    done
 fi
 if ! running /run/slurmctld.pid; then
     log "starting slurmctld"

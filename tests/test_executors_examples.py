@@ -16,7 +16,9 @@ EXAMPLES = REPO / "examples"
 @pytest.fixture
 def env(tmp_path, kubeconfig_file):
     (tmp_path / "clusters.yaml").write_text(
-        "ci_slurm:\n  preset: slurm\n  account: ci\n  gpus_per_node: 0\n  processes_per_node: 2\n"
+        # The CI cluster's node has two count-only GPUs (.ci/start-slurm.sh): a recipe that trains on GPUs is
+        # refused on an executor that asks for none; --check then runs its torch.distributed check on the CPUs.
+        "ci_slurm:\n  preset: slurm\n  account: ci\n  gpus_per_node: 2\n  processes_per_node: 2\n"
         "  container_image: null\n  time: '00:05:00'\n"
     )
     return {
@@ -51,7 +53,7 @@ def run_example(args, env, cwd, timeout=300):
             ["--nodes", "4", "--gpu", "h100"],
             ["kind: TrainJob", "numNodes: 4", "numProcPerNode: 8", "name: torch-distributed"],
         ),
-        ("ci_slurm", [], ["#SBATCH --account=ci", "--nproc-per-node 2"]),
+        ("ci_slurm", [], ["#SBATCH --account=ci", "#SBATCH --gpus-per-node=2", "--nproc-per-node 2"]),
     ],
 )
 def test_pretrain_gpt_dryrun(executor, extra, expect, env, tmp_path):

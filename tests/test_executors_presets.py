@@ -742,3 +742,26 @@ def test_smoke_and_launch_ask_the_kubernetes_api_once_before_anything_starts(ver
     assert problem["field"] == "kubeconfig" and problem["value"] == f"https://127.0.0.1:{port}"
     assert "cannot be reached (Connection refused)" in problem["message"] and "kubectl cluster-info" in problem["fix"]
     assert not (tmp_path / "home" / "experiments").exists()  # nothing was started
+
+
+def test_a_gpu_recipe_on_a_slurm_executor_without_gpus_is_refused(recipes):
+    """Issue 33 (red team): gpt_1_3b on `slurm(gpus_per_node=0)` was called valid, then the job failed at its first
+    CUDA call after its wait in the queue. The plugin refuses it naming gpus_per_node; CPU work (no trainer, or a
+    trainer on CPU as smoke runs it) and an executor asking for GPUs by gres pass."""
+    import nemo_run as run
+
+    from nemo_recipes.errors import InvalidRecipeError
+    from nemo_recipes.executors import RecipePlugin, slurm
+
+    with pytest.raises(InvalidRecipeError) as refused:
+        RecipePlugin().setup(recipes.gpt_1_3b(), slurm(account="a", gpus_per_node=0, processes_per_node=8))
+    (problem,) = refused.value.problems
+    assert (problem.field, problem.value) == ("gpus_per_node", 0)
+    assert "trainer.accelerator='gpu'" in problem.message and "-E gpus_per_node=8" in problem.fix
+    on_cpu = recipes.gpt_1_3b(num_gpus_per_node=1, global_batch_size=8)
+    on_cpu.trainer.accelerator = "cpu"
+    RecipePlugin().setup(on_cpu, slurm(account="a", gpus_per_node=0, processes_per_node=1))
+    RecipePlugin().setup(run.Script(inline="true"), slurm(account="a", gpus_per_node=0))
+    by_gres = slurm(account="a", gpus_per_node=0, processes_per_node=8)
+    by_gres.gres = "gpu:8"
+    RecipePlugin().setup(recipes.gpt_1_3b(), by_gres)

@@ -249,7 +249,7 @@ def test_a_refused_submission_leaves_nothing_behind(cluster, capsys):
         "-E",
         "partition=no_such_partition",
         "-E",
-        "gpus_per_node=0",
+        "gpus_per_node=1",  # the CI cluster's GPUs are count-only GRES (.ci/start-slurm.sh)
         "-E",
         "container_image=null",
     )
@@ -277,7 +277,7 @@ def test_launch_reports_the_slurm_state_and_the_logs(cluster, capsys):
         "-E",
         f"account={ACCOUNT}",
         "-E",
-        "gpus_per_node=0",
+        "gpus_per_node=1",  # the CI cluster's GPUs are count-only GRES (.ci/start-slurm.sh)
         "-E",
         "container_image=null",
         "-E",
@@ -301,7 +301,7 @@ def test_launch_of_a_job_that_fails_exits_1_with_the_state_and_the_logs(cluster,
     start): exit 1, Slurm's FAILED with its exit code, the batch output and where the logs are."""
     clusters = tmp_path / "clusters.yaml"
     clusters.write_text(
-        f"broken:\n  preset: slurm\n  account: {ACCOUNT}\n  gpus_per_node: 0\n  container_image: null\n"
+        f"broken:\n  preset: slurm\n  account: {ACCOUNT}\n  gpus_per_node: 1\n  container_image: null\n"
         "  time: '00:02:00'\n  mem: 512M\n  env:\n    PYTHONHOME: /nonexistent\n"
     )
     code, out, err = launch(capsys, "gpt_1_3b", "--executor", "broken", "--clusters", str(clusters), "--json")

@@ -74,6 +74,7 @@ class RecipePlugin(run.Plugin):
                 for name, value in plan_env(spec, nodes, gpu).items():
                     executor.env_vars.setdefault(name, value)
         problems += self._secure(task, executor)
+        problems += gpu_problems(task, executor)
         if isinstance(executor, run.KubeflowExecutor):
             problems += mixed_pod_settings(executor)
         if isinstance(task, run.Partial) and isinstance(executor, run.KubeflowExecutor):
@@ -88,6 +89,30 @@ class RecipePlugin(run.Plugin):
     def _secure(self, task: Any, executor: run.Executor) -> list[Problem]:
         # Every executor gets its preset's secret policy (registry.py); one no preset returns, the generic one.
         return registry.secure(executor, task.env if isinstance(task, run.Script) else None, self.secrets)
+
+
+def gpu_problems(task: Any, executor: run.Executor) -> list[Problem]:
+    """A recipe that trains on GPUs (its trainer's accelerator) submitted to a Slurm executor that asks for none:
+    the job would be queued, then fail at its first CUDA call. CPU work (a smoke run, `data prepare`'s ranks) asks
+    for no GPU and is not a recipe on GPUs."""
+    trainer = getattr(task, "trainer", None) if isinstance(task, run.Partial) else None
+    if trainer is None or str(getattr(trainer, "accelerator", "gpu")).lower() not in ("gpu", "cuda"):
+        return []
+    if not isinstance(executor, run.SlurmExecutor) or executor.gpus_per_node or executor.gpus_per_task:
+        return []
+    if executor.gres and "gpu" in str(executor.gres):
+        return []
+    return [
+        Problem(
+            "gpus_per_node",
+            0,
+            f"the recipe trains on GPUs (trainer.accelerator={trainer.accelerator!r}), but the Slurm executor asks "
+            f"for none: its {executor.nproc_per_node()} process(es) per node would find no CUDA device and the job "
+            "would fail after waiting in the queue.",
+            "give the GPUs per node of the partition (-E gpus_per_node=8, or gpus_per_node: 8 in the cluster "
+            "profile); to try the recipe scaled down on CPU nodes, run `nemo-recipes smoke RECIPE --executor ...`.",
+        )
+    ]
 
 
 def _set_data_paths(task: run.Partial, spec: Any) -> None:
