@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from nemo_recipes.errors import RecipeError
 
@@ -69,7 +69,7 @@ def local_processes(
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
-            preexec_fn=_stop_with_parent,
+            preexec_fn=_stop_with_parent_hook(),
         )
         deadline = time.monotonic() + timeout
         try:
@@ -99,13 +99,18 @@ STOP_GRACE = 20.0
 _PR_SET_PDEATHSIG = 1
 
 
-def _stop_with_parent() -> None:
-    """In the child, before it runs: Linux sends it SIGTERM when this process dies, however it dies (even by
-    SIGKILL, which no handler sees), and torchrun passes SIGTERM on to its workers. Nothing elsewhere."""
-    if sys.platform.startswith("linux"):
-        import ctypes
+def _stop_with_parent_hook() -> Optional[Callable[[], None]]:
+    """A `preexec_fn` for the child, before it runs: Linux sends it SIGTERM when this process dies, however it dies
+    (even by SIGKILL, which no handler sees), and torchrun passes SIGTERM on to its workers. None elsewhere.
 
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    libc's prctl is looked up here, in the parent: between fork and exec the child of a threaded process (pytest's,
+    NeMo's) must not take the dynamic loader's lock, which another thread may have held at the fork."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
 
 
 def descendants(pid: int) -> list[int]:
@@ -145,6 +150,10 @@ def _signal_groups(pids: list[int], signum: int) -> None:
             pass
 
 
+#: Seconds to wait for SIGKILLed processes to be gone.
+KILL_WAIT = 30.0
+
+
 def stop_tree(roots: list[int], grace: float = STOP_GRACE) -> None:
     """Stop `roots` and every process below them, and wait until none of them runs: SIGTERM to each process group
     in the tree (torchrun's and each worker's own), `grace` seconds to end, then SIGKILL to whatever is left."""
@@ -155,7 +164,10 @@ def stop_tree(roots: list[int], grace: float = STOP_GRACE) -> None:
         time.sleep(0.1)
     left = [pid for pid in {*tree, *(pid for root in roots for pid in descendants(root))} if alive(pid)]
     _signal_groups(left, signal.SIGKILL)
-    while any(alive(pid) for pid in left):  # SIGKILL cannot be refused: this ends at once
+    # SIGKILL cannot be refused, but a process inside an uninterruptible wait (a hung NFS read) ends only when the
+    # wait does: bounded, so that stopping never hangs the command that stops.
+    deadline = time.monotonic() + KILL_WAIT
+    while any(alive(pid) for pid in left) and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
