@@ -22,7 +22,9 @@ _NEMORUN_HOME = os.environ["NEMORUN_HOME"] = tempfile.mkdtemp(prefix="nemo-recip
 # never appear in what the CLI prints (tests/_cli.py checks every run) nor in a file written under the session's
 # temporary directories or NEMORUN_HOME (checked when the session ends). Not token-shaped on purpose: only the
 # handling of secrets by name and by environment value can keep it out.
-SECRET_CANARY = f"canary-{os.getpid()}-secret-value-never-printed"
+# One per run, the same in every pytest-xdist worker: each worker must collect the same test ids (some carry it).
+_RUN = os.environ.get("PYTEST_XDIST_TESTRUNUID", str(os.getpid()))[:12]
+SECRET_CANARY = f"canary-{_RUN}-secret-value-never-printed"
 CANARY_NAMES = ("WANDB_API_KEY", "HF_TOKEN")
 os.environ.update(dict.fromkeys(CANARY_NAMES, SECRET_CANARY))
 

@@ -17,6 +17,8 @@ from nemo_recipes.cli import ls
 from nemo_recipes.cli.main import main
 from nemo_recipes.smoke_training.launchers import alive, descendants, stop_tree
 
+pytestmark = pytest.mark.serial  # signals sent to this process, and stops timed
+
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP])
 def test_a_stopping_signal_unwinds_the_verb_and_exits_with_its_code(signum, monkeypatch, capsys):

@@ -19,7 +19,7 @@ from nemo_recipes.data import plan as plans
 from nemo_recipes.data import tokenizers
 from nemo_recipes.smoke_training.launchers import alive, descendants
 
-pytestmark = pytest.mark.nemo  # Megatron-Core writes the datasets
+pytestmark = [pytest.mark.nemo, pytest.mark.serial]  # Megatron-Core writes the datasets
 
 # Many prepares in one process (Megatron-Core imported once): each through main(), the CLI's signal handler installed
 # as a user's command has it, with 2 workers over 4 shards. Prints one line per run; a hang is caught by the timeout.

@@ -113,7 +113,7 @@ def test_torchrun_starts_the_planned_ranks(cluster):
     """The plugin plans a recipe on the executor's hardware; the job's ranks are exactly that plan."""
     from nemo_recipes.executors import RecipePlugin
 
-    ex = executor()
+    ex = executor(gpus_per_node=2)  # the CI node's count-only GPUs (.ci/start-slurm.sh): a GPU recipe asks for some
     plugin = RecipePlugin()
     plan = ex.nnodes() * ex.nproc_per_node()
     try:

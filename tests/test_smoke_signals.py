@@ -16,7 +16,7 @@ from _cli import ENV, SCRIPT
 
 pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (the workers import it)")
 
-pytestmark = [pytest.mark.nemo, pytest.mark.slow]
+pytestmark = [pytest.mark.nemo, pytest.mark.slow, pytest.mark.serial]
 
 
 def processes_of(marker: str) -> list[int]:
