@@ -329,6 +329,8 @@ hostile_paths = text_values.filter(lambda v: v not in ("/", "..", "../..", "-", 
     tokenizer=st.one_of(st.just(["--train-tokenizer"]), hostile_paths.map(lambda path: ["--tokenizer", path])),
     switch=st.sampled_from([[], ["--json"], ["--skip-bad-lines"]]),
 )
+# Found by CI: a name over 255 bytes, which Path.is_dir() raises on (OSError 'File name too long').
+@example(inputs=["x" * 300], out="inf", flags=[], tokenizer=["--train-tokenizer"], switch=[])
 def test_data_prepare_answers_any_inputs_and_flags(empty_cwd, inputs, out, flags, tokenizer, switch):  # noqa: PLR0913
     """`data prepare` with hostile inputs, --out and flags (issue 33's kinds among them) in an empty directory:
     nothing there to read, so every answer is a refusal (exit 2 with the fix, or argparse's usage), never a

@@ -18,6 +18,7 @@ import gzip
 import io
 import json
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator, Optional
@@ -90,6 +91,20 @@ def _kinds_fix() -> str:
     )
 
 
+def _kind(path: Path) -> str:
+    """'dir', 'file', 'other' (a FIFO, a device, a socket), 'missing', or why the system refuses to look the path up
+    (a name over 255 bytes: 'File name too long'), which Path.is_dir() raises rather than answers."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "missing"
+    except NotADirectoryError:
+        return "missing"
+    except OSError as error:
+        return error.strerror or type(error).__name__
+    return "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
+
+
 def resolve(arguments: list[str]) -> list[Source]:
     """Sources of the INPUT arguments: a file is a source; a directory (its files, recursively) or a glob is one
     source of its files in sorted order. `NAME=INPUT` names the source; otherwise the input's stem does
@@ -100,22 +115,26 @@ def resolve(arguments: list[str]) -> list[Source]:
         problems.append(Problem("inputs", [], "no input given.", "give one or more files, directories or globs."))
     for argument in arguments:
         name, _, given = (
-            argument.rpartition("=") if "=" in argument and not Path(argument).exists() else ("", "", argument)
+            argument.rpartition("=") if "=" in argument and _kind(Path(argument)) == "missing" else ("", "", argument)
         )
         path = Path(given).expanduser()
         if not given:  # Path("") is ".": every file under the working directory
             problems.append(Problem("inputs", argument, "names no input.", "give NAME=INPUT, e.g. wiki=data/wiki/"))
             continue
+        kind = _kind(path)
         if _has_magic(given):
             matched = [Path(p) for p in sorted(glob.glob(str(path), recursive=True)) if Path(p).is_file()]
             default_name = _stem(Path(re.sub(r"[*?\[\]]", "", path.name))).strip("-_.") or path.parent.name
-        elif path.is_dir():
+        elif kind not in ("dir", "file", "other", "missing"):
+            problems.append(Problem("inputs", given, f"the system refuses to look it up: {kind}.", "check the path."))
+            continue
+        elif kind == "dir":
             matched = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
             default_name = path.absolute().name
-        elif path.is_file():
+        elif kind == "file":
             matched = [path]
             default_name = _stem(path)
-        elif path.exists():  # a FIFO, a device (/dev/null), a socket: no size to cut into shards, no second read
+        elif kind == "other":  # a FIFO, a device (/dev/null), a socket: no size to cut into shards, no second read
             problems.append(
                 Problem("inputs", given, "not a regular file (a pipe or a device).", "save the text to a file first.")
             )
@@ -124,7 +143,7 @@ def resolve(arguments: list[str]) -> list[Source]:
             problems.append(Problem("inputs", given, "no such file or directory.", "check the path."))
             continue
         files = [f for f in (classify(p) for p in matched) if f is not None]
-        if path.is_file() and not files:
+        if kind == "file" and not files:
             problems.append(Problem("inputs", given, "not a kind of file `data prepare` reads.", _kinds_fix()))
             continue
         if not files:
