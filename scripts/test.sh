@@ -16,7 +16,8 @@ bash .ci/start-slurm.sh
 # Beside it, a two-node cluster in network namespaces for the multi-node tests (tests/test_slurm_two_nodes.py).
 bash .ci/start-two-node-slurm.sh
 # Two stages. Most tests run on two pytest-xdist workers (PYTEST_WORKERS to change): a smoke run spends most of its
-# time importing NeMo on one core, so two at a time nearly halve the wall time of a 2-core machine. Then, one at a
+# time importing NeMo on one core, so two at a time nearly halve the wall time of a 2-core machine (a module
+# marked xdist_group keeps its tests on one worker: its shared runs are trained once). Then, one at a
 # time, the tests of the Slurm clusters (they count, requeue and cancel the jobs of clusters of 2 CPUs, and a lost
 # node is noticed by a timer) and those that time how fast processes stop (marker `serial`).
 status=0
@@ -26,7 +27,7 @@ stage() {  # stage ARGS...: pytest's exit status, 5 (no test selected) counted a
     [ "$code" -eq 5 ] && code=0
     [ "$code" -eq 0 ] || status=$code
 }
-stage -n "${PYTEST_WORKERS:-2}" -m "not slurm and not slurm2 and not serial" "$@"
+stage -n "${PYTEST_WORKERS:-2}" --dist loadgroup -m "not slurm and not slurm2 and not serial" "$@"
 stage -m "slurm or slurm2 or serial" "$@"
 echo "test.sh: $( [ "$status" -eq 0 ] && echo "every test passed" || echo "FAILED (pytest exit status $status)" )"
 exit "$status"

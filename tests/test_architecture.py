@@ -28,6 +28,7 @@ ALLOWED: dict[str, set[str]] = {
     "executors": CORE | {"catalog", "plan", "overrides", "__init__"},
     "watching": CORE | {"catalog", "families", "plan"},
     "smoke_training": CORE | {"catalog", "plan", "overrides", "data", "training", "executors"},
+    "conversion": CORE | {"catalog", "families", "data"},
     "cli": CORE
     | {
         "catalog",
@@ -39,6 +40,7 @@ ALLOWED: dict[str, set[str]] = {
         "executors",
         "smoke_training",
         "watching",
+        "conversion",
         "__init__",
     },
     "__init__": CORE | {"catalog", "plan", "training", "smoke_training"},

@@ -46,6 +46,7 @@ def test_completes_verbs(script):
         "launch",
         "smoke",
         "watch",
+        "hf",
         "data",
         "completion",
         "--help",

@@ -12,7 +12,7 @@ def test_unknown_verb_suggests_the_closest():
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr.splitlines()[-1] == (
         "nemo-recipes: error: argument VERB: invalid choice: 'lss' (choose from 'ls', 'show', 'plan', 'diff', "
-        "'export', 'launch', 'smoke', 'watch', 'data', 'completion') (did you mean 'ls'?)"
+        "'export', 'launch', 'smoke', 'watch', 'hf', 'data', 'completion') (did you mean 'ls'?)"
     )
 
 

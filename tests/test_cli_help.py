@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from _cli import check_snapshot, cli
 
-VERBS = ["ls", "show", "plan", "diff", "export", "launch", "smoke", "watch", "data", "completion"]
+VERBS = ["ls", "show", "plan", "diff", "export", "launch", "smoke", "watch", "hf", "data", "completion"]
 
 
 def test_top_level_help_matches_snapshot():
@@ -34,6 +34,12 @@ def test_data_subverb_help_matches_snapshot(subverb):
     result = cli("data", subverb, "--help")
     assert result.returncode == 0, result.stderr
     check_snapshot(f"help_data_{subverb}.txt", result.stdout)
+
+
+def test_hf_export_help_matches_snapshot():
+    result = cli("hf", "export", "--help")
+    assert result.returncode == 0, result.stderr
+    check_snapshot("help_hf_export.txt", result.stdout)
 
 
 def test_snapshots_cover_every_verb():

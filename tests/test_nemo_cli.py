@@ -18,7 +18,8 @@ pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (tier 
 
 from nemo_recipes.catalog import RECIPES, config_class_name  # noqa: E402
 
-pytestmark = [pytest.mark.nemo, pytest.mark.slow]
+# One pytest-xdist worker for the module (scripts/test.sh: --dist loadgroup): its eight dry runs start once.
+pytestmark = [pytest.mark.nemo, pytest.mark.slow, pytest.mark.xdist_group("nemo_cli")]
 
 NEMO = shutil.which("nemo") or str(Path(sys.executable).with_name("nemo"))
 

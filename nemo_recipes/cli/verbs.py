@@ -46,6 +46,10 @@ VERBS: dict[str, Verb] = {
         "nemo_recipes.cli.watch",
         "read a job's log: step, loss, step time, tokens/s, TFLOP/s per GPU, memory, ETA, restarts and alarms",
     ),
+    "hf": Verb(
+        "nemo_recipes.cli.hf",
+        "convert a trained checkpoint to a Hugging Face model (transformers loads it offline)",
+    ),
     "data": Verb(
         "nemo_recipes.cli.data",
         "prepare your own text as Megatron training data (.bin/.idx + manifest), and inspect it",

@@ -9,11 +9,14 @@ shapes below take as they are, so one formula cannot drift from another.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 #: How tensor parallelism stores a tensor: column-parallel (split along its output rows), row-parallel (split along
 #: its input columns), or a full copy on every TP rank.
 Split = Literal["column", "row", "replicated"]
+
+#: The norms' epsilon: Megatron-Core's default (TransformerConfig.layernorm_epsilon), which no recipe changes.
+NORM_EPSILON = 1e-5
 
 
 class Shape(Protocol):
@@ -147,6 +150,52 @@ class Architecture:
                 Tensor("fc2.bias", (h,), "replicated"),
             ]
         return tensors
+
+    def global_tensors(self) -> list[Tensor]:
+        """The tensors outside the layers: word embeddings (the padded vocabulary), a learned position table, the
+        final norm, and an output layer unless it is tied to the embeddings."""
+        s, h = self.spec, self.spec.hidden_size
+        tensors = [Tensor("embedding.weight", (s.padded_vocab_size, h), "column")]
+        if s.position_embedding_type == "learned_absolute":
+            tensors.append(Tensor("position.weight", (s.seq_length, h), "replicated"))
+        tensors += self.norm("final_norm")
+        if not s.share_embeddings:
+            tensors.append(Tensor("output.weight", (s.padded_vocab_size, h), "column"))
+        return tensors
+
+    def split_qkv(self, qkv: Any) -> tuple[Any, Any, Any]:
+        """Megatron's fused QKV rows as (queries, keys, values), each in head order. Megatron groups them by query
+        group: the group's query heads, then its key head, then its value head. A weight [rows, in] or a bias
+        [rows]; tensor methods only, so that this module imports no torch."""
+        s, rest = self.spec, tuple(qkv.shape[1:])
+        per_group = s.num_attention_heads // s.kv_groups
+        grouped = qkv.reshape(s.kv_groups, per_group + 2, s.head_dim, *rest)
+        return (
+            grouped[:, :per_group].reshape(self.query_width, *rest),
+            grouped[:, per_group].reshape(self.kv_width, *rest),
+            grouped[:, per_group + 1].reshape(self.kv_width, *rest),
+        )
+
+    @staticmethod
+    def concat_rows(*tensors: Any) -> Any:
+        """The tensors one after the other along their first axis (torch.cat without importing torch)."""
+        total = sum(t.shape[0] for t in tensors)
+        out = tensors[0].new_empty((total, *tensors[0].shape[1:]))
+        start = 0
+        for t in tensors:
+            out[start : start + t.shape[0]] = t
+            start += t.shape[0]
+        return out
+
+    def merge_qkv(self, q: Any, k: Any, v: Any) -> Any:
+        """The inverse of `split_qkv`: queries, keys and values in head order as Megatron's fused, grouped rows."""
+        s, rest = self.spec, tuple(q.shape[1:])
+        per_group = s.num_attention_heads // s.kv_groups
+        grouped = q.new_empty((s.kv_groups, per_group + 2, s.head_dim, *rest))
+        grouped[:, :per_group] = q.reshape(s.kv_groups, per_group, s.head_dim, *rest)
+        grouped[:, per_group] = k.reshape(s.kv_groups, s.head_dim, *rest)
+        grouped[:, per_group + 1] = v.reshape(s.kv_groups, s.head_dim, *rest)
+        return grouped.reshape(-1, *rest)
 
     def layer_params(self) -> LayerParams:
         tensors = self.layer_tensors()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 
 @dataclass(frozen=True)
@@ -16,3 +16,6 @@ class Family:
     display_name: str
     summary: str  # one line for help texts: what the family's architecture is
     sources: Mapping[str, str] = field(default_factory=dict)
+    #: The Hugging Face class its checkpoints convert to and from, and the tensor mapping both ways (`GPT2Mapping`,
+    #: `LlamaMapping` in the family modules).
+    hf: Any = None

@@ -4,6 +4,10 @@ catalog's defaults."""
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
+from nemo_recipes.errors import Problem
+from nemo_recipes.families.architecture import NORM_EPSILON, Architecture
 from nemo_recipes.families.family import Family
 
 # NVIDIA's published H100 layouts for Llama 3 (BF16 pretraining rows), read in NeMo's performance scripts.
@@ -62,9 +66,109 @@ SOURCES: dict[str, str] = {
     "(grad_reduce_in_fp32 off in NeMo's performance scripts), where NeMo's default keeps them in FP32",
     "recompute_num_layers": "8B: 16 of 32 layers; 405B: 1 of each 2-layer chunk (see recompute)",
 }
+
+
+class LlamaMapping:
+    """Llama 3's recipe as transformers' LlamaForCausalLM, both ways: queries, keys and values as separate
+    projections in head order (Megatron fuses them, grouped per key/value head), gate and up as separate projections
+    (Megatron's SwiGLU fc1 holds the gate rows, then the up rows: NeMo's `TransformFns.split_fc1`).
+
+    NeMo 2.7.3's `HFLlamaExporter`/`HFLlamaImporter` do the same mapping on a whole model in memory, loaded through
+    the checkpoint's NeMo context; here it runs one layer at a time on the checkpoint's tensors, so that a model
+    larger than RAM converts and a checkpoint without that context (a smoke run's) converts too. The tests check it
+    against NeMo's own transforms."""
+
+    architecture = "LlamaForCausalLM"
+    model_type = "llama"
+
+    def problems(self, spec: Any) -> list[Problem]:
+        wanted = {
+            "position_embedding_type": ("rope", "its positions are rotary (RoPE) only"),
+            "normalization": ("RMSNorm", "its norms are RMSNorm"),
+            "activation": ("swiglu", "its MLP is SwiGLU"),
+            "add_bias_linear": (False, "its exporter here writes no linear biases"),
+            "rotary_percent": (1.0, "its rotary embedding turns every dimension of a head"),
+        }
+        return [
+            Problem(
+                field, getattr(spec, field), f"LlamaForCausalLM cannot hold this model: {why}.",
+                f"train with {field}={value} to export as Llama, or export a GPT-shaped recipe (gpt_*).",
+            )
+            for field, (value, why) in wanted.items()
+            if getattr(spec, field) != value
+        ]  # fmt: skip
+
+    def config(self, spec: Any, vocab: int, eod: Optional[int]) -> dict[str, Any]:
+        return {
+            "architectures": [self.architecture],
+            "model_type": self.model_type,
+            "vocab_size": vocab,
+            "hidden_size": spec.hidden_size,
+            "intermediate_size": spec.ffn_hidden_size,
+            "num_hidden_layers": spec.num_layers,
+            "num_attention_heads": spec.num_attention_heads,
+            "num_key_value_heads": spec.kv_groups,
+            "head_dim": spec.head_dim,
+            "max_position_embeddings": spec.seq_length,
+            "rms_norm_eps": NORM_EPSILON,
+            "rope_theta": float(spec.rotary_base),
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "mlp_bias": False,
+            "attention_dropout": spec.attention_dropout,
+            "tie_word_embeddings": bool(spec.share_embeddings),
+            "bos_token_id": eod,
+            "eos_token_id": eod,
+        }
+
+    def layer_to_hf(self, arch: Architecture, index: int, t: dict[str, Any]) -> dict[str, Any]:
+        p = f"model.layers.{index}."
+        q, k, v = arch.split_qkv(t["qkv.weight"])
+        gate, up = t["fc1.weight"].chunk(2)
+        return {
+            p + "input_layernorm.weight": t["input_norm.weight"],
+            p + "self_attn.q_proj.weight": q,
+            p + "self_attn.k_proj.weight": k,
+            p + "self_attn.v_proj.weight": v,
+            p + "self_attn.o_proj.weight": t["proj.weight"],
+            p + "post_attention_layernorm.weight": t["pre_mlp_norm.weight"],
+            p + "mlp.gate_proj.weight": gate,
+            p + "mlp.up_proj.weight": up,
+            p + "mlp.down_proj.weight": t["fc2.weight"],
+        }
+
+    def layer_from_hf(self, arch: Architecture, index: int, hf: dict[str, Any]) -> dict[str, Any]:
+        p = f"model.layers.{index}."
+        a = p + "self_attn."
+        return {
+            "input_norm.weight": hf[p + "input_layernorm.weight"],
+            "qkv.weight": arch.merge_qkv(hf[a + "q_proj.weight"], hf[a + "k_proj.weight"], hf[a + "v_proj.weight"]),
+            "proj.weight": hf[a + "o_proj.weight"],
+            "pre_mlp_norm.weight": hf[p + "post_attention_layernorm.weight"],
+            "fc1.weight": arch.concat_rows(hf[p + "mlp.gate_proj.weight"], hf[p + "mlp.up_proj.weight"]),
+            "fc2.weight": hf[p + "mlp.down_proj.weight"],
+        }
+
+    def layer_keys(self, index: int) -> list[str]:
+        p = f"model.layers.{index}."
+        names = ("input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                 "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")  # fmt: skip
+        return [f"{p}{n}.weight" for n in names]
+
+    GLOBALS = {
+        "embedding.weight": "model.embed_tokens.weight",
+        "final_norm.weight": "model.norm.weight",
+        "output.weight": "lm_head.weight",
+    }
+
+
+HF = LlamaMapping()
+
+
 FAMILY = Family(
     prefix="llama",
     display_name="Llama",
     summary="Llama 3 architecture: RoPE, RMSNorm, SwiGLU, grouped-query attention, no biases, untied output layer",
     sources=SOURCES,
+    hf=HF,
 )

@@ -77,7 +77,8 @@ class SmokeReport:
             "exit_codes": self.exit_codes,
             "runs": [a.to_dict() for a in v.attempts],
             "parallel": v.parallel,
-            "checkpoint": v.checkpoint,
+            # Where the run's files were removed, its checkpoint's path names nothing: left out.
+            "checkpoint": v.checkpoint if self.kept or not v.checkpoint else {**v.checkpoint, "path": None},
             "checks": [c.to_dict() for c in v.checks],
             "learning": v.learning,
             "patches": v.patches,
@@ -118,7 +119,13 @@ class SmokeReport:
                 )
         if v.checkpoint:
             size = v.checkpoint.get("bytes", 0) / 2**20
-            lines.append(f"  checkpoint  {size:.1f} MiB at step {v.checkpoint.get('step')}: {v.checkpoint.get('path')}")
+            where = (
+                v.checkpoint.get("path")
+                if self.kept
+                else "in the run's temporary directory, removed now that the run passed (keep it with --dir DIR or "
+                "--keep)"
+            )
+            lines.append(f"  checkpoint  {size:.1f} MiB at step {v.checkpoint.get('step')}: {where}")
         if self.learned:
             lines += self.learned.format()
         for check in v.checks:
@@ -128,6 +135,8 @@ class SmokeReport:
                 lines.append(f"  [FAIL] {phase} phase exited with status {code}; log: {self.logs.get(phase)}")
         if self.kept:
             lines.append(f"  files       {self.directory}")
+            if v.checkpoint:
+                lines.append(f"  export      nemo-recipes hf export {self.directory} --out DIR  (a Hugging Face model)")
         return "\n".join(lines)
 
 

@@ -86,6 +86,22 @@ def generate(gpt: Any, prompt: list[int], tokens: int, temperature: float, seq_l
     return ids
 
 
+def forward_logits(gpt: Any, ids: list[int], vocab: int) -> list[list[float]]:
+    """Megatron's logits over `ids` (one sequence), in FP32: the model cast to FP32 first, so that a comparison with
+    another implementation of the same weights (an exported Hugging Face model) sees arithmetic, not BF16 rounding;
+    Megatron's padding entries (beyond `vocab`) left out."""
+    import torch
+
+    gpt.float()
+    gpt.config.params_dtype = torch.float32
+    gpt.config.bf16 = False
+    with torch.no_grad(), _device_scope():
+        window = torch.tensor([ids], dtype=torch.long)
+        positions = torch.arange(window.shape[1], dtype=torch.long).unsqueeze(0)
+        mask = torch.triu(torch.ones(1, 1, window.shape[1], window.shape[1], dtype=torch.bool), diagonal=1)
+        return gpt(window, positions, mask)[0, :, :vocab].float().tolist()
+
+
 def _device_scope() -> Any:
     """Megatron's CUDA requests mean the CPU where there is no CUDA (the compatibility layer's scope)."""
     import contextlib
@@ -99,6 +115,10 @@ def main(argv: list[str]) -> int:
     config = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     spec = RecipeSpec(**config["spec"])
     gpt, tokenizer = load_model(spec, config["weights"])
+    if "logits_of" in config:  # `forward_logits`: the reference of a conversion's numerics
+        logits = forward_logits(gpt, config["logits_of"], spec.vocab_size)
+        Path(argv[1]).write_text(json.dumps({"logits": logits}), encoding="utf-8")
+        return 0
     prompt = config["prompt_ids"]
     samples = [
         {

@@ -1,0 +1,269 @@
+"""A checkpoint a recipe trained, as a Hugging Face model directory that `transformers` loads offline:
+`config.json`, the weights as safetensors (sharded above `shard_bytes`), and the tokenizer the data was prepared with.
+
+The family's mapping (`families.gpt.GPT2Mapping`, `families.llama.LlamaMapping`) turns Megatron's tensors into the
+Hugging Face class's, one layer at a time: memory holds one shard being written and one layer being converted, never
+the model twice. Everything is written into a directory beside the output and renamed into place at the end, so a
+failure (a full disk, a signal) leaves no half-written model where one is expected.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Optional
+
+from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.conversion.megatron_checkpoint import MegatronCheckpoint
+from nemo_recipes.errors import InvalidConfigError, Problem
+from nemo_recipes.families import Architecture, family_of, get_family
+
+#: Above this many bytes the weights are split into several safetensors files (transformers' own default size).
+DEFAULT_SHARD_BYTES = 5 * 10**9
+RUN_RECORDS = ("train.json", "resume.json")  # what a `smoke --dir` run writes: the spec it trained
+
+
+class ExportWriteError(Exception):
+    """The model could not be written (a full disk, a directory without write permission): nothing was left."""
+
+
+@dataclass
+class ExportReport:
+    out: str
+    recipe: str
+    architecture: str
+    checkpoint: str
+    parameters: int
+    vocab_size: int
+    files: list[str]
+    tokenizer: Optional[str]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def spec_of_run(checkpoint: str) -> Optional[RecipeSpec]:
+    """The spec a `smoke --dir` run recorded, found in the directories above `checkpoint` (None elsewhere)."""
+    path = Path(checkpoint).resolve()
+    for directory in (path, *path.parents):
+        for name in RUN_RECORDS:
+            record = directory / name
+            if record.is_file():
+                try:
+                    values = json.loads(record.read_text(encoding="utf-8"))["spec"]
+                    return RecipeSpec(**values)
+                except (OSError, ValueError, KeyError, TypeError):
+                    continue
+    return None
+
+
+def _out_problems(out: Path, force: bool) -> list[Problem]:
+    if out.exists() and not out.is_dir():
+        return [Problem("--out", str(out), "exists and is not a directory.", "give a new directory's path.")]
+    if out.is_dir() and any(out.iterdir()) and not force:
+        return [
+            Problem(
+                "--out",
+                str(out),
+                "exists and is not empty; exporting would mix two models' files.",
+                "give a new directory, or --force to replace its content.",
+            )
+        ]
+    return []
+
+
+def _tokenizer(spec: RecipeSpec) -> tuple[Optional[Any], list[str]]:
+    """(the data's tokenizer as transformers loads it, notes): None for a run on mock data, which has none."""
+    if not spec.tokenizer_path:
+        return None, [
+            "no tokenizer: the run trained on mock data, which has none; AutoTokenizer will not load this "
+            "directory. Train on `data prepare`d text (data_paths=, tokenizer_path=) to export one."
+        ]
+    from nemo_recipes.data import tokenizers
+
+    path = Path(spec.tokenizer_path)
+    directory = path.parent if path.is_file() else path
+    if tokenizers.kind_of(directory) != "huggingface":
+        return None, [f"no tokenizer: {directory} is not a Hugging Face tokenizer (tokenizer.json); copy yours."]
+    from transformers import PreTrainedTokenizerFast
+
+    encoder = tokenizers.load(directory)
+    eod = encoder.decode([encoder.eod_id])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_file=str(directory / "tokenizer.json"),
+        eos_token=eod,
+        bos_token=eod,
+        # Not token_type_ids, the class's default: GPT-2 would add them to the input as position-like embeddings.
+        model_input_names=["input_ids", "attention_mask"],
+    )
+    return fast, []
+
+
+def export_hf(
+    checkpoint: str,
+    out: str,
+    spec: Optional[RecipeSpec] = None,
+    *,
+    force: bool = False,
+    shard_bytes: int = DEFAULT_SHARD_BYTES,
+    progress: Optional[Callable[[str], None]] = None,
+) -> ExportReport:
+    """Write the checkpoint at `checkpoint` (a run directory, a checkpoint, or its `weights/`) as a Hugging Face
+    model in `out`. `spec` is the recipe it trained (with its overrides); a `smoke --dir` run records its own.
+    Raises InvalidConfigError with every problem (field, value, fix) before anything is written."""
+    problems: list[Problem] = []
+    spec = spec or spec_of_run(checkpoint)
+    if spec is None:
+        problems.append(
+            Problem(
+                "--recipe",
+                None,
+                "the checkpoint's recipe is not recorded beside it (only a `smoke --dir` run records it).",
+                "name the recipe and the overrides it trained with: hf export CKPT --recipe gpt_1_3b key=value ...",
+            )
+        )
+    mapping = get_family(family_of(spec.name)).hf if spec is not None else None
+    if spec is not None and mapping is not None:
+        problems += mapping.problems(spec)
+    target = Path(out)
+    problems += _out_problems(target, force)
+    ckpt = MegatronCheckpoint.open(checkpoint)
+    if spec is not None:
+        problems += ckpt.shape_problems(Architecture.of(spec))
+    if problems or spec is None or mapping is None:  # (a missing spec is among the problems)
+        raise InvalidConfigError(problems, context=f"hf export {checkpoint}: nothing written")
+    tokenizer, notes = _tokenizer(spec)
+    say = progress or (lambda _line: None)
+    stage = target.parent / f".{target.name}.partial-{os.getpid()}"
+    try:
+        stage.mkdir(parents=True)
+        arch = Architecture.of(spec)
+        files, parameters, dtype = _write_weights(ckpt, arch, mapping, spec.vocab_size, stage, shard_bytes, say)
+        _write_config(mapping, spec, tokenizer, dtype, stage)
+        for name in files:  # safetensors writes 0600: the weights are shared as the config is
+            shutil.copymode(stage / "config.json", stage / name)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(stage))
+        _replace(stage, target)
+    except OSError as error:
+        shutil.rmtree(stage, ignore_errors=True)
+        why = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
+        raise ExportWriteError(f"cannot write {target}: {why}; nothing was written there.") from None
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    return ExportReport(
+        out=str(target),
+        recipe=spec.name,
+        architecture=mapping.architecture,
+        checkpoint=str(ckpt.path),
+        parameters=parameters,
+        vocab_size=spec.vocab_size,
+        files=files,
+        tokenizer=str(spec.tokenizer_path) if tokenizer is not None else None,
+        notes=notes,
+    )
+
+
+def prune_padding(tensor: Any, vocab: int) -> Any:
+    """The vocabulary's rows of an embedding or output layer: Megatron appends its padding rows after them."""
+    return tensor[:vocab]
+
+
+def hf_tensors(ckpt: MegatronCheckpoint, arch: Architecture, mapping: Any, vocab: int) -> Iterator[tuple[str, Any]]:
+    """(Hugging Face key, tensor) of the whole model, one layer read at a time; the vocabulary's padding rows that
+    Megatron adds (`make_vocab_size_divisible_by`) are left out."""
+    spec = arch.spec
+    for role, hf_key in mapping.GLOBALS.items():
+        key = ckpt.key(role, layer=False)
+        if key is None:
+            continue
+        tensor = ckpt.read(key)
+        yield hf_key, prune_padding(tensor, vocab) if role in ("embedding.weight", "output.weight") else tensor
+    roles = [t.role for t in arch.layer_tensors()]
+    for index in range(spec.num_layers):
+        megatron = {role: ckpt.read(ckpt.key(role, layer=True), index) for role in roles}  # type: ignore[arg-type]
+        yield from mapping.layer_to_hf(arch, index, megatron).items()
+
+
+def _write_weights(
+    ckpt: MegatronCheckpoint,
+    arch: Architecture,
+    mapping: Any,
+    vocab: int,
+    stage: Path,
+    shard_bytes: int,
+    say: Callable[[str], None],
+) -> tuple[list[str], int, Any]:
+    from safetensors import SafetensorError
+    from safetensors.torch import save_file
+
+    shards: list[dict[str, Any]] = []
+    current: dict[str, Any] = {}
+    size = parameters = 0
+    dtype = None
+    names: list[str] = []
+
+    def flush() -> None:
+        nonlocal current, size
+        if current:
+            name = f"part-{len(names):05d}.safetensors"
+            try:
+                save_file(current, str(stage / name), metadata={"format": "pt"})
+            except SafetensorError as error:  # its I/O errors (a full disk) are not OSErrors
+                raise OSError(str(error)) from None
+            names.append(name)
+            shards.append({key: name for key in current})
+            say(f"hf export: wrote {len(names)} file(s)")
+            current, size = {}, 0
+
+    for key, tensor in hf_tensors(ckpt, arch, mapping, vocab):
+        tensor = tensor.contiguous()
+        dtype = dtype or tensor.dtype
+        nbytes = tensor.numel() * tensor.element_size()
+        if current and size + nbytes > shard_bytes:
+            flush()
+        current[key] = tensor
+        size += nbytes
+        parameters += tensor.numel()
+    flush()
+    if len(names) == 1:
+        (stage / names[0]).rename(stage / "model.safetensors")
+        return ["model.safetensors"], parameters, dtype
+    final = {name: f"model-{i + 1:05d}-of-{len(names):05d}.safetensors" for i, name in enumerate(names)}
+    weight_map: dict[str, str] = {}
+    total = 0
+    for name, shard in zip(names, shards, strict=True):
+        (stage / name).rename(stage / final[name])
+        weight_map.update({key: final[name] for key in shard})
+        total += (stage / final[name]).stat().st_size
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (stage / "model.safetensors.index.json").write_text(json.dumps(index, indent=2), encoding="utf-8")
+    return [*final.values(), "model.safetensors.index.json"], parameters, dtype
+
+
+def _write_config(mapping: Any, spec: RecipeSpec, tokenizer: Any, dtype: Any, stage: Path) -> None:
+    from transformers import AutoConfig
+
+    eod = tokenizer.eos_token_id if tokenizer is not None else None
+    values = mapping.config(spec, spec.vocab_size, eod)
+    values.pop("model_type")
+    config = AutoConfig.for_model(mapping.model_type, **values)
+    config.dtype = dtype
+    config.save_pretrained(str(stage))
+
+
+def _replace(stage: Path, target: Path) -> None:
+    """`stage` renamed to `target`; a `target` that exists (empty, or with --force) is replaced whole."""
+    old = None
+    if target.exists():
+        old = target.parent / f".{target.name}.old-{os.getpid()}"
+        target.rename(old)
+    stage.rename(target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)

@@ -1,0 +1,235 @@
+"""A Megatron distributed checkpoint (NeMo 2's `weights/` directory, torch_dist format) read one tensor, or one
+layer of a tensor, at a time, without building a model or starting a process group.
+
+Megatron stores every tensor at its global shape whatever the layout it was trained with: tensor-parallel shards
+are chunks at their offsets, and the layers of every pipeline stage and virtual chunk are one tensor with a leading
+layer axis. So one reader serves TP, PP, VP and DP checkpoints alike, and reading layer `i` reads only the chunks
+that overlap it (torch.distributed.checkpoint's read planner), which keeps memory at one layer.
+
+Checked before it is trusted: the index (`.metadata`) must exist (a save killed in the middle writes none), every
+file it names must hold the bytes it points to, and the tensors must have the shapes the recipe's architecture
+gives (a checkpoint of another shape is named tensor by tensor).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from nemo_recipes.errors import InvalidConfigError, Problem
+from nemo_recipes.families.architecture import Architecture
+
+#: A role of `Architecture.layer_tensors` -> Megatron's key under `module.decoder.layers.`: Transformer Engine's
+#: layer spec first (its norms are fused into the next linear layer), then the local spec's.
+LAYER_KEYS: dict[str, tuple[str, ...]] = {
+    "input_norm.weight": ("self_attention.linear_qkv.layer_norm_weight", "input_layernorm.weight"),
+    "input_norm.bias": ("self_attention.linear_qkv.layer_norm_bias", "input_layernorm.bias"),
+    "qkv.weight": ("self_attention.linear_qkv.weight",),
+    "qkv.bias": ("self_attention.linear_qkv.bias",),
+    "proj.weight": ("self_attention.linear_proj.weight",),
+    "proj.bias": ("self_attention.linear_proj.bias",),
+    "pre_mlp_norm.weight": ("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"),
+    "pre_mlp_norm.bias": ("mlp.linear_fc1.layer_norm_bias", "pre_mlp_layernorm.bias"),
+    "fc1.weight": ("mlp.linear_fc1.weight",),
+    "fc1.bias": ("mlp.linear_fc1.bias",),
+    "fc2.weight": ("mlp.linear_fc2.weight",),
+    "fc2.bias": ("mlp.linear_fc2.bias",),
+}
+#: A role of `Architecture.global_tensors` -> Megatron's key.
+GLOBAL_KEYS: dict[str, str] = {
+    "embedding.weight": "embedding.word_embeddings.weight",
+    "position.weight": "embedding.position_embeddings.weight",
+    "final_norm.weight": "decoder.final_layernorm.weight",
+    "final_norm.bias": "decoder.final_layernorm.bias",
+    "output.weight": "output_layer.weight",
+}
+PREFIX = "module."  # NeMo's MegatronParallel wraps the model: its keys are `module.` + Megatron's
+_STEP = re.compile(r"step=(\d+)")
+
+
+def _problem(path: str, message: str, fix: str) -> InvalidConfigError:
+    return InvalidConfigError([Problem("CHECKPOINT", path, message, fix)], context="hf export")
+
+
+def find_weights(given: str) -> Path:
+    """The `weights` directory of a checkpoint given as that directory, the checkpoint directory above it, or a run
+    directory (`smoke --dir`, a job's): there, the checkpoint of the highest step."""
+    path = Path(given)
+    if not path.is_dir():
+        raise _problem(given, "is not a directory.", "give a checkpoint directory (one holding weights/), or a run's.")
+    for candidate in (path / "weights", path):
+        if (candidate / "metadata.json").is_file() or (candidate / ".metadata").is_file():
+            return candidate
+    found = [p.parent for p in path.glob("**/weights/metadata.json")]
+    if not found:
+        raise _problem(
+            given,
+            "holds no Megatron checkpoint (no weights/metadata.json below it).",
+            "give the directory a training run saved (e.g. RUN/smoke/checkpoints/...-last), or the run directory.",
+        )
+
+    def step(weights: Path) -> tuple[int, str]:
+        match = _STEP.search(weights.parent.name)
+        return (int(match.group(1)) if match else -1, weights.parent.name)
+
+    return max(found, key=step)
+
+
+@dataclass
+class MegatronCheckpoint:
+    """The tensors of one checkpoint's `weights` directory."""
+
+    path: Path
+    metadata: Any  # torch.distributed.checkpoint.metadata.Metadata
+
+    @classmethod
+    def open(cls, given: str) -> "MegatronCheckpoint":
+        weights = find_weights(given)
+        # torch's and Megatron-Core's import-time notices (unpickling the index imports Megatron-Core, whose classes
+        # it names): nothing a user of the export can act on.
+        megatron_log = logging.getLogger("megatron.core")
+        level = megatron_log.level
+        megatron_log.setLevel(logging.ERROR)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return cls._open(weights)
+        finally:
+            megatron_log.setLevel(level)
+
+    @classmethod
+    def _open(cls, weights: Path) -> "MegatronCheckpoint":
+        from torch.distributed.checkpoint import FileSystemReader
+
+        if not (weights / ".metadata").is_file():
+            raise _problem(
+                str(weights),
+                "has no index (.metadata): the save did not finish (a torn checkpoint).",
+                "export an earlier checkpoint of the run, whose save completed.",
+            )
+        try:
+            metadata = FileSystemReader(str(weights)).read_metadata()
+        except Exception as error:  # noqa: BLE001  (a damaged index: any unpickling error means the same)
+            raise _problem(
+                str(weights),
+                f"has an index (.metadata) that cannot be read ({type(error).__name__}).",
+                "export another checkpoint of the run; this one is damaged.",
+            ) from None
+        checkpoint = cls(weights, metadata)
+        checkpoint._check_files()
+        return checkpoint
+
+    def _check_files(self) -> None:
+        """Every byte range the index points to lies inside its file: a file cut short (a save killed while writing,
+        a copy that stopped) is found before any tensor is read."""
+        ends: dict[str, int] = {}
+        for info in self.metadata.storage_data.values():
+            end = info.offset + info.length
+            ends[info.relative_path] = max(ends.get(info.relative_path, 0), end)
+        problems = []
+        for name, end in sorted(ends.items()):
+            file = self.path / name
+            size = file.stat().st_size if file.is_file() else None
+            if size is None or size < end:
+                have = "is missing" if size is None else f"holds {size:,} bytes"
+                problems.append(
+                    Problem(
+                        "CHECKPOINT",
+                        str(file),
+                        f"{have}; the checkpoint's index needs {end:,} (a torn or truncated checkpoint).",
+                        "export an earlier checkpoint of the run, whose save completed.",
+                    )
+                )
+        if problems:
+            raise InvalidConfigError(problems, context="hf export")
+
+    def key(self, role: str, layer: bool) -> Optional[str]:
+        """Megatron's key of a role, as this checkpoint names it (either layer spec), or None."""
+        names = [PREFIX + "decoder.layers." + k for k in LAYER_KEYS[role]] if layer else [PREFIX + GLOBAL_KEYS[role]]
+        return next((k for k in names if k in self.metadata.state_dict_metadata), None)
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        return tuple(self.metadata.state_dict_metadata[key].size)
+
+    def shape_problems(self, arch: Architecture) -> list[Problem]:
+        """The recipe's tensors against the checkpoint's: each one missing or of another shape, named."""
+        problems = []
+        layers = arch.spec.num_layers
+        wanted = [(t.role, True, (layers, *t.shape)) for t in arch.layer_tensors()]
+        wanted += [(t.role, False, t.shape) for t in arch.global_tensors()]
+        for role, layer, shape in wanted:
+            key = self.key(role, layer)
+            if key is None:
+                problems.append(
+                    Problem(
+                        role, None, "the recipe's model has this tensor; the checkpoint does not.",
+                        "export with the recipe (and overrides) the checkpoint was trained with.",
+                    )
+                )  # fmt: skip
+            elif self.shape(key) != shape:
+                problems.append(
+                    Problem(
+                        key.removeprefix(PREFIX), list(self.shape(key)),
+                        f"has this shape in the checkpoint; the recipe's model has {list(shape)}.",
+                        "export with the recipe (and overrides) the checkpoint was trained with.",
+                    )
+                )  # fmt: skip
+        return problems
+
+    def read(self, key: str, layer: Optional[int] = None) -> Any:
+        """The tensor `key`, or its slice at `layer` on the leading layer axis, read from the files."""
+        import torch
+        import torch.distributed.checkpoint as dcp
+
+        entry = self.metadata.state_dict_metadata[key]
+        shape = tuple(entry.size)
+        offsets = (0,) * len(shape)
+        if layer is not None:
+            shape, offsets = (1, *shape[1:]), (layer,) + offsets[1:]
+        target = torch.empty(shape, dtype=entry.properties.dtype)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # that no process group runs: none is needed to read
+            dcp.load({key: target}, storage_reader=dcp.FileSystemReader(str(self.path)), planner=_Region(offsets))
+        return target[0] if layer is not None else target
+
+
+def _region_planner() -> Any:
+    from torch.distributed.checkpoint import DefaultLoadPlanner
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
+    from torch.distributed.checkpoint.planner import LoadPlan
+    from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
+
+    class Region(DefaultLoadPlanner):
+        """Reads the part of each requested tensor at `offsets` (as large as the tensor given): only the saved
+        chunks that overlap it."""
+
+        def __init__(self, offsets: tuple[int, ...]):
+            super().__init__()
+            self.offsets = offsets
+
+        def create_local_plan(self) -> LoadPlan:
+            items = []
+            for fqn, tensor in self.state_dict.items():
+                wanted = ChunkStorageMetadata(offsets=torch_size(self.offsets), sizes=tensor.size())
+                items += create_read_items_for_chunk_list(fqn, self.metadata.state_dict_metadata[fqn], [wanted])
+            return LoadPlan(items)
+
+        def lookup_tensor(self, index: Any) -> Any:
+            # The read items carry the region's global offsets; the tensor given is the region itself.
+            return self.state_dict[index.fqn]
+
+    return Region
+
+
+def torch_size(values: tuple[int, ...]) -> Any:
+    import torch
+
+    return torch.Size(values)
+
+
+def _Region(offsets: tuple[int, ...]) -> Any:  # noqa: N802  (a class, built on first use: torch stays lazy)
+    return _region_planner()(offsets)

@@ -1,0 +1,86 @@
+"""The families' Hugging Face mappings on tensors, without training: the two directions are inverse bit for bit,
+Megatron's fused QKV and SwiGLU layouts are read as NeMo's own transforms read them (`nemo.lightning.io.state
+.TransformFns`, which NeMo's HFLlamaExporter/Importer use), and what a class cannot express is refused by field."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from nemo_recipes.catalog import RECIPES
+from nemo_recipes.families import REGISTRY, Architecture
+
+pytestmark = [pytest.mark.nemo]
+
+torch = pytest.importorskip("torch")
+
+
+def _small(name: str):
+    """The row with a small shape of its own kind: Llama keeps grouped-query attention (8 heads, 2 groups)."""
+    shape = {"num_layers": 2, "hidden_size": 128, "ffn_hidden_size": 448, "num_attention_heads": 8}
+    if name.startswith("llama"):
+        shape["num_query_groups"] = 2
+    return RECIPES[name].replace(**shape)
+
+
+def _layer(arch: Architecture, seed: int) -> dict:
+    generator = torch.Generator().manual_seed(seed)
+    return {t.role: torch.randn(t.shape, generator=generator).to(torch.bfloat16) for t in arch.layer_tensors()}
+
+
+@pytest.mark.parametrize("name", ["gpt_1_3b", "llama_8b"])
+def test_a_layer_to_hugging_face_and_back_is_bit_identical(name):
+    spec = _small(name)
+    arch, mapping = Architecture.of(spec), REGISTRY[name.split("_")[0]].hf
+    layer = _layer(arch, 0)
+    hf = mapping.layer_to_hf(arch, 3, layer)
+    assert sorted(hf) == sorted(mapping.layer_keys(3))
+    back = mapping.layer_from_hf(arch, 3, {k: v.contiguous() for k, v in hf.items()})
+    assert sorted(back) == sorted(layer)
+    for role, tensor in layer.items():
+        assert torch.equal(back[role], tensor), role
+
+
+def test_llama_qkv_and_swiglu_are_read_as_nemos_transforms_read_them():
+    from nemo.lightning.io.state import TransformFns
+
+    spec = _small("llama_8b")
+    arch = Architecture.of(spec)
+    megatron = SimpleNamespace(
+        num_attention_heads=8, num_query_groups=2, kv_channels=spec.head_dim, hidden_size=spec.hidden_size
+    )
+    ctx = SimpleNamespace(source=SimpleNamespace(config=megatron), target=SimpleNamespace(config=megatron))
+    layer = _layer(arch, 1)
+    hf = REGISTRY["llama"].hf.layer_to_hf(arch, 0, layer)
+    q, k, v = TransformFns.split_qkv(ctx, layer["qkv.weight"])
+    assert torch.equal(hf["model.layers.0.self_attn.q_proj.weight"], q)
+    assert torch.equal(hf["model.layers.0.self_attn.k_proj.weight"], k)
+    assert torch.equal(hf["model.layers.0.self_attn.v_proj.weight"], v)
+    gate, up = TransformFns.split_fc1(layer["fc1.weight"])
+    assert torch.equal(hf["model.layers.0.mlp.gate_proj.weight"], gate)
+    assert torch.equal(hf["model.layers.0.mlp.up_proj.weight"], up)
+    assert torch.equal(arch.merge_qkv(q, k, v), TransformFns.merge_qkv(ctx, q, k, v))
+
+
+def test_gpt2_attention_is_queries_keys_values_concatenated_and_transposed():
+    """GPT-2's Conv1D c_attn holds [in, 3 x hidden]: the query heads, then the key heads, then the value heads."""
+    spec = _small("gpt_1_3b")
+    arch = Architecture.of(spec)
+    layer = _layer(arch, 2)
+    c_attn = REGISTRY["gpt"].hf.layer_to_hf(arch, 0, layer)["transformer.h.0.attn.c_attn.weight"]
+    heads, d = spec.num_attention_heads, spec.head_dim
+    grouped = layer["qkv.weight"].reshape(heads, 3, d, spec.hidden_size)  # MHA: one group per head
+    expected = torch.cat([grouped[:, i].reshape(heads * d, spec.hidden_size) for i in range(3)]).t()
+    assert c_attn.shape == (spec.hidden_size, 3 * spec.hidden_size) and torch.equal(c_attn, expected)
+
+
+def test_what_a_class_cannot_hold_is_refused_by_field():
+    gpt2, llama = REGISTRY["gpt"].hf, REGISTRY["llama"].hf
+    fields = {p.field for p in gpt2.problems(RECIPES["llama_8b"])}
+    assert fields == {"position_embedding_type", "normalization", "activation", "add_bias_linear", "share_embeddings",
+                      "num_query_groups"}  # fmt: skip
+    fields = {p.field for p in llama.problems(RECIPES["gpt_7b"])}
+    assert fields == {"position_embedding_type", "normalization", "activation", "add_bias_linear"}
+    assert not gpt2.problems(RECIPES["gpt_175b"]) and not llama.problems(RECIPES["llama_405b"])
+    assert [p.field for p in llama.problems(RECIPES["llama_8b"].replace(rotary_percent=0.5))] == ["rotary_percent"]
