@@ -17,7 +17,7 @@ import sys
 import traceback
 from typing import NoReturn, Optional, Sequence
 
-from nemo_recipes import __version__
+from nemo_recipes._version import __version__
 from nemo_recipes.cli import _output, _signals
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidRecipeError, RecipeError, did_you_mean, redact_text

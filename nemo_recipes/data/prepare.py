@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, TextIO
 
-from nemo_recipes import __version__
+from nemo_recipes._version import __version__
 from nemo_recipes.data import fast_encoder, sources, tokenizers
 from nemo_recipes.data import plan as plans
 from nemo_recipes.data.manifest import (
