@@ -21,7 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "errors": {"credentials"},
     "yaml_files": {"errors", "credentials"},
     "families": CORE,
-    "catalog": CORE | {"plan", "families"},
+    "catalog": CORE | {"families"},
     "plan": CORE | {"catalog", "families", "data"},
     "overrides": CORE | {"catalog"},
     "data": CORE | {"catalog", "_version"},
