@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Optional, TextIO, Union
 
 from nemo_recipes.catalog import RecipeSpec, get_recipe
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidRecipeError, Problem, RunFailedError
 from nemo_recipes.smoke_training import record
 from nemo_recipes.smoke_training.invariance import invariance_check, reference_plan, replicas_check
 from nemo_recipes.smoke_training.judge import Verdict, judge, step_ranges
@@ -233,7 +233,7 @@ def train_reference(plan: SmokePlan, root: str) -> list[tuple[int, float]]:
     space.invariant_init = True
     code, _, log = run_phase(space, "reference", None, local_processes)
     if code != 0:
-        raise SmokeError(f"the one-process reference failed (status {code}); log: {log}")
+        raise RunFailedError(f"the one-process reference failed (status {code}); log: {log}")
     return [(r["step"], r["loss"]) for r in space.records() if r.get("event") == "step"]
 
 
