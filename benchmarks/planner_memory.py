@@ -1,4 +1,4 @@
-"""Memory per GPU of the five recipes on H100 80 GB and H200 clusters of their default size, and whether each fits
+"""Memory per GPU of every recipe on H100 80 GB and H200 clusters of their default size, and whether each fits
 as the seed gives it (the seed names no recomputation: what does each row need?).
 
     python benchmarks/planner_memory.py                          # the NeMo container (Transformer Engine)

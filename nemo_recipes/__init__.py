@@ -8,10 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from nemo_recipes._version import __version__ as __version__  # re-exported: nemo_recipes.__version__
 from nemo_recipes.catalog import RECIPES, RecipeSpec, closest_recipe, config_class_name, get_recipe, recipe_names
-from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem, RecipeError
-
-__version__ = "0.1.0"
+from nemo_recipes.errors import (
+    InputError,
+    InvalidConfigError,
+    InvalidInputError,
+    InvalidRecipeError,
+    NemoRecipesError,
+    Problem,
+    RecipeError,
+    RunFailedError,
+)
 
 # name -> module that defines it; imported lazily by __getattr__ (they import NeMo / NeMo-Run).
 _LAZY = {
@@ -29,10 +37,14 @@ __all__ = [
     "config_class_name",
     "get_recipe",
     "recipe_names",
+    "NemoRecipesError",
+    "InputError",
+    "InvalidInputError",
     "InvalidConfigError",
-    "InvalidRecipeError",
+    "RunFailedError",
     "Problem",
-    "RecipeError",
+    "InvalidRecipeError",  # deprecated alias of InvalidInputError
+    "RecipeError",  # deprecated alias of InputError
     *_LAZY,
 ]
 

@@ -172,22 +172,6 @@ class RecipeSpec:
         return self.num_nodes * self.num_gpus_per_node
 
     @property
-    def data_parallel_size(self) -> int:
-        """DP = world size / (TP x PP x CP) on the recipe's own cluster; exact only when it divides (the planner
-        checks). Read from the planner's one layout value (imported here, not at the top: the planner imports the
-        catalog)."""
-        from nemo_recipes.plan.layout import Layout
-
-        return Layout.of(self).dp
-
-    @property
-    def grad_accumulation_steps(self) -> int:
-        """GA = global batch / (micro batch x DP); exact only when it divides (the planner checks)."""
-        from nemo_recipes.plan.layout import Layout
-
-        return Layout.of(self).microbatches
-
-    @property
     def padded_vocab_size(self) -> int:
         """Megatron pads the vocabulary to a multiple of make_vocab_size_divisible_by x TP."""
         multiple = self.make_vocab_size_divisible_by * self.tensor_parallel
@@ -905,6 +889,8 @@ def source(spec: RecipeSpec, field: str) -> str:
     return get_family(spec.family).sources.get(field) or SOURCES.get(field, "")
 
 
+#: Each derived value and how it is derived; `plan.layout.derived_values(spec)` gives their values (DP and gradient
+#: accumulation come from the layout, the rest are properties of RecipeSpec).
 DERIVED_SOURCES: dict[str, str] = {
     "sequence_parallel_enabled": "on when TP > 1 unless sequence_parallel is set",
     "tp_comm_overlap_enabled": "on when TP > 1 with sequence parallelism unless tp_comm_overlap is False",

@@ -1,4 +1,17 @@
-"""Errors for user input: every problem names the field, the value and the fix.
+"""The errors this package raises on purpose; for user input, every problem names the field, the value and the fix.
+
+    NemoRecipesError                 every error raised on purpose: one message, never a traceback
+    |-- InputError                   the user's input is refused (the CLI exits 2)            (was: RecipeError)
+    |   |-- InvalidInputError        ... with every Problem (field, value, why, fix) at once  (was: InvalidRecipeError)
+    |   |   |-- InvalidConfigError   an executor's arguments, a cluster profile, a kubeconfig, a YAML file
+    |   |   `-- data.sources.InvalidDataError  the inputs of `data prepare`                   (was: BadInput)
+    |   |-- training.cpu_compat.CompatError    the CPU compatibility layer refuses this stack
+    |   `-- smoke_training.launchers.SmokeError a smoke run that cannot start as asked
+    `-- RunFailedError               something outside the input failed (the CLI exits 1)
+
+`RecipeError`, `InvalidRecipeError` (and `data.sources.BadInput`) are the names before 0.2, kept as aliases of the
+same classes: deprecated, but code that catches or raises them behaves as before (`except InvalidRecipeError` still
+catches an InvalidConfigError). New code: the names above.
 
 Standard library only: the catalog, the planner and the fast CLI verbs raise these without importing NeMo.
 """
@@ -91,12 +104,18 @@ def redacted(value: Any, field: str = "") -> tuple[Any, Callable[[str], str]]:
     return shown_value, hide
 
 
-class RecipeError(ValueError):
-    """Base class of every user-input error this package raises."""
+class NemoRecipesError(Exception):
+    """Base of every error this package raises on purpose; the CLI reports each as one message, without a
+    traceback: 2 for an InputError, 1 for a RunFailedError."""
 
 
-class InvalidRecipeError(RecipeError):
-    """A recipe, override or plan with one or more errors; `problems` holds all of them at once."""
+class InputError(NemoRecipesError, ValueError):
+    """The user's input is refused (the CLI's exit code 2), said in a message; InvalidInputError carries Problems."""
+
+
+class InvalidInputError(InputError):
+    """Input with one or more problems (a recipe, an override, a plan, and the base of the other kinds);
+    `problems` holds all of them at once."""
 
     def __init__(self, problems: Iterable[Problem], *, context: str = ""):
         self.problems = list(problems)
@@ -108,17 +127,26 @@ class InvalidRecipeError(RecipeError):
         super().__init__("\n".join(lines))
 
 
-class InvalidConfigError(InvalidRecipeError):
+class InvalidConfigError(InvalidInputError):
     """Configuration around a recipe that is wrong: an executor's arguments, a cluster profile file and its YAML, a
-    kubeconfig. A subclass of InvalidRecipeError, so that every `except InvalidRecipeError` that gathers problems,
-    and the CLI's exit code 2, treat it as before."""
+    kubeconfig."""
+
+
+class RunFailedError(NemoRecipesError, RuntimeError):
+    """Something outside the user's input failed (a training process, a tool it runs): the CLI's exit code 1, as
+    one message that says what failed and where its log is."""
+
+
+#: Deprecated: the names before 0.2, the same classes (see the module's docstring).
+RecipeError = InputError
+InvalidRecipeError = InvalidInputError
 
 
 def raise_if_any(problems: Iterable[Problem], *, context: str = "") -> None:
-    """Raise one InvalidRecipeError carrying `problems`, when there are any."""
+    """Raise one InvalidInputError carrying `problems`, when there are any."""
     problems = list(problems)
     if problems:
-        raise InvalidRecipeError(problems, context=context)
+        raise InvalidInputError(problems, context=context)
 
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str:

@@ -1,5 +1,6 @@
-"""The one reader of the files users hand us (YAML, JSON, TOML): exports given to `diff`, cluster profiles,
-kubeconfigs.
+"""The reader of the files users hand us as plain data (YAML, JSON, TOML): exports given to `diff`, cluster
+profiles, kubeconfigs. (A NeMo-Run configuration read back as objects, `cli/export.load`, goes through NeMo-Run's
+own serializer: training/serialization.py.)
 
 Such a file is untrusted input. PyYAML's safe loader still builds whatever the text describes: a few hundred bytes of
 nested aliases ("billion laughs") is a graph that any walk expands into 9^9 leaves, thousands of `[` exhaust the

@@ -12,6 +12,7 @@ import pytest
 from nemo_recipes import catalog
 from nemo_recipes.catalog import RECIPES, SOURCES, RecipeSpec, closest_recipe, get_recipe
 from nemo_recipes.errors import InvalidRecipeError
+from nemo_recipes.plan.layout import Layout
 
 # The seed's "Common Model Configurations", typed in again on purpose: a change on either side fails here.
 SEED_ROWS = {
@@ -60,9 +61,9 @@ def test_gpt3_choices_and_their_sources():
 def test_derived_values():
     spec = RECIPES["gpt_70b"]
     assert (spec.num_nodes, spec.num_gpus_per_node, spec.world_size) == (4, 8, 32)
-    assert spec.data_parallel_size == 1 and spec.grad_accumulation_steps == 1024
+    assert (Layout.of(spec).dp, Layout.of(spec).microbatches) == (1, 1024)
     assert RECIPES["gpt_175b"].world_size == 64
-    assert RECIPES["gpt_13b"].data_parallel_size == 4 and RECIPES["gpt_13b"].grad_accumulation_steps == 128
+    assert (Layout.of(RECIPES["gpt_13b"]).dp, Layout.of(RECIPES["gpt_13b"]).microbatches) == (4, 128)
     # Megatron pads the 50257-token GPT-2 vocabulary to a multiple of 128 x TP.
     assert [RECIPES[n].padded_vocab_size for n in GPT_ROWS] == [50304, 50304, 50432, 51200, 51200]
     # Steps from tokens: GPT-3's 375M warmup tokens and 300B training tokens at 256 x 2048 tokens per step.

@@ -78,3 +78,36 @@ def test_a_reader_that_leaves_early_is_not_an_error():
     process.stdout.close()
     assert process.wait(timeout=60) == 0
     assert process.stderr.read() == b""
+
+
+def test_each_kind_of_error_has_its_exit_code_and_one_message(capsys):
+    # The tree of errors.py, as the CLI maps it: input refused -> 2, a failure outside the input -> 1; the names
+    # before 0.2 are the same classes (issue 32).
+    import argparse
+
+    from nemo_recipes import errors
+    from nemo_recipes.cli.main import _failed
+    from nemo_recipes.data.sources import BadInput, InvalidDataError, bad
+    from nemo_recipes.smoke_training.launchers import SmokeError
+    from nemo_recipes.training.cpu_compat import CompatError
+
+    assert errors.InvalidRecipeError is errors.InvalidInputError and errors.RecipeError is errors.InputError
+    assert BadInput is InvalidDataError
+    assert issubclass(errors.InvalidConfigError, errors.InvalidRecipeError)  # as before: caught by the old name
+    assert not issubclass(InvalidDataError, errors.InvalidConfigError)
+    assert not issubclass(errors.RunFailedError, errors.InputError)
+    problem = errors.Problem("tensor_parallel", 3, "must divide.", "use 1.")
+    args = argparse.Namespace(verb="smoke", json=False)
+    cases = [
+        (errors.InvalidInputError([problem], context="recipe 'gpt_7b'"), 2),
+        (errors.InvalidConfigError([problem]), 2),
+        (bad("inputs", "x.jsonl", "is empty.", "give text."), 2),
+        (SmokeError("DIR holds an earlier smoke run"), 2),
+        (CompatError("the CPU compatibility layer refuses"), 2),
+        (errors.RunFailedError("the one-process reference failed (status 1); log: LOG"), 1),
+    ]
+    for error, code in cases:
+        assert _failed(error, args, debug=False) == code, error
+        stderr = capsys.readouterr().err
+        assert stderr.startswith("nemo-recipes smoke: ") and "Traceback" not in stderr
+        assert "internal error" not in stderr, stderr

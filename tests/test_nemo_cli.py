@@ -1,6 +1,7 @@
 """Tier (b): our factories through NeMo's own CLI (`nemo llm pretrain --factory gpt_*`), in subprocesses.
 
-Each `nemo` call imports all of NeMo (~15-20 s here), so the five dry runs start together and are checked one by one.
+Each `nemo` call imports all of NeMo (~15-20 s here), so the dry runs (one per recipe, and one with an argument)
+start together and are checked one by one.
 """
 
 from __future__ import annotations

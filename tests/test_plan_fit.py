@@ -13,6 +13,7 @@ from nemo_recipes.catalog import RECIPES, closest_recipe, get_recipe
 from nemo_recipes.errors import InvalidRecipeError
 from nemo_recipes.plan import GPUS, Cluster, assess, best, fit, fit_closest, smallest_cluster, validate
 from nemo_recipes.plan.fit import ADVICE_MIN_SPEEDUP
+from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.search import TIE, Candidate, rank
 from nemo_recipes.plan.throughput import estimate_throughput
 
@@ -137,7 +138,7 @@ def test_scale_global_batch_follows_dp_and_rescales_the_learning_rate(rule):
     spec = RECIPES["gpt_13b"]  # default DP 4 on 8 GPUs
     result = fit(spec, Cluster.of(4, 8, "h100"), scale_global_batch=True, lr_scaling=rule)
     dp = result.report.data_parallel_size
-    assert result.spec.global_batch_size == spec.global_batch_size * dp // spec.data_parallel_size
+    assert result.spec.global_batch_size == spec.global_batch_size * dp // Layout.of(spec).dp
     ratio = result.spec.global_batch_size / spec.global_batch_size
     expected = {"sqrt": math.sqrt(ratio), "linear": ratio, None: 1.0}[rule]
     assert result.spec.max_lr == pytest.approx(spec.max_lr * expected)

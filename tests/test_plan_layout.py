@@ -12,7 +12,7 @@ from nemo_recipes.catalog import RECIPES, RecipeSpec
 from nemo_recipes.errors import InvalidRecipeError
 from nemo_recipes.plan import GPUS, Cluster, Layout, estimate_memory, program_for, resolve_stack, validate
 from nemo_recipes.plan import stack as stack_module
-from nemo_recipes.plan.layout import layer_params
+from nemo_recipes.plan.layout import derived_values, layer_params
 from nemo_recipes.plan.throughput import estimate_throughput
 from nemo_recipes.plan.validate import STRUCTURAL_RULES, structural_errors
 
@@ -35,7 +35,8 @@ def test_recipe_layouts(name, dp, m, stage, chunk):
     assert (layout.dp, layout.microbatches, layout.layers_per_stage, layout.layers_per_chunk) == (dp, m, stage, chunk)
     assert layout.world_divides and layout.batch_divides and layout.layers_divide
     # The catalog's derived values are read from the same layout.
-    assert (spec.data_parallel_size, spec.grad_accumulation_steps) == (dp, m)
+    values = derived_values(spec)
+    assert (values["data_parallel_size"], values["grad_accumulation_steps"]) == (dp, m)
 
 
 def test_the_layout_on_another_cluster_and_with_interleaving():

@@ -34,7 +34,9 @@ _REFERENCES: dict[str, list[tuple[int, float]]] = {}
 
 
 def _reference(recipe: str, overrides: dict, processes: int, root: Path) -> list[tuple[int, float]]:
-    from nemo_recipes.smoke_training.invariance import NO_DROPOUT, reference_plan, train_reference
+    from nemo_recipes.smoke_training.invariance import reference_plan
+    from nemo_recipes.smoke_training.preconditions import NO_DROPOUT
+    from nemo_recipes.smoke_training.runner import train_reference
     from nemo_recipes.smoke_training.shape import smoke_plan
 
     plan = smoke_plan(RECIPES[recipe], processes=processes, overrides={**overrides, **NO_DROPOUT})

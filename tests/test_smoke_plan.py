@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from nemo_recipes.catalog import RECIPES, get_recipe
 from nemo_recipes.errors import InvalidRecipeError
+from nemo_recipes.plan.layout import Layout
 from nemo_recipes.smoke_training.checksums import COMPONENTS
 from nemo_recipes.smoke_training.judge import FROZEN_LOSS_SD, expected_lr, judge, learning_thresholds
 from nemo_recipes.smoke_training.runner import Progress
@@ -65,11 +66,11 @@ def test_the_plan_scales_the_shape_and_keeps_every_other_choice(name, processes)
         assert getattr(small, field) == getattr(recipe, field), field
     # TP, then PP, as large as the recipe's and as the processes allow; the rest is data parallel.
     assert small.tensor_parallel == min(recipe.tensor_parallel, processes)
-    assert small.tensor_parallel * small.pipeline_parallel * small.data_parallel_size == processes
+    assert small.tensor_parallel * small.pipeline_parallel * Layout.of(small).dp == processes
     assert small.pipeline_parallel <= recipe.pipeline_parallel
     assert small.sequence_parallel_enabled == (small.tensor_parallel > 1)
     assert small.num_layers % small.pipeline_parallel == 0
-    assert small.grad_accumulation_steps == 2 * small.pipeline_parallel
+    assert Layout.of(small).microbatches == 2 * small.pipeline_parallel
     assert plan.steps == 20 and plan.stop_step == 10 and small.train_steps == 20
     assert small.checkpoint_every_steps == 5
 
@@ -97,7 +98,7 @@ def test_overrides_win_and_pick_the_layout():
         },
     )
     s = plan.spec
-    assert (s.tensor_parallel, s.pipeline_parallel, s.data_parallel_size) == (1, 2, 1)
+    assert (s.tensor_parallel, s.pipeline_parallel, Layout.of(s).dp) == (1, 2, 1)
     assert (s.num_layers, s.hidden_dropout, s.global_batch_size) == (4, 0.0, 8)
     assert plan.layout == "TP1 PP2 CP1 DP1"
 

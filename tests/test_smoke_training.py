@@ -26,7 +26,7 @@ from nemo_recipes.smoke_training.launchers import executor_launcher, local_proce
 from nemo_recipes.smoke_training.runner import run_phase, workspace  # noqa: E402
 
 pytestmark = [pytest.mark.nemo]
-from nemo_recipes.smoke_training.invariance import NO_DROPOUT  # noqa: E402
+from nemo_recipes.smoke_training.preconditions import NO_DROPOUT  # noqa: E402
 
 
 def _assert_trained(report, *, layout: str) -> None:

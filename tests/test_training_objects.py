@@ -19,6 +19,7 @@ import nemo_recipes  # noqa: E402
 from nemo_recipes.catalog import RECIPES, field_names  # noqa: E402
 from nemo_recipes.errors import InvalidRecipeError  # noqa: E402
 from nemo_recipes.families import Architecture  # noqa: E402
+from nemo_recipes.plan.layout import Layout  # noqa: E402
 from nemo_recipes.training import cpu_compat, parts  # noqa: E402
 from nemo_recipes.training.factories import FACTORIES, knob_names  # noqa: E402
 from nemo_recipes.training.introspect import spec_from_partial  # noqa: E402
@@ -302,7 +303,7 @@ def test_spec_read_back_sees_edits_made_on_the_partial():
     recipe.trainer.num_nodes = 8
     recipe.trainer.strategy.pipeline_model_parallel_size = 8
     spec = spec_from_partial(recipe)
-    assert (spec.num_nodes, spec.pipeline_parallel, spec.data_parallel_size) == (8, 8, 1)
+    assert (spec.num_nodes, spec.pipeline_parallel, Layout.of(spec).dp) == (8, 8, 1)
     assert dataclasses.replace(spec, num_nodes=4, pipeline_parallel=4) == RECIPES["gpt_70b"]
 
 

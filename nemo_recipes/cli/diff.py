@@ -17,6 +17,7 @@ from nemo_recipes.cli import _output
 from nemo_recipes.cli._table import render
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.plan.layout import derived_values
 
 HELP = VERBS["diff"].help
 EXAMPLES = """\
@@ -60,9 +61,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         kind = "recipes"
         a_spec, b_spec = get_recipe(args.a), get_recipe(args.b)
-        keys = [k for k in field_names() if k != "name"] + list(DERIVED_SOURCES)
-        a_values = {k: getattr(a_spec, k) for k in keys}
-        b_values = {k: getattr(b_spec, k) for k in keys}
+        fields = [k for k in field_names() if k != "name"]
+        a_values = {**{k: getattr(a_spec, k) for k in fields}, **derived_values(a_spec)}
+        b_values = {**{k: getattr(b_spec, k) for k in fields}, **derived_values(b_spec)}
         derived = set(DERIVED_SOURCES)
 
     keys = list(dict.fromkeys([*a_values, *b_values]))

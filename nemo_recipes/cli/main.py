@@ -17,10 +17,10 @@ import sys
 import traceback
 from typing import NoReturn, Optional, Sequence
 
-from nemo_recipes import __version__
+from nemo_recipes._version import __version__
 from nemo_recipes.cli import _output, _signals
 from nemo_recipes.cli.verbs import VERBS
-from nemo_recipes.errors import InvalidRecipeError, RecipeError, did_you_mean, redact_text
+from nemo_recipes.errors import InputError, InvalidInputError, RunFailedError, did_you_mean, redact_text
 
 DEBUG_ENV = "NEMO_RECIPES_DEBUG"
 
@@ -169,12 +169,15 @@ def _failed(error: BaseException, args: argparse.Namespace, debug: bool) -> int:
     json_shape = getattr(args, "json_error", None)
     as_json = getattr(args, "json", False)
     report = functools.partial(_output.report_error, args.verb, as_json=as_json, json_shape=json_shape, args=args)
-    if isinstance(error, InvalidRecipeError):
+    if isinstance(error, InvalidInputError):
         report(str(error).splitlines()[0], error.problems)
         return _output.EXIT_INVALID
-    if isinstance(error, RecipeError):
+    if isinstance(error, InputError):
         report(str(error), [])
         return _output.EXIT_INVALID
+    if isinstance(error, RunFailedError):
+        report(str(error), [])
+        return _output.EXIT_FAILURE
     if isinstance(error, _output.CLIError):
         report(error.message, error.problems)
         return error.code

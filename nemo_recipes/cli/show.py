@@ -10,6 +10,7 @@ from nemo_recipes.cli import _output
 from nemo_recipes.cli._table import render
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.overrides import apply_overrides
+from nemo_recipes.plan.layout import derived_values
 
 HELP = VERBS["show"].help
 EXAMPLES = """\
@@ -58,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
         overridden = name in overrides
         source = f"override (recipe: {_output.human_value(original)})" if overridden else source_of(base, name)
         fields[name] = {"value": value, "source": source, "overridden": overridden}
-    derived = {name: {"value": getattr(spec, name), "how": how} for name, how in DERIVED_SOURCES.items()}
+    values = derived_values(spec)
+    derived = {name: {"value": values[name], "how": how} for name, how in DERIVED_SOURCES.items()}
 
     if args.json:
         _output.print_json(

@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Optional
 from nemo_recipes.catalog import get_recipe
 from nemo_recipes.cli import _output
 from nemo_recipes.cli._executor_options import add_executor_arguments
-from nemo_recipes.cli._overrides import parse_overrides
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.overrides import parse_overrides
 
 if TYPE_CHECKING:  # this process stays light: the launchers are imported only with --executor
     from nemo_recipes.smoke_training.launchers import Launcher

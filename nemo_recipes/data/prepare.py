@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, TextIO
 
-from nemo_recipes import __version__
+from nemo_recipes._version import __version__
 from nemo_recipes.data import fast_encoder, sources, tokenizers
 from nemo_recipes.data import plan as plans
 from nemo_recipes.data.manifest import (
@@ -43,7 +43,7 @@ from nemo_recipes.data.manifest import (
 )
 from nemo_recipes.data.plan import Shard, ShardPlan
 from nemo_recipes.data.progress import Progress
-from nemo_recipes.data.sources import BadInput, bad
+from nemo_recipes.data.sources import InvalidDataError, bad
 from nemo_recipes.errors import InvalidRecipeError, Problem
 
 #: Megatron-Core's DType.optimal_dtype: uint16 below this many vocabulary entries, else int32 (checked in tests).
@@ -136,7 +136,7 @@ class Options:
                 Problem("key", self.key, "not a field name or dotted path.", "give e.g. text or meta.text.")
             )
         if problems:
-            raise BadInput(problems, context="data prepare")
+            raise InvalidDataError(problems, context="data prepare")
 
 
 # ---- the plan ----
@@ -186,7 +186,7 @@ def _without_outputs(srcs: list[sources.Source], out: Path, log: Log) -> list[so
             )
         result.append(dataclasses.replace(source, files=files))
     if problems:
-        raise BadInput(problems, context="data prepare")
+        raise InvalidDataError(problems, context="data prepare")
     return result
 
 
@@ -221,7 +221,7 @@ def _digests(srcs: list[sources.Source]) -> list[dict]:
             inputs.append(digest)
         result.append({"name": source.name, "inputs": inputs})
     if problems:
-        raise BadInput(problems, context="data prepare")
+        raise InvalidDataError(problems, context="data prepare")
     return result
 
 
@@ -240,7 +240,7 @@ def _cut(srcs: list[sources.Source], size: int) -> list[Shard]:
                 )
             cuts += [(source.name, file, r) for r in ranges]
     if problems:
-        raise BadInput(problems, context="data prepare")
+        raise InvalidDataError(problems, context="data prepare")
     return [
         Shard(i, name, file.path, file.format, file.compression, start, end, line)
         for i, (name, file, (start, end, line)) in enumerate(cuts)
@@ -621,7 +621,7 @@ def _run_local(plan: ShardPlan, todo: list[int], workers: int, progress: Progres
                     if result.ready():
                         outcome = result.get()  # re-raises a worker's exception (an OSError of a full disk)
                         if "problems" in outcome:
-                            raise BadInput([Problem(**p) for p in outcome["problems"]], context="data prepare")
+                            raise InvalidDataError([Problem(**p) for p in outcome["problems"]], context="data prepare")
                 if all(result.ready() for result in results):
                     break
             _drain(queue, progress, timeout=0)
@@ -772,7 +772,7 @@ def _import_writer() -> None:
         logger.setLevel(level)
 
 
-def _disk_full(error: OSError, out: Path) -> BadInput:
+def _disk_full(error: OSError, out: Path) -> InvalidDataError:
     return bad(
         "out",
         str(out),

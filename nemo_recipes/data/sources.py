@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator, Optional
 
-from nemo_recipes.errors import InvalidConfigError, Problem, did_you_mean
+from nemo_recipes.errors import InvalidInputError, Problem, did_you_mean
 
 JSONL = "jsonl"
 TEXT = "text"
@@ -37,12 +37,17 @@ PARAGRAPH_BREAK = re.compile(r"\n(?:[ \t\r\f\v]*\n)+")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 
-class BadInput(InvalidConfigError):
-    """An input the user must fix (exit code 2): a file, a line of it, or how the inputs are named."""
+class InvalidDataError(InvalidInputError):
+    """An input of `data prepare` the user must fix (exit code 2): a file, a line of it, or how the inputs are
+    named."""
 
 
-def bad(field: str, value: Any, why: str, fix: str) -> BadInput:
-    return BadInput([Problem(field, value, why, fix)], context="data prepare")
+#: Deprecated: the name before 0.2 (a subclass of InvalidConfigError then), the same class.
+BadInput = InvalidDataError
+
+
+def bad(field: str, value: Any, why: str, fix: str) -> InvalidDataError:
+    return InvalidDataError([Problem(field, value, why, fix)], context="data prepare")
 
 
 @dataclass(frozen=True)
@@ -175,7 +180,7 @@ def resolve(arguments: list[str]) -> list[Source]:
             )
         seen.setdefault(source.name, source)
     if problems:
-        raise BadInput(problems, context="data prepare")
+        raise InvalidDataError(problems, context="data prepare")
     return sources
 
 
@@ -238,7 +243,7 @@ def open_binary(file: InputFile) -> IO[bytes]:
     return open(file.path, "rb")
 
 
-def damaged(file: InputFile, error: Exception) -> Optional[BadInput]:
+def damaged(file: InputFile, error: Exception) -> Optional[InvalidDataError]:
     """The answer to a decompression error while reading `file` (exit 2, the file named), or None when `error` is
     not one: a truncated or corrupt .gz (EOFError, BadGzipFile, zlib.error), a .zst cut short or not zstd."""
     import zlib

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Mapping, Optional, Union
 
-from nemo_recipes import __version__
+from nemo_recipes._version import __version__
 from nemo_recipes.errors import InvalidRecipeError, Problem, raise_if_any
 
 # Presets read the per-node bound from here, beside the other checks of their arguments.

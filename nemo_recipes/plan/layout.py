@@ -1,8 +1,9 @@
 """The parallel layout of a recipe on a cluster: every derived size, computed once and read everywhere.
 
-Standard library only. Validation, memory, throughput, fit, the catalog's derived values and the NeMo training
-objects all read `Layout.of(spec, cluster)` (DESIGN.md: "one truth per number"), so data-parallel size,
-micro-batches per step, layers per pipeline stage and per model chunk, and parameters per GPU have one formula each.
+Standard library only. Validation, memory, throughput, fit, the derived values `show` prints (`derived_values`)
+and the NeMo training objects all read `Layout.of(spec, cluster)` (DESIGN.md: "one truth per number"), so
+data-parallel size, micro-batches per step, layers per pipeline stage and per model chunk, and parameters per GPU
+have one formula each.
 
 `Layout.of` never raises: when the world size or the batch does not divide, the sizes round (DP and micro-batches
 down, at least 1; layers per stage and chunk up) and `world_divides`, `batch_divides` and `layers_divide` say so; the
@@ -18,9 +19,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional
 
-from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.catalog import DERIVED_SOURCES, RecipeSpec
 from nemo_recipes.families.architecture import Architecture, LayerParams
 from nemo_recipes.plan.hardware import Cluster
 
@@ -147,3 +148,12 @@ def _params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
     last = layout.layers_last_stage * per_layer + vocab + norm_params(spec)
     middle = layout.layers_per_stage * per_layer if layout.pp > 2 else 0.0
     return max(first, last, middle)
+
+
+def derived_values(spec: RecipeSpec) -> dict[str, Any]:
+    """The recipe's derived values, by name in the order of `catalog.DERIVED_SOURCES` (what `show` and `diff`
+    print): DP and gradient accumulation from the layout on the recipe's own cluster (exact only where they divide,
+    which validation checks), the others from the spec's own properties."""
+    layout = Layout.of(spec)
+    from_layout = {"data_parallel_size": layout.dp, "grad_accumulation_steps": layout.microbatches}
+    return {name: from_layout[name] if name in from_layout else getattr(spec, name) for name in DERIVED_SOURCES}

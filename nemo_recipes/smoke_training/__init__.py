@@ -4,8 +4,8 @@
     print(report.format()); report.passed
 
 Modules: `shape` (the scaled-down spec and layout, standard library), `corpus` (learnable data as a Megatron indexed
-dataset), `worker` (one phase in each rank), `callbacks` (the step record and the phase stop), `record`, `judge`
-and `runner`.
+dataset), `worker` (one phase in each rank), `callbacks` (the step record and the phase stop), `record`, `judge`,
+`invariance` (a layout against the one-process model; `preconditions`, what both of its runs set) and `runner`.
 """
 
 from nemo_recipes.smoke_training.runner import SmokeError, SmokeReport, smoke

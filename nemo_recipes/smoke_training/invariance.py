@@ -7,7 +7,8 @@ layout-invariant start of replicas.py; Megatron's own initialisation depends on 
 global batch and data (the reference takes the parallel run's shape and global batch; Megatron's sampler gives
 every layout the same samples per step, DP ranks splitting them and one process accumulating them).
 
-The judge's side is standard library only; the reference is trained by the runner's own phase machinery.
+The constants both runs set are in preconditions.py. The judge's side (here) is standard library only; the
+reference is trained by the runner (`runner.train_reference`), with its own phase machinery.
 """
 
 from __future__ import annotations
@@ -15,13 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from nemo_recipes.smoke_training.judge import Check, _ranges
-
-#: Seed of the layout-invariant start (replicas.py).
-INIT_SEED = 1234
-
-#: What the comparison changes in both runs (module docstring).
-NO_DROPOUT = {"hidden_dropout": 0.0, "attention_dropout": 0.0}
+from nemo_recipes.smoke_training.judge import Check, step_ranges
 
 #: BF16's unit roundoff (8 significant bits): the recipes train in BF16 mixed precision.
 BF16_UNIT_ROUNDOFF = 2.0**-8
@@ -62,21 +57,6 @@ def reference_plan(plan: Any) -> Any:
     return SmokePlan(spec=spec, processes=1, steps=plan.steps, stop_step=plan.stop_step, full_size=plan.full_size)
 
 
-def train_reference(plan: Any, root: str) -> list[tuple[int, float]]:
-    """Train the one-process reference of `plan` straight through (no stop) on this machine; its (step, loss)."""
-    from nemo_recipes.smoke_training.launchers import local_processes
-    from nemo_recipes.smoke_training.runner import run_phase, workspace
-
-    space = workspace(reference_plan(plan), root, name="reference")
-    space.invariant_init = True
-    code, _, log = run_phase(space, "reference", None, local_processes)
-    if code != 0:
-        from nemo_recipes.smoke_training.launchers import SmokeError
-
-        raise SmokeError(f"the one-process reference failed (status {code}); log: {log}")
-    return [(r["step"], r["loss"]) for r in space.records() if r.get("event") == "step"]
-
-
 def invariance_check(losses: list[tuple[int, float]], reference: list[tuple[int, float]], tokens: int) -> Check:
     """The parallel run's loss at every step within `tolerance` of the one-process reference's (`tokens` per step)."""
     mine, theirs = dict(losses), dict(reference)
@@ -84,7 +64,7 @@ def invariance_check(losses: list[tuple[int, float]], reference: list[tuple[int,
         return Check(
             "layout invariant",
             False,
-            f"steps {_ranges(sorted(mine))} do not match the one-process curve's {_ranges(sorted(theirs))}",
+            f"steps {step_ranges(sorted(mine))} do not match the one-process curve's {step_ranges(sorted(theirs))}",
         )
     allowed = {step: tolerance(theirs[step], tokens) for step in theirs}
     gaps = {step: abs(mine[step] - theirs[step]) for step in sorted(mine)}

@@ -94,8 +94,8 @@ class Attempt:
             "attempt": self.attempt,
             "started_at": self.started_at,
             "resumed_from": self.resumed_from,
-            "steps": _ranges(self.steps),
-            "lost": _ranges(self.lost),
+            "steps": step_ranges(self.steps),
+            "lost": step_ranges(self.lost),
         }
 
 
@@ -190,11 +190,11 @@ def judge(
             "every step trained once",
             seen == expected,
             (
-                f"steps {_ranges(seen)} (expected 1-{steps})"
+                f"steps {step_ranges(seen)} (expected 1-{steps})"
                 if seen != expected
                 else f"steps 1-{stop_step} then {stop_step + 1}-{steps}"
             )
-            + (f"; steps {_ranges(lost)} of a killed run trained again" if lost else ""),
+            + (f"; steps {step_ranges(lost)} of a killed run trained again" if lost else ""),
         )
     )
 
@@ -446,7 +446,8 @@ def _requeue_check(
     return Check("requeued runs resumed from the last checkpoint", not wrong, "; ".join(wrong or told))
 
 
-def _ranges(steps: list[int]) -> str:
+def step_ranges(steps: list[int]) -> str:
+    """Sorted steps as ranges, for a message: [1, 2, 3, 5] is "1-3, 5"; none is "none"."""
     if not steps:
         return "none"
     parts, start, previous = [], steps[0], steps[0]

@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from nemo_recipes.errors import RecipeError
+from nemo_recipes.errors import InputError
 
 #: Seconds a phase may take before it is stopped (imports and set-up take ~20 s of it on a CPU).
 PHASE_TIMEOUT = 900.0
@@ -28,8 +28,9 @@ TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
 Launcher = Callable[[dict[str, Any], int, Path, Callable[[], None]], int]
 
 
-class SmokeError(RecipeError):
-    """A smoke run could not be carried out (as opposed to one that ran and failed its checks)."""
+class SmokeError(InputError):
+    """A smoke run that cannot start as asked (exit code 2): a directory holding an earlier run, an executor whose
+    processes are not the plan's. A run that started and failed is a failed check, or a RunFailedError (exit 1)."""
 
 
 def local_processes(

@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any, Optional, TextIO, Union
 
 from nemo_recipes.catalog import RecipeSpec, get_recipe
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidRecipeError, Problem, RunFailedError
 from nemo_recipes.smoke_training import record
-from nemo_recipes.smoke_training.invariance import NO_DROPOUT, invariance_check, replicas_check, train_reference
-from nemo_recipes.smoke_training.judge import Verdict, _ranges, judge
+from nemo_recipes.smoke_training.invariance import invariance_check, reference_plan, replicas_check
+from nemo_recipes.smoke_training.judge import Verdict, judge, step_ranges
 from nemo_recipes.smoke_training.launchers import Launcher, SmokeError, local_processes
 from nemo_recipes.smoke_training.learned import Learned, learned, unigram_entropy
+from nemo_recipes.smoke_training.preconditions import NO_DROPOUT
 from nemo_recipes.smoke_training.shape import SmokePlan, smoke_plan
 from nemo_recipes.training import cpu_compat
 
@@ -115,7 +116,7 @@ class SmokeReport:
             if run.attempt or run.lost:
                 lines.append(
                     f"  requeued    {run.phase} run {run.attempt}: started at step {run.started_at}, trained "
-                    f"{_ranges(run.steps)}" + (f" (lost with it: {_ranges(run.lost)})" if run.lost else "")
+                    f"{step_ranges(run.steps)}" + (f" (lost with it: {step_ranges(run.lost)})" if run.lost else "")
                 )
         if v.checkpoint:
             size = v.checkpoint.get("bytes", 0) / 2**20
@@ -232,6 +233,17 @@ def workspace(plan: SmokePlan, dir: Optional[str] = None, name: str = "smoke") -
     except OSError as error:
         raise InvalidRecipeError([directory_problem(error, field, value)], context=f"smoke {plan.spec.name}") from None
     return Workspace(root=root, corpus=corpus, plan=plan, name=name)
+
+
+def train_reference(plan: SmokePlan, root: str) -> list[tuple[int, float]]:
+    """Train the one-process reference of `plan` (invariance.reference_plan) straight through (no stop) on this
+    machine; its (step, loss)."""
+    space = workspace(reference_plan(plan), root, name="reference")
+    space.invariant_init = True
+    code, _, log = run_phase(space, "reference", None, local_processes)
+    if code != 0:
+        raise RunFailedError(f"the one-process reference failed (status {code}); log: {log}")
+    return [(r["step"], r["loss"]) for r in space.records() if r.get("event") == "step"]
 
 
 def visible_gpus() -> int:

@@ -18,6 +18,7 @@ from nemo_recipes.catalog import _COUNT_MAX, RecipeSpec
 from nemo_recipes.errors import InvalidRecipeError, Problem
 from nemo_recipes.plan import Cluster, validate
 from nemo_recipes.plan.data import checked_data
+from nemo_recipes.plan.layout import Layout
 from nemo_recipes.smoke_training.judge import MIN_STEPS
 
 #: Head dimension, heads and sequence of the scaled-down model: a few hundred thousand parameters, whose steps take
@@ -50,7 +51,7 @@ class SmokePlan:
     @property
     def layout(self) -> str:
         s = self.spec
-        return f"TP{s.tensor_parallel} PP{s.pipeline_parallel} CP{s.context_parallel} DP{s.data_parallel_size}" + (
+        return f"TP{s.tensor_parallel} PP{s.pipeline_parallel} CP{s.context_parallel} DP{Layout.of(s).dp}" + (
             f" VP{s.virtual_pipeline}" if s.virtual_pipeline else ""
         )
 
@@ -62,7 +63,7 @@ class SmokePlan:
             "tp": s.tensor_parallel,
             "pp": s.pipeline_parallel,
             "cp": s.context_parallel,
-            "dp": s.data_parallel_size,
+            "dp": Layout.of(s).dp,
             "sequence_parallel": s.sequence_parallel_enabled,
         }
 

@@ -48,7 +48,7 @@ def build_phase_recipe(
 
     from nemo_recipes.smoke_training.callbacks import SmokeMetrics, StopAtStep
     from nemo_recipes.smoke_training.faults import FAULTS
-    from nemo_recipes.smoke_training.invariance import INIT_SEED
+    from nemo_recipes.smoke_training.preconditions import INIT_SEED
     from nemo_recipes.smoke_training.replicas import LayoutInvariantStart, ReplicaDigests
     from nemo_recipes.smoke_training.state import StateDigests
     from nemo_recipes.training.factories import build_recipe

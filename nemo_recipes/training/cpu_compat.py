@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Callable, Iterator, Optional
 
-from nemo_recipes.errors import Problem, RecipeError
+from nemo_recipes.errors import InputError, Problem
 
 #: The releases the patches were written and tested against (constraints.txt pins the same; a test keeps them equal).
 PINNED = {"nemo-toolkit": "2.7.3", "megatron-core": "0.15.3", "torch": "2.13.0"}
@@ -39,7 +39,7 @@ PINNED = {"nemo-toolkit": "2.7.3", "megatron-core": "0.15.3", "torch": "2.13.0"}
 TRACE_ENV = "CPU_COMPAT_TRACE"
 
 
-class CompatError(RecipeError):
+class CompatError(InputError):
     """The CPU compatibility layer cannot vouch for the installed stack."""
 
 
