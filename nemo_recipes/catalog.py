@@ -18,6 +18,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal, Optional, TypeGuard
 
+from nemo_recipes import budget
 from nemo_recipes.errors import InvalidRecipeError, Problem, did_you_mean, looks_secret
 from nemo_recipes.families import REGISTRY, Architecture, family_of, get_family
 
@@ -112,6 +113,9 @@ class RecipeSpec:
     # Data: empty paths mean mock data with a NullTokenizer (no download).
     data_paths: tuple[str, ...] = ()
     data_weights: tuple[float, ...] = ()
+    # Or a budget per path, which decides the weights (`budget`): epochs of each source, or tokens of each source.
+    data_epochs: tuple[float, ...] = ()
+    data_tokens: tuple[int, ...] = ()
     tokenizer_path: Optional[str] = None
 
     # The smallest cluster that holds one model replica, on the GPU the defaults are checked against.
@@ -120,7 +124,7 @@ class RecipeSpec:
     default_gpu: str = "h100-80gb"
 
     def __post_init__(self) -> None:
-        for name in ("data_paths", "data_weights"):
+        for name in ("data_paths", "data_weights", *budget.FIELDS):
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         problems = _type_problems(self)
@@ -521,9 +525,10 @@ DATASET_SUFFIXES = (".bin", ".idx", ".manifest.json")
 
 
 def data_problems(spec: RecipeSpec) -> list[Problem]:
-    """The blend's shape, read from the spec alone (no file is opened): one positive weight per path, no empty
-    path, a prefix without Megatron's suffixes, a tokenizer path that is not blank. Every command line that takes
-    recipe fields checks these (`show` included); the planner adds what the files say (`plan.data`)."""
+    """The blend's shape, read from the spec alone (no file is opened): one positive weight per path, or a budget
+    (`budget`: one positive entry per path, in epochs or tokens, not with weights; tokens that add up to the run's),
+    no empty path, a prefix without Megatron's suffixes, a tokenizer path that is not blank. Every command line that
+    takes recipe fields checks these (`show` included); the planner adds what the files say (`plan.data`)."""
     paths, weights = spec.data_paths, spec.data_weights
     problems = []
     if weights and not paths:
@@ -563,6 +568,19 @@ def data_problems(spec: RecipeSpec) -> list[Problem]:
                 "the weights' sum overflows a float.",
                 "use relative weights of ordinary size (e.g. [1, 1]: Megatron normalises them).",
             )
+        )
+    problems += budget.shape_problems(paths, weights, spec.data_epochs, spec.data_tokens)
+    if spec.data_tokens and not problems:
+        # Tokens need no file to become weights; epochs need each source's tokens (`plan.data`, the recipe plugin).
+        wanted = budget.wanted_tokens("data_tokens", spec.data_tokens, ())
+        problems += budget.agreement_problems(
+            "data_tokens",
+            spec.data_tokens,
+            wanted,
+            spec.train_steps,
+            spec.global_batch_size,
+            spec.seq_length,
+            spec.decay_tokens,
         )
     empty = [p for p in paths if not str(p).strip()]
     if empty:
@@ -873,6 +891,10 @@ SOURCES: dict[str, str] = {
     "data_paths": "none: mock data with NeMo's NullTokenizer (no download); "
     "give Megatron .bin/.idx prefixes for real data",
     "data_weights": "blend weights, one positive weight per path (equal when empty)",
+    "data_epochs": "none: a budget in epochs of each source instead of data_weights; the weights are epochs x the "
+    "source's tokens (its manifest) over their sum, and the sum must be the tokens the run trains",
+    "data_tokens": "none: a budget in tokens of each source instead of data_weights; the weights are tokens over "
+    "their sum, which must be the tokens the run trains",
     "tokenizer_path": "a local Hugging Face tokenizer directory or SentencePiece .model (no download)",
     "num_nodes": "the smallest node count that holds one model replica (TP x PP GPUs) on 8-GPU nodes",
     "num_gpus_per_node": "8, as DGX/HGX H100 nodes (TP stays within the NVLink domain)",

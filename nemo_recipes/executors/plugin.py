@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 import nemo_run as run
 
+from nemo_recipes import budget
 from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem
 from nemo_recipes.executors import registry
 from nemo_recipes.executors._common import GPU_ENV
@@ -61,7 +62,13 @@ class RecipePlugin(run.Plugin):
             from nemo_recipes.plan.data import read_data, resolved_paths
             from nemo_recipes.training.introspect import spec_from_partial
 
+            # A blend by epochs becomes its weights first, on the trainer's steps as the job will run them: the
+            # job then gets the blend the plan checks (the spec read back would carry the catalog's train_tokens).
+            unresolved = _resolve_budget(task)
+            problems += unresolved
             spec = resolved_paths(spec_from_partial(task))
+            if unresolved:  # reported above; the rest is checked as an equal blend, not reported twice
+                spec = spec.replace(data_epochs=())
             _set_data_paths(task, spec)
             if self.validate:
                 # The data files, before any GPU hour: prefixes that exist, ids that fit the tokenizer, the
@@ -113,6 +120,23 @@ def gpu_problems(task: Any, executor: run.Executor) -> list[Problem]:
             "profile); to try the recipe scaled down on CPU nodes, run `nemo-recipes smoke RECIPE --executor ...`.",
         )
     ]
+
+
+def _resolve_budget(task: run.Partial) -> list[Problem]:
+    """The task's blend by epochs (`budget.blend_by_epochs`, which a recipe holds as a call because building it reads
+    no file) replaced by the blend it gives, from the sources' manifests and the trainer's max_steps; its problems
+    (a count that cannot be read, a budget that disagrees with the run) otherwise, the task unchanged."""
+    data: Any = getattr(task, "data", None)
+    node: Any = getattr(data, "paths", None)
+    if getattr(node, "__fn_or_cls__", None) is not budget.blend_by_epochs:
+        return []
+    try:
+        task.data.paths = budget.blend_by_epochs(
+            node.paths, node.data_epochs, task.trainer.max_steps, data.global_batch_size, data.seq_length
+        )
+    except InvalidRecipeError as error:
+        return error.problems
+    return []
 
 
 def _set_data_paths(task: run.Partial, spec: Any) -> None:

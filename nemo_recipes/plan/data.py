@@ -10,11 +10,13 @@ vocabulary to NeMo, which takes the tokenizer's at configure time).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, Optional
 
+from nemo_recipes import budget
 from nemo_recipes.catalog import RecipeSpec, data_problems
 from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem
 
@@ -37,10 +39,15 @@ class Source:
     max_token_id: Optional[int]  # None without a manifest
     manifest: bool
     planned_tokens: float  # the recipe's training tokens x weight
+    asked_tokens: Optional[float] = None  # what a budget (data_epochs, data_tokens) asks of it, in tokens
 
     @property
     def epochs(self) -> Optional[float]:
         return self.planned_tokens / self.tokens if self.tokens else None
+
+    @property
+    def asked_epochs(self) -> Optional[float]:
+        return self.asked_tokens / self.tokens if self.asked_tokens is not None and self.tokens else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -52,7 +59,37 @@ class Source:
             "manifest": self.manifest,
             "planned_tokens": round(self.planned_tokens),
             "epochs": self.epochs,
+            "asked_tokens": None if self.asked_tokens is None else round(self.asked_tokens),
+            "asked_epochs": self.asked_epochs,
         }
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What a budget asked (`nemo_recipes.budget`) and the weights it gives."""
+
+    field: str  # data_epochs or data_tokens
+    asked: tuple[float, ...]  # as given, one entry per source
+    asked_tokens: float  # their sum in tokens
+    trained_tokens: int  # train_steps x global batch x sequence: what the run trains
+    weights: tuple[float, ...]  # normalised; empty when they could not be computed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "field": self.field,
+            "asked": list(self.asked),
+            "asked_tokens": round(self.asked_tokens),
+            "trained_tokens": self.trained_tokens,
+            "weights": list(self.weights),
+        }
+
+    def format(self) -> str:
+        asked = ", ".join(f"{a:g}" for a in self.asked)
+        weights = ", ".join(f"{w:.3f}" for w in self.weights) if self.weights else "none (see problems)"
+        return (
+            f"budget {self.field}=[{asked}]: {self.asked_tokens:,.0f} tokens asked, the run trains "
+            f"{self.trained_tokens:,} (train_steps x global batch x sequence); weights {weights}"
+        )
 
 
 @dataclass(frozen=True)
@@ -61,6 +98,7 @@ class DataReport:
     tokenizer: Optional[Any] = None  # data.manifest.TokenizerInfo of tokenizer_path
     vocab_size: Optional[int] = None  # the model's vocabulary before padding, when the tokenizer decides it
     problems: tuple[Problem, ...] = field(default_factory=tuple)
+    budget: Optional[Budget] = None  # when data_epochs or data_tokens decided the weights
 
     @property
     def errors(self) -> list[Problem]:
@@ -79,6 +117,7 @@ class DataReport:
                 "eod_id": self.tokenizer.eod_id,
             },
             "vocab_size": self.vocab_size,
+            "budget": None if self.budget is None else self.budget.to_dict(),
             "problems": [p.to_dict() for p in self.problems],
         }
 
@@ -87,12 +126,18 @@ class DataReport:
         if self.tokenizer is not None:
             t = self.tokenizer
             lines.append(f"tokenizer {t.path} ({t.kind}): vocabulary {t.vocab_size:,}, EOD id {t.eod_id}")
+        if self.budget is not None:
+            lines.append(self.budget.format())
         for s in self.sources:
             if s.tokens is None:
                 continue
             epochs = f"{s.epochs:,.1f}" if s.epochs is not None else "-"
+            asked = ""
+            if s.asked_tokens is not None:
+                asked_epochs = f"{s.asked_epochs:,.2f}" if s.asked_epochs is not None else "-"
+                asked = f"asked {asked_epochs} epochs ({s.asked_tokens:,.0f} tokens), "
             lines.append(
-                f"{s.path}: {s.tokens:,} tokens, {s.documents:,} documents, weight {s.weight:.3f}: "
+                f"{s.path}: {s.tokens:,} tokens, {s.documents:,} documents, {asked}weight {s.weight:.3f}: "
                 f"{epochs} epochs of it in {s.planned_tokens:,.0f} planned tokens"
                 + ("" if s.manifest else " (no manifest: counted from the .idx)")
             )
@@ -132,13 +177,25 @@ def read_data(spec: RecipeSpec, *, vocab_given: bool = False) -> tuple[RecipeSpe
                 )
             )
         spec = spec.replace(vocab_size=info.vocab_size)
-    shape_is_valid = not any(p.severity == ERROR for p in problems if p.field in ("data_paths", "data_weights"))
-    sources = _sources(spec, info, problems, given.data_paths) if spec.data_paths and shape_is_valid else ()
+    vocab = info.vocab_size if info is not None else spec.vocab_size
+    shape_is_valid = not any(
+        p.severity == ERROR for p in problems if p.field in ("data_paths", "data_weights")
+    ) and not budget.shape_problems(spec.data_paths, spec.data_weights, spec.data_epochs, spec.data_tokens)
+    sources: tuple[Source, ...] = ()
+    asked = None
+    if spec.data_paths and shape_is_valid:
+        sources = tuple(
+            _source(str(path), info, vocab, problems, str(as_given))
+            for path, as_given in zip(spec.data_paths, given.data_paths, strict=True)
+        )
+        spec, asked = _budget(spec, sources, problems)
+        sources = _planned(spec, sources, asked, problems)
     return spec, DataReport(
         sources=sources,
         tokenizer=info,
         vocab_size=info.vocab_size if info else None,
         problems=tuple(problems),
+        budget=asked,
     )
 
 
@@ -175,37 +232,83 @@ def _unreadable(field: str, path: str, error: OSError, what: str) -> Problem:
     )
 
 
-def _sources(spec: RecipeSpec, info: Any, problems: list[Problem], given: tuple[str, ...]) -> tuple[Source, ...]:
+def _budget(spec: RecipeSpec, sources: tuple[Source, ...], problems: list[Problem]) -> tuple[RecipeSpec, Any]:
+    """`spec` with the weights its budget gives (data_epochs, data_tokens), and what was asked; the spec unchanged
+    and no weights when a source's token count is missing. The data_tokens' agreement with the run is the catalog's
+    (`data_problems`, already in `problems`); the data_epochs' needs the sources' tokens and is checked here."""
+    name = budget.given(spec)
+    if name is None:
+        return spec, None
+    asked = tuple(float(a) for a in getattr(spec, name))
+    trained = spec.train_steps * spec.tokens_per_step
+    if name == "data_epochs":
+        unknown = [s.path for s in sources if not s.tokens]
+        if unknown:
+            problems += [budget.no_count_problem(name, path) for path in unknown]
+            return spec, Budget(name, asked, 0.0, trained, ())
+    wanted = budget.wanted_tokens(name, asked, [s.tokens for s in sources])
+    if name == "data_epochs":
+        problems += budget.agreement_problems(
+            name, asked, wanted, spec.train_steps, spec.global_batch_size, spec.seq_length, spec.decay_tokens
+        )
+    weights = budget.weights_of(wanted)
+    resolved = spec.replace(data_weights=weights, data_epochs=(), data_tokens=())
+    return resolved, Budget(name, asked, sum(wanted), trained, weights)
+
+
+def _planned(spec: RecipeSpec, sources: tuple[Source, ...], asked: Any, problems: list[Problem]) -> tuple:
+    """The sources with their share of the run (weight, planned tokens, what a budget asked), and a warning for
+    each drawn more than EPOCHS_WARNING times."""
     weights = spec.data_weights or (1.0,) * len(spec.data_paths)
     total = float(sum(weights))
-    vocab = info.vocab_size if info is not None else spec.vocab_size
-    sources = []
-    for path, weight, as_given in zip(spec.data_paths, weights, given, strict=True):
-        planned = spec.train_tokens * weight / total
-        source = _source(str(path), weight / total, planned, info, vocab, problems, str(as_given))
-        sources.append(source)
+    wanted: list[Optional[float]] = [None] * len(sources)
+    if asked is not None and asked.weights:
+        wanted = [w * asked.asked_tokens for w in asked.weights]
+    planned_sources = []
+    for source, weight, asked_tokens in zip(sources, weights, wanted, strict=True):
+        source = dataclasses.replace(
+            source,
+            weight=weight / total,
+            planned_tokens=spec.train_tokens * weight / total,
+            asked_tokens=asked_tokens,
+        )
+        planned_sources.append(source)
         if source.documents is not None:
             problems += _split_problems(source)
-        if source.epochs is not None and source.epochs > EPOCHS_WARNING:
-            field_name = "data_weights" if spec.data_weights else "data_paths"
+        repeated = f"beyond about {EPOCHS_WARNING:g} epochs repeated tokens are worth much less than new ones."
+        if asked is not None:
+            # What was asked; a budget that disagrees with the run is an error of its own (`budget`).
+            if source.asked_epochs is not None and source.asked_epochs > EPOCHS_WARNING:
+                problems.append(
+                    Problem(
+                        asked.field,
+                        source.path,
+                        f"the budget asks for {source.asked_tokens:,.0f} tokens of a source of {source.tokens:,}: "
+                        f"{source.asked_epochs:,.1f} epochs of it, and {repeated}",
+                        f"ask fewer epochs of it ({asked.field}), or add more data to this source.",
+                        WARNING,
+                    )
+                )
+        elif source.epochs is not None and source.epochs > EPOCHS_WARNING:
             problems.append(
                 Problem(
-                    field_name,
-                    path,
+                    "data_weights" if spec.data_weights else "data_paths",
+                    source.path,
                     f"the plan draws {source.planned_tokens:,.0f} tokens (weight {source.weight:.3f} of "
                     f"{spec.train_tokens:,} training tokens) from a source of {source.tokens:,}: "
                     f"{source.epochs:,.1f} epochs of it. Megatron samples by weight whatever a source's size, and "
-                    f"beyond about {EPOCHS_WARNING:g} epochs repeated tokens are worth much less than new ones.",
+                    f"{repeated}",
                     "add more data to this source, lower its weight, or lower train_tokens.",
                     WARNING,
                 )
             )
-    return tuple(sources)
+    return tuple(planned_sources)
 
 
-def _source(  # noqa: PLR0913 (as_given: the path as the user wrote it, named when the system refuses it)
-    path: str, weight: float, planned: float, info: Any, vocab: int, problems: list[Problem], as_given: str
-) -> Source:
+def _source(path: str, info: Any, vocab: int, problems: list[Problem], as_given: str) -> Source:
+    """What the files of one prefix say (its share of the run is `_planned`'s); `as_given`: the path as the user
+    wrote it, named when the system refuses it."""
+    weight, planned = 0.0, 0.0
     from nemo_recipes.data import tokenizers
     from nemo_recipes.data.manifest import check_files, index_summary, manifest_path, read_manifest
 

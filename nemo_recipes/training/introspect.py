@@ -11,6 +11,7 @@ from typing import Any
 
 import fiddle as fdl
 
+from nemo_recipes import budget
 from nemo_recipes.catalog import RECIPES, RecipeSpec, field_names
 from nemo_recipes.errors import InvalidRecipeError, Problem
 from nemo_recipes.plan.layout import Layout
@@ -172,7 +173,13 @@ def _data(partial: Any) -> dict[str, Any]:
     tokenizer_config = _get(partial, "data.tokenizer")
     tokenizer_path = _get(tokenizer_config, "model_path") or _get(tokenizer_config, "pretrained_model_name")
     values: dict[str, Any] = {"tokenizer_path": tokenizer_path}
-    if isinstance(paths, (list, tuple)) and paths:
+    if getattr(paths, "__fn_or_cls__", None) is budget.blend_by_epochs:  # epochs not yet turned into weights
+        values.update(
+            data_paths=tuple(str(p) for p in paths.paths),
+            data_epochs=tuple(float(e) for e in paths.data_epochs),
+            data_weights=(),
+        )
+    elif isinstance(paths, (list, tuple)) and paths:
         weights, data_paths = list(paths[0::2]), list(paths[1::2])
         if all(isinstance(w, (int, float)) for w in weights):
             values.update(data_paths=tuple(data_paths), data_weights=tuple(float(w) for w in weights))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
-from typing import Optional
+from typing import Any, Optional
 
 import nemo_run as run
 import torch
@@ -27,6 +27,7 @@ from nemo.collections.llm.gpt.data.pre_training import PreTrainingDataModule
 from nemo.lightning.pytorch.optim import CosineAnnealingScheduler, MegatronOptimizerModule
 from nemo.utils.exp_manager import TimingCallback
 
+from nemo_recipes import budget
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.training.checkpoint import RecipeCheckpoint
 from nemo_recipes.training.preflight import Preflight
@@ -158,9 +159,24 @@ def tokenizer(spec: RecipeSpec) -> run.Config:
     return run.Config(AutoTokenizer, pretrained_model_name=path, use_fast=True)
 
 
-def blend(spec: RecipeSpec) -> list:
-    """Megatron's zipped blend [w1, path1, w2, path2, ...]; equal weights when none are given."""
-    weights = spec.data_weights or (1.0,) * len(spec.data_paths)
+def blend(spec: RecipeSpec) -> Any:
+    """Megatron's zipped blend [w1, path1, w2, path2, ...]; equal weights when none are given, a budget's weights
+    when one is (`nemo_recipes.budget`). Tokens become weights here; epochs need each source's token count, which
+    building a recipe does not read: the blend is then a call of `budget.blend_by_epochs`, which the recipe plugin
+    replaces by its result before submitting (and the job makes, when it builds its data module without one)."""
+    if spec.data_epochs:
+        return run.Config(
+            budget.blend_by_epochs,
+            paths=list(spec.data_paths),
+            data_epochs=list(spec.data_epochs),
+            train_steps=spec.train_steps,
+            global_batch_size=spec.global_batch_size,
+            seq_length=spec.seq_length,
+        )
+    if spec.data_tokens:
+        weights = budget.weights_of(spec.data_tokens)
+    else:
+        weights = spec.data_weights or (1.0,) * len(spec.data_paths)
     return [item for weight, path in zip(weights, spec.data_paths, strict=True) for item in (float(weight), path)]
 
 
