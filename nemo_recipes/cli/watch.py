@@ -178,8 +178,9 @@ def _write_card(path: str, overwrite: bool, found: Any, result: Any, compared: "
     )
     try:
         return str(write_card(path, card))
-    except OSError as error:
-        raise _output.CLIError(f"cannot write the card {path}: {error.strerror or error}") from None
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        reason = getattr(error, "strerror", None) or error
+        raise _output.CLIError(f"cannot write the card {path}: {reason}") from None
 
 
 def _against_plan(gpu: object, result: object, found: object) -> "dict | None":

@@ -188,8 +188,9 @@ def read_calibration(path: "str | os.PathLike[str]", *, field: str = "calibratio
     try:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_BYTES + 1)
-    except OSError as error:
-        raise refuse(f"cannot be read: {error.strerror or error}.", "give the path of a calibration file.") from None
+    except (OSError, ValueError) as error:  # ValueError: a path with a NUL byte, which no file has
+        reason = getattr(error, "strerror", None) or error
+        raise refuse(f"cannot be read: {reason}.", "give the path of a calibration file.") from None
     if len(raw) > MAX_BYTES:
         raise refuse(f"is larger than {MAX_BYTES // 1024} KiB, far more than a calibration.")
     try:
