@@ -102,6 +102,9 @@ def source(name: str) -> list[Case]:
 
 def test_calibrating_on_part_of_a_source_lowers_the_error_on_its_other_rows(tmp_path):
     # MLM: Megatron-LM's H100 table, BF16 on Transformer Engine. Fitted on every other row, scored on the rest.
+    # (Not every source gains: the shipped constants were fitted on all these rows, and on NeMo 24.07's they are
+    # already within 0.8 %, which a refit on five of them does not beat on the other four, 1.3 %; the next test
+    # moves those rows off the shipped figures.)
     paths = write_cards(tmp_path, source("MLM"))
     runs = cases_of(paths)
     fit_on, scored = runs[::2], runs[1::2]
@@ -127,6 +130,7 @@ def test_the_cli_calibrates_and_plan_uses_it_only_where_it_was_measured(tmp_path
     result = cli("plan", "--calibrate", *map(str, cards), "--calibration", str(out), timeout=300)
     assert result.returncode == 0, result.stderr
     assert "with the shipped constants" in result.stdout and "left out" in result.stdout, result.stdout
+    assert "! left out, the refit does worse" not in result.stdout  # 30 % slower: the refit generalises
     written = json.loads(out.read_text())
     assert written["fitted_on"]["gpus"] == ["h100-80gb"] and written["fitted_on"]["precisions"] == ["bf16"]
     errors = written["mean_abs_error_pct"]
@@ -155,6 +159,19 @@ def test_the_cli_calibrates_and_plan_uses_it_only_where_it_was_measured(tmp_path
     (tmp_path / "config" / "nemo-recipes" / "calibration.json").write_text(out.read_text())
     assert planned(**default)["throughput"] == calibrated["throughput"]
     assert planned("--no-calibration", **default)["throughput"] == shipped["throughput"]
+
+
+def test_a_refit_that_does_worse_on_runs_left_out_says_so(tmp_path):
+    # Megatron-LM's five H100 rows as published: the shipped constants are 4.4 % off; refitted on four, the fifth is
+    # off by more than that on average (five runs of one software and GPU do not pin six constants down).
+    cards = write_cards(tmp_path / "cards", source("MLM"))
+    out = tmp_path / "mlm.json"
+    result = cli("plan", "--calibrate", *map(str, cards), "--calibration", str(out), timeout=300)
+    assert result.returncode == 0, result.stderr
+    errors = json.loads(out.read_text())["mean_abs_error_pct"]
+    assert errors["after"] < errors["before"] <= errors["held_out"], errors
+    assert "! left out, the refit does worse than the shipped constants" in result.stdout, result.stdout
+    assert "--no-calibration" in result.stdout
 
 
 def test_a_calibration_never_changes_the_figures_of_plans_that_do_not_load_it():
