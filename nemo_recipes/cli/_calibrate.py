@@ -107,12 +107,13 @@ def run(args: argparse.Namespace) -> int:
     ]
     print(f"  constants: {', '.join(changed) or 'unchanged (the shipped ones fit best)'}")
     print(f"calibration written to {written}; `plan` uses it for plans on {', '.join(calibration.gpus)}")
-    if errors["held_out"] >= errors["before"]:
+    held_out_error, shipped_error = errors["held_out"], errors["before"]  # both set by `calibrate`
+    if held_out_error is not None and shipped_error is not None and held_out_error >= shipped_error:
         # The in-sample figure always improves; only the left-out one says whether the refit generalises. Written
         # all the same (it was asked for), with the way back.
         print(
-            f"  ! left out, the refit does worse than the shipped constants ({errors['held_out']:.1f} % against "
-            f"{errors['before']:.1f} %): these runs do not pin the constants down (too few, or too alike); add more "
+            f"  ! left out, the refit does worse than the shipped constants ({held_out_error:.1f} % against "
+            f"{shipped_error:.1f} %): these runs do not pin the constants down (too few, or too alike); add more "
             f"varied runs, or plan without it (--no-calibration, or remove {written})"
         )
     return _output.EXIT_OK
