@@ -167,7 +167,7 @@ _FIX = "write the file again with `nemo-recipes plan --calibrate CARD...`, or gi
 def write_calibration(path: "str | os.PathLike[str]", calibration: Calibration) -> Path:
     """Write `calibration` to `path` as JSON, atomically (a reader sees the old file or the new one). Raises
     OSError when the path cannot be written."""
-    from nemo_recipes.data.manifest import write_atomic
+    from nemo_recipes.yaml_files import write_atomic
 
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)

@@ -174,6 +174,6 @@ def card_text(card: dict[str, Any]) -> str:
 
 def write_card(path: "str | os.PathLike[str]", card: dict[str, Any]) -> Path:
     """Write `card` to `path` atomically. Raises OSError when it cannot be written."""
-    from nemo_recipes.data.manifest import write_atomic
+    from nemo_recipes.yaml_files import write_atomic
 
     return write_atomic(Path(path), card_text(card).encode("utf-8"))
