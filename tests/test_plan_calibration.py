@@ -248,7 +248,7 @@ def test_a_calibration_file_is_checked_before_it_is_trusted(tmp_path):
     path = _calibration_file(
         tmp_path,
         **{"constants.matmul": 1.7, "constants.hbm": "fast", "constants.warp": 0.5, "extra": 1},
-        **{"fitted_on.gpus": ["h1000"]},
+        **{"fitted_on.gpus": ["h1000"], "fitted_on.stack": "tensorflow", "fitted_on.precisions": ["int4"]},
     )
     problems = _problems(cli("plan", "gpt_7b", "--calibration", str(path), "--json"))
     fields_found = {p["field"]: p["value"] for p in problems}
@@ -258,6 +258,8 @@ def test_a_calibration_file_is_checked_before_it_is_trusted(tmp_path):
         "calibration.constants.warp": 0.5,
         "calibration.extra": 1,
         "calibration.fitted_on.gpus": "h1000",
+        "calibration.fitted_on.stack": "tensorflow",
+        "calibration.fitted_on.precisions": ["int4"],
     }, problems
     assert all(p["fix"] for p in problems)
     for text in ("{", "[1, 2]", json.dumps({"format": "something else"})):

@@ -209,3 +209,20 @@ def test_a_card_is_not_replaced_without_asking_and_an_unwritable_one_exits_1(tmp
     assert card["plan"] is None and card["cluster"]["gpu"] is None
     _, problems = case_from_card(card, str(path), card["stack"])
     assert [p.field for p in problems] == [f"{path}: cluster.gpu"] and "--gpu" in problems[0].fix
+
+
+def test_the_card_records_the_stack_the_plan_was_timed_for(tmp_path):
+    import yaml
+
+    from nemo_recipes.catalog import RecipeSpec
+    from nemo_recipes.plan.hardware import Cluster
+    from nemo_recipes.plan.throughput import estimate_throughput
+
+    path = tmp_path / "run.yaml"
+    result = cli("watch", str(RUN), "--gpu", "h100", "--stack", "megatron-core", "--card", str(path))
+    assert result.returncode == 0, result.stderr
+    card = yaml.safe_load(path.read_text())
+    spec = RecipeSpec(**json.loads((RUN / "train.json").read_text())["spec"])
+    plan = estimate_throughput(spec, Cluster.of(1, 1, "h100"), stack="megatron-core")
+    assert card["stack"] == card["plan"]["stack"] == "megatron-core"
+    assert card["plan"]["step_time_s"] == pytest.approx(plan.step_time_s, rel=1e-12)

@@ -13,6 +13,7 @@ from typing import Any
 from nemo_recipes.cli import _output
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidConfigError, Problem
+from nemo_recipes.plan.stack import DEFAULT_STACK, STACK_CHOICES
 
 HELP = VERBS["watch"].help
 EXAMPLES = """\
@@ -48,6 +49,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="GPU",
         help="the GPU the run ran on: shows the plan's step time, tokens/s and TFLOP/s per GPU and MFU beside the "
         "measured ones, with the deviation (needs the recipe: a `smoke --dir` directory)",
+    )
+    parser.add_argument(
+        "--stack",
+        choices=STACK_CHOICES,
+        default=None,
+        help=f"the software the run trained on, for the plan beside it and the card (default: {DEFAULT_STACK}, the "
+        "NeMo container)",
     )
     parser.add_argument(
         "--json",
@@ -88,8 +96,8 @@ def run(args: argparse.Namespace) -> int:
     _check_card_path(args.card, args.overwrite)
     found = read_run(args.target)
     result = figures(found.lines, found.spec, skip)
-    compared = _against_plan(args.gpu, result, found)
-    card = _write_card(args.card, args.overwrite, found, result, compared) if args.card else None
+    compared = _against_plan(args.gpu, result, found, args.stack)
+    card = _write_card(args.card, found, result, compared, args.stack or DEFAULT_STACK) if args.card else None
     if args.json:
         _output.print_json(
             {
@@ -160,10 +168,9 @@ def _check_card_path(path: "str | None", overwrite: bool) -> None:
         )
 
 
-def _write_card(path: str, overwrite: bool, found: Any, result: Any, compared: "dict | None") -> str:
+def _write_card(path: str, found: Any, result: Any, compared: "dict | None", stack: str) -> str:
     """Write the run's card to `path` (atomically); a path that cannot be written is a failure (exit 1) with the
     reason, not a traceback."""
-    from nemo_recipes.plan.stack import DEFAULT_STACK
     from nemo_recipes.watching.card import build_card, write_card
 
     card = build_card(
@@ -173,7 +180,7 @@ def _write_card(path: str, overwrite: bool, found: Any, result: Any, compared: "
         result,
         compared,
         gpu=compared["gpu"] if compared else None,
-        stack=DEFAULT_STACK,  # the program `against_plan` times: the planner's default, the NeMo container
+        stack=stack,  # the program `against_plan` timed, which `plan --calibrate` fits for
         written_by=["nemo-recipes", *sys.argv[1:]],
     )
     try:
@@ -183,7 +190,7 @@ def _write_card(path: str, overwrite: bool, found: Any, result: Any, compared: "
         raise _output.CLIError(f"cannot write the card {path}: {reason}") from None
 
 
-def _against_plan(gpu: object, result: object, found: object) -> "dict | None":
+def _against_plan(gpu: object, result: object, found: object, stack: "str | None") -> "dict | None":
     from nemo_recipes.watching.against_plan import against_plan
 
     if gpu is None:
@@ -201,7 +208,7 @@ def _against_plan(gpu: object, result: object, found: object) -> "dict | None":
             ],
             context="watch",
         )
-    return against_plan(result, spec, str(gpu))  # type: ignore[arg-type]
+    return against_plan(result, spec, str(gpu), stack)  # type: ignore[arg-type]
 
 
 def _fmt(value: object, spec: str, unit: str = "") -> str:

@@ -17,11 +17,12 @@ from __future__ import annotations
 import json
 import math
 import os
+import typing
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.catalog import Precision, RecipeSpec
 from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem, shown
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.throughput import CONSTANTS, ModelConstants, Throughput, estimate_throughput
@@ -159,6 +160,7 @@ RANGES: dict[str, tuple[float, float, bool]] = {  # name: (low, high, low exclud
     "power_exponent": (0.0, 1.0, False),
     "step_overhead": (0.0, 60.0, False),
 }
+PRECISIONS = typing.get_args(Precision)
 TOP_KEYS = ("format", "constants", "fitted_on", "mean_abs_error_pct")
 FITTED_ON_KEYS = ("gpus", "stack", "precisions", "runs")
 _FIX = "write the file again with `nemo-recipes plan --calibrate CARD...`, or give another file."
@@ -180,7 +182,11 @@ def read_calibration(path: "str | os.PathLike[str]", *, field: str = "calibratio
     InvalidConfigError (field, value, fix): unreadable, not JSON, another format, unknown keys, a constant that is
     not a number or outside `RANGES`."""
     from nemo_recipes.plan.hardware import get_gpu
+    from nemo_recipes.plan.stack import LOCAL, STACKS
     from nemo_recipes.yaml_files import YamlLimitError, json_loads
+
+    # The stacks a calibration can be fitted for: the named programs, and `local` (this machine's, as the cards say).
+    known_stacks = (*STACKS, LOCAL)
 
     def refuse(message: str, fix: str = _FIX) -> InvalidConfigError:
         return InvalidConfigError([Problem(field, str(path), message, fix)], context="calibration")
@@ -255,11 +261,12 @@ def read_calibration(path: "str | os.PathLike[str]", *, field: str = "calibratio
         except InvalidRecipeError as error:  # a GPU this planner does not know
             problem("fitted_on.gpus", gpu, f"is not a GPU the planner knows ({_first_message(error)}).", _FIX)
     stack = fitted.get("stack")
-    if not isinstance(stack, str):
-        problem("fitted_on.stack", stack, "must name the software stack the runs used.", _FIX)
+    if stack not in known_stacks:
+        known = f"use one of {', '.join(known_stacks)}."
+        problem("fitted_on.stack", stack, "is not a software stack the planner knows.", known)
     precisions = fitted.get("precisions", [])
-    if not isinstance(precisions, list) or not all(isinstance(p, str) for p in precisions):
-        problem("fitted_on.precisions", precisions, "must be a list of precisions.", _FIX)
+    if not isinstance(precisions, list) or not all(p in PRECISIONS for p in precisions):
+        problem("fitted_on.precisions", precisions, "must be a list of precisions.", f"use {', '.join(PRECISIONS)}.")
         precisions = []
     runs = fitted.get("runs", [])
     if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
@@ -324,7 +331,7 @@ def case_from_card(given: Any, where: str, stack: str) -> tuple[Optional[Case], 
 
     rewrite = "write the card again with `nemo-recipes watch RUN --gpu GPU --card FILE`."
     if not isinstance(given, dict) or given.get("format") != CARD_FORMAT:
-        found = given.get("format") if isinstance(given, dict) else type(given).__name__
+        found = given.get("format") if isinstance(given, dict) else None if given is None else type(given).__name__
         problem("format", found, f"is not a run card (expected format {CARD_FORMAT!r}).", rewrite)
         return None, problems
     card: dict[str, Any] = given
