@@ -11,13 +11,15 @@ maximum absolute error overall, per source, on the rows whose id starts with `--
 model size and GPU generation (the cross-validation prints the same groups held out).
 
 Then the honest figure: leave-one-source-out cross-validation. The model's global efficiencies
-(`throughput.ModelConstants`) are refitted by coordinate descent on a grid, minimising the mean absolute error,
+(`throughput.ModelConstants`) are refitted by coordinate descent on a grid (`plan.calibration.refit`, the fit
+`nemo-recipes plan --calibrate` runs on a user's own runs), minimising the mean absolute error,
 (a) on every row (in sample) and (b) once per source on the rows of all the other sources, and each source is scored
 with the constants fitted without it. A source is a publication (the id prefix: K22, N21, MLM, NeMo24.07, ...): its
 rows share software, hardware and measurement habits, so leaving out single rows would flatter the model.
 `power_exponent` is derived (power ~ clock^3), not fitted. The error surface is flat in places (the fixed per-step
-cost trades against the efficiencies), so the descent also restarts from a few values of it (`RESTARTS`), and the
-folds start from the fit on every row; figures move by a few tenths of a percent with the starting point.
+cost trades against the efficiencies), so the descent also restarts from a few values of it
+(`calibration.RESTARTS`), and the folds start from the fit on every row; figures move by a few tenths of a percent
+with the starting point.
 
 TFLOP/s targets are compared as tokens/s: through the `derived_tokens_per_gpu` or `derived_step_s` columns when
 present, otherwise converted with the FLOP formula that the row's `flops_convention` names.
@@ -28,7 +30,7 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -39,25 +41,12 @@ if str(REPO) not in sys.path:
 from nemo_recipes.catalog import RECIPES, RecipeSpec  # noqa: E402
 from nemo_recipes.errors import InvalidRecipeError  # noqa: E402
 from nemo_recipes.plan import flops  # noqa: E402
+from nemo_recipes.plan.calibration import Case, held_out_errors, refit  # noqa: E402
 from nemo_recipes.plan.hardware import Cluster  # noqa: E402
 from nemo_recipes.plan.shapes import is_missing, plan_from_row, stack_from_row  # noqa: E402
-from nemo_recipes.plan.throughput import CONSTANTS, ModelConstants, Throughput, estimate_throughput  # noqa: E402
+from nemo_recipes.plan.throughput import CONSTANTS, ModelConstants, estimate_throughput  # noqa: E402
 
 DEFAULT_CSV = REPO / "benchmarks" / "data" / "calibration.csv"
-
-# The grid each efficiency is refitted on (coordinate descent visits every value of one constant at a time).
-GRID: dict[str, tuple[float, ...]] = {
-    "matmul": tuple(round(0.60 + 0.01 * i, 2) for i in range(36)),  # 0.60 .. 0.95
-    "fp8_matmul": tuple(round(0.40 + 0.01 * i, 2) for i in range(51)),  # 0.40 .. 0.90
-    "hbm": tuple(round(0.50 + 0.05 * i, 2) for i in range(10)),  # 0.50 .. 0.95
-    "comm": tuple(round(0.40 + 0.05 * i, 2) for i in range(11)),  # 0.40 .. 0.90
-    "tp_overlap": tuple(round(0.05 * i, 2) for i in range(21)),  # 0 .. 1
-    "step_overhead": tuple(round(0.01 * i, 2) for i in range(16)),  # 0 .. 0.15 s
-}
-MAX_SWEEPS = 8
-# Extra starting points for the descent. The fixed per-step cost trades against every efficiency at once (a long
-# valley that one-constant-at-a-time moves leave slowly), so the descent also starts from a few values of it.
-RESTARTS: tuple[dict[str, float], ...] = ({"step_overhead": 0.0}, {"step_overhead": 0.05}, {"step_overhead": 0.1})
 
 
 def _number(value: Any) -> Optional[float]:
@@ -79,29 +68,6 @@ def convention_flops_per_token(spec: RecipeSpec, convention: str) -> float:
     if "causal" in text and "no causal" not in text:
         return 3.0 * (per_token.dense + 0.5 * per_token.attention + per_token.logits)
     return per_token.model
-
-
-@dataclass(frozen=True)
-class Case:
-    """One row, parsed once: the plan, what was published and which prediction to compare with it."""
-
-    id: str
-    source: str
-    spec: RecipeSpec
-    cluster: Cluster
-    stack: str
-    metric: str  # "step_s" or "tok/s/gpu"
-    published: float
-    assumptions: tuple[str, ...]
-
-    def predict(self, constants: ModelConstants = CONSTANTS) -> Throughput:
-        return estimate_throughput(self.spec, self.cluster, stack=self.stack, constants=constants)
-
-    def value(self, result: Throughput) -> float:
-        return result.step_time_s if self.metric == "step_s" else result.tokens_per_s_per_gpu
-
-    def error_pct(self, constants: ModelConstants = CONSTANTS) -> float:
-        return 100.0 * (self.value(self.predict(constants)) - self.published) / self.published
 
 
 def source_of(row: dict[str, Any]) -> str:
@@ -270,38 +236,6 @@ def run_csv(path: Path, subset: str, verbose: bool, out=sys.stdout) -> int:
 # ---- refitting and cross-validation ----
 
 
-def mean_abs_error(cases: list[Case], constants: ModelConstants) -> float:
-    return sum(abs(c.error_pct(constants)) for c in cases) / len(cases)
-
-
-def refit(
-    cases: list[Case], start: ModelConstants = CONSTANTS, grid: Optional[dict[str, tuple[float, ...]]] = None
-) -> ModelConstants:
-    """The constants minimising the mean absolute error on `cases`: coordinate descent over `grid`, one constant
-    at a time, until a sweep changes nothing, from `start` and from each of `RESTARTS` (the best result wins).
-    Constants no case depends on keep their starting value."""
-    grid = grid or GRID
-    results = [_descend(cases, begin, grid) for begin in (start, *(start.replace(**r) for r in RESTARTS))]
-    return min(results, key=lambda fitted: mean_abs_error(cases, fitted))
-
-
-def _descend(cases: list[Case], start: ModelConstants, grid: dict[str, tuple[float, ...]]) -> ModelConstants:
-    best, score = start, mean_abs_error(cases, start)
-    for _ in range(MAX_SWEEPS):
-        moved = False
-        for name in grid:
-            for value in grid[name]:
-                if value == getattr(best, name):
-                    continue
-                trial = best.replace(**{name: value})
-                trial_score = mean_abs_error(cases, trial)
-                if trial_score < score - 1e-9:
-                    best, score, moved = trial, trial_score, True
-        if not moved:
-            break
-    return best
-
-
 def _constants_text(constants: ModelConstants) -> str:
     return ", ".join(f"{f.name} {getattr(constants, f.name):g}" for f in fields(constants))
 
@@ -322,13 +256,7 @@ def cross_validate(path: Path, out=sys.stdout) -> dict[str, Any]:
     everything = refit(cases)
     shipped = {c.id: c.error_pct(CONSTANTS) for c in cases}
     in_sample = {c.id: c.error_pct(everything) for c in cases}
-    held_out: dict[str, float] = {}
-    folds: dict[str, ModelConstants] = {}
-    for source in sources:
-        folds[source] = refit([c for c in cases if c.source != source], start=everything)
-        for c in cases:
-            if c.source == source:
-                held_out[c.id] = c.error_pct(folds[source])
+    held_out, folds = held_out_errors(cases, lambda c: c.source, start=everything)
 
     print("", file=out)
     print(

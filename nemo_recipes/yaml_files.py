@@ -1,6 +1,7 @@
 """The reader of the files users hand us as plain data (YAML, JSON, TOML): exports given to `diff`, cluster
-profiles, kubeconfigs. (A NeMo-Run configuration read back as objects, `cli/export.load`, goes through NeMo-Run's
-own serializer: training/serialization.py.)
+profiles, kubeconfigs (a NeMo-Run configuration read back as objects, `cli/export.load`, goes through NeMo-Run's own
+serializer: training/serialization.py); and the atomic writer of the files we hand back (`write_atomic`: manifests,
+run cards, calibrations).
 
 Such a file is untrusted input. PyYAML's safe loader still builds whatever the text describes: a few hundred bytes of
 nested aliases ("billion laughs") is a graph that any walk expands into 9^9 leaves, thousands of `[` exhaust the
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Any, Optional
 
 from nemo_recipes.errors import InvalidConfigError, Problem
@@ -212,3 +214,48 @@ def _depth(data: Any) -> int:
             for child in (item.values() if isinstance(item, dict) else item)
         ]
     return depth
+
+
+# ---- writing ----
+
+
+def write_atomic(path: Path, data: bytes) -> Path:
+    """Write `data` to `path` under a temporary name, fsync it and rename it: `path` is either absent, the old
+    file, or complete; never half-written."""
+    import tempfile  # here, not at the top: the readers are on `plan`'s fast path, the writer is not
+
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(handle, 0o666 & ~umask())  # mkstemp's file is private; the output is not
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    fsync_directory(path.parent)
+    return path
+
+
+def umask() -> int:
+    """The process's umask (read by setting it, then set back)."""
+    current = os.umask(0o022)
+    os.umask(current)
+    return current
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename in `directory` durable (a crash after it must not bring back the old name)."""
+    try:
+        handle = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(handle)
+    except OSError:
+        pass  # some filesystems refuse fsync on directories; the rename is still atomic
+    finally:
+        os.close(handle)

@@ -16,6 +16,9 @@ import pytest
 # NeMo-Run reads NEMORUN_HOME once, when it is first imported: point it at a private folder before any test module
 # imports it, so that tests never write into (or read experiments from) the user's ~/.nemo_run.
 _NEMORUN_HOME = os.environ["NEMORUN_HOME"] = tempfile.mkdtemp(prefix="nemo-recipes-tests-nemorun-")
+# `plan` reads the user's calibration (~/.config/nemo-recipes/calibration.json) when there is one: the tests plan with
+# the shipped constants unless they load one themselves, so the default place is a file that does not exist.
+os.environ["NEMO_RECIPES_CALIBRATION"] = os.path.join(_NEMORUN_HOME, "no-calibration.json")
 
 
 # Canaries (issue 23): a secret value in the environment of every test and of every process a test starts. It must

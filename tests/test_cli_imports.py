@@ -160,3 +160,19 @@ def test_the_verb_table_is_what_every_parser_lists():
     assert _listed(build_parser()) == table
     for name in VERBS:
         assert _listed(build_parser(name)) == table
+
+
+def test_plan_with_a_calibration_imports_nothing_heavy(tmp_path):
+    # The calibration is JSON read by the standard library (not YAML), so `plan` stays instant with one loaded.
+    from nemo_recipes.plan.calibration import Calibration, write_calibration
+    from nemo_recipes.plan.throughput import CONSTANTS
+
+    path = write_calibration(
+        tmp_path / "c.json",
+        Calibration(CONSTANTS.replace(matmul=0.7), ("h100-80gb",), "transformer-engine", ("bf16",), (), {}),
+    )
+    args = ("plan", "gpt_7b", "--gpu", "h100", "--calibration", str(path))
+    probe = imported(*args)
+    assert probe["code"] == 0
+    assert "nemo_recipes.plan.calibration" in probe["ours"]
+    assert_light(probe, args)

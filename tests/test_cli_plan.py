@@ -26,12 +26,12 @@ def test_default_plan_is_the_planners_report_with_throughput_and_time_to_train()
     cluster = Cluster.of(4, 8, "h100-80gb")
     throughput = estimate_throughput(spec, cluster)
     expected = assess(spec, cluster).to_dict()
-    assert list(data) == list(expected) + ["explanation", "plot", "data"]
+    assert list(data) == list(expected) + ["explanation", "plot", "data", "calibration"]
     assert {k: data[k] for k in expected} == json.loads(json.dumps(expected))
     assert data["explanation"] is None
     assert data["throughput"]["tokens_per_s_per_gpu"] == pytest.approx(throughput.tokens_per_s_per_gpu)
     assert data["time_to_train"] == pytest.approx(time_to_train(throughput, 300e9))
-    assert data["plot"] is None
+    assert data["plot"] is None and data["calibration"] is None
     assert data["data"] == {"sources": [], "tokenizer": None, "vocab_size": None, "problems": []}  # mock data
 
 

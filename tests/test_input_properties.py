@@ -249,8 +249,10 @@ PLAN_FLAGS = [
     "--ffn",
     "--query-groups",
     "--vocab",
+    "--calibration",
+    "--calibrate",
 ]
-SWITCHES = ["--fit", "--scale-global-batch", "--custom", "--json", "--bogus", "-x"]
+SWITCHES = ["--fit", "--scale-global-batch", "--custom", "--json", "--bogus", "-x", "--no-calibration"]
 
 
 @st.composite

@@ -153,3 +153,76 @@ def test_against_the_plan_needs_the_recipe_and_a_known_gpu():
     assert result.returncode == 2
     (problem,) = json.loads(result.stdout)["problems"]
     assert problem["field"] == "gpu" and problem["value"] == "h1000"
+
+
+def test_the_card_records_the_run_and_the_plan_and_calibrate_reads_it(tmp_path):
+    import yaml
+
+    from nemo_recipes.plan.calibration import case_from_card
+
+    path = tmp_path / "run.yaml"
+    result = cli("watch", str(RUN), "--gpu", "h100", "--card", str(path))
+    assert result.returncode == 0, result.stderr
+    text = path.read_text()
+    assert text.startswith("# Run card written by `nemo-recipes watch RUN --card FILE`")
+    card = yaml.safe_load(text)
+    report = _watch_json(RUN, "--gpu", "h100")
+    spec = json.loads((RUN / "train.json").read_text())["spec"]
+    assert card["recipe"]["name"] == "gpt_1_3b"
+    assert card["recipe"]["overrides"]["num_layers"] == spec["num_layers"] == 2  # the scaled-down shape
+    assert card["layout"]["data_parallel"] == 1 and card["layout"]["grad_accumulation"] == 2
+    assert card["cluster"] == {"gpu": "h100-80gb", "nodes": 1, "gpus_per_node": 1}
+    assert set(card["verification_environment"]["software"]) >= {"nemo-toolkit", "megatron-core", "torch"}
+    metrics, figures = card["metrics"], report["figures"]
+    assert metrics["step_time_s"] == figures["step_time_s"] and metrics["final_loss"] == figures["loss"]
+    assert metrics["initial_loss"] == figures["initial_loss"] and metrics["steps"] == 20
+    assert metrics["mfu"] == report["plan"]["figures"]["mfu"]["measured"]
+    assert card["plan"]["step_time_s"] == report["plan"]["figures"]["step_time_s"]["planned"]
+    assert card["written_by"].startswith("nemo-recipes watch")
+    # A card `plan --calibrate` can fit on: the run's own plan, rebuilt from the recipe and its overrides.
+    case, problems = case_from_card(card, str(path), card["stack"])
+    assert problems == [] and case is not None
+    assert case.published == metrics["step_time_s"]
+    assert case.predict().step_time_s == pytest.approx(card["plan"]["step_time_s"], rel=1e-12)
+
+
+def test_a_card_is_not_replaced_without_asking_and_an_unwritable_one_exits_1(tmp_path):
+    path = tmp_path / "run.yaml"
+    path.write_text("kept\n")
+    result = cli("watch", str(RUN), "--card", str(path), "--json")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    (problem,) = json.loads(result.stdout)["problems"]
+    assert problem["field"] == "--card" and "--overwrite" in problem["fix"]
+    assert path.read_text() == "kept\n"
+    result = cli("watch", str(RUN), "--card", str(path), "--overwrite")
+    assert result.returncode == 0, result.stderr
+    assert path.read_text().startswith("# Run card") and not list(tmp_path.glob(".run.yaml.*"))  # no temp file left
+    result = cli("watch", str(RUN), "--card", str(tmp_path / "missing" / "run.yaml"))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert "cannot write the card" in result.stderr and "No such file or directory" in result.stderr
+    # Without --gpu the card has no plan and no GPU: calibrate refuses it, naming the fix.
+    import yaml
+
+    from nemo_recipes.plan.calibration import case_from_card
+
+    card = yaml.safe_load(path.read_text())
+    assert card["plan"] is None and card["cluster"]["gpu"] is None
+    _, problems = case_from_card(card, str(path), card["stack"])
+    assert [p.field for p in problems] == [f"{path}: cluster.gpu"] and "--gpu" in problems[0].fix
+
+
+def test_the_card_records_the_stack_the_plan_was_timed_for(tmp_path):
+    import yaml
+
+    from nemo_recipes.catalog import RecipeSpec
+    from nemo_recipes.plan.hardware import Cluster
+    from nemo_recipes.plan.throughput import estimate_throughput
+
+    path = tmp_path / "run.yaml"
+    result = cli("watch", str(RUN), "--gpu", "h100", "--stack", "megatron-core", "--card", str(path))
+    assert result.returncode == 0, result.stderr
+    card = yaml.safe_load(path.read_text())
+    spec = RecipeSpec(**json.loads((RUN / "train.json").read_text())["spec"])
+    plan = estimate_throughput(spec, Cluster.of(1, 1, "h100"), stack="megatron-core")
+    assert card["stack"] == card["plan"]["stack"] == "megatron-core"
+    assert card["plan"]["step_time_s"] == pytest.approx(plan.step_time_s, rel=1e-12)

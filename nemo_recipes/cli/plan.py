@@ -31,7 +31,9 @@ EXAMPLES = """\
   nemo-recipes plan gpt_13b --stack local                    # for this machine's software (Transformer Engine?)
   nemo-recipes plan gpt_13b tensor_parallel=4 micro_batch_size=2 --plot plan.png
   nemo-recipes plan --custom --layers 48 --hidden 6144 --heads 48 --seq 4096 --tp 4 --pp 2 --gbs 1024 --nodes 4
-  nemo-recipes plan gpt_7b --json | jq .memory_gib.total"""
+  nemo-recipes plan gpt_7b --json | jq .memory_gib.total
+  nemo-recipes plan --calibrate cards/*.yaml                 # refit the step-time model on your runs
+  nemo-recipes plan gpt_7b --calibration my_cluster.json     # plan with a calibration (see --calibrate)"""
 
 # --custom flag -> recipe field. They also work with NAME, as shorter spellings of key=value overrides.
 SHAPE_FLAGS = (
@@ -117,6 +119,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "memory_gib, memory_detail, throughput, time_to_train, changes, program, advice, "
         "explanation, plot)",
     )
+    calib = parser.add_argument_group("calibration (the step-time model refitted on your runs)")
+    calib.add_argument(
+        "--calibrate",
+        nargs="+",
+        metavar="CARD",
+        help="refit the throughput model's efficiencies on run cards (`watch RUN --gpu GPU --card FILE`) and "
+        "write the calibration to --calibration FILE (default: calibration.json beside the cluster profiles, or "
+        "$NEMO_RECIPES_CALIBRATION); prints the mean |error| on the runs before and after, and left out",
+    )
+    calib.add_argument(
+        "--calibration",
+        metavar="FILE",
+        help="the calibration file to plan with (default: the one --calibrate writes, when it exists); it "
+        "applies to plans on the GPUs, precisions and stack it was fitted on",
+    )
+    calib.add_argument(
+        "--no-calibration", action="store_true", help="plan with the shipped constants, ignoring any calibration"
+    )
     shape = parser.add_argument_group("custom shape (--custom, or with NAME as overrides)")
     shape.add_argument(
         "--custom",
@@ -147,6 +167,7 @@ def json_error(message: str, problems: list[Problem], args: Any) -> dict[str, An
         "plot": None,
         "error": message,
         "data": None,
+        "calibration": None,
     }
 
 
@@ -300,8 +321,38 @@ def _scaling(spec: RecipeSpec, cluster: Cluster, stack: Any) -> list:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nemo_recipes.plan import best, fit, validate, with_estimates  # the planner: standard library only
+    if args.calibrate:
+        from nemo_recipes.cli import _calibrate
 
+        return _calibrate.run(args)
+    return _plan(args, _calibration(args))
+
+
+def _calibration(args: argparse.Namespace) -> Any:
+    """The calibration to plan with: --calibration FILE, else the default file when it exists, checked before it is
+    trusted (exit 2 with field, value and fix); None with --no-calibration or when there is none."""
+    if args.no_calibration:
+        if args.calibration is not None:
+            raise InvalidRecipeError(
+                [
+                    Problem(
+                        "no_calibration",
+                        True,
+                        "cannot be combined with --calibration.",
+                        "give --calibration FILE to plan with it, or --no-calibration to plan without any.",
+                    )
+                ]
+            )
+        return None
+    from nemo_recipes.plan.calibration import default_calibration_path, read_calibration
+
+    if args.calibration is not None:
+        return read_calibration(args.calibration, field="calibration")
+    default = default_calibration_path()
+    return read_calibration(default, field="calibration") if default.is_file() else None
+
+
+def _plan(args: argparse.Namespace, calibration: Any) -> int:
     if args.plot and os.path.splitext(args.plot)[1].lower() not in (".png", ".svg"):
         raise InvalidRecipeError(
             [Problem("plot", args.plot, "must be a .png or .svg file.", "name the file plan.png or plan.svg.")]
@@ -331,6 +382,55 @@ def run(args: argparse.Namespace) -> int:
     if alone:
         raise InvalidRecipeError(alone)
     spec, cluster, tokens, data = _spec_and_cluster(args)
+    calibrated = _applied(calibration, spec, cluster, args.stack)
+    if calibrated is not None and calibrated["applied"]:
+        from nemo_recipes.plan.throughput import using_constants
+
+        with using_constants(calibration.constants):
+            return _planned(args, spec, cluster, tokens, data, calibrated)
+    return _planned(args, spec, cluster, tokens, data, calibrated)
+
+
+def _applied(calibration: Any, spec: RecipeSpec, cluster: Cluster, stack: Optional[str]) -> "dict | None":
+    """Whether `calibration` applies to this plan, and why (or why not): its constants were measured on some GPUs,
+    one stack and some precisions, and say nothing about others, whose plans keep the shipped constants."""
+    if calibration is None:
+        return None
+    gpu = cluster.gpu.name if cluster.gpu is not None else None
+    wanted = stack or DEFAULT_STACK
+    reasons = []
+    if not calibration.applies_to(gpu):
+        reasons.append(f"GPU {gpu} (fitted on {', '.join(calibration.gpus)})")
+    if spec.precision not in calibration.precisions:
+        reasons.append(f"precision {spec.precision} (fitted on {', '.join(calibration.precisions)})")
+    if wanted != calibration.stack:
+        reasons.append(f"stack {wanted} (fitted on {calibration.stack})")
+    errors = calibration.errors
+    if reasons:
+        note = f"calibration {calibration.source} not applied: another " + "; another ".join(reasons)
+    else:
+        note = (
+            f"step time calibrated on {len(calibration.runs)} run(s) ({calibration.source}): mean |error| on them "
+            f"{_pct(errors.get('before'))} with the shipped constants, {_pct(errors.get('after'))} refitted, "
+            f"{_pct(errors.get('held_out'))} left out"
+        )
+    return {"file": calibration.source, "applied": not reasons, "note": note}
+
+
+def _pct(value: object) -> str:
+    return f"{value:.1f} %" if isinstance(value, (int, float)) else "?"
+
+
+def _planned(
+    args: argparse.Namespace,
+    spec: RecipeSpec,
+    cluster: Cluster,
+    tokens: Optional[int],
+    data: DataReport,
+    calibrated: "dict | None",
+) -> int:
+    from nemo_recipes.plan import best, fit, validate, with_estimates  # the planner: standard library only
+
     explanation = None
     if args.fit or args.best:
         if args.best:
@@ -358,6 +458,7 @@ def run(args: argparse.Namespace) -> int:
     payload["explanation"] = explanation
     payload["plot"] = plotted
     payload["data"] = data.to_dict()
+    payload["calibration"] = calibrated
     if args.json:
         _output.print_json(payload)
     else:
@@ -443,6 +544,8 @@ def _human(report: dict, spec: RecipeSpec, changed_by: str = "--fit", data: tupl
         lines += ["", "throughput: no estimate available"]
 
     assumptions = _assumptions(report)
+    if report.get("calibration"):
+        assumptions = [report["calibration"]["note"], *assumptions]
     if assumptions:
         lines += ["", "assumptions"] + [_wrapped(text) for text in assumptions]
 

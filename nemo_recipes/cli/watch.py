@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
+import sys
+from typing import Any
 
 from nemo_recipes.cli import _output
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidConfigError, Problem
+from nemo_recipes.plan.stack import DEFAULT_STACK, STACK_CHOICES
 
 HELP = VERBS["watch"].help
 EXAMPLES = """\
   nemo-recipes watch runs/smoke1                      # the directory `smoke --dir runs/smoke1` kept
   nemo-recipes watch job/log-train_1234_0.out          # the log of global rank 0 of a job
-  nemo-recipes watch runs/smoke1 --json | jq .figures.step_time_s"""
+  nemo-recipes watch runs/smoke1 --json | jq .figures.step_time_s
+  nemo-recipes watch runs/job1 --gpu h100 --card cards/job1.yaml   # the run's record, for plan --calibrate"""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -46,11 +51,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "measured ones, with the deviation (needs the recipe: a `smoke --dir` directory)",
     )
     parser.add_argument(
+        "--stack",
+        choices=STACK_CHOICES,
+        default=None,
+        help=f"the software the run trained on, for the plan beside it and the card (default: {DEFAULT_STACK}, the "
+        "NeMo container)",
+    )
+    parser.add_argument(
         "--json",
         action="store_true",
         help="print JSON: {run, logs, recipe, figures{step, max_steps, loss, step_time_s, window_steps, "
-        "tokens_per_s, ..., segments, flags}}",
+        "tokens_per_s, ..., segments, flags}, plan, card}",
     )
+    parser.add_argument(
+        "--card",
+        default=None,
+        metavar="FILE",
+        help="also write the run's record as YAML: recipe and overrides, layout, cluster, software versions, "
+        "measured figures and (with --gpu) the plan's; `plan --calibrate` reads it. An existing FILE is kept "
+        "unless --overwrite",
+    )
+    parser.add_argument("--overwrite", action="store_true", help="with --card: replace an existing FILE")
     parser.set_defaults(run=run)
 
 
@@ -72,9 +93,11 @@ def run(args: argparse.Namespace) -> int:
     from nemo_recipes.watching.sources import read_run
 
     skip = _skip_first(args.skip_first)
+    _check_card_path(args.card, args.overwrite)
     found = read_run(args.target)
     result = figures(found.lines, found.spec, skip)
-    compared = _against_plan(args.gpu, result, found)
+    compared = _against_plan(args.gpu, result, found, args.stack)
+    card = _write_card(args.card, found, result, compared, args.stack or DEFAULT_STACK) if args.card else None
     if args.json:
         _output.print_json(
             {
@@ -83,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
                 "recipe": found.spec.name if found.spec else None,
                 "figures": result.to_dict(),
                 "plan": compared,
+                "card": card,
             }
         )
         return _output.EXIT_OK
@@ -110,10 +134,63 @@ def run(args: argparse.Namespace) -> int:
             print(f"    {name:<22}measured {_fmt(row['measured'], '.4g')}, planned {row['planned']:.4g}{deviation}")
     for flag in result.flags + (compared["warnings"] if compared else []):
         print(f"  ! {flag}")
+    if card:
+        print(f"  card written to {card}")
     return _output.EXIT_OK
 
 
-def _against_plan(gpu: object, result: object, found: object) -> "dict | None":
+def _check_card_path(path: "str | None", overwrite: bool) -> None:
+    """Refuse, before reading the run, a card that would replace a file without --overwrite (a card is a
+    measurement: replacing one by mistake loses it), or --overwrite without --card."""
+    if path is None:
+        if overwrite:
+            raise InvalidConfigError(
+                [Problem("--overwrite", True, "changes nothing without --card.", "add --card FILE, or leave it out.")],
+                context="watch",
+            )
+        return
+    if os.path.lexists(path) and not overwrite:
+        raise InvalidConfigError(
+            [
+                Problem(
+                    "--card",
+                    path,
+                    "already exists; a card is not replaced without asking.",
+                    "give another FILE, or add --overwrite to replace it.",
+                )
+            ],
+            context="watch",
+        )
+    if os.path.isdir(path):
+        raise InvalidConfigError(
+            [Problem("--card", path, "is a directory.", "give the path of a file, e.g. cards/run1.yaml.")],
+            context="watch",
+        )
+
+
+def _write_card(path: str, found: Any, result: Any, compared: "dict | None", stack: str) -> str:
+    """Write the run's card to `path` (atomically); a path that cannot be written is a failure (exit 1) with the
+    reason, not a traceback."""
+    from nemo_recipes.watching.card import build_card, write_card
+
+    card = build_card(
+        found.run,
+        found.logs,
+        found.spec,
+        result,
+        compared,
+        gpu=compared["gpu"] if compared else None,
+        stack=stack,  # the program `against_plan` timed, which `plan --calibrate` fits for
+        written_by=["nemo-recipes", *sys.argv[1:]],
+    )
+    try:
+        return str(write_card(path, card))
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        reason = getattr(error, "strerror", None) or error
+        raise _output.CLIError(f"cannot write the card {path}: {reason}") from None
+
+
+def _against_plan(gpu: object, result: object, found: object, stack: "str | None") -> "dict | None":
     from nemo_recipes.watching.against_plan import against_plan
 
     if gpu is None:
@@ -131,7 +208,7 @@ def _against_plan(gpu: object, result: object, found: object) -> "dict | None":
             ],
             context="watch",
         )
-    return against_plan(result, spec, str(gpu))  # type: ignore[arg-type]
+    return against_plan(result, spec, str(gpu), stack)  # type: ignore[arg-type]
 
 
 def _fmt(value: object, spec: str, unit: str = "") -> str:

@@ -8,15 +8,16 @@ NumPy, Megatron or a tokenizer library.
 from __future__ import annotations
 
 import json
-import os
 import struct
-import tempfile
 from array import array
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from nemo_recipes.errors import InvalidConfigError, Problem
+
+# Re-exported: data's modules write through these (moved to the core for the run cards and calibrations).
+from nemo_recipes.yaml_files import fsync_directory, umask, write_atomic  # noqa: F401
 
 MANIFEST_SUFFIX = ".manifest.json"
 FORMAT = "nemo-recipes-dataset/1"
@@ -161,46 +162,6 @@ def read_manifest(prefix: str | Path) -> Manifest:
             f"{where.name} cannot be read as a manifest ({error}).",
             "prepare the data again with `nemo-recipes data prepare` (it rewrites the manifest).",
         ) from None
-
-
-def write_atomic(path: Path, data: bytes) -> Path:
-    """Write `data` to `path` under a temporary name, fsync it and rename it: `path` is either absent, the old
-    file, or complete; never half-written."""
-    path = Path(path)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(handle, 0o666 & ~umask())  # mkstemp's file is private; the output is not
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    fsync_directory(path.parent)
-    return path
-
-
-def umask() -> int:
-    """The process's umask (read by setting it, then set back)."""
-    current = os.umask(0o022)
-    os.umask(current)
-    return current
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a rename in `directory` durable (a crash after it must not bring back the old name)."""
-    try:
-        handle = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(handle)
-    except OSError:
-        pass  # some filesystems refuse fsync on directories; the rename is still atomic
-    finally:
-        os.close(handle)
 
 
 def write_manifest(prefix: str | Path, manifest: Manifest) -> Path:

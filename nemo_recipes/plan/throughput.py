@@ -46,9 +46,11 @@ attention, memory-bound kernels, recomputation, exposed communication, pipeline 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import InvalidRecipeError, Problem, known
@@ -104,6 +106,27 @@ class ModelConstants:
 
 
 CONSTANTS = ModelConstants()
+
+# The constants of the plans made in this context: a calibration (`plan --calibration`) sets them around one plan, so
+# that validation, --fit, --best and the advice all time their candidates with the same constants without each
+# function passing them on. A context variable, not a module global: a calibration never leaks into another plan.
+_ACTIVE: contextvars.ContextVar[ModelConstants] = contextvars.ContextVar("model_constants", default=CONSTANTS)
+
+
+@contextlib.contextmanager
+def using_constants(constants: ModelConstants) -> Iterator[ModelConstants]:
+    """Within the block, `estimate_throughput` without `constants` uses these (a calibration's)."""
+    token = _ACTIVE.set(constants)
+    try:
+        yield constants
+    finally:
+        _ACTIVE.reset(token)
+
+
+def active_constants() -> ModelConstants:
+    """The constants `estimate_throughput` uses when none are given: the shipped ones outside `using_constants`."""
+    return _ACTIVE.get()
+
 
 # Bytes moved per token and layer by the element-wise kernels of one forward pass, per unit of hidden size:
 # layer norm in/out 2+2, bias-dropout-add reads two tensors and writes one plus a 1-byte mask 2+2+2+1, twice each
@@ -482,15 +505,17 @@ def _exposed_behind_chunks(total: float, layout: Layout, chunk: float) -> float:
 
 
 def estimate_throughput(
-    spec: RecipeSpec, cluster: Cluster, *, stack: Optional[str] = None, constants: ModelConstants = CONSTANTS
+    spec: RecipeSpec, cluster: Cluster, *, stack: Optional[str] = None, constants: Optional[ModelConstants] = None
 ) -> Throughput:
     """Step time, tokens/s, MFU and a breakdown for `spec` trained on `cluster`, running the program that `stack`
-    (`stack.resolve_stack`; default: the NeMo container with Transformer Engine) makes of it.
+    (`stack.resolve_stack`; default: the NeMo container with Transformer Engine) makes of it, with `constants`
+    (default: the shipped ones, or a calibration's within `using_constants`).
 
     The data-parallel size comes from the cluster (`cluster.world_size / (TP x PP x CP)`), not from the recipe's
     default node count. Raises InvalidRecipeError (naming each field) for the plans `validate.STRUCTURAL_RULES`
     refuse, and for FP8 on a GPU or a stack without it.
     """
+    constants = constants if constants is not None else _ACTIVE.get()
     assumptions: list[str] = []
     gpu, layout, program = _checked_plan(spec, cluster, stack, assumptions)
     rates = _Rates.of(gpu, spec.precision == "fp8", constants)

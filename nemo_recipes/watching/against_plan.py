@@ -3,7 +3,7 @@ and the plan's largest step terms when the gap is large (the terms that could ex
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.plan.hardware import Cluster
@@ -16,10 +16,11 @@ WARN_DEVIATION = 0.15
 TERM_SHARE = 0.10
 
 
-def against_plan(result: Figures, spec: RecipeSpec, gpu: str) -> dict[str, Any]:
-    """{gpu, figures: {name: {measured, planned, deviation}}, warnings}. Raises InvalidRecipeError for a GPU the
-    planner does not know or a plan it refuses (field, value, fix)."""
-    plan = estimate_throughput(spec, Cluster.of(spec.num_nodes, spec.num_gpus_per_node, gpu))
+def against_plan(result: Figures, spec: RecipeSpec, gpu: str, stack: Optional[str] = None) -> dict[str, Any]:
+    """{gpu, figures: {name: {measured, planned, deviation}}, warnings}, the plan timed for the program `stack` makes
+    of the recipe (default: the NeMo container). Raises InvalidRecipeError for a GPU the planner does not know or a
+    plan it refuses (field, value, fix)."""
+    plan = estimate_throughput(spec, Cluster.of(spec.num_nodes, spec.num_gpus_per_node, gpu), stack=stack)
     measured = {
         "step_time_s": result.step_time_s,
         "tokens_per_s_per_gpu": result.tokens_per_s_per_gpu,

@@ -1,0 +1,119 @@
+"""`nemo-recipes plan --calibrate CARD...`: refit the throughput model's efficiencies on the user's run cards (`watch
+RUN --gpu GPU --card FILE`) and write the calibration file `plan` uses from then on.
+
+Every card is read and checked before anything is fitted; the problems of all of them come back at once (exit 2).
+The fit is `plan.calibration.refit`, the one `benchmarks/planner_accuracy.py` runs on the published rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import fields
+
+from nemo_recipes.cli import _output
+from nemo_recipes.errors import InvalidConfigError, Problem
+
+#: Options that plan a recipe: meaningless while calibrating, so refused rather than ignored.
+_PLAN_OPTIONS = (
+    ("recipe", "NAME"),
+    ("overrides", "key=value"),
+    ("fit", "--fit"),
+    ("best", "--best"),
+    ("plot", "--plot"),
+    ("custom", "--custom"),
+    ("tokens", "--tokens"),
+    ("no_calibration", "--no-calibration"),
+    ("nodes", "--nodes"),
+    ("gpus_per_node", "--gpus-per-node"),
+    ("gpu", "--gpu"),
+)
+
+
+def run(args: argparse.Namespace) -> int:
+    from nemo_recipes import yaml_files
+    from nemo_recipes.plan.calibration import (
+        LEAVE_ONE_OUT_UP_TO,
+        calibrate,
+        case_from_card,
+        default_calibration_path,
+        write_calibration,
+    )
+    from nemo_recipes.plan.stack import DEFAULT_STACK
+
+    problems = [
+        Problem(
+            name.replace("_", "-") if flag.startswith("--") else name,
+            getattr(args, name),
+            "cannot be combined with --calibrate (which fits on the cards' own plans).",
+            f"calibrate first, then plan: `nemo-recipes plan ... --calibration FILE`; leave {flag} out here.",
+        )
+        for name, flag in _PLAN_OPTIONS
+        if getattr(args, name, None) not in (None, False, [])
+    ]
+    stack = args.stack or DEFAULT_STACK
+    cases = []
+    for path in dict.fromkeys(args.calibrate):
+        if "\0" in path:  # no file has this name; `open` would raise ValueError, not OSError
+            problems.append(Problem("calibrate", path, "is not a file name (it holds a NUL byte).", "give a card."))
+            continue
+        try:
+            card = yaml_files.read_file(
+                path, field="calibrate", fix="give a card written by `nemo-recipes watch RUN --gpu GPU --card FILE`."
+            )
+        except InvalidConfigError as error:
+            problems += error.problems
+            continue
+        found, wrong = case_from_card(card, path, stack)
+        problems += wrong
+        if found is not None:
+            cases.append(found)
+    if not problems and len(cases) < 2:
+        problems.append(
+            Problem(
+                "calibrate",
+                list(args.calibrate),
+                "needs at least two runs (one to fit on while the other is left out to score the fit).",
+                "give the cards of two or more runs; more runs, and more varied ones, fit better.",
+            )
+        )
+    if problems:
+        raise InvalidConfigError(problems, context="plan --calibrate")
+
+    calibration, held_out = calibrate(cases, stack=stack)
+    path = args.calibration or str(default_calibration_path())
+    try:
+        written = write_calibration(path, calibration)
+    except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
+        reason = getattr(error, "strerror", None) or error
+        raise _output.CLIError(f"cannot write the calibration {path}: {reason}") from None
+    errors = calibration.errors
+    if args.json:
+        payload = calibration.to_dict()
+        payload["file"] = str(written)
+        payload["held_out_error_pct"] = held_out
+        _output.print_json(payload)
+        return _output.EXIT_OK
+    from nemo_recipes.plan.throughput import CONSTANTS
+
+    folds = "one run left out at a time" if len(cases) <= LEAVE_ONE_OUT_UP_TO else f"in {LEAVE_ONE_OUT_UP_TO} folds"
+    print(f"calibrated on {len(cases)} run(s) of {', '.join(calibration.gpus)}, {stack}:")
+    print(f"  mean |error| of the step time on them: {errors['before']:.1f} % with the shipped constants")
+    print(f"  {'':38s}{errors['after']:.1f} % refitted")
+    print(f"  {'':38s}{errors['held_out']:.1f} % left out ({folds}: the honest figure)")
+    changed = [
+        f"{f.name} {getattr(CONSTANTS, f.name):g} -> {getattr(calibration.constants, f.name):g}"
+        for f in fields(CONSTANTS)
+        if getattr(CONSTANTS, f.name) != getattr(calibration.constants, f.name)
+    ]
+    print(f"  constants: {', '.join(changed) or 'unchanged (the shipped ones fit best)'}")
+    print(f"calibration written to {written}; `plan` uses it for plans on {', '.join(calibration.gpus)}")
+    held_out_error, shipped_error = errors["held_out"], errors["before"]  # both set by `calibrate`
+    if held_out_error is not None and shipped_error is not None and held_out_error >= shipped_error:
+        # The in-sample figure always improves; only the left-out one says whether the refit generalises. Written
+        # all the same (it was asked for), with the way back.
+        print(
+            f"  ! left out, the refit does worse than the shipped constants ({held_out_error:.1f} % against "
+            f"{shipped_error:.1f} %): these runs do not pin the constants down (too few, or too alike); add more "
+            f"varied runs, or plan without it (--no-calibration, or remove {written})"
+        )
+    return _output.EXIT_OK
