@@ -21,12 +21,15 @@ ALLOWED: dict[str, set[str]] = {
     "errors": {"credentials"},
     "yaml_files": {"errors", "credentials"},
     "families": CORE,
-    "catalog": CORE | {"families"},
-    "plan": CORE | {"catalog", "families", "data"},
+    # A blend by budget: the catalog's checks need no file; epochs read the sources' manifests (data.manifest,
+    # standard library only), where plan and the plugin resolve them.
+    "budget": CORE | {"data"},
+    "catalog": CORE | {"families", "budget"},
+    "plan": CORE | {"catalog", "families", "data", "budget"},
     "overrides": CORE | {"catalog"},
     "data": CORE | {"catalog", "_version"},
-    "training": CORE | {"catalog", "families", "plan", "overrides"},
-    "executors": CORE | {"catalog", "plan", "overrides", "_version"},
+    "training": CORE | {"catalog", "families", "plan", "overrides", "budget"},
+    "executors": CORE | {"catalog", "plan", "overrides", "_version", "budget"},
     "watching": CORE | {"catalog", "families", "plan"},
     "smoke_training": CORE | {"catalog", "plan", "overrides", "data", "training", "executors"},
     "conversion": CORE | {"catalog", "families", "data"},
@@ -54,7 +57,18 @@ EXCEPTIONS = {
     ("executors/plugin.py", "training"): "the recipe plugin reads the RecipeSpec back from a run.Partial",
 }
 #: Units that must stay importable without NeMo, Megatron, torch, Lightning or NeMo-Run (the fast path).
-LIGHT = {"credentials", "counts", "errors", "yaml_files", "families", "catalog", "plan", "overrides", "watching"}
+LIGHT = {
+    "credentials",
+    "counts",
+    "errors",
+    "yaml_files",
+    "families",
+    "budget",
+    "catalog",
+    "plan",
+    "overrides",
+    "watching",
+}
 HEAVY = {"nemo", "megatron", "torch", "lightning", "nemo_run", "transformer_engine", "fiddle"}
 #: Files of heavier units that the fast path still imports (the planner reads manifests and fingerprints
 #: tokenizers): standard library and our own modules only, at import time; manifest.py also inside its functions.
