@@ -32,7 +32,7 @@ def test_default_plan_is_the_planners_report_with_throughput_and_time_to_train()
     assert data["throughput"]["tokens_per_s_per_gpu"] == pytest.approx(throughput.tokens_per_s_per_gpu)
     assert data["time_to_train"] == pytest.approx(time_to_train(throughput, 300e9))
     assert data["plot"] is None and data["calibration"] is None
-    assert data["data"] == {"sources": [], "tokenizer": None, "vocab_size": None, "problems": []}  # mock data
+    assert data["data"] == {"sources": [], "tokenizer": None, "vocab_size": None, "budget": None, "problems": []}
 
 
 def test_human_report_shows_verdict_parallelism_memory_and_timing():
