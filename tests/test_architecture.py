@@ -13,10 +13,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "nemo_recipes"
 
 #: Each unit (a top-level module or sub-package) and what it may import, lowest layer first. ARCHITECTURE.md holds
 #: the same table with the reasons.
-CORE = {"errors", "credentials", "counts", "yaml_files"}
+CORE = {"errors", "credentials", "counts", "yaml_files", "quiet"}
 ALLOWED: dict[str, set[str]] = {
     "_version": set(),
     "credentials": set(),
+    "quiet": set(),
     "counts": set(),
     "errors": {"credentials"},
     "yaml_files": {"errors", "credentials"},
@@ -60,6 +61,7 @@ EXCEPTIONS = {
 LIGHT = {
     "credentials",
     "counts",
+    "quiet",
     "errors",
     "yaml_files",
     "families",

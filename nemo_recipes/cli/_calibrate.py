@@ -1,5 +1,6 @@
 """`nemo-recipes plan --calibrate CARD...`: refit the throughput model's efficiencies on the user's run cards (`watch
-RUN --gpu GPU --card FILE`) and write the calibration file `plan` uses from then on.
+RUN --gpu GPU --card FILE`) and write the calibration file `plan` uses from then on; and which calibration a plan
+uses (`chosen`) and whether it applies to that plan (`applied`).
 
 Every card is read and checked before anything is fitted; the problems of all of them come back at once (exit 2).
 The fit is `plan.calibration.refit`, the one `benchmarks/planner_accuracy.py` runs on the published rows.
@@ -9,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import fields
+from typing import Any, Optional
 
 from nemo_recipes.cli import _output
-from nemo_recipes.errors import InvalidConfigError, Problem
+from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem
 
 #: Options that plan a recipe: meaningless while calibrating, so refused rather than ignored.
 _PLAN_OPTIONS = (
@@ -117,3 +119,59 @@ def run(args: argparse.Namespace) -> int:
             f"varied runs, or plan without it (--no-calibration, or remove {written})"
         )
     return _output.EXIT_OK
+
+
+def chosen(args: argparse.Namespace) -> Any:
+    """The calibration to plan with: --calibration FILE, else the default file when it exists, checked before it is
+    trusted (exit 2 with field, value and fix); None with --no-calibration or when there is none."""
+    if args.no_calibration:
+        if args.calibration is not None:
+            raise InvalidRecipeError(
+                [
+                    Problem(
+                        "no_calibration",
+                        True,
+                        "cannot be combined with --calibration.",
+                        "give --calibration FILE to plan with it, or --no-calibration to plan without any.",
+                    )
+                ]
+            )
+        return None
+    from nemo_recipes.plan.calibration import default_calibration_path, read_calibration
+
+    if args.calibration is not None:
+        return read_calibration(args.calibration, field="calibration")
+    default = default_calibration_path()
+    return read_calibration(default, field="calibration") if default.is_file() else None
+
+
+def applied(calibration: Any, spec: Any, cluster: Any, stack: Optional[str]) -> "dict | None":
+    """Whether `calibration` applies to this plan, and why (or why not): its constants were measured on some GPUs,
+    one stack and some precisions, and say nothing about others, whose plans keep the shipped constants."""
+    if calibration is None:
+        return None
+    gpu = cluster.gpu.name if cluster.gpu is not None else None
+    from nemo_recipes.plan.stack import DEFAULT_STACK
+
+    wanted = stack or DEFAULT_STACK
+    reasons = []
+    if not calibration.applies_to(gpu):
+        reasons.append(f"GPU {gpu} (fitted on {', '.join(calibration.gpus)})")
+    if spec.precision not in calibration.precisions:
+        reasons.append(f"precision {spec.precision} (fitted on {', '.join(calibration.precisions)})")
+    if wanted != calibration.stack:
+        reasons.append(f"stack {wanted} (fitted on {calibration.stack})")
+    errors = calibration.errors
+    if reasons:
+        note = f"calibration {calibration.source} not applied: another " + "; another ".join(reasons)
+    else:
+        note = (
+            f"step time calibrated on {len(calibration.runs)} run(s) ({calibration.source}): mean |error| on them "
+            f"{_pct(errors.get('before'))} with the shipped constants, {_pct(errors.get('after'))} refitted, "
+            f"{_pct(errors.get('held_out'))} left out"
+        )
+    return {"file": calibration.source, "applied": not reasons, "note": note}
+
+
+def _pct(value: object) -> str:
+    return f"{value:.1f} %" if isinstance(value, (int, float)) else "?"

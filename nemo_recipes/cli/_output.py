@@ -5,6 +5,7 @@ Standard library only, because `ls`, `show` and `plan` must answer without impor
 
 from __future__ import annotations
 
+import argparse
 import codecs
 import errno
 import io
@@ -42,6 +43,14 @@ class CLIError(Exception):
         self.message = message
         self.code = code
         self.problems = list(problems)
+
+
+def size_argument(text: str) -> int:
+    """argparse's type for a size in bytes written as people write it (64M, 2G, 5GB)."""
+    try:
+        return parse_count(text.upper().removesuffix("B") or "0")
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 64M)") from None
 
 
 def recipe_arguments(parser: Any, overrides_help: str) -> None:

@@ -42,13 +42,6 @@ source of its files in sorted order; each source becomes one prefix, OUT/NAME (N
 NAME=INPUT)."""
 
 
-def _size(text: str) -> int:
-    try:
-        return _output.parse_count(text.upper().removesuffix("B") or "0")
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 64M)") from None
-
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "data",
@@ -102,7 +95,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     prepare.add_argument(
         "--tokenizer-sample",
-        type=_size,
+        type=_output.size_argument,
         default=None,
         metavar="SIZE",
         help="text sampled from the inputs to train the tokenizer (default 100M)",
@@ -123,8 +116,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="skip (and count) lines that are not JSON or not UTF-8, lack the key, or exceed the length guard, "
         "instead of stopping at the first",
     )
-    prepare.add_argument("--shard-size", type=_size, metavar="SIZE", help="input bytes per shard (default: about "
-                         "1/8 of the input per worker, 1M to 64M)")  # fmt: skip
+    prepare.add_argument(
+        "--shard-size",
+        type=_output.size_argument,
+        metavar="SIZE",
+        help="input bytes per shard (default: about 1/8 of the input per worker, 1M to 64M)",
+    )
     prepare.add_argument(
         "--progress",
         choices=("auto", "bar", "lines", "none"),

@@ -65,7 +65,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     export.add_argument("--force", action="store_true", help="replace the content of a --out that is not empty")
     export.add_argument(
         "--shard-size",
-        type=_size,
+        type=_shard_size,
         default=None,
         metavar="SIZE",
         help="split the weights into safetensors files of at most this size (default 5G)",
@@ -74,11 +74,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def _size(text: str) -> int:
-    try:
-        value = _output.parse_count(text.upper().removesuffix("B") or "0")
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 2G)") from None
+def _shard_size(text: str) -> int:
+    value = _output.size_argument(text)
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r}: a shard holds at least one byte")
     return value

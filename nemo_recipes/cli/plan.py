@@ -6,6 +6,7 @@ Catalog and planner only (standard library); matplotlib is imported only with `-
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -13,7 +14,7 @@ import textwrap
 from typing import Any, Optional
 
 from nemo_recipes.catalog import INT64_MAX, RECIPES, RecipeSpec, closest_recipe, get_recipe
-from nemo_recipes.cli import _output
+from nemo_recipes.cli import _calibrate, _output
 from nemo_recipes.cli._table import render
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidRecipeError, Problem, known
@@ -21,6 +22,7 @@ from nemo_recipes.overrides import apply_overrides
 from nemo_recipes.plan.data import DataReport, read_data
 from nemo_recipes.plan.hardware import GPUS, Cluster, get_gpu
 from nemo_recipes.plan.stack import DEFAULT_STACK, STACK_CHOICES
+from nemo_recipes.plan.throughput import using_constants
 
 HELP = VERBS["plan"].help
 EXAMPLES = """\
@@ -322,34 +324,8 @@ def _scaling(spec: RecipeSpec, cluster: Cluster, stack: Any) -> list:
 
 def run(args: argparse.Namespace) -> int:
     if args.calibrate:
-        from nemo_recipes.cli import _calibrate
-
         return _calibrate.run(args)
-    return _plan(args, _calibration(args))
-
-
-def _calibration(args: argparse.Namespace) -> Any:
-    """The calibration to plan with: --calibration FILE, else the default file when it exists, checked before it is
-    trusted (exit 2 with field, value and fix); None with --no-calibration or when there is none."""
-    if args.no_calibration:
-        if args.calibration is not None:
-            raise InvalidRecipeError(
-                [
-                    Problem(
-                        "no_calibration",
-                        True,
-                        "cannot be combined with --calibration.",
-                        "give --calibration FILE to plan with it, or --no-calibration to plan without any.",
-                    )
-                ]
-            )
-        return None
-    from nemo_recipes.plan.calibration import default_calibration_path, read_calibration
-
-    if args.calibration is not None:
-        return read_calibration(args.calibration, field="calibration")
-    default = default_calibration_path()
-    return read_calibration(default, field="calibration") if default.is_file() else None
+    return _plan(args, _calibrate.chosen(args))
 
 
 def _plan(args: argparse.Namespace, calibration: Any) -> int:
@@ -382,43 +358,10 @@ def _plan(args: argparse.Namespace, calibration: Any) -> int:
     if alone:
         raise InvalidRecipeError(alone)
     spec, cluster, tokens, data = _spec_and_cluster(args)
-    calibrated = _applied(calibration, spec, cluster, args.stack)
-    if calibrated is not None and calibrated["applied"]:
-        from nemo_recipes.plan.throughput import using_constants
-
-        with using_constants(calibration.constants):
-            return _planned(args, spec, cluster, tokens, data, calibrated)
-    return _planned(args, spec, cluster, tokens, data, calibrated)
-
-
-def _applied(calibration: Any, spec: RecipeSpec, cluster: Cluster, stack: Optional[str]) -> "dict | None":
-    """Whether `calibration` applies to this plan, and why (or why not): its constants were measured on some GPUs,
-    one stack and some precisions, and say nothing about others, whose plans keep the shipped constants."""
-    if calibration is None:
-        return None
-    gpu = cluster.gpu.name if cluster.gpu is not None else None
-    wanted = stack or DEFAULT_STACK
-    reasons = []
-    if not calibration.applies_to(gpu):
-        reasons.append(f"GPU {gpu} (fitted on {', '.join(calibration.gpus)})")
-    if spec.precision not in calibration.precisions:
-        reasons.append(f"precision {spec.precision} (fitted on {', '.join(calibration.precisions)})")
-    if wanted != calibration.stack:
-        reasons.append(f"stack {wanted} (fitted on {calibration.stack})")
-    errors = calibration.errors
-    if reasons:
-        note = f"calibration {calibration.source} not applied: another " + "; another ".join(reasons)
-    else:
-        note = (
-            f"step time calibrated on {len(calibration.runs)} run(s) ({calibration.source}): mean |error| on them "
-            f"{_pct(errors.get('before'))} with the shipped constants, {_pct(errors.get('after'))} refitted, "
-            f"{_pct(errors.get('held_out'))} left out"
-        )
-    return {"file": calibration.source, "applied": not reasons, "note": note}
-
-
-def _pct(value: object) -> str:
-    return f"{value:.1f} %" if isinstance(value, (int, float)) else "?"
+    calibrated = _calibrate.applied(calibration, spec, cluster, args.stack)
+    applies = calibrated is not None and calibrated["applied"]
+    with using_constants(calibration.constants) if applies else contextlib.nullcontext():
+        return _planned(args, spec, cluster, tokens, data, calibrated)
 
 
 def _planned(

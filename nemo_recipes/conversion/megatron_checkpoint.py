@@ -13,15 +13,14 @@ gives (a checkpoint of another shape is named tensor by tensor).
 
 from __future__ import annotations
 
-import logging
 import re
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.families.architecture import Architecture
+from nemo_recipes.quiet import library_notices_silenced
 
 #: A role of `Architecture.layer_tensors` -> Megatron's key under `module.decoder.layers.`: Transformer Engine's
 #: layer spec first (its norms are fused into the next linear layer), then the local spec's.
@@ -89,17 +88,8 @@ class MegatronCheckpoint:
     @classmethod
     def open(cls, given: str) -> "MegatronCheckpoint":
         weights = find_weights(given)
-        # torch's and Megatron-Core's import-time notices (unpickling the index imports Megatron-Core, whose classes
-        # it names): nothing a user of the export can act on.
-        megatron_log = logging.getLogger("megatron.core")
-        level = megatron_log.level
-        megatron_log.setLevel(logging.ERROR)
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return cls._open(weights)
-        finally:
-            megatron_log.setLevel(level)
+        with library_notices_silenced():  # unpickling the index imports Megatron-Core, whose classes it names
+            return cls._open(weights)
 
     @classmethod
     def _open(cls, weights: Path) -> "MegatronCheckpoint":
@@ -191,30 +181,26 @@ class MegatronCheckpoint:
         if layer is not None:
             shape, offsets = (1, *shape[1:]), (layer,) + offsets[1:]
         target = torch.empty(shape, dtype=entry.properties.dtype)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # that no process group runs: none is needed to read
-            dcp.load({key: target}, storage_reader=dcp.FileSystemReader(str(self.path)), planner=_Region(offsets))
+        with library_notices_silenced():  # that no process group runs: none is needed to read
+            reader = dcp.FileSystemReader(str(self.path))
+            dcp.load({key: target}, storage_reader=reader, planner=_region_planner(offsets))
         return target[0] if layer is not None else target
 
 
-def _region_planner() -> Any:
+def _region_planner(offsets: tuple[int, ...]) -> Any:
+    """A load planner that reads the part of each requested tensor at `offsets` (as large as the tensor given):
+    only the saved chunks that overlap it. Built when called, so that torch is imported only by a read."""
+    import torch
     from torch.distributed.checkpoint import DefaultLoadPlanner
     from torch.distributed.checkpoint.metadata import ChunkStorageMetadata
     from torch.distributed.checkpoint.planner import LoadPlan
     from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
 
     class Region(DefaultLoadPlanner):
-        """Reads the part of each requested tensor at `offsets` (as large as the tensor given): only the saved
-        chunks that overlap it."""
-
-        def __init__(self, offsets: tuple[int, ...]):
-            super().__init__()
-            self.offsets = offsets
-
         def create_local_plan(self) -> LoadPlan:
             items = []
             for fqn, tensor in self.state_dict.items():
-                wanted = ChunkStorageMetadata(offsets=torch_size(self.offsets), sizes=tensor.size())
+                wanted = ChunkStorageMetadata(offsets=torch.Size(offsets), sizes=tensor.size())
                 items += create_read_items_for_chunk_list(fqn, self.metadata.state_dict_metadata[fqn], [wanted])
             return LoadPlan(items)
 
@@ -222,14 +208,4 @@ def _region_planner() -> Any:
             # The read items carry the region's global offsets; the tensor given is the region itself.
             return self.state_dict[index.fqn]
 
-    return Region
-
-
-def torch_size(values: tuple[int, ...]) -> Any:
-    import torch
-
-    return torch.Size(values)
-
-
-def _Region(offsets: tuple[int, ...]) -> Any:  # noqa: N802  (a class, built on first use: torch stays lazy)
-    return _region_planner()(offsets)
+    return Region()

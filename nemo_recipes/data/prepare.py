@@ -16,14 +16,12 @@ import fcntl
 import gc
 import itertools
 import json
-import logging
 import multiprocessing
 import os
 import shutil
 import signal
 import sys
 import tempfile
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, TextIO
@@ -45,6 +43,7 @@ from nemo_recipes.data.plan import Shard, ShardPlan
 from nemo_recipes.data.progress import Progress
 from nemo_recipes.data.sources import InvalidDataError, bad
 from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.quiet import library_notices_silenced
 
 #: Megatron-Core's DType.optimal_dtype: uint16 below this many vocabulary entries, else int32 (checked in tests).
 UINT16_VOCAB_LIMIT = 65500
@@ -761,15 +760,8 @@ def up_to_date(plan: ShardPlan) -> Optional[list[Manifest]]:
 def _import_writer() -> None:
     """Import Megatron-Core's indexed dataset before the clock starts (seconds: the rates are the tokenizing's, and
     forked workers inherit it), without the notices its import prints about GPU libraries a CPU job does not use."""
-    logger = logging.getLogger("megatron.core")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import megatron.core.datasets.indexed_dataset  # noqa: F401
-    finally:
-        logger.setLevel(level)
+    with library_notices_silenced():
+        import megatron.core.datasets.indexed_dataset  # noqa: F401
 
 
 def _disk_full(error: OSError, out: Path) -> InvalidDataError:

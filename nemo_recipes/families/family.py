@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from nemo_recipes.errors import Problem
+
 
 @dataclass(frozen=True)
 class Family:
@@ -19,3 +21,20 @@ class Family:
     #: The Hugging Face class its checkpoints convert to and from, and the tensor mapping both ways (`GPT2Mapping`,
     #: `LlamaMapping` in the family modules).
     hf: Any = None
+
+
+def values_not_held(
+    spec: Any, architecture: str, wanted: Mapping[str, tuple[Any, str]], as_name: str, instead: str
+) -> list[Problem]:
+    """The recipe fields whose value the Hugging Face class `architecture` cannot hold: `wanted` maps a field to
+    (the only value the class holds, why), `as_name` names the class's family and `instead` the recipes to export."""
+    return [
+        Problem(
+            field,
+            getattr(spec, field),
+            f"{architecture} cannot hold this model: {why}.",
+            f"train with {field}={value} to export as {as_name}, or export {instead}.",
+        )
+        for field, (value, why) in wanted.items()
+        if getattr(spec, field) != value
+    ]

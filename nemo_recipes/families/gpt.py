@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from nemo_recipes.errors import Problem
 from nemo_recipes.families.architecture import NORM_EPSILON, Architecture
-from nemo_recipes.families.family import Family
+from nemo_recipes.families.family import Family, values_not_held
 
 
 class GPT2Mapping:
@@ -28,22 +28,10 @@ class GPT2Mapping:
             "activation": ("gelu", "its MLP is one GELU layer, not gated"),
             "add_bias_linear": (True, "every linear layer of it has a bias"),
             "share_embeddings": (True, "its output layer is the word embeddings"),
-            "num_query_groups": (None, "its attention has one key and value head per query head"),
         }
-        found = []
-        for field, (value, why) in wanted.items():
-            given = getattr(spec, field)
-            if field == "num_query_groups" and given in (None, spec.num_attention_heads):
-                continue
-            if given != value:
-                found.append(
-                    Problem(
-                        field,
-                        given,
-                        f"GPT2LMHeadModel cannot hold this model: {why}.",
-                        f"train with {field}={value} to export as GPT-2, or export a Llama-shaped recipe (llama_*).",
-                    )
-                )
+        if spec.kv_groups != spec.num_attention_heads:
+            wanted["num_query_groups"] = (None, "its attention has one key and value head per query head")
+        found = values_not_held(spec, self.architecture, wanted, "GPT-2", "a Llama-shaped recipe (llama_*)")
         if spec.head_dim * spec.num_attention_heads != spec.hidden_size:
             found.append(
                 Problem(

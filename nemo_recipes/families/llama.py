@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from nemo_recipes.errors import Problem
 from nemo_recipes.families.architecture import NORM_EPSILON, Architecture
-from nemo_recipes.families.family import Family
+from nemo_recipes.families.family import Family, values_not_held
 
 # NVIDIA's published H100 layouts for Llama 3 (BF16 pretraining rows), read in NeMo's performance scripts.
 LLAMA_H100 = (
@@ -89,14 +89,7 @@ class LlamaMapping:
             "add_bias_linear": (False, "its exporter here writes no linear biases"),
             "rotary_percent": (1.0, "its rotary embedding turns every dimension of a head"),
         }
-        return [
-            Problem(
-                field, getattr(spec, field), f"LlamaForCausalLM cannot hold this model: {why}.",
-                f"train with {field}={value} to export as Llama, or export a GPT-shaped recipe (gpt_*).",
-            )
-            for field, (value, why) in wanted.items()
-            if getattr(spec, field) != value
-        ]  # fmt: skip
+        return values_not_held(spec, self.architecture, wanted, "Llama", "a GPT-shaped recipe (gpt_*)")
 
     def config(self, spec: Any, vocab: int, eod: Optional[int]) -> dict[str, Any]:
         return {
