@@ -547,4 +547,14 @@ def test_data_prepare_on_two_nodes_is_byte_identical_and_a_lost_node_is_survived
     assert len(after) == total
     assert {name: after[name] for name in done} == done, "a shard finished before the node was lost was redone"
     assert not _same_files(tmp_path / "one", out, prefix_files[:2])  # byte-identical to the one-machine run
+    # Both nodes encoded with the faster encoder, and its ids are the Hugging Face tokenizer's, document for document.
+    assert json.loads((out / PLAN).read_text())["encoder"] == "tiktoken"
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    reference = tokenizers.load(tokenizer)
+    documents = [json.loads(line)["text"] for line in open(corpus)]
+    expected = [ids + [reference.eod_id] for ids in reference.encode_batch(documents)]
+    dataset = IndexedDataset(str(out / "corpus"))
+    assert len(dataset) == len(expected)
+    assert all(dataset[i].tolist() == expected[i] for i in range(len(dataset)))
     print(f"node {lost} lost after {len(done)} of {total} shards; the second run did {total - len(done)}")
