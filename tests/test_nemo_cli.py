@@ -48,7 +48,9 @@ def _start(args: list[str], tmp: Path) -> subprocess.Popen:
     )
 
 
-@pytest.fixture(scope="module")
+# Session scope: a worker may run other modules' tests between this module's, and a module fixture would then start
+# the nine dry runs again (seen in CI: 144 s of set-up twice).
+@pytest.fixture(scope="session")
 def dry_runs(tmp_path_factory) -> dict[str, tuple[int, str]]:
     tmp = tmp_path_factory.mktemp("dry")
     running = {name: _start(["--factory", name, "--dryrun", "--yes"], tmp) for name in RECIPES}

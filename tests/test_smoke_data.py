@@ -41,7 +41,8 @@ RUNS = {
 }  # fmt: skip
 
 
-@pytest.fixture(scope="module")
+# Session scope, as in test_nemo_cli.py: a worker may interleave other modules' tests with these.
+@pytest.fixture(scope="session")
 def prepared(tmp_path_factory):
     data = tmp_path_factory.mktemp("shakespeare")
     result = cli(
@@ -71,12 +72,12 @@ def _trained(family: str, prepared, tmp_path_factory) -> tuple[Path, dict]:
     return _RUNS[family]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def gpt_run(prepared, tmp_path_factory):
     return _trained("gpt", prepared, tmp_path_factory)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def llama_run(prepared, tmp_path_factory):
     return _trained("llama", prepared, tmp_path_factory)
 
