@@ -1,0 +1,136 @@
+"""`nemo-recipes watch RUN --follow` on live runs: a real `smoke --dir` run followed while it trains, and one killed
+with SIGKILL, which the watcher shows as stalled, then failed. One smoke run at a time (the default 20 steps, the
+scaled-down gpt_1_3b)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from _cli import ENV, SCRIPT, cli
+
+def _start_smoke(run: Path) -> subprocess.Popen:
+    # Its own session, so that the test can kill the whole tree as a machine's crash or the OOM killer would.
+    return subprocess.Popen(
+        [SCRIPT, "smoke", "gpt_1_3b", "--dir", str(run)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=ENV,
+        start_new_session=True,
+    )
+
+
+def _wait_for(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
+        time.sleep(0.1)
+
+
+def _text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def _watch(run: Path, *args: str, seconds: float = 300):
+    """`watch --follow` started now; yields (line, seconds since start) as it prints, then its exit code."""
+    watch = subprocess.Popen(
+        [SCRIPT, "watch", str(run), "--follow", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    timer = threading.Timer(seconds, watch.kill)  # a bounded wait even if the watcher never ends
+    timer.start()
+    return watch, timer
+
+
+def _kill(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_watch_follows_a_smoke_run_while_it_trains(tmp_path):
+    run = tmp_path / "run"
+    smoke = _start_smoke(run)
+    try:
+        _wait_for(lambda: (run / "train.log").exists(), 120, "the smoke run's first log")
+        watch, timer = _watch(run)
+        shown, live = [], []
+        for line in watch.stdout:
+            if line.startswith("step "):
+                shown.append(int(line.split()[1].split("/")[0]))
+                live.append(smoke.poll() is None)
+        code = watch.wait()
+        timer.cancel()
+        assert code == 0, watch.stderr.read()
+        assert smoke.wait(timeout=300) == 0
+    finally:
+        _kill(smoke)
+    trained = [
+        r["step"]
+        for line in (run / "metrics.jsonl").read_text().splitlines()
+        if line.strip()
+        for r in [json.loads(line)]
+        if r.get("event") == "step"
+    ]
+    assert shown == sorted(set(trained)) == list(range(1, 21))  # every step trained, shown once, in order
+    assert all(live[:10]), "the first phase's steps were shown while the run trained"
+
+
+@pytest.mark.slow
+def test_a_run_killed_with_sigkill_shows_as_stalled_then_failed(tmp_path):
+    run = tmp_path / "run"
+    smoke = _start_smoke(run)
+    try:
+        # --stall-after counts from the watch's start too: begin once the first step is logged.
+        _wait_for(lambda: "global_step" in _text(run / "train.log"), 180, "the smoke run's first step")
+        watch, timer = _watch(run, "--stall-after", "3", seconds=240)
+        lines = []
+        for line in watch.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("step ") and smoke.poll() is None:
+                _kill(smoke)  # at the first step shown: the run dies mid-training
+        code = watch.wait()
+        timer.cancel()
+    finally:
+        _kill(smoke)
+    flags = [line.strip() for line in lines if line.startswith("  ! ")]
+    stalled = next(i for i, f in enumerate(flags) if f.startswith("! stalled: no new step for"))
+    failed = next(i for i, f in enumerate(flags) if f.startswith("! failed: stalled after step"))
+    assert stalled < failed and "no process on this machine holds its log" in flags[failed]
+    assert code == 1
+    last = max(int(line.split()[1].split("/")[0]) for line in lines if line.startswith("step "))
+    assert any(line.startswith(f"watch {run} (gpt_1_3b): step {last}/20 (failed)") for line in lines), lines
+
+
+@pytest.mark.parametrize(
+    "args", [["--follow", "--stall-after", "0"], ["--follow", "--stall-after", "nan"], ["--stall-after", "60"]]
+)
+def test_a_bad_stall_bound_is_refused(args, tmp_path):
+    (tmp_path / "train.log").write_text("")
+    result = cli("watch", str(tmp_path), *args)
+    assert result.returncode == 2 and "--stall-after" in result.stderr, result.stderr
+
+
+def test_following_what_is_not_a_run_exits_2(tmp_path):
+    """A directory without a log and a missing path are refused at once; a log of another format once its stall
+    bound passes with no process writing it."""
+    (tmp_path / "notes.txt").write_text("not a log\n")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "job.log").write_text("epoch 1 loss 2.3\n" * 5)
+    started = time.monotonic()
+    for target in (tmp_path, tmp_path / "missing", tmp_path / "other" / "job.log"):
+        result = cli("watch", str(target), "--follow", "--stall-after", "1")
+        assert result.returncode == 2, result.stderr
+        assert "run" in result.stderr and "give the" in result.stderr, result.stderr
+    assert "holds no NeMo progress line" in result.stderr
+    assert time.monotonic() - started < 30
