@@ -68,7 +68,7 @@ def test_watch_follows_a_smoke_run_while_it_trains(tmp_path):
         for line in watch.stdout:
             if line.startswith("step "):
                 shown.append(int(line.split()[1].split("/")[0]))
-                live.append(smoke.poll() is None)
+                live.append(_text(run / "train.log").count("global_step"))  # steps the phase had logged then
         code = watch.wait()
         timer.cancel()
         assert code == 0, watch.stderr.read()
@@ -83,7 +83,9 @@ def test_watch_follows_a_smoke_run_while_it_trains(tmp_path):
         if r.get("event") == "step"
     ]
     assert shown == sorted(set(trained)) == list(range(1, 21))  # every step trained, shown once, in order
-    assert all(live[:10]), "the first phase's steps were shown while the run trained"
+    # Shown as they landed: a step of the first phase appeared before that phase had logged its last (10th) step.
+    # (Read once its processes had ended, every step would be shown with all 10 logged.)
+    assert min(live) < 10, live
 
 
 @pytest.mark.slow
