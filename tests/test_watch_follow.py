@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from _cli import ENV, SCRIPT, cli
 
+
 def _start_smoke(run: Path) -> subprocess.Popen:
     # Its own session, so that the test can kill the whole tree as a machine's crash or the OOM killer would.
     return subprocess.Popen(
@@ -124,8 +125,8 @@ def test_a_bad_stall_bound_is_refused(args, tmp_path):
 
 
 def test_following_what_is_not_a_run_exits_2(tmp_path):
-    """A directory without a log and a missing path are refused at once; a log of another format once its stall
-    bound passes with no process writing it."""
+    """A directory without a log, a missing path and a job id Slurm does not know are refused at once; a log of
+    another format once its stall bound passes with no process writing it."""
     (tmp_path / "notes.txt").write_text("not a log\n")
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "job.log").write_text("epoch 1 loss 2.3\n" * 5)
@@ -135,4 +136,67 @@ def test_following_what_is_not_a_run_exits_2(tmp_path):
         assert result.returncode == 2, result.stderr
         assert "run" in result.stderr and "give the" in result.stderr, result.stderr
     assert "holds no NeMo progress line" in result.stderr
+    # A job id that no job has: with Slurm here, Slurm's answer; without it, no such path (exit 2 either way).
+    for args in (["999999999"], ["999999999", "--follow"]):
+        result = cli("watch", *args)
+        assert result.returncode == 2 and "run='999999999'" in result.stderr and "Fix:" in result.stderr
     assert time.monotonic() - started < 30
+
+
+# The job replays, at a training run's pace, the progress lines NeMo 2.7.3 printed in the kept smoke run
+# (tests/data/watch): real lines through a real Slurm job, its requeue and its output file, without another training
+# run's minute in CI. A requeued run prints as a process resumed after step 2 would: steps 3 to 20.
+REPLAY = """#!/bin/bash
+#SBATCH --requeue
+if [ "${{SLURM_RESTART_COUNT:-0}}" = 0 ]; then first=1; pace=1; else first=3; pace=0.2; fi
+grep -h "Training epoch" {logs} | tail -n +$first | while IFS= read -r line; do echo "$line"; sleep $pace; done
+"""
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_watch_follows_a_slurm_job_through_a_requeue(slurm_cluster, tmp_path):
+    kept = Path(__file__).parent / "data" / "watch" / "smoke_gpt_1_3b"
+    script = tmp_path / "replay.sh"
+    script.write_text(REPLAY.format(logs=f"{kept / 'train.log'} {kept / 'resume.log'}"))
+    account = os.environ.get("SLURM_ACCOUNT", "ci")
+    submitted = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            f"--account={account}",
+            "--mem=200M",
+            "--time=5",
+            f"--chdir={tmp_path}",
+            f"--output={tmp_path / 'job.out'}",
+            str(script),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job = submitted.stdout.strip().split(";")[0]
+    try:
+        watch, timer = _watch(Path(job), seconds=240)
+        lines, requeued = [], False
+        for line in watch.stdout:
+            lines.append(line.rstrip("\n"))
+            if line.startswith("step 4/") and not requeued:
+                subprocess.run(["scontrol", "requeue", job], check=True, capture_output=True)
+                requeued = True
+                # Slurm holds a requeued job back (BeginTime, ~2 min); start it now, not in the requeue's own
+                # second (slurmd refuses a credential of the second it revoked the job's), as test_slurm_training.
+                time.sleep(2.5)
+                subprocess.run(["scontrol", "update", f"JobId={job}", "StartTime=now"], capture_output=True)
+        code = watch.wait()
+        timer.cancel()
+    finally:
+        subprocess.run(["scancel", job], capture_output=True)
+    assert code == 0, (lines, watch.stderr.read())
+    steps = [int(line.split()[1].split("/")[0]) for line in lines if line.startswith("step ")]
+    flags = [line.strip() for line in lines if line.startswith("  ! ")]
+    assert steps[0] == 1 and steps[-1] == 20 and 3 in steps[steps.index(4) + 1 :], steps  # resumed after step 2
+    assert any(f.startswith("! requeued by Slurm after step") and f"of job {job}" in f for f in flags), flags
+    assert any(f.startswith("! restart: the run had reached step") and "resumed after step 2" in f for f in flags)
+    assert any(line.startswith(f"watch {job}: step 20/20 (finished)") for line in lines), lines

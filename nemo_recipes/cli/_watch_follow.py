@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, TextIO
 
 from nemo_recipes.cli._output import CLIError
+from nemo_recipes.cli._watch_slurm import SlurmJob
 from nemo_recipes.errors import InvalidConfigError
 from nemo_recipes.watching import follow as live
 from nemo_recipes.watching.figures import Figures, figures
@@ -35,11 +36,13 @@ def follow_run(
     out: TextIO,
     poll_s: float = live.POLL_S,
     clock: Callable[[], float] = time.monotonic,
+    job: Optional[SlurmJob] = None,
 ) -> tuple[Run, Figures, dict[str, Any]]:
-    """Follow `target` (a log file or a run directory) until it ends; print each new step and flag to `out`. Returns
-    the run as read at the end, its figures, and {state, flags} (the follower's own flags: stall, failure)."""
-    path = Path(target)
-    if not path.exists() or (path.is_dir() and not logs_of(path)):
+    """Follow `target` (a log file or a run directory, or the output file of the Slurm `job`) until it ends; print
+    each new step and flag to `out`. Returns the run as read at the end, its figures, and {state, flags} (the
+    follower's own flags: stall, failure, requeue)."""
+    path = job.stdout if job else Path(target)
+    if job is None and (not path.exists() or (path.is_dir() and not logs_of(path))):
         read_run(target)  # refuses it with field, value and fix (exit 2): nothing there to follow
     tails: dict[Path, live.Tail] = {}
     spec = None
@@ -54,7 +57,8 @@ def follow_run(
         print(f"  ! {text}", file=out, flush=True)
 
     while True:
-        for log in [path] if path.is_file() else logs_of(path):
+        job_alive, requeued = job.poll() if job else (None, 0)  # before the logs: what the job wrote is read next
+        for log in [path] if path.is_file() else logs_of(path) if path.is_dir() else []:
             tails.setdefault(log, live.Tail(log))  # in the order found: a later log is a later process
         if spec is None and path.is_dir():
             try:
@@ -66,7 +70,10 @@ def follow_run(
             last_step_at, stalled = clock(), False
             for line in new:
                 print(_progress(line), file=out, flush=True)
-        logs = [tail.lines for tail in tails.values()]
+        logs = [lines for tail in tails.values() for lines in tail.processes()]
+        if requeued and job:
+            at = f"after step {result.step}" if result else "before the first step"
+            flag(f"requeued by Slurm {at} (requeue {job.requeues} of job {job.job_id})")
         if any(logs):
             result = figures(logs, spec, skip_first)
             for text in result.flags:
@@ -75,6 +82,12 @@ def follow_run(
                     print(f"  ! {text}", file=out, flush=True)
             if result.step >= result.max_steps:
                 return _ended(target, tails, spec, result, "finished", own_flags)
+        if job_alive is False:  # Slurm's word on the end, read after the job's last lines
+            where = f"after step {result.step}/{result.max_steps}" if result else "before the first step"
+            flag(f"failed: Slurm reports {job.state} {where}")  # type: ignore[union-attr]
+            if result is None:
+                read_run(str(path))
+            return _ended(target, tails, spec, result, "failed", own_flags)  # type: ignore[arg-type]
         bound = live.stall_bound(result.step_time_s if result else None, result is not None, stall_after)
         quiet = clock() - last_step_at
         if quiet >= bound:
@@ -82,7 +95,7 @@ def follow_run(
             if not stalled:
                 stalled = True
                 flag(f"stalled: no new step for {quiet:.0f} s {where} (the bound is {bound:.0f} s)")
-            alive = live.writer_alive(tails)
+            alive = job_alive if job_alive is not None else live.writer_alive(tails)
             if not alive:
                 gone = "no process on this machine holds its log" if alive is False else "its writer is unknown"
                 flag(f"failed: stalled {where} and {gone}")
@@ -96,14 +109,14 @@ def follow_run(
                         f"{target}: no step logged in {quiet:.0f} s while a process holds its log (a job starting "
                         "slowly: raise --stall-after, or watch again later)"
                     )
-                return _ended(target, tails, spec, result, "hung", own_flags)  # type: ignore[arg-type]
+                return _ended(target, tails, spec, result, "hung", own_flags)
         time.sleep(min(poll_s, max(0.05, bound - quiet)))
 
 
 def _ended(
     target: str, tails: dict[Path, live.Tail], spec: Any, result: Figures, state: str, own_flags: list[str]
 ) -> tuple[Run, Figures, dict[str, Any]]:
-    run = Run(target, list(tails), spec, [tail.lines for tail in tails.values()])
+    run = Run(target, list(tails), spec, [lines for tail in tails.values() for lines in tail.processes()])
     return run, result, {"state": state, "flags": own_flags}
 
 

@@ -36,7 +36,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=_output.epilog(EXAMPLES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("target", metavar="RUN", help="a log file, or the directory of a run (`smoke --dir`, a job's)")
+    parser.add_argument(
+        "target",
+        metavar="RUN",
+        help="a log file, the directory of a run (`smoke --dir`, a job's), or a Slurm job id (its output file)",
+    )
     parser.add_argument(
         "--skip-first",
         type=int,
@@ -128,6 +132,7 @@ def _check_follow(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from nemo_recipes.cli._watch_follow import follow_run, stream
+    from nemo_recipes.cli._watch_slurm import job_of
     from nemo_recipes.watching.figures import figures
     from nemo_recipes.watching.sources import read_run
 
@@ -135,10 +140,11 @@ def run(args: argparse.Namespace) -> int:
     _check_follow(args)
     _check_card_path(args.card, args.overwrite)
     followed = None
+    job = job_of(args.target)
     if args.follow:
-        found, result, followed = follow_run(args.target, skip, args.stall_after, stream(args.json))
+        found, result, followed = follow_run(args.target, skip, args.stall_after, stream(args.json), job=job)
     else:
-        found = read_run(args.target)
+        found = read_run(str(job.stdout) if job else args.target)
         result = figures(found.lines, found.spec, skip)
     code = _output.EXIT_OK if followed is None or followed["state"] == "finished" else 1
     compared = _against_plan(args.gpu, result, found, args.stack)

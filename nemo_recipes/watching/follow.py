@@ -25,6 +25,8 @@ STARTUP_S = 1800.0
 #: A stall whose writer still holds the log is followed this many bounds longer (a hung collective can recover, a
 #: slow filesystem can catch up) before the watch stops: every wait is bounded.
 HUNG_BOUNDS = 3
+#: Bytes before the offset compared at each look, to see a file rewritten from its start.
+_MARK = 256
 #: Seconds between looks at the logs.
 POLL_S = 2.0
 
@@ -36,9 +38,27 @@ class Tail:
 
     path: Path
     lines: list[ProgressLine] = field(default_factory=list)
+    earlier: list[list[ProgressLine]] = field(default_factory=list)  # what the file held before each replacement
     _offset: int = 0
     _inode: Optional[int] = None
     _line_number: int = 0
+    _seen: bytes = b""  # the last bytes read, up to the offset
+
+    def _same_before_offset(self) -> bool:
+        """Whether the file still holds what was read just before the offset: Slurm truncates a requeued job's
+        output and the new run may have written past the old offset by the next look, which size alone misses."""
+        if not self._seen:
+            return True
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self._offset - len(self._seen))
+                return handle.read(len(self._seen)) == self._seen
+        except OSError:
+            return True
+
+    def processes(self) -> list[list[ProgressLine]]:
+        """The lines of each version of the file, oldest first (for figures(): each is a process's log)."""
+        return [*self.earlier, self.lines]
 
     def read(self) -> list[ProgressLine]:
         """The progress lines that landed since the last read (all of them again after a replacement)."""
@@ -46,8 +66,10 @@ class Tail:
             stat = self.path.stat()
         except OSError:
             return []
-        if stat.st_ino != self._inode or stat.st_size < self._offset:
-            self._inode, self._offset, self._line_number, self.lines = stat.st_ino, 0, 0, []
+        if stat.st_ino != self._inode or stat.st_size < self._offset or not self._same_before_offset():
+            if self.lines:  # a requeue that truncated the file: its earlier process is still part of the run
+                self.earlier.append(self.lines)
+            self._inode, self._offset, self._line_number, self.lines, self._seen = stat.st_ino, 0, 0, [], b""
         if stat.st_size == self._offset:
             return []
         with open(self.path, "rb") as handle:
@@ -55,6 +77,7 @@ class Tail:
             data = handle.read(stat.st_size - self._offset)
         end = data.rfind(b"\n") + 1
         self._offset += end
+        self._seen = (self._seen + data[:end])[-_MARK:]
         new = []
         for raw in data[:end].splitlines():
             self._line_number += 1
