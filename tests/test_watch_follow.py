@@ -200,3 +200,19 @@ def test_watch_follows_a_slurm_job_through_a_requeue(slurm_cluster, tmp_path):
     assert any(f.startswith("! requeued by Slurm after step") and f"of job {job}" in f for f in flags), flags
     assert any(f.startswith("! restart: the run had reached step") and "resumed after step 2" in f for f in flags)
     assert any(line.startswith(f"watch {job}: step 20/20 (finished)") for line in lines), lines
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_stops_the_watch_cleanly(signum, code, tmp_path):
+    kept = Path(__file__).parent / "data" / "watch" / "smoke_gpt_1_3b" / "train.log"
+    log = tmp_path / "train.log"
+    with open(log, "w") as writer:  # this process holds the log: a live run for the watcher
+        writer.write(kept.read_text())
+        writer.flush()
+        watch, timer = _watch(log, seconds=60)
+        assert watch.stdout.readline().startswith("step 1/20")
+        watch.send_signal(signum)
+        assert watch.wait(timeout=30) == code
+        timer.cancel()
+    err = watch.stderr.read()
+    assert f"stopped by {signal.Signals(signum).name}" in err and "Traceback" not in err, err
