@@ -21,7 +21,8 @@ EXAMPLES = """\
   nemo-recipes watch job/log-train_1234_0.out          # the log of global rank 0 of a job
   nemo-recipes watch runs/smoke1 --json | jq .figures.step_time_s
   nemo-recipes watch runs/smoke1 --follow              # while `smoke --dir runs/smoke1` trains: steps as they land
-  nemo-recipes watch runs/job1 --gpu h100 --card cards/job1.yaml   # the run's record, for plan --calibrate"""
+  nemo-recipes watch runs/job1 --gpu h100 --card cards/job1.yaml   # the run's record, for plan --calibrate
+  nemo-recipes watch runs/job1 --gpu h100 --plot job1.png       # loss and tokens/s per GPU against the plan"""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -66,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--json",
         action="store_true",
         help="print JSON: {run, logs, recipe, figures{step, max_steps, loss, step_time_s, window_steps, "
-        "tokens_per_s, ..., segments, flags}, plan, card, follow{state, flags}}; with --follow the steps go to "
+        "tokens_per_s, ..., segments, flags}, plan, card, follow{state, flags}, plot}; with --follow the steps go to "
         "standard error",
     )
     parser.add_argument(
@@ -78,6 +79,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "unless --overwrite",
     )
     parser.add_argument("--overwrite", action="store_true", help="with --card: replace an existing FILE")
+    parser.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE",
+        help="also draw loss and throughput against step, each process its own line, with --gpu the plan's "
+        "tokens/s per GPU beside (.png or .svg; needs matplotlib: pip install 'nemo-recipes[plot]')",
+    )
     parser.add_argument(
         "--follow",
         action="store_true",
@@ -120,6 +128,10 @@ def _check_follow(args: argparse.Namespace) -> None:
                 "e.g. --stall-after 900, or leave it out for 10 x the step time (at least 600 s).",
             )
         )
+    if args.plot is not None and os.path.splitext(args.plot)[1].lower() not in (".png", ".svg"):
+        problems.append(
+            Problem("--plot", args.plot, "must be a .png or .svg file.", "name the file run.png or run.svg.")
+        )
     if args.stall_after is not None and not args.follow:
         problems.append(
             Problem(
@@ -149,6 +161,7 @@ def run(args: argparse.Namespace) -> int:
     code = _output.EXIT_OK if followed is None or followed["state"] == "finished" else 1
     compared = _against_plan(args.gpu, result, found, args.stack)
     card = _write_card(args.card, found, result, compared, args.stack or DEFAULT_STACK) if args.card else None
+    plot = _plot(args.plot, found, result, compared) if args.plot else None
     if args.json:
         _output.print_json(
             {
@@ -159,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
                 "plan": compared,
                 "card": card,
                 "follow": followed,
+                "plot": plot,
             }
         )
         return code
@@ -189,7 +203,23 @@ def run(args: argparse.Namespace) -> int:
         print(f"  ! {flag}")
     if card:
         print(f"  card written to {card}")
+    if plot:
+        print(f"  plot written to {plot}")
     return code
+
+
+def _plot(path: str, found: Any, result: Any, compared: "dict | None") -> str:
+    from nemo_recipes.watching.plot import plot_run  # standard library only: matplotlib is imported when it draws
+
+    try:
+        import matplotlib  # noqa: F401  (checked here to give the install hint rather than a traceback)
+    except ImportError:
+        raise _output.CLIError("--plot needs matplotlib; install it with: pip install 'nemo-recipes[plot]'") from None
+    name = f" ({found.spec.name})" if found.spec else ""
+    try:
+        return plot_run(path, f"{found.run}{name}: step {result.step}/{result.max_steps}", result.to_dict(), compared)
+    except OSError as error:
+        raise _output.CLIError(f"cannot write {path}: {error.strerror or error}") from None
 
 
 def _check_card_path(path: "str | None", overwrite: bool) -> None:
