@@ -218,3 +218,49 @@ def test_ctrl_c_stops_the_watch_cleanly(signum, code, tmp_path):
         timer.cancel()
     err = watch.stderr.read()
     assert f"stopped by {signal.Signals(signum).name}" in err and "Traceback" not in err, err
+
+
+KEPT = Path(__file__).parent / "data" / "watch" / "smoke_gpt_1_3b"
+
+
+def test_a_log_is_read_in_whole_lines_and_again_from_its_start_when_rewritten(tmp_path):
+    from nemo_recipes.watching.follow import Tail
+
+    lines = [line + "\n" for line in (KEPT / "train.log").read_text().splitlines() if "Training epoch" in line]
+    log = tmp_path / "job.out"
+    log.write_text(lines[0] + lines[1][:40])  # the second line half written
+    tail = Tail(log)
+    assert [line.step for line in tail.read()] == [1]
+    with open(log, "a") as handle:
+        handle.write(lines[1][40:])
+    assert [line.step for line in tail.read()] == [2] and tail.read() == []
+    # A requeue truncates the file and the new run writes past the old offset before the next look.
+    log.write_text("".join(lines[2:6]))
+    assert [line.step for line in tail.read()] == [3, 4, 5, 6]
+    assert [[line.step for line in process] for process in tail.processes()] == [[1, 2], [3, 4, 5, 6]]
+
+
+def test_a_finished_run_followed_ends_at_once_and_json_keeps_stdout_for_the_report(tmp_path):
+    result = cli("watch", str(KEPT), "--follow", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["follow"] == {"state": "finished", "flags": []} and report["figures"]["step"] == 20
+    assert [line.split()[1] for line in result.stderr.splitlines() if line.startswith("step ")] == [
+        f"{n}/20" for n in range(1, 21)
+    ]
+
+
+def test_a_stall_whose_writer_lives_is_followed_then_reported_hung(tmp_path):
+    log = tmp_path / "train.log"
+    with open(log, "w") as writer:  # this process holds the log and writes no further step
+        writer.write((KEPT / "train.log").read_text())
+        writer.flush()
+        started = time.monotonic()
+        watch, timer = _watch(log, "--stall-after", "0.5", seconds=60)
+        out, err = watch.communicate()
+        timer.cancel()
+    flags = [line.strip() for line in out.splitlines() if line.startswith("  ! ")]
+    assert watch.returncode == 1, err
+    assert flags[0].startswith("! stalled: no new step for") and "after step 10/20" in flags[0]
+    assert flags[1].startswith("! hung: stalled after step 10/20") and "stopped watching" in flags[1]
+    assert time.monotonic() - started < 30  # 4 bounds of 0.5 s, and the start
