@@ -226,3 +226,29 @@ def test_the_card_records_the_stack_the_plan_was_timed_for(tmp_path):
     plan = estimate_throughput(spec, Cluster.of(1, 1, "h100"), stack="megatron-core")
     assert card["stack"] == card["plan"]["stack"] == "megatron-core"
     assert card["plan"]["step_time_s"] == pytest.approx(plan.step_time_s, rel=1e-12)
+
+
+def _svg_points(svg, gid: str) -> int:
+    """The points of the line drawn with SVG id `gid` (matplotlib writes a line as one path: M x y L x y ...)."""
+    group = next(g for g in svg.iter() if g.get("id") == gid)
+    path = next(p for p in group.iter() if p.tag.endswith("path"))
+    return sum(token in ("M", "L") for token in path.get("d").split())
+
+
+def test_the_plot_draws_each_process_and_the_plan(tmp_path):
+    import xml.etree.ElementTree as ET
+
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "run.svg"
+    result = cli("watch", str(RUN), "--gpu", "h100", "--plot", str(path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith(f"plot written to {path}\n")
+    svg = ET.parse(path).getroot()
+    # The smoke run's two processes (train: steps 1-10, resume: 11-20), every logged step a point on each panel.
+    for panel in ("loss", "throughput"):
+        assert [_svg_points(svg, f"{panel}-process-{n}") for n in (1, 2)] == [10, 10]
+    assert _svg_points(svg, "throughput-plan") == 2  # the plan's tokens/s per GPU, a level line
+    text = path.read_text()
+    assert "process 2 (steps 11-20)" in text and "plan on" in text and "tokens/s per GPU" in text
+    refused = cli("watch", str(RUN), "--plot", str(tmp_path / "run.pdf"))
+    assert refused.returncode == 2 and "plot='" in refused.stderr and "run.png" in refused.stderr, refused.stderr

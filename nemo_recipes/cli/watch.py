@@ -20,7 +20,9 @@ EXAMPLES = """\
   nemo-recipes watch runs/smoke1                      # the directory `smoke --dir runs/smoke1` kept
   nemo-recipes watch job/log-train_1234_0.out          # the log of global rank 0 of a job
   nemo-recipes watch runs/smoke1 --json | jq .figures.step_time_s
-  nemo-recipes watch runs/job1 --gpu h100 --card cards/job1.yaml   # the run's record, for plan --calibrate"""
+  nemo-recipes watch runs/smoke1 --follow              # while `smoke --dir runs/smoke1` trains: steps as they land
+  nemo-recipes watch runs/job1 --gpu h100 --card cards/job1.yaml   # the run's record, for plan --calibrate
+  nemo-recipes watch runs/job1 --gpu h100 --plot job1.png       # loss and tokens/s per GPU against the plan"""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -35,7 +37,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=_output.epilog(EXAMPLES),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("target", metavar="RUN", help="a log file, or the directory of a run (`smoke --dir`, a job's)")
+    parser.add_argument(
+        "target",
+        metavar="RUN",
+        help="a log file, the directory of a run (`smoke --dir`, a job's), or a Slurm job id (its output file)",
+    )
     parser.add_argument(
         "--skip-first",
         type=int,
@@ -61,7 +67,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--json",
         action="store_true",
         help="print JSON: {run, logs, recipe, figures{step, max_steps, loss, step_time_s, window_steps, "
-        "tokens_per_s, ..., segments, flags}, plan, card}",
+        "tokens_per_s, ..., segments, flags}, plan, card, follow{state, flags}, plot}; with --follow the steps go to "
+        "standard error",
     )
     parser.add_argument(
         "--card",
@@ -72,6 +79,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "unless --overwrite",
     )
     parser.add_argument("--overwrite", action="store_true", help="with --card: replace an existing FILE")
+    parser.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE",
+        help="also draw loss and throughput against step, each process its own line, with --gpu the plan's "
+        "tokens/s per GPU beside (.png or .svg; needs matplotlib: pip install 'nemo-recipes[plot]')",
+    )
+    parser.add_argument(
+        "--follow",
+        action="store_true",
+        help="follow a live run until it ends: each step as it lands, each flag as it arises, then the report. "
+        "Ends at the last step (exit 0), or after a stall when no process on this machine holds the run's log "
+        "(failed, exit 1); Ctrl-C stops the watch, not the job (exit 130). Without it, the logs are read once",
+    )
+    parser.add_argument(
+        "--stall-after",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with --follow: no new step for this long is a stall (default: 10 x the step time, at least 600 s; "
+        "1800 s before the first step)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -88,16 +117,51 @@ def _skip_first(value: object) -> int:
     return value
 
 
+def _check_follow(args: argparse.Namespace) -> None:
+    problems = []
+    if args.stall_after is not None and not (args.stall_after > 0 and args.stall_after < float("inf")):
+        problems.append(
+            Problem(
+                "--stall-after",
+                args.stall_after,
+                "must be a positive number of seconds.",
+                "e.g. --stall-after 900, or leave it out for 10 x the step time (at least 600 s).",
+            )
+        )
+    if args.plot is not None and os.path.splitext(args.plot)[1].lower() not in (".png", ".svg"):
+        problems.append(
+            Problem("--plot", args.plot, "must be a .png or .svg file.", "name the file run.png or run.svg.")
+        )
+    if args.stall_after is not None and not args.follow:
+        problems.append(
+            Problem(
+                "--stall-after", args.stall_after, "changes nothing without --follow.", "add --follow, or leave it out."
+            )
+        )
+    if problems:
+        raise InvalidConfigError(problems, context="watch")
+
+
 def run(args: argparse.Namespace) -> int:
+    from nemo_recipes.cli._watch_follow import follow_run, stream
+    from nemo_recipes.cli._watch_slurm import job_of
     from nemo_recipes.watching.figures import figures
     from nemo_recipes.watching.sources import read_run
 
     skip = _skip_first(args.skip_first)
+    _check_follow(args)
     _check_card_path(args.card, args.overwrite)
-    found = read_run(args.target)
-    result = figures(found.lines, found.spec, skip)
+    followed = None
+    job = job_of(args.target)
+    if args.follow:
+        found, result, followed = follow_run(args.target, skip, args.stall_after, stream(args.json), job=job)
+    else:
+        found = read_run(str(job.stdout) if job else args.target)
+        result = figures(found.lines, found.spec, skip)
+    code = _output.EXIT_OK if followed is None or followed["state"] == "finished" else 1
     compared = _against_plan(args.gpu, result, found, args.stack)
     card = _write_card(args.card, found, result, compared, args.stack or DEFAULT_STACK) if args.card else None
+    plot = _plot(args.plot, found, result, compared) if args.plot else None
     if args.json:
         _output.print_json(
             {
@@ -107,11 +171,14 @@ def run(args: argparse.Namespace) -> int:
                 "figures": result.to_dict(),
                 "plan": compared,
                 "card": card,
+                "follow": followed,
+                "plot": plot,
             }
         )
-        return _output.EXIT_OK
+        return code
     name = f" ({found.spec.name})" if found.spec else ""
-    print(f"watch {found.run}{name}: step {result.step}/{result.max_steps}")
+    state = f" ({followed['state']})" if followed else ""
+    print(f"watch {found.run}{name}: step {result.step}/{result.max_steps}{state}")
     rows = [("loss", _fmt(result.loss, ".4g") + f" (first logged {_fmt(result.initial_loss, '.4g')})")]
     window = f" (median over {len(result.window_steps)} logged steps)" if result.window_steps else ""
     rows.append(("step time", _fmt(result.step_time_s, ".4g", " s") + window))
@@ -132,11 +199,27 @@ def run(args: argparse.Namespace) -> int:
         for name, row in compared["figures"].items():
             deviation = "" if row["deviation"] is None else f" ({row['deviation']:+.0%})"
             print(f"    {name:<22}measured {_fmt(row['measured'], '.4g')}, planned {row['planned']:.4g}{deviation}")
-    for flag in result.flags + (compared["warnings"] if compared else []):
+    for flag in result.flags + (followed["flags"] if followed else []) + (compared["warnings"] if compared else []):
         print(f"  ! {flag}")
     if card:
         print(f"  card written to {card}")
-    return _output.EXIT_OK
+    if plot:
+        print(f"  plot written to {plot}")
+    return code
+
+
+def _plot(path: str, found: Any, result: Any, compared: "dict | None") -> str:
+    from nemo_recipes.watching.plot import plot_run  # standard library only: matplotlib is imported when it draws
+
+    try:
+        import matplotlib  # noqa: F401  (checked here to give the install hint rather than a traceback)
+    except ImportError:
+        raise _output.CLIError("--plot needs matplotlib; install it with: pip install 'nemo-recipes[plot]'") from None
+    name = f" ({found.spec.name})" if found.spec else ""
+    try:
+        return plot_run(path, f"{found.run}{name}: step {result.step}/{result.max_steps}", result.to_dict(), compared)
+    except OSError as error:
+        raise _output.CLIError(f"cannot write {path}: {error.strerror or error}") from None
 
 
 def _check_card_path(path: "str | None", overwrite: bool) -> None:

@@ -35,7 +35,7 @@ def _refuse(run: str, why: str, fix: str) -> InvalidConfigError:
     return InvalidConfigError([Problem("run", run, why, fix)], context="watch")
 
 
-def _logs_of(directory: Path) -> list[Path]:
+def logs_of(directory: Path) -> list[Path]:
     phases = [directory / f"{phase}.log" for phase in SMOKE_PHASES if (directory / f"{phase}.log").is_file()]
     if phases:
         return phases
@@ -43,7 +43,7 @@ def _logs_of(directory: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.stat().st_mtime)
 
 
-def _spec_of(directory: Path) -> Optional[RecipeSpec]:
+def spec_of(directory: Path) -> Optional[RecipeSpec]:
     config = directory / SMOKE_CONFIG
     if not config.is_file():
         return None
@@ -69,7 +69,7 @@ def read_run(run: str) -> Run:
     if path.is_file():
         logs, spec = [path], None
     elif path.is_dir():
-        logs, spec = _logs_of(path), _spec_of(path)
+        logs, spec = logs_of(path), spec_of(path)
         if not logs:
             raise _refuse(
                 run,
