@@ -404,6 +404,8 @@ def smoke(
     plan = smoke_plan(
         spec, processes=processes, steps=steps, stop_step=stop_step, full_size=full_size, overrides=overrides
     )
+    for warning in plan.warnings:  # the data's (no manifest, ...): said before the minutes of training
+        print(warning, file=sys.stderr)
     if invariance and plan.processes == 1:
         raise InvalidRecipeError(
             [
