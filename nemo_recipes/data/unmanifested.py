@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nemo_recipes.data.manifest import FIELD, read_index
-from nemo_recipes.errors import WARNING, Problem
+from nemo_recipes.errors import ERROR, WARNING, Problem
 
 #: Tokens read from the start of the .bin.
 SAMPLE_TOKENS = 1 << 20
@@ -64,36 +64,37 @@ def tokenizer_problems(prefix: str | Path, tokenizer_path: str | Path) -> list[P
     flat = [i for doc in docs for i in doc]
     if not flat:
         return []
-    problems = []
-    said = str(prefix)
+    problems: list[Problem] = []
+
+    def refuse(why: str, severity: str = ERROR) -> None:
+        problems.append(Problem(FIELD, str(prefix), f"(no manifest) {why}", _FIX, severity))
+
     named = f"the tokenizer at {tokenizer_path} (vocabulary {encoder.vocab_size:,}, EOD id {encoder.eod_id})"
     top = max(flat)
     if top >= encoder.vocab_size or min(flat) < 0:
-        problems.append(
-            Problem(FIELD, said, f"(no manifest) holds token id {top:,} in its first {len(flat):,} tokens: not below the "
-                    f"vocabulary of {named}; the embedding lookup would fail or read another row.", _FIX)
-        )  # fmt: skip
+        refuse(
+            f"holds token id {top:,} in its first {len(flat):,} tokens: not below the vocabulary of {named}; the "
+            "embedding lookup would fail or read another row."
+        )
         return problems
     ends = [doc[-1] for doc in docs[:-1] if doc] or [docs[-1][-1]]
     common = max(set(ends), key=ends.count)
     if ends.count(common) >= EOD_SHARE * len(ends) and len(ends) > 1 and common != encoder.eod_id:
-        problems.append(
-            Problem(FIELD, said, f"(no manifest) {ends.count(common)} of its first {len(ends)} documents end with id {common}, "
-                    f"where data preparation puts the EOD; the EOD of {named} is {encoder.eod_id}.", _FIX)
-        )  # fmt: skip
+        refuse(
+            f"{ends.count(common)} of its first {len(ends)} documents end with id {common}, where data preparation "
+            f"puts the EOD; the EOD of {named} is {encoder.eod_id}."
+        )
     trips = _round_trips(encoder, docs)
     kept = sum(same for same, _ in trips)
     if trips and kept < ROUND_TRIP_SHARE * len(trips):
         shown = next(text for same, text in trips if not same)
-        problems.append(
-            Problem(FIELD, said, f"(no manifest) only {kept} of {len(trips)} documents decoded by {named} encode back to the same "
-                    f"ids (the first reads {shown!r}): its ids were written by another tokenizer.", _FIX)
-        )  # fmt: skip
+        refuse(
+            f"only {kept} of {len(trips)} documents decoded by {named} encode back to the same ids (the first reads "
+            f"{shown!r}): its ids were written by another tokenizer."
+        )
     elif kept < len(trips):
-        problems.append(
-            Problem(FIELD, said, f"(no manifest) {len(trips) - kept} of {len(trips)} documents decoded by {named} do not encode "
-                    "back to the same ids.", _FIX, WARNING)
-        )  # fmt: skip
+        refuse(f"{len(trips) - kept} of {len(trips)} documents decoded by {named} do not encode back to the same ids.",
+               WARNING)  # fmt: skip
     return problems
 
 

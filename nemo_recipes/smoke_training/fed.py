@@ -63,7 +63,7 @@ class FedRecorder(Callback):
         self._labels: list[list[list[int]]] = []
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        datamodule = trainer.datamodule
+        datamodule = getattr(trainer, "datamodule", None)
         dataset = getattr(datamodule, "_train_ds", None)
         if dataset is not None and not isinstance(dataset, IdentifiedSamples):
             datamodule._train_ds = IdentifiedSamples(dataset)

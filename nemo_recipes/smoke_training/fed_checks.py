@@ -24,9 +24,7 @@ def expected_batches(step: int, dp_rank: int, dp_size: int, micro: int, global_b
     per_run = micro * dp_size
     return [
         list(range(start, start + micro))
-        for start in (
-            (step - 1) * global_batch + i * per_run + dp_rank * micro for i in range(global_batch // per_run)
-        )
+        for start in ((step - 1) * global_batch + i * per_run + dp_rank * micro for i in range(global_batch // per_run))
     ]
 
 
@@ -64,7 +62,8 @@ def _order_check(fed: list[dict[str, Any]], steps: int, stop_step: int, global_b
     if seen_steps != list(range(1, steps + 1)):
         wrong.append(f"recorded steps {step_ranges(seen_steps)} (expected 1-{steps})")
     types = {r.get("dataloader_type") for r in fed}
-    ordered = types <= {"single"}
+    # Only the pretraining sampler's order is arithmetic; a random ("cyclic") loader is judged for repeats alone.
+    ordered = types <= {"single"} and all(r.get("micro_batch_size") for r in fed)
     for record in fed:
         step, micro = record["step"], record.get("micro_batch_size") or 0
         in_step: Counter[int] = Counter()
@@ -107,8 +106,14 @@ def _order_check(fed: list[dict[str, Any]], steps: int, stop_step: int, global_b
 
 def _labels_check(fed: list[dict[str, Any]]) -> Check:
     positions = [p for r in fed for rank in r.get("ranks", []) for batch in rank.get("labels", []) for p in batch]
-    off = [(r["step"], rank["rank"], t, label, token) for r in fed for rank in r.get("ranks", [])
-           for batch in rank.get("labels", []) for t, label, token in batch if label != token]
+    off = [
+        (r["step"], rank["rank"], t, label, token)
+        for r in fed
+        for rank in r.get("ranks", [])
+        for batch in rank.get("labels", [])
+        for t, label, token in batch
+        if label != token
+    ]
     detail = (
         f"{len(off)} of {len(positions)} positions: label[t] != token[t+1], e.g. (step, rank, t, label, next token) "
         f"{off[:3]}"
