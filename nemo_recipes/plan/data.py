@@ -327,18 +327,7 @@ def _source(path: str, info: Any, vocab: int, problems: list[Problem], as_given:
         problems.append(_unreadable("data_paths", as_given, error, what))
         return Source(path, weight, None, None, None, False, planned)
     if summary is not None:
-        if summary.dtype not in ("uint8", "int8") and vocab < 2 ** (8 * (2 if summary.dtype.endswith("16") else 4)):
-            problems.append(
-                Problem(
-                    "data_paths",
-                    path,
-                    f"has no manifest ({Path(path).name}.manifest.json), so its token ids are not checked against "
-                    f"the vocabulary of {vocab:,}.",
-                    "prepare it with `nemo-recipes data prepare` (which writes the manifest), or check it with "
-                    "`nemo-recipes data inspect`.",
-                    WARNING,
-                )
-            )
+        problems += _unmanifested(path, info, vocab)
         return Source(path, weight, summary.tokens, summary.documents, None, False, planned)
     written_by = manifest.tokenizer
     if info is not None and not tokenizers.wrote(written_by, info):
@@ -364,6 +353,34 @@ def _source(path: str, info: Any, vocab: int, problems: list[Problem], as_given:
             )
         )
     return Source(path, weight, manifest.tokens, manifest.documents, manifest.max_token_id, True, planned)
+
+
+def _unmanifested(path: str, info: Any, vocab: int) -> list[Problem]:
+    """A prefix without a manifest: nothing says which tokenizer wrote it. Said (a warning) in every case; with a
+    tokenizer, its ids, EOD and round trips are checked against it (`data.unmanifested`), errors refusing the run."""
+    from nemo_recipes.data.unmanifested import SAMPLE_TOKENS, tokenizer_problems
+
+    checked = []
+    if info is not None:
+        try:
+            checked = tokenizer_problems(path, info.path)
+        except (InvalidRecipeError, OSError) as error:  # the tokenizer was read once already; the .bin may not be
+            checked = [Problem("data_paths", path, f"its tokens cannot be read ({error}).", "check the files.")]
+    what = (
+        f"its first {SAMPLE_TOKENS:,} tokens were checked against the tokenizer at {info.path} (ids, EOD, decoded "
+        "text that encodes back)"
+        if info is not None
+        else f"its token ids are not checked against the vocabulary of {vocab:,} (no tokenizer_path)"
+    )
+    warning = Problem(
+        "data_paths",
+        path,
+        f"has no manifest ({Path(path).name}.manifest.json) naming the tokenizer that wrote it: {what}.",
+        "prepare it with `nemo-recipes data prepare` (which writes the manifest), or check it with "
+        "`nemo-recipes data inspect`.",
+        WARNING,
+    )
+    return [warning, *checked]
 
 
 def split_documents(documents: int, split: tuple[int, ...] = SPLIT) -> list[int]:

@@ -49,5 +49,11 @@ class NoGradSync(Callback):
         _ParamAndGradBucketGroup.finish_grad_sync = finish_grad_sync
 
 
+from nemo_recipes.smoke_training.fed_faults import FED_FAULTS  # noqa: E402
+
 #: Fault name (the phase config's `fault`) -> the callback that injects it.
-FAULTS: dict[str, type[Callback]] = {"weights-not-restored": WeightsNotRestored, "no-grad-sync": NoGradSync}
+FAULTS: dict[str, type[Callback]] = {
+    "weights-not-restored": WeightsNotRestored,
+    "no-grad-sync": NoGradSync,
+    **FED_FAULTS,
+}

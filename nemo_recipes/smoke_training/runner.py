@@ -21,6 +21,7 @@ from typing import Any, Optional, TextIO, Union
 from nemo_recipes.catalog import RecipeSpec, get_recipe
 from nemo_recipes.errors import InvalidRecipeError, Problem, RunFailedError
 from nemo_recipes.smoke_training import record
+from nemo_recipes.smoke_training.fed_checks import fed_checks
 from nemo_recipes.smoke_training.invariance import invariance_check, reference_plan, replicas_check
 from nemo_recipes.smoke_training.judge import Verdict, judge, step_ranges
 from nemo_recipes.smoke_training.launchers import Launcher, SmokeError, local_processes
@@ -403,6 +404,8 @@ def smoke(
     plan = smoke_plan(
         spec, processes=processes, steps=steps, stop_step=stop_step, full_size=full_size, overrides=overrides
     )
+    for warning in plan.warnings:  # the data's (no manifest, ...): said before the minutes of training
+        print(warning, file=sys.stderr)
     if invariance and plan.processes == 1:
         raise InvalidRecipeError(
             [
@@ -443,6 +446,9 @@ def smoke(
         unigram_entropy=entropy,
     )
     report.verdict.checks += [c for c in [replicas_check(space.records())] if c]
+    report.verdict.checks += fed_checks(
+        space.records(), steps=plan.steps, stop_step=plan.stop_step, global_batch_size=plan.spec.global_batch_size
+    )
     if invariance and all(code == 0 for code in report.exit_codes.values()):
         report.reference = reference or train_reference(plan, str(space.root / "reference"))
         tokens = plan.spec.global_batch_size * plan.spec.seq_length

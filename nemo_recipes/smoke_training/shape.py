@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from nemo_recipes.catalog import _COUNT_MAX, RecipeSpec
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.errors import WARNING, InvalidRecipeError, Problem
 from nemo_recipes.plan import Cluster, validate
 from nemo_recipes.plan.data import checked_data
 from nemo_recipes.plan.layout import Layout
@@ -47,6 +47,8 @@ class SmokePlan:
     steps: int
     stop_step: int
     full_size: bool
+    #: The data's warnings (errors refuse the plan): shown before training (runner.smoke), as `plan` shows them.
+    warnings: tuple[Problem, ...] = ()
 
     @property
     def layout(self) -> str:
@@ -152,10 +154,11 @@ def smoke_plan(
     small = spec.replace(**values)
     # The user's data and tokenizer, before any process starts: the vocabulary is the tokenizer's, and a missing
     # prefix or tokenizer, or ids beyond the vocabulary, fail here with the fix (not in the training log).
-    small, _ = checked_data(small, vocab_given="vocab_size" in overrides, context=f"smoke {spec.name}")
+    small, data = checked_data(small, vocab_given="vocab_size" in overrides, context=f"smoke {spec.name}")
     # The planner's rules, before any process starts: a layout Megatron would refuse fails here with the fix.
     validate(small, Cluster.of(small.num_nodes, small.num_gpus_per_node)).raise_if_invalid()
-    return SmokePlan(spec=small, processes=processes, steps=steps, stop_step=stop, full_size=full_size)
+    warned = tuple(p for p in data.problems if p.severity == WARNING)
+    return SmokePlan(spec=small, processes=processes, steps=steps, stop_step=stop, full_size=full_size, warnings=warned)
 
 
 def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:

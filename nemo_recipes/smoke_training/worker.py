@@ -48,6 +48,7 @@ def build_phase_recipe(
 
     from nemo_recipes.smoke_training.callbacks import SmokeMetrics, StopAtStep
     from nemo_recipes.smoke_training.faults import FAULTS
+    from nemo_recipes.smoke_training.fed import FedRecorder
     from nemo_recipes.smoke_training.preconditions import INIT_SEED
     from nemo_recipes.smoke_training.replicas import LayoutInvariantStart, ReplicaDigests
     from nemo_recipes.smoke_training.state import StateDigests
@@ -67,6 +68,7 @@ def build_phase_recipe(
     recipe.trainer.callbacks.append(run.Config(SmokeMetrics, path=metrics, phase=phase))
     recipe.trainer.callbacks.append(run.Config(StateDigests, path=metrics, phase=phase))
     recipe.trainer.callbacks.append(run.Config(ReplicaDigests, path=metrics, phase=phase))
+    recipe.trainer.callbacks.append(run.Config(FedRecorder, path=metrics, phase=phase))
     if invariant_init:
         recipe.trainer.callbacks.append(run.Config(LayoutInvariantStart, seed=INIT_SEED))
     if stop_at is not None:
