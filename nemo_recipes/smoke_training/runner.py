@@ -21,11 +21,13 @@ from typing import Any, Optional, TextIO, Union
 from nemo_recipes.catalog import RecipeSpec, get_recipe
 from nemo_recipes.errors import InvalidRecipeError, Problem, RunFailedError
 from nemo_recipes.smoke_training import record
+from nemo_recipes.smoke_training.built_checks import built_checks
 from nemo_recipes.smoke_training.invariance import invariance_check, reference_plan, replicas_check
 from nemo_recipes.smoke_training.judge import Verdict, judge, step_ranges
 from nemo_recipes.smoke_training.launchers import Launcher, SmokeError, local_processes
 from nemo_recipes.smoke_training.learned import Learned, learned, unigram_entropy
 from nemo_recipes.smoke_training.preconditions import NO_DROPOUT
+from nemo_recipes.smoke_training.resume_loss import resume_loss_check
 from nemo_recipes.smoke_training.shape import SmokePlan, smoke_plan
 from nemo_recipes.training import cpu_compat
 
@@ -192,6 +194,8 @@ class Workspace:
     #: Tests only: phase -> a fault to inject into it (`faults.FAULTS`); the CLI has no way to set it.
     faults: dict[str, str] = field(default_factory=dict)
     invariant_init: bool = False  # the start every layout shares (invariance.py)
+    #: The first phase trains on past its stop checkpoint without saving, as the uninterrupted reference.
+    reference_after: Optional[int] = None
 
     @property
     def metrics(self) -> Path:
@@ -212,6 +216,8 @@ class Workspace:
             "data_prefix": str(self.corpus) if self.corpus else None,
             "stop_at": stop_at,
             **({"invariant_init": True} if self.invariant_init else {}),
+            **({"reference_after": self.reference_after} if self.reference_after and phase == PHASES[0] else {}),
+            **({"reseed_at": self.reference_after} if self.reference_after else {}),
         }
 
 
@@ -384,6 +390,7 @@ def smoke(
     faults: Optional[dict[str, str]] = None,
     invariance: bool = False,
     reference: Optional[list[tuple[int, float]]] = None,
+    uninterrupted: bool = True,
 ) -> SmokeReport:
     """Scale `recipe` down in shape (unless `full_size`), train it for `stop_step` steps with NeMo's `llm.pretrain`,
     stop, resume from the checkpoint in fresh processes, train to `steps`, and judge the record.
@@ -394,8 +401,9 @@ def smoke(
     PreTrainingDataModule with the tokenizer's vocabulary) the report adds the data's unigram entropy and, with
     `sample` and a tokenizer, text sampled from the last checkpoint. `invariance` compares the loss curve with the
     one-process `reference` of the same shape (trained here when not given; dropout off in both, invariance.py).
-    `faults` (tests only: phase -> a fault of `faults.FAULTS`) breaks a phase on purpose, to show that the judge
-    catches it.
+    `uninterrupted` (the default): the first phase trains on past its stop checkpoint without saving, and the
+    resumed losses must equal those (straight_through.py, resume_loss.py). `faults` (tests only: phase -> faults of
+    `faults.FAULTS`, joined by commas) breaks a phase on purpose, to show that the judge catches it.
     """
     spec = get_recipe(recipe) if isinstance(recipe, str) else recipe
     if invariance:
@@ -423,9 +431,10 @@ def smoke(
             raise InvalidRecipeError(problems, context=f"smoke {spec.name} on this machine")
     space = workspace(plan, dir, name)
     space.faults, space.invariant_init = dict(faults or {}), invariance
+    space.reference_after = plan.stop_step if uninterrupted else None
     report = SmokeReport(recipe=spec.name, plan=plan, verdict=Verdict(), directory=str(space.root))
     shown = Progress(progress, plan.steps, f"smoke {spec.name}") if progress else None
-    for phase, stop_at in zip(PHASES, (plan.stop_step, None), strict=True):
+    for phase, stop_at in zip(PHASES, (None if uninterrupted else plan.stop_step, None), strict=True):
         code, seconds, log = run_phase(space, phase, stop_at, launch or local_processes, shown)
         report.exit_codes[phase], report.phase_seconds[phase], report.logs[phase] = code, seconds, str(log)
         if code != 0:
@@ -443,6 +452,12 @@ def smoke(
         unigram_entropy=entropy,
     )
     report.verdict.checks += [c for c in [replicas_check(space.records())] if c]
+    report.verdict.checks += built_checks(space.records(), PHASES)
+    if uninterrupted:
+        tokens = plan.spec.global_batch_size * plan.spec.seq_length
+        report.verdict.checks.append(
+            resume_loss_check(space.records(), report.verdict.losses, plan.stop_step, tokens, PHASES[0])
+        )
     if invariance and all(code == 0 for code in report.exit_codes.values()):
         report.reference = reference or train_reference(plan, str(space.root / "reference"))
         tokens = plan.spec.global_batch_size * plan.spec.seq_length

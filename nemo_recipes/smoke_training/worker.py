@@ -40,17 +40,24 @@ def build_phase_recipe(
     val_batches: int = VAL_BATCHES,
     fault: Optional[str] = None,
     invariant_init: bool = False,
+    reference_after: Optional[int] = None,
+    reseed_at: Optional[int] = None,
 ) -> Any:
     """The recipe NeMo will run for this phase: the scaled-down spec on its own data (the user's `data_paths` and
     tokenizer) or else on the learnable corpus at `data_prefix`, stopping after `stop_at` steps (None: at the end of
-    the schedule, spec.train_steps). `fault`: a fault the tests inject (`state.FAULTS`), never set otherwise."""
+    the schedule, spec.train_steps). `reference_after`: the step whose checkpoint the next phase resumes from; the
+    phase trains on past it without saving, as the uninterrupted reference (straight_through.py); `reseed_at`: the
+    step before which both phases seed dropout's generators alike. `fault`: faults
+    the tests inject (`faults.FAULTS`, names joined by commas), never set otherwise."""
     import nemo_run as run
 
     from nemo_recipes.smoke_training.callbacks import SmokeMetrics, StopAtStep
     from nemo_recipes.smoke_training.faults import FAULTS
     from nemo_recipes.smoke_training.preconditions import INIT_SEED
     from nemo_recipes.smoke_training.replicas import LayoutInvariantStart, ReplicaDigests
+    from nemo_recipes.smoke_training.built import BuiltAsRecipe, expected_optimizer
     from nemo_recipes.smoke_training.state import StateDigests
+    from nemo_recipes.smoke_training.straight_through import ReseedAt, TrainOnWithoutSaving
     from nemo_recipes.training.factories import build_recipe
 
     nodes, per_node = world_from_environment()
@@ -62,9 +69,16 @@ def build_phase_recipe(
     recipe.trainer.limit_test_batches = val_batches
     recipe.trainer.log_every_n_steps = 1
     recipe.data.num_workers = 1
-    if fault is not None:  # before the digests, so that the "loaded" digest sees what the fault did
-        recipe.trainer.callbacks.append(run.Config(FAULTS[fault]))
-    recipe.trainer.callbacks.append(run.Config(SmokeMetrics, path=metrics, phase=phase))
+    for name in fault.split(",") if fault else ():  # before the digests, so that they see what the fault did
+        recipe.trainer.callbacks.append(run.Config(FAULTS[name]))
+    recipe.trainer.callbacks.append(
+        run.Config(SmokeMetrics, path=metrics, phase=phase, reference_after=reference_after)
+    )
+    recipe.trainer.callbacks.append(run.Config(BuiltAsRecipe, path=metrics, phase=phase, expected=expected_optimizer(spec)))
+    if reference_after is not None:
+        recipe.trainer.callbacks.append(run.Config(TrainOnWithoutSaving, after=reference_after))
+    if reseed_at is not None:
+        recipe.trainer.callbacks.append(run.Config(ReseedAt, step=reseed_at))
     recipe.trainer.callbacks.append(run.Config(StateDigests, path=metrics, phase=phase))
     recipe.trainer.callbacks.append(run.Config(ReplicaDigests, path=metrics, phase=phase))
     if invariant_init:
@@ -85,6 +99,8 @@ def train_phase(
     val_batches: int = VAL_BATCHES,
     fault: Optional[str] = None,
     invariant_init: bool = False,
+    reference_after: Optional[int] = None,
+    reseed_at: Optional[int] = None,
 ) -> None:
     """Train one phase with NeMo's `llm.pretrain`; rank 0 then records the checkpoints it finds."""
     import fiddle as fdl
@@ -104,6 +120,8 @@ def train_phase(
         val_batches=val_batches,
         fault=fault,
         invariant_init=invariant_init,
+        reference_after=reference_after,
+        reseed_at=reseed_at,
     )
     if not cpu_compat.cuda_available():
         problems = cpu_compat.cpu_problems(RecipeSpec(**spec))
