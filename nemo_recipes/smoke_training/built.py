@@ -44,7 +44,7 @@ def no_weight_decay(name: str, param: Any) -> bool:
     return name.endswith(".bias") or len(param.shape) == 1
 
 
-def _mcore_parts(optimizer: Any) -> list[Any]:
+def mcore_parts(optimizer: Any) -> list[Any]:
     optimizer = getattr(optimizer, "mcore_optimizer", optimizer)
     return list(getattr(optimizer, "chained_optimizers", None) or [optimizer])
 
@@ -67,7 +67,7 @@ def as_built(trainer: Any, pl_module: Any, expected: dict[str, Any]) -> dict[str
     """This rank's findings: a list of wrong things per heading (empty: as the recipe says), and what was seen."""
     names = {id(p): n for n, p in pl_module.named_parameters()}
     config_wrong, decay_wrong, precision_wrong, seen = [], [], [], {}
-    parts = [part for optimizer in trainer.optimizers for part in _mcore_parts(optimizer)]
+    parts = [part for optimizer in trainer.optimizers for part in mcore_parts(optimizer)]
     for part in parts:
         config = part.config
         for key in ("lr", "min_lr", "weight_decay", "adam_beta1", "adam_beta2", "adam_eps", "clip_grad"):
@@ -112,23 +112,29 @@ def as_built(trainer: Any, pl_module: Any, expected: dict[str, Any]) -> dict[str
     }
 
 
+def main_copies(part: Any) -> list[tuple[Any, Any]]:
+    """(model parameter, the optimizer's copy of it: fp32 main param, this rank's shard with the distributed
+    optimizer) for each parameter this part of the optimizer steps on this rank."""
+    mains = [group["params"] for group in part.optimizer.param_groups]
+    if hasattr(part, "shard_fp32_from_float16_groups"):
+        mains = [a + b for a, b in zip(part.shard_fp32_from_float16_groups, part.shard_fp32_groups, strict=True)]
+    elif hasattr(part, "fp32_from_float16_groups"):
+        mains = [a + b for a, b in zip(part.fp32_from_float16_groups, part.fp32_from_fp32_groups, strict=True)]
+    return [
+        pair for models, copies in zip(_model_params_per_group(part), mains, strict=True) for pair in zip(models, copies, strict=True)
+    ]
+
+
 def fingerprints(trainer: Any, pl_module: Any) -> dict[str, str]:
-    """Each parameter's optimizer copy (this rank's shard of it with the distributed optimizer), by the model
-    parameter's name: the copy that moves. A bf16 norm scale of 1.0 stays bit-equal through a smoke run's updates
-    of ~1e-4 (half its rounding step is 2e-3), while its fp32 main copy moves."""
+    """Each parameter's optimizer copy, by the model parameter's name: the copy that moves. A bf16 norm scale of 1.0
+    stays bit-equal through a smoke run's updates of ~1e-4 (half its rounding step is 2e-3); its fp32 copy moves."""
     names = {id(p): n for n, p in pl_module.named_parameters()}
     found: dict[str, str] = {}
     for optimizer in trainer.optimizers:
-        for part in _mcore_parts(optimizer):
-            mains = [group["params"] for group in part.optimizer.param_groups]
-            if hasattr(part, "shard_fp32_from_float16_groups"):
-                mains = [a + b for a, b in zip(part.shard_fp32_from_float16_groups, part.shard_fp32_groups, strict=True)]
-            elif hasattr(part, "fp32_from_float16_groups"):
-                mains = [a + b for a, b in zip(part.fp32_from_float16_groups, part.fp32_from_fp32_groups, strict=True)]
-            for models, copies in zip(_model_params_per_group(part), mains, strict=True):
-                for model, copy in zip(models, copies, strict=True):
-                    name = names.get(id(model), f"?{len(found)}")
-                    found[name] = digest([(name, copy)])
+        for part in mcore_parts(optimizer):
+            for model, copy in main_copies(part):
+                name = names.get(id(model), f"?{len(found)}")
+                found[name] = digest([(name, copy)])
     return found
 
 

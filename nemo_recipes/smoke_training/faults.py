@@ -11,6 +11,8 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
+from nemo_recipes.smoke_training.planted import PLANTED
+
 
 class WeightsNotRestored(Callback):
     """Fault (tests only): a resumed phase trains from freshly initialised weights, as if the checkpoint's weights
@@ -51,3 +53,4 @@ class NoGradSync(Callback):
 
 #: Fault name (the phase config's `fault`) -> the callback that injects it.
 FAULTS: dict[str, type[Callback]] = {"weights-not-restored": WeightsNotRestored, "no-grad-sync": NoGradSync}
+FAULTS.update(PLANTED)  # issue 31's: the loss across the resume, the optimizer as built, the checkpoint files
