@@ -411,19 +411,6 @@ def smoke(
     plan = smoke_plan(
         spec, processes=processes, steps=steps, stop_step=stop_step, full_size=full_size, overrides=overrides
     )
-    if invariance and plan.processes == 1:
-        raise InvalidRecipeError(
-            [
-                Problem(
-                    "invariance",
-                    True,
-                    "compares a parallel layout with the one-process model; on one process the run is that model, "
-                    "so it would compare the run with itself.",
-                    "give --processes 2 or more (e.g. tensor_parallel=2), or leave --invariance out.",
-                )
-            ],
-            context=f"smoke {spec.name}",
-        )
     if launch is None:  # processes on this machine: it must be able to hold them
         problems = machine_problems(plan.processes, full_size)
         problems += [] if visible_gpus() else cpu_compat.cpu_problems(plan.spec)

@@ -186,19 +186,20 @@ def read_every_item(weights: Path) -> dict[str, int]:
     import torch
     from torch.distributed.checkpoint import FileSystemReader
 
-    items = FileSystemReader(str(weights)).read_metadata().storage_data
+    from nemo_recipes.conversion.megatron_checkpoint import short_files
+
+    metadata = FileSystemReader(str(weights)).read_metadata()
+    short = short_files(weights, metadata)  # the byte-range check `hf export` trusts a checkpoint by
+    if short:
+        path, size, needed = short[0]
+        raise ValueError(f"{path} holds {size or 0:,} bytes; its metadata places items in {needed:,}")
+    items = metadata.storage_data
     by_file: dict[str, list[Any]] = {}
     for index, info in items.items():
         by_file.setdefault(info.relative_path, []).append((index, info))
     read = 0
     for name, entries in sorted(by_file.items()):
         path = weights / name
-        size = path.stat().st_size if path.exists() else None
-        needed = max(info.offset + info.length for _, info in entries)
-        if size is None or size < needed:
-            raise ValueError(
-                f"{path} holds {size or 0:,} bytes; its metadata places {len(entries)} items in {needed:,}"
-            )
         with open(path, "rb") as file:
             for index, info in entries:
                 file.seek(info.offset)
