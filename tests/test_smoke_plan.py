@@ -583,8 +583,6 @@ def test_full_size_without_a_gpu_is_refused(tmp_path):
         (["--steps", str(10**20)], f"steps={10**20}: must be an integer from 4 to 1,000,000"),
         # fewer than the learning check needs: it was left out silently and the run passed
         (["--steps", "3"], "steps=3: must be an integer from 4 to 1,000,000"),
-        # one process is the one-process model: the check compared the run with itself
-        (["--invariance"], "invariance=True: compares a parallel layout with the one-process model"),
         # NeMo-Run's local executor runs its processes here: the machine's cores bound them as for --processes
         (["--executor", "local", "-E", "devices=4096"], "devices=4096: is more than this machine's"),
     ],

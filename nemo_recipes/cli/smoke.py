@@ -86,9 +86,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--invariance",
         action="store_true",
-        help="with two or more processes: also train the one-process model of the same shape and check that the "
-        "loss curve equals it (dropout off in both; about one more minute). Refused on one process, where the run "
-        "is that model and would be compared with itself",
+        help="also train the one-process model of the same shape straight through, in a process of its own, and "
+        "check that the loss curve equals it (dropout off in both; about one more minute). With several processes "
+        "it checks the layout; with one it works too, checking the stopped and resumed run against an independent "
+        "uninterrupted run",
     )
     add_executor_arguments(parser, example="devices=2")
     parser.add_argument(

@@ -78,6 +78,21 @@ def find_weights(given: str) -> Path:
     return max(found, key=step)
 
 
+def short_files(weights: Path, metadata: Any) -> list[tuple[Path, Optional[int], int]]:
+    """(file, its size or None where it is missing, the bytes the index needs in it) for each file of the
+    checkpoint at `weights` that does not hold every byte range its index (`metadata`) points to."""
+    ends: dict[str, int] = {}
+    for info in metadata.storage_data.values():
+        ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
+    short = []
+    for name, end in sorted(ends.items()):
+        file = weights / name
+        size = file.stat().st_size if file.is_file() else None
+        if size is None or size < end:
+            short.append((file, size, end))
+    return short
+
+
 @dataclass
 class MegatronCheckpoint:
     """The tensors of one checkpoint's `weights` directory."""
@@ -116,24 +131,16 @@ class MegatronCheckpoint:
     def _check_files(self) -> None:
         """Every byte range the index points to lies inside its file: a file cut short (a save killed while writing,
         a copy that stopped) is found before any tensor is read."""
-        ends: dict[str, int] = {}
-        for info in self.metadata.storage_data.values():
-            end = info.offset + info.length
-            ends[info.relative_path] = max(ends.get(info.relative_path, 0), end)
-        problems = []
-        for name, end in sorted(ends.items()):
-            file = self.path / name
-            size = file.stat().st_size if file.is_file() else None
-            if size is None or size < end:
-                have = "is missing" if size is None else f"holds {size:,} bytes"
-                problems.append(
-                    Problem(
-                        "CHECKPOINT",
-                        str(file),
-                        f"{have}; the checkpoint's index needs {end:,} (a torn or truncated checkpoint).",
-                        "export an earlier checkpoint of the run, whose save completed.",
-                    )
-                )
+        problems = [
+            Problem(
+                "CHECKPOINT",
+                str(file),
+                f"{'is missing' if size is None else f'holds {size:,} bytes'}; the checkpoint's index needs {end:,} "
+                "(a torn or truncated checkpoint).",
+                "export an earlier checkpoint of the run, whose save completed.",
+            )
+            for file, size, end in short_files(self.path, self.metadata)
+        ]
         if problems:
             raise InvalidConfigError(problems, context="hf export")
 

@@ -51,8 +51,10 @@ class SmokeMetrics(Callback):
     """Records where training started (the resumed step and data position), then each step's loss, consumed
     samples, learning rate and duration."""
 
-    def __init__(self, path: str, phase: str):
+    def __init__(self, path: str, phase: str, reference_after: int | None = None):
         self.path, self.phase = path, phase
+        # Steps past it train the uninterrupted reference (straight_through.py): recorded apart from the run's.
+        self.reference_after = reference_after
         self._started = 0.0
 
     def _rank_zero(self, trainer: Any) -> bool:
@@ -101,7 +103,9 @@ class SmokeMetrics(Callback):
         append(
             self.path,
             {
-                "event": "step",
+                "event": "reference step"
+                if self.reference_after is not None and trainer.global_step > self.reference_after
+                else "step",
                 "phase": self.phase,
                 "attempt": attempt(),
                 "step": trainer.global_step,

@@ -11,6 +11,8 @@ from typing import Any
 
 from lightning.pytorch.callbacks import Callback
 
+from nemo_recipes.smoke_training.planted import PLANTED
+
 
 class WeightsNotRestored(Callback):
     """Fault (tests only): a resumed phase trains from freshly initialised weights, as if the checkpoint's weights
@@ -57,3 +59,4 @@ FAULTS: dict[str, type[Callback]] = {
     "no-grad-sync": NoGradSync,
     **FED_FAULTS,
 }
+FAULTS.update(PLANTED)  # issue 31's: the loss across the resume, the optimizer as built, the checkpoint files

@@ -22,11 +22,13 @@ from nemo_recipes.catalog import RecipeSpec, get_recipe
 from nemo_recipes.errors import InvalidRecipeError, Problem, RunFailedError
 from nemo_recipes.smoke_training import record
 from nemo_recipes.smoke_training.fed_checks import fed_checks
+from nemo_recipes.smoke_training.built_checks import built_checks
 from nemo_recipes.smoke_training.invariance import invariance_check, reference_plan, replicas_check
 from nemo_recipes.smoke_training.judge import Verdict, judge, step_ranges
 from nemo_recipes.smoke_training.launchers import Launcher, SmokeError, local_processes
 from nemo_recipes.smoke_training.learned import Learned, learned, unigram_entropy
 from nemo_recipes.smoke_training.preconditions import NO_DROPOUT
+from nemo_recipes.smoke_training.resume_loss import resume_loss_check
 from nemo_recipes.smoke_training.shape import SmokePlan, smoke_plan
 from nemo_recipes.training import cpu_compat
 
@@ -193,6 +195,8 @@ class Workspace:
     #: Tests only: phase -> a fault to inject into it (`faults.FAULTS`); the CLI has no way to set it.
     faults: dict[str, str] = field(default_factory=dict)
     invariant_init: bool = False  # the start every layout shares (invariance.py)
+    #: The first phase trains on past its stop checkpoint without saving, as the uninterrupted reference.
+    reference_after: Optional[int] = None
 
     @property
     def metrics(self) -> Path:
@@ -213,6 +217,8 @@ class Workspace:
             "data_prefix": str(self.corpus) if self.corpus else None,
             "stop_at": stop_at,
             **({"invariant_init": True} if self.invariant_init else {}),
+            **({"reference_after": self.reference_after} if self.reference_after and phase == PHASES[0] else {}),
+            **({"reseed_at": self.reference_after} if self.reference_after else {}),
         }
 
 
@@ -385,6 +391,7 @@ def smoke(
     faults: Optional[dict[str, str]] = None,
     invariance: bool = False,
     reference: Optional[list[tuple[int, float]]] = None,
+    uninterrupted: bool = True,
 ) -> SmokeReport:
     """Scale `recipe` down in shape (unless `full_size`), train it for `stop_step` steps with NeMo's `llm.pretrain`,
     stop, resume from the checkpoint in fresh processes, train to `steps`, and judge the record.
@@ -395,8 +402,9 @@ def smoke(
     PreTrainingDataModule with the tokenizer's vocabulary) the report adds the data's unigram entropy and, with
     `sample` and a tokenizer, text sampled from the last checkpoint. `invariance` compares the loss curve with the
     one-process `reference` of the same shape (trained here when not given; dropout off in both, invariance.py).
-    `faults` (tests only: phase -> a fault of `faults.FAULTS`) breaks a phase on purpose, to show that the judge
-    catches it.
+    `uninterrupted` (the default): the first phase trains on past its stop checkpoint without saving, and the
+    resumed losses must equal those (straight_through.py, resume_loss.py). `faults` (tests only: phase -> faults of
+    `faults.FAULTS`, joined by commas) breaks a phase on purpose, to show that the judge catches it.
     """
     spec = get_recipe(recipe) if isinstance(recipe, str) else recipe
     if invariance:
@@ -406,19 +414,6 @@ def smoke(
     )
     for warning in plan.warnings:  # the data's (no manifest, ...): said before the minutes of training
         print(warning, file=sys.stderr)
-    if invariance and plan.processes == 1:
-        raise InvalidRecipeError(
-            [
-                Problem(
-                    "invariance",
-                    True,
-                    "compares a parallel layout with the one-process model; on one process the run is that model, "
-                    "so it would compare the run with itself.",
-                    "give --processes 2 or more (e.g. tensor_parallel=2), or leave --invariance out.",
-                )
-            ],
-            context=f"smoke {spec.name}",
-        )
     if launch is None:  # processes on this machine: it must be able to hold them
         problems = machine_problems(plan.processes, full_size)
         problems += [] if visible_gpus() else cpu_compat.cpu_problems(plan.spec)
@@ -426,9 +421,10 @@ def smoke(
             raise InvalidRecipeError(problems, context=f"smoke {spec.name} on this machine")
     space = workspace(plan, dir, name)
     space.faults, space.invariant_init = dict(faults or {}), invariance
+    space.reference_after = plan.stop_step if uninterrupted else None
     report = SmokeReport(recipe=spec.name, plan=plan, verdict=Verdict(), directory=str(space.root))
     shown = Progress(progress, plan.steps, f"smoke {spec.name}") if progress else None
-    for phase, stop_at in zip(PHASES, (plan.stop_step, None), strict=True):
+    for phase, stop_at in zip(PHASES, (None if uninterrupted else plan.stop_step, None), strict=True):
         code, seconds, log = run_phase(space, phase, stop_at, launch or local_processes, shown)
         report.exit_codes[phase], report.phase_seconds[phase], report.logs[phase] = code, seconds, str(log)
         if code != 0:
@@ -449,6 +445,12 @@ def smoke(
     report.verdict.checks += fed_checks(
         space.records(), steps=plan.steps, stop_step=plan.stop_step, global_batch_size=plan.spec.global_batch_size
     )
+    report.verdict.checks += built_checks(space.records(), PHASES)
+    if uninterrupted:
+        tokens = plan.spec.global_batch_size * plan.spec.seq_length
+        report.verdict.checks.append(
+            resume_loss_check(space.records(), report.verdict.losses, plan.stop_step, tokens, PHASES[0])
+        )
     if invariance and all(code == 0 for code in report.exit_codes.values()):
         report.reference = reference or train_reference(plan, str(space.root / "reference"))
         tokens = plan.spec.global_batch_size * plan.spec.seq_length

@@ -40,10 +40,15 @@ def build_phase_recipe(
     val_batches: int = VAL_BATCHES,
     fault: Optional[str] = None,
     invariant_init: bool = False,
+    reference_after: Optional[int] = None,
+    reseed_at: Optional[int] = None,
 ) -> Any:
     """The recipe NeMo will run for this phase: the scaled-down spec on its own data (the user's `data_paths` and
     tokenizer) or else on the learnable corpus at `data_prefix`, stopping after `stop_at` steps (None: at the end of
-    the schedule, spec.train_steps). `fault`: a fault the tests inject (`state.FAULTS`), never set otherwise."""
+    the schedule, spec.train_steps). `reference_after`: the step whose checkpoint the next phase resumes from; the
+    phase trains on past it without saving, as the uninterrupted reference (straight_through.py); `reseed_at`: the
+    step before which both phases seed dropout's generators alike. `fault`: faults
+    the tests inject (`faults.FAULTS`, names joined by commas), never set otherwise."""
     import nemo_run as run
 
     from nemo_recipes.smoke_training.callbacks import SmokeMetrics, StopAtStep
@@ -51,7 +56,9 @@ def build_phase_recipe(
     from nemo_recipes.smoke_training.fed import FedRecorder
     from nemo_recipes.smoke_training.preconditions import INIT_SEED
     from nemo_recipes.smoke_training.replicas import LayoutInvariantStart, ReplicaDigests
+    from nemo_recipes.smoke_training.built import BuiltAsRecipe, expected_optimizer
     from nemo_recipes.smoke_training.state import StateDigests
+    from nemo_recipes.smoke_training.straight_through import ReseedAt, TrainOnWithoutSaving
     from nemo_recipes.training.factories import build_recipe
 
     nodes, per_node = world_from_environment()
@@ -63,9 +70,16 @@ def build_phase_recipe(
     recipe.trainer.limit_test_batches = val_batches
     recipe.trainer.log_every_n_steps = 1
     recipe.data.num_workers = 1
-    if fault is not None:  # before the digests, so that the "loaded" digest sees what the fault did
-        recipe.trainer.callbacks.append(run.Config(FAULTS[fault]))
-    recipe.trainer.callbacks.append(run.Config(SmokeMetrics, path=metrics, phase=phase))
+    for name in fault.split(",") if fault else ():  # before the digests, so that they see what the fault did
+        recipe.trainer.callbacks.append(run.Config(FAULTS[name]))
+    recipe.trainer.callbacks.append(
+        run.Config(SmokeMetrics, path=metrics, phase=phase, reference_after=reference_after)
+    )
+    recipe.trainer.callbacks.append(run.Config(BuiltAsRecipe, path=metrics, phase=phase, expected=expected_optimizer(spec)))
+    if reference_after is not None:
+        recipe.trainer.callbacks.append(run.Config(TrainOnWithoutSaving, after=reference_after))
+    if reseed_at is not None:
+        recipe.trainer.callbacks.append(run.Config(ReseedAt, step=reseed_at))
     recipe.trainer.callbacks.append(run.Config(StateDigests, path=metrics, phase=phase))
     recipe.trainer.callbacks.append(run.Config(ReplicaDigests, path=metrics, phase=phase))
     recipe.trainer.callbacks.append(run.Config(FedRecorder, path=metrics, phase=phase))
@@ -87,6 +101,8 @@ def train_phase(
     val_batches: int = VAL_BATCHES,
     fault: Optional[str] = None,
     invariant_init: bool = False,
+    reference_after: Optional[int] = None,
+    reseed_at: Optional[int] = None,
 ) -> None:
     """Train one phase with NeMo's `llm.pretrain`; rank 0 then records the checkpoints it finds."""
     import fiddle as fdl
@@ -106,6 +122,8 @@ def train_phase(
         val_batches=val_batches,
         fault=fault,
         invariant_init=invariant_init,
+        reference_after=reference_after,
+        reseed_at=reseed_at,
     )
     if not cpu_compat.cuda_available():
         problems = cpu_compat.cpu_problems(RecipeSpec(**spec))
@@ -170,19 +188,20 @@ def read_every_item(weights: Path) -> dict[str, int]:
     import torch
     from torch.distributed.checkpoint import FileSystemReader
 
-    items = FileSystemReader(str(weights)).read_metadata().storage_data
+    from nemo_recipes.conversion.megatron_checkpoint import short_files
+
+    metadata = FileSystemReader(str(weights)).read_metadata()
+    short = short_files(weights, metadata)  # the byte-range check `hf export` trusts a checkpoint by
+    if short:
+        path, size, needed = short[0]
+        raise ValueError(f"{path} holds {size or 0:,} bytes; its metadata places items in {needed:,}")
+    items = metadata.storage_data
     by_file: dict[str, list[Any]] = {}
     for index, info in items.items():
         by_file.setdefault(info.relative_path, []).append((index, info))
     read = 0
     for name, entries in sorted(by_file.items()):
         path = weights / name
-        size = path.stat().st_size if path.exists() else None
-        needed = max(info.offset + info.length for _, info in entries)
-        if size is None or size < needed:
-            raise ValueError(
-                f"{path} holds {size or 0:,} bytes; its metadata places {len(entries)} items in {needed:,}"
-            )
         with open(path, "rb") as file:
             for index, info in entries:
                 file.seek(info.offset)
