@@ -222,6 +222,7 @@ def _row(tool: str, workers: int, figures: list[dict], tokens: int, size: int) -
         "tokens_per_s_per_core": tokens / wall / workers,
         "mb_per_s": size / 1e6 / wall,
         "cpu_s": cpu,
+        "tokens_per_cpu_s": tokens / cpu,
         "cpu_s_per_gb": cpu / (size / 1e9),
         "peak_rss_mb": max(f["peak_rss_mb"] for f in figures),
         "tree_rss_mb": max(f["tree_rss_mb"] for f in figures),
@@ -277,13 +278,13 @@ def report(result: dict) -> str:
         f".bin: {same}",
         f"data prepare encoder: {result['encoder']}; fast path: {result['fast_path']}",
         f"{'tool':18s} {'cores':>5s} {'wall s':>7s} {'tokens/s':>9s} {'tok/s/core':>10s} {'MB/s':>6s} "
-        f"{'CPU-s/GB':>8s} {'RSS MB':>6s} {'tree MB':>7s} {'load':>5s}",
+        f"{'tok/CPU-s':>9s} {'CPU-s/GB':>8s} {'RSS MB':>6s} {'tree MB':>7s} {'load':>5s}",
     ]
     for r in result["rows"]:
         lines.append(
             f"{NAMES[r['tool']]:18s} {r['workers']:5d} {r['wall_s']:7.1f} {r['tokens_per_s']:9.0f} "
-            f"{r['tokens_per_s_per_core']:10.0f} {r['mb_per_s']:6.2f} {r['cpu_s_per_gb']:8.0f} "
-            f"{r['peak_rss_mb']:6.0f} {r['tree_rss_mb']:7.0f} {r['load']:5.1f}"
+            f"{r['tokens_per_s_per_core']:10.0f} {r['mb_per_s']:6.2f} {r['tokens_per_cpu_s']:9.0f} "
+            f"{r['cpu_s_per_gb']:8.0f} {r['peak_rss_mb']:6.0f} {r['tree_rss_mb']:7.0f} {r['load']:5.1f}"
         )
     goals = result["goals"]
     fast = ", ".join(f"{w} core(s) {r:.2f}x" for w, r in result["ours_over_fast_path"].items())
