@@ -290,6 +290,8 @@ def report(result: dict) -> str:
     fast = ", ".join(f"{w} core(s) {r:.2f}x" for w, r in result["ours_over_fast_path"].items())
     pre = ", ".join(f"{w} worker(s) {r:.2f}x" for w, r in result["ours_over_preprocess_data"].items())
     scaling = ", ".join(f"{NAMES[t]} {s:.2f}x" for t, s in result["scaling"].items())
+    if goals["near_linear"] is None:
+        scaling = "one worker count"
     rss = ", ".join(
         f"{w} worker(s) {b['peak_rss_mb']:.0f} MB on {b['mb']:g} MB -> x{b['growth']:.3f}"
         for w, b in result["rss_baseline"].items()
