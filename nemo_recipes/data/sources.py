@@ -309,12 +309,22 @@ def _utf8_fix(path: str) -> str:
     return f"convert it to UTF-8 (e.g. iconv -f latin1 -t utf-8 {path} > {Path(path).stem}.utf8{Path(path).suffix})"
 
 
+def _lines(data: bytes) -> Iterator[bytes]:
+    """The lines of `data` as `data.split(b"\\n")` gives them, one at a time: a list of every line of a shard would
+    double its memory."""
+    start = 0
+    while (end := data.find(b"\n", start)) >= 0:
+        yield data[start:end]
+        start = end + 1
+    yield data[start:]
+
+
 def jsonl_documents(
     data: bytes, file: InputFile, first_line: int, options: ReadOptions, skipped: Skipped
 ) -> Iterator[str]:
     """The documents of whole JSON lines in `data`, whose first line is line `first_line` of `file`."""
     key, limit = options.key, options.max_document_chars
-    for number, line in enumerate(data.split(b"\n"), start=first_line):
+    for number, line in enumerate(_lines(data), start=first_line):
         if not line.strip():
             continue
         problem: tuple[str, Any, str, str]
