@@ -25,7 +25,9 @@ ALLOWED: dict[str, set[str]] = {
     # A blend by budget: the catalog's checks need no file; epochs read the sources' manifests (data.manifest,
     # standard library only), where plan and the plugin resolve them.
     "budget": CORE | {"data"},
-    "catalog": CORE | {"families", "budget"},
+    # The checks of a recipe's values: read the field types from the spec they are given, so never the catalog.
+    "recipe_checks": CORE | {"budget"},
+    "catalog": CORE | {"families", "budget", "recipe_checks"},
     "plan": CORE | {"catalog", "families", "data", "budget"},
     "overrides": CORE | {"catalog"},
     "data": CORE | {"catalog", "_version"},
@@ -66,6 +68,7 @@ LIGHT = {
     "yaml_files",
     "families",
     "budget",
+    "recipe_checks",
     "catalog",
     "plan",
     "overrides",

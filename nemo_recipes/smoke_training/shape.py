@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from nemo_recipes.catalog import _COUNT_MAX, RecipeSpec
+from nemo_recipes.catalog import COUNT_MAX, RecipeSpec
 from nemo_recipes.errors import InvalidRecipeError, Problem
 from nemo_recipes.plan import Cluster, validate
 from nemo_recipes.plan.data import checked_data
@@ -230,12 +230,12 @@ def _argument_problems(processes: Any, steps: Any, stop_step: Any) -> list[Probl
     problems = []
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
         problems.append(Problem("processes", processes, "must be a positive integer.", "give e.g. --processes 2."))
-    elif processes > _COUNT_MAX:  # named here: the plan would report it as num_gpus_per_node, which no user gave
+    elif processes > COUNT_MAX:  # named here: the plan would report it as num_gpus_per_node, which no user gave
         problems.append(
             Problem(
                 "processes",
                 processes,
-                f"is larger than {_COUNT_MAX:,} (one node's processes; far beyond any machine: most likely a typo).",
+                f"is larger than {COUNT_MAX:,} (one node's processes; far beyond any machine: most likely a typo).",
                 "give e.g. --processes 2, or --executor to run on a cluster.",
             )
         )
