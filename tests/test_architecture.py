@@ -311,6 +311,26 @@ def test_the_circle_check_finds_a_lazy_circle():
     assert frozenset(KNOWN_CIRCLES) <= {frozenset(c) for c in import_circles(import_graph(SOURCES))}
 
 
+#: The most lines a source file of the package may hold: a file past it holds several ideas, each of which wants its
+#: own module named for it (issue 32).
+MAX_LINES = 600
+
+
+def too_long(sources: dict[str, str], limit: int = MAX_LINES) -> dict[str, int]:
+    """Files of `sources` with more than `limit` lines, with their count."""
+    counts = {relative: len(text.splitlines()) for relative, text in sources.items()}
+    return {relative: count for relative, count in counts.items() if count > limit}
+
+
+def test_no_source_file_is_longer_than_the_limit():
+    offenders = too_long(SOURCES)
+    assert not offenders, f"files over {MAX_LINES} lines (split each into modules named for what it holds): {offenders}"
+
+
+def test_the_length_check_finds_a_long_file():
+    assert too_long({"a.py": "x = 1\n" * MAX_LINES, "b.py": "x = 1\n" * (MAX_LINES + 1)}) == {"b.py": MAX_LINES + 1}
+
+
 def test_nothing_the_tests_or_benchmarks_read_lies_outside_the_checkout():
     # A user's clone has no ../shared: the suite and benchmarks carry their own data (tests/data, benchmarks/data).
     root = PACKAGE.parent

@@ -28,9 +28,10 @@ from nemo_recipes.errors import ERROR, InvalidRecipeError, known
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.memory import estimate_memory
+from nemo_recipes.plan.rules import layout_problems, program_problems
 from nemo_recipes.plan.stack import Program, program_for
 from nemo_recipes.plan.throughput import estimate_throughput
-from nemo_recipes.plan.validate import TIGHT_MEMORY_FRACTION, layout_problems, program_problems
+from nemo_recipes.plan.validation import TIGHT_MEMORY_FRACTION
 
 # Step times closer than this are a tie (the model cannot tell them apart): more memory headroom wins.
 TIE = 0.01

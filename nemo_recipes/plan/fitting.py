@@ -27,6 +27,12 @@ from nemo_recipes.errors import ERROR, InvalidRecipeError, Problem
 from nemo_recipes.plan.hardware import GPUS, Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.report import Advice, Change, PlanReport, check_inputs
+from nemo_recipes.plan.rules import (
+    attention_heads_rule,
+    context_parallel_rule,
+    data_blend_rule,
+    fp8_rule,
+)
 from nemo_recipes.plan.search import (
     Candidate,
     Space,
@@ -37,13 +43,7 @@ from nemo_recipes.plan.search import (
     summary,
     valid_plans,
 )
-from nemo_recipes.plan.validate import (
-    attention_heads_rule,
-    context_parallel_rule,
-    data_blend_rule,
-    fp8_rule,
-    validate,
-)
+from nemo_recipes.plan.validation import validate
 
 LrScaling = Optional[Literal["sqrt", "linear"]]
 LR_RULES = ("sqrt", "linear", None)
