@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _slurm_state(experiment: Any, job_id: str, executor: Any, *, follow: bool) -> Any:
     """Slurm's state of the job (each change while following it) and where its logs are, on stderr."""
-    from nemo_recipes.executors import slurm_state
+    from nemo_recipes.executors.slurm_executor import state as slurm_state
 
     return slurm_state.watch(
         experiment, job_id, executor, follow_job=follow, out=lambda line: print(line, file=sys.stderr, flush=True)

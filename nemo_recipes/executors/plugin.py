@@ -18,7 +18,7 @@ from nemo_recipes import budget
 from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem
 from nemo_recipes.executors import registry
 from nemo_recipes.executors._common import GPU_ENV
-from nemo_recipes.executors.kubeflow_trainer import mixed_pod_settings
+from nemo_recipes.executors.kubernetes_executor.trainer import mixed_pod_settings
 from nemo_recipes.plan.hardware import get_gpu
 
 #: GPUs of compute capability 10 (Blackwell) use 32 hardware queues with TP/CP overlap, older ones 1
@@ -165,7 +165,7 @@ def _warn_if_config_unreadable(executor: run.KubeflowExecutor) -> None:
     class)."""
     from nemo_run.config import get_nemorun_home
 
-    from nemo_recipes.executors.presets.kubernetes import SHARED_HOME_HOW, reads_configs_from
+    from nemo_recipes.executors.kubernetes_executor.preset import SHARED_HOME_HOW, reads_configs_from
 
     if reads_configs_from(executor) is not None:
         return

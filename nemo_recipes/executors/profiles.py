@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping, Optional
 from nemo_recipes import yaml_files
 from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem, did_you_mean
 from nemo_recipes.executors import registry
-from nemo_recipes.executors.kubeflow_trainer import normalise_version
+from nemo_recipes.executors.kubernetes_executor.trainer import normalise_version
 
 ENV_VAR = "NEMO_RECIPES_CLUSTERS"
 PRESET_NAMES = registry.NAMES
