@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from nemo_recipes._version import __version__
-from nemo_recipes.data import plan as plans
+from nemo_recipes.data import shard_plan
 from nemo_recipes.data.manifest import (
     Manifest,
     fsync_directory,
@@ -22,7 +22,7 @@ from nemo_recipes.data.manifest import (
     read_manifest,
     write_manifest,
 )
-from nemo_recipes.data.plan import ShardPlan
+from nemo_recipes.data.shard_plan import ShardPlan
 from nemo_recipes.data.shard_work import local_files, pending
 from nemo_recipes.data.sources import bad
 from nemo_recipes.errors import InvalidRecipeError
@@ -60,7 +60,7 @@ def finalize(plan_path: str | Path) -> list[Manifest]:
     import numpy as np
     from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
-    plan = plans.read_plan(plan_path)
+    plan = shard_plan.read_plan(plan_path)
     if plan is None:
         raise bad("plan", str(plan_path), "no shard plan there.", "run `nemo-recipes data prepare` to write one.")
     missing = pending(plan)
@@ -77,7 +77,7 @@ def finalize(plan_path: str | Path) -> list[Manifest]:
     manifests = []
     for source in plan.sources:
         shards = [s for s in plan.shards if s.source == source["name"]]
-        receipts = [plans.read_receipt(plan, s.index) or {} for s in shards]
+        receipts = [shard_plan.read_receipt(plan, s.index) or {} for s in shards]
         manifest = _source_manifest(plan, source, receipts)
         if manifest.documents == 0:
             examples = [e for r in receipts for e in r["skipped_examples"]][:3]

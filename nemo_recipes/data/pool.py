@@ -10,10 +10,9 @@ import os
 import signal
 from typing import Any, Iterator
 
-from nemo_recipes.data import fast_encoder
-from nemo_recipes.data import plan as plans
-from nemo_recipes.data.plan import ShardPlan
+from nemo_recipes.data import fast_encoder, shard_plan
 from nemo_recipes.data.progress import Progress
+from nemo_recipes.data.shard_plan import ShardPlan
 from nemo_recipes.data.shard_work import one_thread_per_worker, process_shard
 from nemo_recipes.data.sources import InvalidDataError
 from nemo_recipes.errors import InvalidRecipeError, Problem
@@ -47,7 +46,7 @@ def _worker_init(plan_path: str, queue: Any, parent: int) -> None:
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING)
-    _WORKER["plan"] = plans.read_plan(plan_path)
+    _WORKER["plan"] = shard_plan.read_plan(plan_path)
     _WORKER["encoder"] = fast_encoder.load(_WORKER["plan"].tokenizer.path, _WORKER["plan"].encoder)
     _WORKER["queue"] = queue
     _WORKER["parent"] = parent

@@ -23,17 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, TextIO
 
-from nemo_recipes.data import fast_encoder, sources, tokenizers
-from nemo_recipes.data import plan as plans
+from nemo_recipes.data import fast_encoder, shard_plan, sources, tokenizers
 from nemo_recipes.data.manifest import (
     MANIFEST_SUFFIX,
     Manifest,
     write_atomic,
 )
 from nemo_recipes.data.merge import finalize, up_to_date
-from nemo_recipes.data.plan import Shard, ShardPlan
 from nemo_recipes.data.pool import run_local
 from nemo_recipes.data.progress import Progress
+from nemo_recipes.data.shard_plan import Shard, ShardPlan
 from nemo_recipes.data.shard_work import (  # noqa: F401  (run_shards: the entry point data_executor names here)
     local_files,
     pending,
@@ -152,7 +151,7 @@ def _ours(path: Path, out: Path) -> bool:
     if not path.is_relative_to(out):
         return False
     inside = path.relative_to(out).parts
-    return inside[0] in (plans.WORK_DIR, "tokenizer", "tokenizer.model") or (
+    return inside[0] in (shard_plan.WORK_DIR, "tokenizer", "tokenizer.model") or (
         len(inside) == 1 and path.name.endswith(MANIFEST_SUFFIX)
     )
 
@@ -187,7 +186,7 @@ def _without_outputs(srcs: list[sources.Source], out: Path, log: Log) -> list[so
 @contextlib.contextmanager
 def _locked(out: Path) -> Iterator[None]:
     """One prepare at a time per --out: a second one would tokenize everything again and fail at its merge."""
-    work = out / plans.WORK_DIR
+    work = out / shard_plan.WORK_DIR
     work.mkdir(parents=True, exist_ok=True)
     with open(work / "lock", "w") as lock:
         try:
@@ -209,7 +208,7 @@ def _digests(srcs: list[sources.Source]) -> list[dict]:
     for source in srcs:
         inputs = []
         for file in source.files:
-            digest = plans.file_digest(file.path)
+            digest = shard_plan.file_digest(file.path)
             if digest["bytes"] == 0:
                 problems.append(Problem("inputs", file.path, "the file is empty.", "remove it from the inputs."))
             inputs.append(digest)
@@ -225,7 +224,7 @@ def _cut(srcs: list[sources.Source], size: int) -> list[Shard]:
     cuts = []
     for source in srcs:
         for file in source.files:
-            ranges, _total, any_text = plans.split_file(file, size)
+            ranges, _total, any_text = shard_plan.split_file(file, size)
             if not any_text:
                 problems.append(
                     Problem(
@@ -245,9 +244,9 @@ def _train(srcs: list[sources.Source], described: list[dict], out: Path, options
     """The trained tokenizer in `out`: reused when trained before on the same inputs and arguments, else trained
     on the first documents of every SAMPLE_WINDOW of the inputs, up to the sample size (windows of a fixed size, so
     that the tokenizer, like the data, does not depend on the number of workers)."""
-    work = out / plans.WORK_DIR
+    work = out / shard_plan.WORK_DIR
     receipt = work / "tokenizer.json"
-    identity = plans.plan_id(described, options.arguments(), "trained")
+    identity = shard_plan.plan_id(described, options.arguments(), "trained")
     with contextlib.suppress(OSError, ValueError, KeyError, InvalidRecipeError):
         recorded = json.loads(receipt.read_text())
         if recorded["identity"] == identity and tokenizers.fingerprint(recorded["path"]) == recorded["fingerprint"]:
@@ -308,15 +307,15 @@ def make_plan(
     srcs = _without_outputs(srcs, out, log)
     described = _digests(srcs)
     # The shard size follows the inputs' stored size (compressed files get larger shards; that is all).
-    size = shard_bytes or plans.shard_size(sum(i["bytes"] for s in described for i in s["inputs"]), workers)
+    size = shard_bytes or shard_plan.shard_size(sum(i["bytes"] for s in described for i in s["inputs"]), workers)
     if options.train_tokenizer:
         tokenizer_path = _train(srcs, described, out, options, log)
     else:
         tokenizer_path = Path(str(options.tokenizer_path))
     info = tokenizers.describe(tokenizer_path)
     arguments = options.arguments()
-    identity = plans.plan_id(described, arguments, info.fingerprint)
-    existing = plans.read_plan(out)
+    identity = shard_plan.plan_id(described, arguments, info.fingerprint)
+    existing = shard_plan.read_plan(out)
     if existing is not None and existing.id == identity and existing.out == str(out):
         return existing
     dtype = "uint16" if info.vocab_size < UINT16_VOCAB_LIMIT else "int32"
@@ -340,8 +339,8 @@ def make_plan(
         encoder=choice.encoder,
     )
     if up_to_date(plan) is None:  # outputs written by this plan before (then another ran here) need no new one
-        plans.start_fresh(plan.work)
-        plans.write_plan(plan)
+        shard_plan.start_fresh(plan.work)
+        shard_plan.write_plan(plan)
     return plan
 
 
@@ -461,7 +460,7 @@ def _prepare_locked(
         )
         return done
     todo = pending(plan)
-    plans.remove_leftovers(plan)
+    shard_plan.remove_leftovers(plan)
     if len(todo) < len(plan.shards):
         log(f"resuming: {len(plan.shards) - len(todo)} of {len(plan.shards)} shards already done (receipts kept)")
     total = sum(plan.shards[i].end - plan.shards[i].start for i in todo)

@@ -12,10 +12,9 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
-from nemo_recipes.data import fast_encoder, sources, tokenizers
-from nemo_recipes.data import plan as plans
+from nemo_recipes.data import fast_encoder, shard_plan, sources, tokenizers
 from nemo_recipes.data.manifest import write_atomic
-from nemo_recipes.data.plan import Shard, ShardPlan
+from nemo_recipes.data.shard_plan import Shard, ShardPlan
 from nemo_recipes.data.sources import bad
 
 # Documents are tokenized in batches of about this many characters (encode_batch amortises the call, and the
@@ -164,8 +163,8 @@ def pending(plan: ShardPlan) -> list[int]:
     """Shards without a valid receipt (or whose files are gone)."""
     result = []
     for shard in plan.shards:
-        receipt = plans.read_receipt(plan, shard.index)
-        if receipt is None or not plans.shard_files_present(plan, shard.index, receipt):
+        receipt = shard_plan.read_receipt(plan, shard.index)
+        if receipt is None or not shard_plan.shard_files_present(plan, shard.index, receipt):
             result.append(shard.index)
     return result
 
@@ -188,7 +187,7 @@ def one_thread_per_worker() -> Iterator[None]:
 def run_shards(plan_path: str | Path, rank: int = 0, world: int = 1, *, report: Optional[Report] = None) -> int:
     """Process the shards `i % world == rank` of the plan that have no receipt yet, one after the other; return
     how many were processed. Idempotent: run again, it skips what is receipted."""
-    plan = plans.read_plan(plan_path)
+    plan = shard_plan.read_plan(plan_path)
     if plan is None:
         raise bad("plan", str(plan_path), "no shard plan there.", "run `nemo-recipes data prepare` to write one.")
     todo = [i for i in pending(plan) if i % world == rank]
