@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Optional
 
 from nemo_recipes import budget
-from nemo_recipes.errors import InvalidRecipeError, Problem, did_you_mean
+from nemo_recipes.errors import InvalidInputError, Problem, did_you_mean
 from nemo_recipes.families import REGISTRY, Architecture, family_of, get_family
 from nemo_recipes.recipe_checks import (  # noqa: F401  (re-exported: the catalog's names for the checks and bounds)
     COUNT_MAX,
@@ -135,7 +135,7 @@ class RecipeSpec:
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         problems = type_problems(self)
         if problems:
-            raise InvalidRecipeError(problems, context=f"recipe {self.name!r}")
+            raise InvalidInputError(problems, context=f"recipe {self.name!r}")
 
     # ---- derived values: computed here, never written twice ----
 
@@ -226,7 +226,7 @@ class RecipeSpec:
     # ---- changing a recipe ----
 
     def replace(self, **overrides: Any) -> "RecipeSpec":
-        """A copy with `overrides`; unknown keys and wrong types are all reported in one InvalidRecipeError."""
+        """A copy with `overrides`; unknown keys and wrong types are all reported in one InvalidInputError."""
         known = field_names()
         problems = [
             _RETIRED_FIELDS[key](value)
@@ -243,10 +243,10 @@ class RecipeSpec:
         valid = {k: v for k, v in overrides.items() if k in known}
         try:
             changed = dataclasses.replace(self, **valid)
-        except InvalidRecipeError as error:
+        except InvalidInputError as error:
             problems += error.problems
         if problems:
-            raise InvalidRecipeError(problems, context=f"recipe {self.name!r}")
+            raise InvalidInputError(problems, context=f"recipe {self.name!r}")
         return changed
 
     def to_dict(self) -> dict[str, Any]:
@@ -539,13 +539,13 @@ def recipe_names() -> tuple[str, ...]:
 def get_recipe(name: str) -> RecipeSpec:
     """The table row called `name`, or an error listing the known names."""
     if not isinstance(name, str):
-        raise InvalidRecipeError(
+        raise InvalidInputError(
             [Problem("recipe", name, "must be a recipe name (a string).", f"use one of: {', '.join(RECIPES)}.")]
         )
     try:
         return RECIPES[name]
     except KeyError:
-        raise InvalidRecipeError(
+        raise InvalidInputError(
             [
                 Problem(
                     "recipe",
@@ -574,7 +574,7 @@ def closest_recipe(num_parameters: float, family: str = "gpt") -> RecipeSpec:
     if family not in FAMILIES:
         problems.append(Problem("family", family, "unknown recipe family.", f"use one of: {', '.join(FAMILIES)}."))
     if problems:
-        raise InvalidRecipeError(problems)
+        raise InvalidInputError(problems)
     # Compared as logarithms, so that no ratio of two counts can overflow or vanish.
     target = math.log(num_parameters)
     rows = [spec for spec in RECIPES.values() if spec.family == family]

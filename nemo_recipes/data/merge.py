@@ -25,7 +25,7 @@ from nemo_recipes.data.manifest import (
 from nemo_recipes.data.shard_plan import ShardPlan
 from nemo_recipes.data.shard_work import local_files, pending
 from nemo_recipes.data.sources import bad
-from nemo_recipes.errors import InvalidRecipeError
+from nemo_recipes.errors import InvalidInputError
 
 
 def _source_manifest(plan: ShardPlan, source: dict, receipts: list[dict]) -> Manifest:
@@ -119,7 +119,7 @@ def up_to_date(plan: ShardPlan) -> Optional[list[Manifest]]:
         try:
             manifest = read_manifest(prefix)
             summary = index_summary(prefix)
-        except InvalidRecipeError:
+        except InvalidInputError:
             return None
         same = (
             list(manifest.inputs) == list(source["inputs"])

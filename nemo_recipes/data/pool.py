@@ -15,7 +15,7 @@ from nemo_recipes.data.progress import Progress
 from nemo_recipes.data.shard_plan import ShardPlan
 from nemo_recipes.data.shard_work import one_thread_per_worker, process_shard
 from nemo_recipes.data.sources import InvalidDataError
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidInputError, Problem
 
 # Worker processes of the local pool: the plan and tokenizer, loaded once per process.
 _WORKER: dict[str, Any] = {}
@@ -62,7 +62,7 @@ def _worker_shard(index: int) -> Any:
     plan = _WORKER["plan"]
     try:
         return process_shard(plan, plan.shards[index], _WORKER["encoder"], _worker_report)
-    except InvalidRecipeError as error:  # sent back as data: the exception's own pickling loses its problems
+    except InvalidInputError as error:  # sent back as data: the exception's own pickling loses its problems
         return {"problems": [p.__dict__ for p in error.problems]}
 
 

@@ -40,7 +40,7 @@ from nemo_recipes.data.shard_work import (  # noqa: F401  (run_shards: the entry
     shard_documents,
 )
 from nemo_recipes.data.sources import InvalidDataError, bad
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidInputError, Problem
 from nemo_recipes.quiet import library_notices_silenced
 
 #: Megatron-Core's DType.optimal_dtype: uint16 below this many vocabulary entries, else int32 (checked in tests).
@@ -247,7 +247,7 @@ def _train(srcs: list[sources.Source], described: list[dict], out: Path, options
     work = out / shard_plan.WORK_DIR
     receipt = work / "tokenizer.json"
     identity = shard_plan.plan_id(described, options.arguments(), "trained")
-    with contextlib.suppress(OSError, ValueError, KeyError, InvalidRecipeError):
+    with contextlib.suppress(OSError, ValueError, KeyError, InvalidInputError):
         recorded = json.loads(receipt.read_text())
         if recorded["identity"] == identity and tokenizers.fingerprint(recorded["path"]) == recorded["fingerprint"]:
             log(f"tokenizer: reusing {recorded['path']} (trained before on the same inputs)")

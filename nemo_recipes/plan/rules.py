@@ -10,7 +10,7 @@ import math
 from typing import Callable, Iterable, Optional
 
 from nemo_recipes.catalog import RecipeSpec, data_problems
-from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem
+from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem
 from nemo_recipes.plan.hardware import GPUS, Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.stack import Program
@@ -495,7 +495,7 @@ def structural_errors(spec: RecipeSpec, layout: Layout) -> list[Problem]:
 def raise_if_unstructured(spec: RecipeSpec, layout: Layout, context: str) -> None:
     errors = structural_errors(spec, layout)
     if errors:
-        raise InvalidRecipeError(errors, context=context)
+        raise InvalidInputError(errors, context=context)
 
 
 def program_problems(spec: RecipeSpec, program: Program) -> list[Problem]:

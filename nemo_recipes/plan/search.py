@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.errors import ERROR, InvalidRecipeError, known
+from nemo_recipes.errors import ERROR, InvalidInputError, known
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.memory import estimate_memory
@@ -283,7 +283,7 @@ def ranked_plans(
     for candidate, total in valid_plans(spec, cluster, space=space, stack=stack, per_replica=per_replica):
         try:
             candidates.append(evaluate(candidate, cluster, total, stack))
-        except InvalidRecipeError:  # a plan the throughput model refuses is not valid either
+        except InvalidInputError:  # a plan the throughput model refuses is not valid either
             continue
     return rank(candidates, spec)
 

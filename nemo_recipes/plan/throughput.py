@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.errors import InvalidRecipeError, Problem, known
+from nemo_recipes.errors import InvalidInputError, Problem, known
 from nemo_recipes.plan import flops as _flops
 from nemo_recipes.plan import kernels as _kernels
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
@@ -427,7 +427,7 @@ def estimate_throughput(
     (default: the shipped ones, or a calibration's within `using_constants`).
 
     The data-parallel size comes from the cluster (`cluster.world_size / (TP x PP x CP)`), not from the recipe's
-    default node count. Raises InvalidRecipeError (naming each field) for the plans `rules.STRUCTURAL_RULES`
+    default node count. Raises InvalidInputError (naming each field) for the plans `rules.STRUCTURAL_RULES`
     refuse, and for FP8 on a GPU or a stack without it.
     """
     constants = constants if constants is not None else active_constants()
@@ -455,7 +455,7 @@ def _checked_plan(
     raise_if_unstructured(spec, layout, context)
     program = program_for(spec, gpu, stack, layout.interleaved)
     if spec.precision == "fp8" and not (gpu.supports_fp8 and program.stack.transformer_engine):
-        raise InvalidRecipeError(
+        raise InvalidInputError(
             [
                 Problem(
                     "precision",
@@ -558,7 +558,7 @@ def time_to_train(
     if isinstance(throughput_or_spec, RecipeSpec):
         spec = throughput_or_spec
         if cluster is None:
-            raise InvalidRecipeError(
+            raise InvalidInputError(
                 [
                     Problem(
                         "cluster",
@@ -574,7 +574,7 @@ def time_to_train(
     else:
         result = throughput_or_spec
     if tokens is None or isinstance(tokens, bool) or not isinstance(tokens, (int, float)) or not tokens > 0:
-        raise InvalidRecipeError(
+        raise InvalidInputError(
             [Problem("tokens", tokens, "must be a positive number of tokens.", "give a token budget such as 300e9.")]
         )
     seconds = tokens / result.tokens_per_s

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from nemo_recipes.catalog import COUNT_MAX, RecipeSpec
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidInputError, Problem
 from nemo_recipes.plan import Cluster, validate
 from nemo_recipes.plan.data import checked_data
 from nemo_recipes.plan.layout import Layout
@@ -115,15 +115,15 @@ def smoke_plan(
     problems = _argument_problems(processes, steps, stop_step)
     try:
         spec.replace(**overrides)  # unknown fields and bad values, reported with the arguments' problems
-    except InvalidRecipeError as error:
+    except InvalidInputError as error:
         problems += error.problems
     if problems:
-        raise InvalidRecipeError(problems, context=f"smoke {spec.name}")
+        raise InvalidInputError(problems, context=f"smoke {spec.name}")
     stop = stop_step if stop_step is not None else steps // 2
     layout = fit_layout(spec, processes, {k: overrides[k] for k in LAYOUT_FIELDS if k in overrides})
     model_parallel = layout["tensor_parallel"] * layout["pipeline_parallel"] * layout["context_parallel"]
     if processes % model_parallel:
-        raise InvalidRecipeError(
+        raise InvalidInputError(
             [
                 Problem(
                     "processes",
