@@ -216,7 +216,7 @@ def pretrain(args: argparse.Namespace) -> int:
 def follow_slurm(exp, job_id: str, executor, once: bool = False, timeout: float = 3600.0) -> int:
     """Slurm's own word for each state the job goes through (NeMo-Run would say FAILED for TIMEOUT, NODE_FAIL or
     PREEMPTED, and PENDING for a requeue), then where its logs are: 0 once it COMPLETED, 1 for any other end."""
-    from nemo_recipes.executors import slurm_state
+    from nemo_recipes.executors.slurm_executor import state as slurm_state
 
     state = slurm_state.watch(
         exp, job_id, executor, follow_job=not once, timeout=timeout, out=lambda line: print(line, flush=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional, Sequence
 
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidInputError, Problem
 
 #: The recipe fields of a budget, one entry per data_paths entry; at most one of them, and never with data_weights.
 FIELDS = ("data_epochs", "data_tokens")
@@ -143,7 +143,7 @@ def agreement_problems(  # noqa: PLR0913 (the run's three numbers, named as the 
 
 def source_tokens(path: str) -> int:
     """The tokens of the prepared dataset at `path`: its manifest's count, else its `.idx` header's (the same sum of
-    sequence lengths Megatron samples from); InvalidRecipeError (data_paths) when neither can be read."""
+    sequence lengths Megatron samples from); InvalidInputError (data_paths) when neither can be read."""
     from nemo_recipes.data.manifest import index_summary, manifest_path, read_manifest
 
     if manifest_path(path).is_file():
@@ -169,14 +169,14 @@ def blend_by_epochs(
     sources' manifests. The recipe's data module holds a call of this function where building a recipe cannot read
     them (it opens no file); the recipe plugin replaces the call by its result before submitting, and a job built
     without the plugin calls it when it builds its data module, on the machine that reads the data anyway.
-    InvalidRecipeError when the budget is malformed, a count cannot be read, or the budget disagrees with the run."""
+    InvalidInputError when the budget is malformed, a count cannot be read, or the budget disagrees with the run."""
     problems = shape_problems(paths, (), data_epochs, ())
     counts: list[Optional[int]] = []
     if not problems:
         for path in paths:
             try:
                 count: Optional[int] = source_tokens(str(path))
-            except (InvalidRecipeError, OSError):
+            except (InvalidInputError, OSError):
                 count = None
             counts.append(count)
             if not count:
@@ -185,6 +185,6 @@ def blend_by_epochs(
         wanted = wanted_tokens("data_epochs", data_epochs, counts)
         problems += agreement_problems("data_epochs", data_epochs, wanted, train_steps, global_batch_size, seq_length)
     if problems:
-        raise InvalidRecipeError(problems, context="data blend by epochs")
+        raise InvalidInputError(problems, context="data blend by epochs")
     weights = weights_of(wanted)
     return [item for weight, path in zip(weights, paths, strict=True) for item in (weight, str(path))]

@@ -5,7 +5,7 @@
     |   |-- InvalidInputError        ... with every Problem (field, value, why, fix) at once  (was: InvalidRecipeError)
     |   |   |-- InvalidConfigError   an executor's arguments, a cluster profile, a kubeconfig, a YAML file
     |   |   `-- data.sources.InvalidDataError  the inputs of `data prepare`                   (was: BadInput)
-    |   |-- training.cpu_compat.CompatError    the CPU compatibility layer refuses this stack
+    |   |-- smoke_training.cpu_compat.CompatError  the CPU compatibility layer refuses this stack
     |   `-- smoke_training.launchers.SmokeError a smoke run that cannot start as asked
     `-- RunFailedError               something outside the input failed (the CLI exits 1)
 

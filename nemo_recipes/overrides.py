@@ -23,7 +23,7 @@ from typing import Any, Literal, Mapping, Optional, Sequence
 
 from nemo_recipes.catalog import RecipeSpec, data_problems
 from nemo_recipes.counts import parse_count
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidInputError, Problem
 
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
@@ -102,10 +102,10 @@ def apply_overrides(
     try:
         changed = spec.replace(**overrides) if overrides else spec
         problems += data_problems(changed)  # the blend's shape, so that `show` refuses what the factory refuses
-    except InvalidRecipeError as error:
+    except InvalidInputError as error:
         problems += error.problems
     if problems:
-        raise InvalidRecipeError(problems, context=f"recipe {spec.name!r}")
+        raise InvalidInputError(problems, context=f"recipe {spec.name!r}")
     return changed, overrides
 
 
@@ -114,7 +114,7 @@ def read_yaml_values(items: Sequence[str], *, field: str, flag: str, example: st
     null or a flow list/mapping ([a, b], {k: v}) is read as YAML; any other text stays exactly the text given, since
     YAML would drop a '#' comment, quotes or what follows a newline (`account=$'ci\\n#SBATCH --wrap=id'` would be
     'ci'). A control character (newline, tab, ...) is refused: no executor argument may span lines. Every malformed
-    or repeated item in one InvalidRecipeError."""
+    or repeated item in one InvalidInputError."""
     raw, problems = split_key_values(items, field=field, flag=flag, example=example, strip=False)
     values: dict[str, Any] = {}
     for key, text in raw.items():
@@ -130,7 +130,7 @@ def read_yaml_values(items: Sequence[str], *, field: str, flag: str, example: st
             continue
         values[key] = _yaml_value(text)
     if problems:
-        raise InvalidRecipeError(problems, context=f"{field}s")
+        raise InvalidInputError(problems, context=f"{field}s")
     return values
 
 

@@ -25,7 +25,9 @@ ALLOWED: dict[str, set[str]] = {
     # A blend by budget: the catalog's checks need no file; epochs read the sources' manifests (data.manifest,
     # standard library only), where plan and the plugin resolve them.
     "budget": CORE | {"data"},
-    "catalog": CORE | {"families", "budget"},
+    # The checks of a recipe's values: read the field types from the spec they are given, so never the catalog.
+    "recipe_checks": CORE | {"budget"},
+    "catalog": CORE | {"families", "budget", "recipe_checks"},
     "plan": CORE | {"catalog", "families", "data", "budget"},
     "overrides": CORE | {"catalog"},
     "data": CORE | {"catalog", "_version"},
@@ -66,6 +68,7 @@ LIGHT = {
     "yaml_files",
     "families",
     "budget",
+    "recipe_checks",
     "catalog",
     "plan",
     "overrides",
@@ -306,6 +309,26 @@ def test_the_circle_check_finds_a_lazy_circle():
     assert import_circles(graph) == [["nemo_recipes.a", "nemo_recipes.b", "nemo_recipes.a"]]
     assert import_graph({"x/__init__.py": "import nemo_recipes.plan\n"}) == {"nemo_recipes.x": {"nemo_recipes.plan"}}
     assert frozenset(KNOWN_CIRCLES) <= {frozenset(c) for c in import_circles(import_graph(SOURCES))}
+
+
+#: The most lines a source file of the package may hold: a file past it holds several ideas, each of which wants its
+#: own module named for it (issue 32).
+MAX_LINES = 600
+
+
+def too_long(sources: dict[str, str], limit: int = MAX_LINES) -> dict[str, int]:
+    """Files of `sources` with more than `limit` lines, with their count."""
+    counts = {relative: len(text.splitlines()) for relative, text in sources.items()}
+    return {relative: count for relative, count in counts.items() if count > limit}
+
+
+def test_no_source_file_is_longer_than_the_limit():
+    offenders = too_long(SOURCES)
+    assert not offenders, f"files over {MAX_LINES} lines (split each into modules named for what it holds): {offenders}"
+
+
+def test_the_length_check_finds_a_long_file():
+    assert too_long({"a.py": "x = 1\n" * MAX_LINES, "b.py": "x = 1\n" * (MAX_LINES + 1)}) == {"b.py": MAX_LINES + 1}
 
 
 def test_nothing_the_tests_or_benchmarks_read_lies_outside_the_checkout():

@@ -88,8 +88,8 @@ def test_each_kind_of_error_has_its_exit_code_and_one_message(capsys):
     from nemo_recipes import errors
     from nemo_recipes.cli.main import _failed
     from nemo_recipes.data.sources import BadInput, InvalidDataError, bad
+    from nemo_recipes.smoke_training.cpu_compat import CompatError
     from nemo_recipes.smoke_training.launchers import SmokeError
-    from nemo_recipes.training.cpu_compat import CompatError
 
     assert errors.InvalidRecipeError is errors.InvalidInputError and errors.RecipeError is errors.InputError
     assert BadInput is InvalidDataError

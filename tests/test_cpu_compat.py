@@ -23,7 +23,7 @@ NESTED_BACKWARD = textwrap.dedent(
     """
     import torch
     from megatron.core import tensor_parallel
-    from nemo_recipes.training import cpu_compat
+    from nemo_recipes.smoke_training import cpu_compat
 
     print("patches", len(cpu_compat.engage()))
 
@@ -73,7 +73,7 @@ WITH_CUDA = textwrap.dedent(
     """
     import inspect
     import torch
-    from nemo_recipes.training import cpu_compat
+    from nemo_recipes.smoke_training import cpu_compat
 
     # the libraries are imported (and ask about the device) while the CPU is the truth; then CUDA "appears"
     before = {p.name: inspect.getattr_static(*p.resolve()) for p in cpu_compat.PATCHES}
@@ -116,7 +116,7 @@ LLAMA_SETTINGS = textwrap.dedent(
     import fiddle as fdl
     import torch
     import nemo_recipes
-    from nemo_recipes.training import cpu_compat
+    from nemo_recipes.smoke_training import cpu_compat
 
     def builds(config):
         try:

@@ -11,8 +11,8 @@ import random
 import pytest
 
 from nemo_recipes.data import fast_encoder, tokenizers
-from nemo_recipes.data.plan import read_plan
 from nemo_recipes.data.prepare import prepare
+from nemo_recipes.data.shard_plan import read_plan
 
 TRAPS = "".join(fast_encoder.TRAPS)
 TEXTS = [

@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 from _cli import ENV, SCRIPT
 
-from nemo_recipes.data import plan as plans
-from nemo_recipes.data import tokenizers
+from nemo_recipes.data import shard_plan, tokenizers
 from nemo_recipes.data.manifest import index_summary, read_manifest
 from nemo_recipes.data.prepare import UINT16_VOCAB_LIMIT, prepare
 
@@ -148,7 +147,7 @@ def test_every_input_kind_is_read_back_by_megatron_as_its_documents(corpus, toke
 def test_the_output_is_byte_identical_whatever_the_workers_and_shards(corpus, tokenizer, tmp_path):
     _prepare(corpus, tokenizer, tmp_path / "one", workers=1)
     _prepare(corpus, tokenizer, tmp_path / "two", workers=2, shard_bytes=20_000)
-    plan = plans.read_plan(tmp_path / "two")
+    plan = shard_plan.read_plan(tmp_path / "two")
     assert plan is not None and len({s.path for s in plan.shards}) < len(plan.shards)  # files were split
     one, two = _files(tmp_path / "one"), _files(tmp_path / "two")
     assert one.keys() == two.keys() and len(one) == 8
@@ -234,7 +233,7 @@ def test_kill_9_mid_way_then_a_rerun_finishes_byte_identical_without_redoing_rec
     out = tmp_path / "out"
     process = subprocess.Popen([*command, "--out", str(out), "--workers", "2"], env=ENV, start_new_session=True,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    receipts = out / plans.WORK_DIR / "receipts"
+    receipts = out / shard_plan.WORK_DIR / "receipts"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None:
         if receipts.is_dir() and len(list(receipts.iterdir())) >= 3:
@@ -242,14 +241,14 @@ def test_kill_9_mid_way_then_a_rerun_finishes_byte_identical_without_redoing_rec
         time.sleep(0.05)
     os.killpg(process.pid, signal.SIGKILL)  # the whole process group: the prepare and its workers, as a crash
     process.wait()
-    plan = plans.read_plan(out)
+    plan = shard_plan.read_plan(out)
     # A receipt is NAME.json; the kill may also leave one being written (write_atomic's .NAME.XXXX.tmp).
     done = {p.name: p.stat().st_mtime_ns for p in receipts.glob("[!.]*.json")}
     assert 3 <= len(done) < len(plan.shards), "the kill did not land mid-way"
     assert not list(out.glob("big*")), "nothing carries a final name before the run completes"
     # What a kill between a temporary's creation and its rename leaves (whether or not this kill landed there).
     (receipts / ".000999.json.k1ll3d.tmp").write_text("{")
-    (out / plans.WORK_DIR / "shards" / "000999.tmp-4242.bin").write_bytes(b"\0")
+    (out / shard_plan.WORK_DIR / "shards" / "000999.tmp-4242.bin").write_bytes(b"\0")
 
     again = subprocess.run([*command, "--out", str(out), "--workers", "2"], env=ENV, capture_output=True, text=True,
                            timeout=600)  # fmt: skip
@@ -258,7 +257,7 @@ def test_kill_9_mid_way_then_a_rerun_finishes_byte_identical_without_redoing_rec
     assert {n: t for n, t in ((p.name, p.stat().st_mtime_ns) for p in receipts.iterdir()) if n in done} == done
     assert _files(out) == _files(tmp_path / "ref")
     assert read_manifest(out / "big").documents == len(texts)
-    work = out / plans.WORK_DIR
+    work = out / shard_plan.WORK_DIR
     leftovers = [p.name for p in work.rglob("*") if ".tmp" in p.name]
     assert not leftovers, "a killed run's temporaries are removed by the run that resumes it"
 

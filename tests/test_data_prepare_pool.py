@@ -15,8 +15,7 @@ import pytest
 from _cli import ENV, SCRIPT
 from test_data_prepare import _files, documents, write_jsonl
 
-from nemo_recipes.data import plan as plans
-from nemo_recipes.data import tokenizers
+from nemo_recipes.data import shard_plan, tokenizers
 from nemo_recipes.smoke_training.launchers import alive, descendants
 
 pytestmark = [pytest.mark.nemo, pytest.mark.serial]  # Megatron-Core writes the datasets
@@ -71,7 +70,7 @@ def test_a_signal_mid_run_stops_every_worker_and_the_next_run_completes_byte_ide
         stdout=subprocess.DEVNULL,
         text=True,
     )
-    receipts = out / plans.WORK_DIR / "receipts"
+    receipts = out / shard_plan.WORK_DIR / "receipts"
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and process.poll() is None:
         if receipts.is_dir() and len(list(receipts.glob("[!.]*.json"))) >= 3:

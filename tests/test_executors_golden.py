@@ -190,7 +190,7 @@ KUBERNETES = sorted(c for c in CASES if c.startswith("kubernetes"))
 
 
 def trainer_version(case: str) -> str:
-    from nemo_recipes.executors.kubeflow_trainer import DEFAULT_TRAINER_VERSION
+    from nemo_recipes.executors.kubernetes_executor.trainer import DEFAULT_TRAINER_VERSION
 
     return CASES[case][3].get("trainer_version", DEFAULT_TRAINER_VERSION)
 
@@ -211,7 +211,7 @@ def pod_spec(trainjob: dict) -> dict:
 
 
 def test_every_trainer_version_has_goldens_and_a_vendored_crd():
-    from nemo_recipes.executors.kubeflow_trainer import DEFAULT_TRAINER_VERSION, TRAINER_VERSIONS
+    from nemo_recipes.executors.kubernetes_executor.trainer import DEFAULT_TRAINER_VERSION, TRAINER_VERSIONS
 
     assert tuple(CRD_DIRS) == TRAINER_VERSIONS and DEFAULT_TRAINER_VERSION == "v2.3"
     assert sorted({trainer_version(c) for c in KUBERNETES}) == list(TRAINER_VERSIONS)

@@ -121,7 +121,7 @@ def test_configuration_problems_are_config_errors_not_recipe_errors(tmp_path, mo
 
 
 def test_kubernetes_without_the_package_says_what_to_install(monkeypatch):
-    from nemo_recipes.executors.presets.kubernetes import kubernetes
+    from nemo_recipes.executors.kubernetes_executor.preset import kubernetes
 
     monkeypatch.setitem(sys.modules, "kubernetes", None)  # how Python marks a module as not importable
     with pytest.raises(InvalidRecipeError, match=r"pip install 'nemo-recipes\[kubernetes\]'"):
@@ -285,8 +285,8 @@ def test_cli_kubernetes_factory_passes_the_shared_home_claim(kubeconfig_file, mo
     import fiddle as fdl
     from nemo_run.config import get_nemorun_home
 
-    from nemo_recipes.executors.kubeflow_trainer import pod_volumes, trainer_volume_mounts
-    from nemo_recipes.executors.presets.kubernetes import cli_factory
+    from nemo_recipes.executors.kubernetes_executor.preset import cli_factory
+    from nemo_recipes.executors.kubernetes_executor.trainer import pod_volumes, trainer_volume_mounts
 
     monkeypatch.setenv("KUBECONFIG", str(kubeconfig_file))
     for version in ("v2.1", "v2.3"):
@@ -380,7 +380,7 @@ def test_kubernetes_shared_home_pvc_mounts_the_claim_at_nemorun_home(kube):
     from nemo_run.config import get_nemorun_home
 
     from nemo_recipes.executors import kubernetes
-    from nemo_recipes.executors.kubeflow_trainer import pod_volumes, trainer_volume_mounts
+    from nemo_recipes.executors.kubernetes_executor.trainer import pod_volumes, trainer_volume_mounts
 
     for version in ("v2.1", "v2.2", "v2.3"):
         ex = kubernetes(shared_home_pvc="home", trainer_version=version)
@@ -468,7 +468,7 @@ def test_profile_passes_shared_home_pvc_to_the_kubernetes_preset(kube, tmp_path)
     from nemo_recipes.executors import executor_for
 
     path = tmp_path / "clusters.yaml"
-    from nemo_recipes.executors.kubeflow_trainer import trainer_volume_mounts
+    from nemo_recipes.executors.kubernetes_executor.trainer import trainer_volume_mounts
 
     path.write_text("gke:\n  preset: kubernetes\n  gpu: h100\n  shared_home_pvc: team-home/alice\n")
     ex, gpu = executor_for("gke", path)
@@ -491,7 +491,7 @@ def _pod_spec(body: dict) -> dict:
     "given,version", [("v2.1", "v2.1"), ("2.2", "v2.2"), ("v2.3.0", "v2.3"), ("2.3.1", "v2.3"), (" V2.2 ", "v2.2")]
 )
 def test_trainer_version_is_normalised(given, version):
-    from nemo_recipes.executors.kubeflow_trainer import normalise_version
+    from nemo_recipes.executors.kubernetes_executor.trainer import normalise_version
 
     assert normalise_version(given) == (version, [])
 

@@ -22,6 +22,17 @@ def test_every_registered_preset_provides_the_whole_interface(name):
     assert isinstance(getattr(run, module.EXECUTOR), type) and issubclass(getattr(run, module.EXECUTOR), run.Executor)
 
 
+def test_the_preset_functions_win_over_the_executor_folders():
+    # Each executor's folder is loaded (as the registry loads it), then the package's names: the preset functions.
+    import importlib
+
+    import nemo_recipes.executors as executors
+
+    for name, module in registry.PRESETS.items():
+        importlib.import_module(module)
+        assert isinstance(getattr(executors, name), types.FunctionType), name
+
+
 def test_a_preset_without_a_secret_policy_cannot_be_registered(monkeypatch):
     careless = types.ModuleType("careless_preset")
     careless.EXECUTOR, careless.careless = "DockerExecutor", lambda: None

@@ -387,7 +387,7 @@ def test_wrong_types_in_the_python_api_are_problems(call, field):
 
 
 def test_malformed_kubeconfig_is_a_message_that_never_echoes_it(tmp_path, monkeypatch):
-    from nemo_recipes.executors.presets.kubernetes import kubernetes
+    from nemo_recipes.executors.kubernetes_executor.preset import kubernetes
 
     path = tmp_path / "config"
     path.write_text("apiVersion: v1\nclusters: [oops\nusers: [{name: u, user: {token: sk-live-TOKEN-1234567890}}]\n")

@@ -16,8 +16,9 @@ import torch.nn.functional as F  # noqa: E402
 from test_training_objects import single_rank_megatron  # noqa: E402, F401  (the one-rank process group fixture)
 
 from nemo_recipes.catalog import RECIPES, RecipeSpec  # noqa: E402
+from nemo_recipes.smoke_training import cpu_compat  # noqa: E402
 from nemo_recipes.smoke_training.shape import HEADS_PER_GROUP, smoke_plan  # noqa: E402
-from nemo_recipes.training import cpu_compat, parts  # noqa: E402
+from nemo_recipes.training import parts  # noqa: E402
 from nemo_recipes.training.model import model  # noqa: E402
 
 pytestmark = pytest.mark.nemo

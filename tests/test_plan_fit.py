@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from nemo_recipes.catalog import RECIPES, closest_recipe, get_recipe
 from nemo_recipes.errors import InvalidRecipeError
 from nemo_recipes.plan import GPUS, Cluster, assess, best, fit, fit_closest, smallest_cluster, validate
-from nemo_recipes.plan.fit import ADVICE_MIN_SPEEDUP
+from nemo_recipes.plan.fitting import ADVICE_MIN_SPEEDUP
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.search import TIE, Candidate, rank
 from nemo_recipes.plan.throughput import estimate_throughput
@@ -241,7 +241,7 @@ def test_any_plan_fit_returns_validates(name, nodes, per_node, gpu, scale, micro
 def test_scaling_the_global_batch_past_what_a_rule_supports_is_refused(nodes, fields):
     """10,000 nodes made gpt_7b's learning rate 100x and its run 15 steps, called valid; now each bound names its
     field, value and the way out (keep the recipe's batch, fewer nodes)."""
-    from nemo_recipes.plan.fit import MAX_LR_FACTOR, MIN_SCALED_STEPS
+    from nemo_recipes.plan.fitting import MAX_LR_FACTOR, MIN_SCALED_STEPS
 
     with pytest.raises(InvalidRecipeError) as info:
         fit(get_recipe("gpt_7b"), Cluster.of(nodes, 8, "h100"), scale_global_batch=True)
@@ -253,7 +253,7 @@ def test_scaling_the_global_batch_past_what_a_rule_supports_is_refused(nodes, fi
 
 @pytest.mark.parametrize("nodes, rule", [(2, "sqrt"), (64, "sqrt"), (8, "linear"), (64, None)])
 def test_scaling_within_the_bounds_stays_valid(nodes, rule):
-    from nemo_recipes.plan.fit import MAX_LR_FACTOR, MIN_SCALED_STEPS
+    from nemo_recipes.plan.fitting import MAX_LR_FACTOR, MIN_SCALED_STEPS
 
     spec = get_recipe("gpt_7b")
     result = fit(spec, Cluster.of(nodes, 8, "h100"), scale_global_batch=True, lr_scaling=rule)

@@ -13,8 +13,8 @@ from nemo_recipes.errors import InvalidRecipeError
 from nemo_recipes.plan import GPUS, Cluster, Layout, estimate_memory, program_for, resolve_stack, validate
 from nemo_recipes.plan import stack as stack_module
 from nemo_recipes.plan.layout import derived_values, layer_params
+from nemo_recipes.plan.rules import STRUCTURAL_RULES, structural_errors
 from nemo_recipes.plan.throughput import estimate_throughput
-from nemo_recipes.plan.validate import STRUCTURAL_RULES, structural_errors
 
 H100 = Cluster.of(1, 8, "h100")
 
@@ -166,7 +166,7 @@ def test_validation_and_throughput_refuse_exactly_the_same_layouts(shape):
 
 
 def test_structural_rules_are_a_subset_of_the_validation_rules():
-    from nemo_recipes.plan.validate import RULES
+    from nemo_recipes.plan.rules import RULES
 
     assert set(STRUCTURAL_RULES) <= set(RULES)
 

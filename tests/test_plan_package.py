@@ -39,11 +39,12 @@ def test_type_checkers_see_the_same_names_as_the_lazy_table():
 
 
 def test_the_public_functions_win_over_their_submodules():
-    # plan/validate.py, plan/fit.py and plan/assess.py loaded first (as the throughput model and the CLI load them),
-    # then the package's names: the functions, as when the package imported everything at once.
+    # The modules that hold them loaded first (as the throughput model and the CLI load them), then the package's
+    # names: the functions, as when the package imported everything at once. The modules are named for what they
+    # hold (validation, fitting, assessment), so that no submodule shadows a function (issue 32).
     probe = fresh(
         "import json, types\n"
-        "import nemo_recipes.plan.validate, nemo_recipes.plan.fit, nemo_recipes.plan.assess\n"
+        "import nemo_recipes.plan.validation, nemo_recipes.plan.fitting, nemo_recipes.plan.assessment\n"
         "from nemo_recipes.plan import assess, fit, validate\n"
         "import nemo_recipes.plan as p\n"
         "names = [assess, fit, validate, p.assess, p.fit, p.validate]\n"

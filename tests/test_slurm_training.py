@@ -43,7 +43,7 @@ def executor(**overrides):
 
 
 def scontrol(job: str) -> dict[str, str]:
-    from nemo_recipes.executors.slurm_state import parse_scontrol
+    from nemo_recipes.executors.slurm_executor.state import parse_scontrol
 
     return parse_scontrol(subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True).stdout)
 
@@ -54,7 +54,7 @@ def submit_script(args: list[str], ex, name: str):
     with run.Experiment(f"slurm-{name}", log_level="WARN") as exp:
         job_id = exp.add(run.Script(path=str(DIST_CHECK), entrypoint="python", args=args), executor=ex, name=name)
         exp.run(detach=True)
-    from nemo_recipes.executors.slurm_state import slurm_job_id
+    from nemo_recipes.executors.slurm_executor.state import slurm_job_id
 
     return exp, job_id, slurm_job_id(exp, job_id)
 
@@ -137,7 +137,7 @@ def test_smoke_training_through_slurm_survives_a_preemption(cluster, overtime_jo
     step 25, the steps the killed run trained past it are discarded, and the run still passes every check: steps
     1-100 each committed once, consumed samples = step x global batch throughout, loss falling, final checkpoint
     at 100. (Steps are cheap, ~0.15 s; the long stretch between checkpoints leaves room for the preemption.)"""
-    from nemo_recipes.executors.slurm_state import query
+    from nemo_recipes.executors.slurm_executor.state import query
     from nemo_recipes.smoke_training import smoke
     from nemo_recipes.smoke_training.launchers import executor_launcher
 
@@ -209,7 +209,7 @@ def test_a_job_over_its_time_limit_is_reported_timeout(cluster, overtime_job, ca
 def test_the_presets_requeue_settings_are_what_slurm_holds(cluster):
     """The preset documents: every job is submitted requeueable (a preemption or a lost node puts it back in the
     queue), and `retries` is how often a job that fails is requeued by its own script."""
-    from nemo_recipes.executors.slurm_state import follow
+    from nemo_recipes.executors.slurm_executor.state import follow
 
     exp, job_id, slurm_id = submit_script([], executor(retries=2, processes_per_node=1), "settings")
     info = scontrol(slurm_id)
@@ -315,7 +315,7 @@ def test_launch_of_a_job_that_fails_exits_1_with_the_state_and_the_logs(cluster,
 def test_a_job_slurm_does_not_know_is_reported_lost(cluster):
     """An id neither scontrol nor sacct knows (a job the controller forgot, without accounting): following it
     ends after `lost_after` with no state, and the report says LOST instead of waiting out the hour."""
-    from nemo_recipes.executors.slurm_state import follow
+    from nemo_recipes.executors.slurm_executor.state import follow
 
     unknown = "999999999"
     started = time.monotonic()

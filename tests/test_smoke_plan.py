@@ -372,7 +372,7 @@ def test_progress_prints_every_fifth_step_when_not_on_a_terminal():
 
 
 def test_the_compatibility_layer_pins_what_constraints_txt_pins():
-    from nemo_recipes.training import cpu_compat  # imports no torch at module level
+    from nemo_recipes.smoke_training import cpu_compat  # imports no torch at module level
 
     pins = dict(re.findall(r"^([A-Za-z0-9_.-]+)==([^\s#]+)", (REPO / "constraints.txt").read_text(), re.M))
     for package, version in cpu_compat.PINNED.items():
@@ -380,7 +380,7 @@ def test_the_compatibility_layer_pins_what_constraints_txt_pins():
 
 
 def test_the_compatibility_layer_refuses_other_releases():
-    from nemo_recipes.training import cpu_compat
+    from nemo_recipes.smoke_training import cpu_compat
 
     ok = dict(cpu_compat.PINNED)
     assert cpu_compat.version_problems({**ok, "torch": "2.13.0+cpu"}) == []

@@ -205,7 +205,7 @@ def test_async_save_falls_back_to_synchronous_where_megatron_core_cannot(monkeyp
 
 
 def test_the_compatibility_layer_refuses_to_engage_on_other_releases(monkeypatch):
-    from nemo_recipes.training import cpu_compat
+    from nemo_recipes.smoke_training import cpu_compat
 
     monkeypatch.setitem(cpu_compat.PINNED, "megatron-core", "0.16.1")
     with pytest.raises(cpu_compat.CompatError) as error:
@@ -218,7 +218,7 @@ def test_the_compatibility_layer_refuses_to_engage_on_other_releases(monkeypatch
 def test_every_patch_finds_its_target():
     """Each patch names one library function; on the pinned stack every one of them exists (a renamed function
     would make a patch silently miss)."""
-    from nemo_recipes.training import cpu_compat
+    from nemo_recipes.smoke_training import cpu_compat
 
     for patch in cpu_compat.PATCHES:
         owner, attribute = patch.resolve()

@@ -20,7 +20,8 @@ from nemo_recipes.catalog import RECIPES, field_names  # noqa: E402
 from nemo_recipes.errors import InvalidRecipeError  # noqa: E402
 from nemo_recipes.families import Architecture  # noqa: E402
 from nemo_recipes.plan.layout import Layout  # noqa: E402
-from nemo_recipes.training import cpu_compat, parts  # noqa: E402
+from nemo_recipes.smoke_training import cpu_compat  # noqa: E402
+from nemo_recipes.training import parts  # noqa: E402
 from nemo_recipes.training.factories import FACTORIES, knob_names  # noqa: E402
 from nemo_recipes.training.introspect import spec_from_partial  # noqa: E402
 from nemo_recipes.training.model import CONFIG_CLASSES, model_config  # noqa: E402

@@ -13,7 +13,7 @@ from dataclasses import fields
 from typing import Any, Optional
 
 from nemo_recipes.cli import _output
-from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidConfigError, InvalidInputError, Problem
 
 #: Options that plan a recipe: meaningless while calibrating, so refused rather than ignored.
 _PLAN_OPTIONS = (
@@ -126,7 +126,7 @@ def chosen(args: argparse.Namespace) -> Any:
     trusted (exit 2 with field, value and fix); None with --no-calibration or when there is none."""
     if args.no_calibration:
         if args.calibration is not None:
-            raise InvalidRecipeError(
+            raise InvalidInputError(
                 [
                     Problem(
                         "no_calibration",

@@ -16,7 +16,7 @@ from nemo_recipes.catalog import DERIVED_SOURCES, RECIPES, field_names, get_reci
 from nemo_recipes.cli import _output
 from nemo_recipes.cli._table import render
 from nemo_recipes.cli.verbs import VERBS
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidInputError, Problem
 from nemo_recipes.plan.layout import derived_values
 
 HELP = VERBS["diff"].help
@@ -103,7 +103,7 @@ def _recipe_config_values(name: str) -> dict[str, Any]:
 def load_config_file(path: str) -> dict[str, Any]:
     """The plain data of an exported file (YAML through PyYAML, TOML through tomllib, JSON); no NeMo needed."""
     if not os.path.isfile(path):
-        raise InvalidRecipeError(
+        raise InvalidInputError(
             [
                 Problem(
                     "file",
@@ -115,14 +115,14 @@ def load_config_file(path: str) -> dict[str, Any]:
         )
     suffix = os.path.splitext(path)[1].lower()
     if suffix not in CONFIG_SUFFIXES:
-        raise InvalidRecipeError(
+        raise InvalidInputError(
             [Problem("file", path, f"has an unknown extension {suffix!r}.", "use a .yaml, .yml, .json or .toml file.")]
         )
     fix = "fix the file or export it again with `nemo-recipes export`."
     # YAML, JSON and TOML through the one bounded reader: size, depth, aliases, no key twice.
     data = yaml_files.read_file(path, field="file", fix=fix)
     if not isinstance(data, dict):
-        raise InvalidRecipeError(
+        raise InvalidInputError(
             [
                 Problem(
                     "file",

@@ -16,7 +16,7 @@ from typing import Any, Optional
 from nemo_recipes.catalog import RecipeSpec, get_recipe, plain_name_problems
 from nemo_recipes.cli import _output
 from nemo_recipes.cli.verbs import VERBS
-from nemo_recipes.errors import InvalidRecipeError, Problem, raise_if_any
+from nemo_recipes.errors import InvalidInputError, Problem, raise_if_any
 from nemo_recipes.overrides import apply_overrides
 
 HELP = VERBS["export"].help
@@ -118,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         implied = _SUFFIX_FORMAT.get(suffix)
         if fmt is None:
             if implied is None:
-                raise InvalidRecipeError(
+                raise InvalidInputError(
                     [
                         Problem(
                             "output",
@@ -130,7 +130,7 @@ def run(args: argparse.Namespace) -> int:
                 )
             fmt = implied
         elif implied is not None and implied != fmt:
-            raise InvalidRecipeError(
+            raise InvalidInputError(
                 [
                     Problem(
                         "format",

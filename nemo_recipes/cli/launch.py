@@ -16,7 +16,7 @@ from nemo_recipes.catalog import get_recipe, plain_name_problems
 from nemo_recipes.cli import _output
 from nemo_recipes.cli._executor_options import add_executor_arguments
 from nemo_recipes.cli.verbs import VERBS
-from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem, known
+from nemo_recipes.errors import InvalidConfigError, InvalidInputError, Problem, known
 from nemo_recipes.overrides import apply_overrides, read_yaml_values
 
 HELP = VERBS["launch"].help
@@ -104,14 +104,14 @@ def run(args: argparse.Namespace) -> int:
     problems = plain_name_problems("name", args.name) if args.name is not None else []
     try:
         spec, overrides = apply_overrides(get_recipe(args.recipe), args.overrides)
-    except InvalidRecipeError as error:
+    except InvalidInputError as error:
         problems, spec, overrides = problems + error.problems, None, {}
     try:
         executor_kwargs = executor_args(args.executor_arg)
-    except InvalidRecipeError as error:
+    except InvalidInputError as error:
         problems, executor_kwargs = problems + error.problems, {}
     if problems:
-        raise InvalidRecipeError(problems, context=f"launch {args.recipe}")
+        raise InvalidInputError(problems, context=f"launch {args.recipe}")
     # NeMo and NeMo-Run print progress on stdout; with --json, stdout must hold only the JSON.
     quiet = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with quiet:
@@ -127,15 +127,15 @@ def run(args: argparse.Namespace) -> int:
         executor, gpu = executor_for(args.executor, args.clusters, **executor_kwargs)
         problems = _hardware_problems(overrides, executor, args.executor)
         if problems:
-            raise InvalidRecipeError(problems, context=f"launch {spec.name} on {args.executor}")
+            raise InvalidInputError(problems, context=f"launch {spec.name} on {args.executor}")
         # The recipe is built and validated once, on the executor's hardware: validated on the row's own nodes
         # first, a layout that fits the executor (gpt_70b with PP 8 on 8 nodes) was refused for the row's 4 nodes.
         try:
             spec = spec.replace(num_nodes=executor.nnodes(), num_gpus_per_node=executor.nproc_per_node())
             partial = build_partial(spec, name=args.name)
-        except InvalidRecipeError as error:
+        except InvalidInputError as error:
             where = f" ({error.context})" if error.context else ""
-            raise InvalidRecipeError(
+            raise InvalidInputError(
                 error.problems, context=f"launch {spec.name} on {args.executor}{where}: not submitted"
             ) from None
         name = args.name or spec.name
@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _slurm_state(experiment: Any, job_id: str, executor: Any, *, follow: bool) -> Any:
     """Slurm's state of the job (each change while following it) and where its logs are, on stderr."""
-    from nemo_recipes.executors import slurm_state
+    from nemo_recipes.executors.slurm_executor import state as slurm_state
 
     return slurm_state.watch(
         experiment, job_id, executor, follow_job=follow, out=lambda line: print(line, file=sys.stderr, flush=True)

@@ -17,7 +17,7 @@ from nemo_recipes.catalog import INT64_MAX, RECIPES, RecipeSpec, closest_recipe,
 from nemo_recipes.cli import _calibrate, _output
 from nemo_recipes.cli._table import render
 from nemo_recipes.cli.verbs import VERBS
-from nemo_recipes.errors import InvalidRecipeError, Problem, known
+from nemo_recipes.errors import InvalidInputError, Problem, known
 from nemo_recipes.overrides import apply_overrides
 from nemo_recipes.plan.data import DataReport, read_data
 from nemo_recipes.plan.hardware import GPUS, Cluster, get_gpu
@@ -208,18 +208,18 @@ def _spec_and_cluster(args: argparse.Namespace) -> tuple[RecipeSpec, Cluster, Op
     applied: dict[str, Any] = {}
     try:
         spec, applied = apply_overrides(base, overrides, flags)
-    except InvalidRecipeError as error:
+    except InvalidInputError as error:
         problems += error.problems
     try:
         gpu = get_gpu(args.gpu or base.default_gpu)
-    except InvalidRecipeError as error:
+    except InvalidInputError as error:
         problems += error.problems
     try:
         tokens = _tokens(args.tokens)
-    except InvalidRecipeError as error:
+    except InvalidInputError as error:
         problems += error.problems
     if problems:
-        raise InvalidRecipeError(problems, context=f"recipe {base.name!r}")
+        raise InvalidInputError(problems, context=f"recipe {base.name!r}")
     spec = known(spec, "apply_overrides gave a spec or raised, reported above")
     # The tokenizer decides the vocabulary, so parameters, memory and throughput follow it.
     spec, data = read_data(spec, vocab_given="vocab_size" in applied)
@@ -240,16 +240,14 @@ def _tokens(text: Optional[str]) -> Optional[int]:
     except ValueError:
         tokens = 0
     if not 1 <= tokens <= INT64_MAX:
-        raise InvalidRecipeError(
-            [Problem("tokens", text, "is not a token count.", "write it like 300B, 1.5T or 3e11.")]
-        )
+        raise InvalidInputError([Problem("tokens", text, "is not a token count.", "write it like 300B, 1.5T or 3e11.")])
     return tokens
 
 
 def _base(recipe: Optional[str], shape: dict[str, Any], custom: bool) -> RecipeSpec:
     if custom:
         if recipe is not None:
-            raise InvalidRecipeError(
+            raise InvalidInputError(
                 [
                     Problem(
                         "recipe",
@@ -262,7 +260,7 @@ def _base(recipe: Optional[str], shape: dict[str, Any], custom: bool) -> RecipeS
         field_of = {flag: field for flag, field, _ in SHAPE_FLAGS}
         missing = [f"--{flag}" for flag in CUSTOM_REQUIRED if field_of[flag] not in shape]
         if missing:
-            raise InvalidRecipeError(
+            raise InvalidInputError(
                 [
                     Problem(
                         "custom",
@@ -274,7 +272,7 @@ def _base(recipe: Optional[str], shape: dict[str, Any], custom: bool) -> RecipeS
             )
         return _custom_base(shape)
     if recipe is None:
-        raise InvalidRecipeError(
+        raise InvalidInputError(
             [
                 Problem(
                     "recipe",
@@ -314,7 +312,7 @@ def _scaling(spec: RecipeSpec, cluster: Cluster, stack: Any) -> list:
         try:  # beyond the bounds of a cluster, no point
             candidate = Cluster.of(nodes, cluster.gpus_per_node, cluster.gpu)
             sized = spec.replace(num_nodes=nodes)
-        except InvalidRecipeError:
+        except InvalidInputError:
             continue
         throughput = assess(sized, candidate, stack=stack, advise=False).throughput  # None where invalid there
         if throughput is not None:
@@ -330,11 +328,11 @@ def run(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace, calibration: Any) -> int:
     if args.plot and os.path.splitext(args.plot)[1].lower() not in (".png", ".svg"):
-        raise InvalidRecipeError(
+        raise InvalidInputError(
             [Problem("plot", args.plot, "must be a .png or .svg file.", "name the file plan.png or plan.svg.")]
         )
     if args.fit and args.best:
-        raise InvalidRecipeError(
+        raise InvalidInputError(
             [
                 Problem(
                     "best",
@@ -356,7 +354,7 @@ def _plan(args: argparse.Namespace, calibration: Any) -> int:
         for flag in [field.replace("_", "-")]
     ]
     if alone:
-        raise InvalidRecipeError(alone)
+        raise InvalidInputError(alone)
     spec, cluster, tokens, data = _spec_and_cluster(args)
     calibrated = _calibrate.applied(calibration, spec, cluster, args.stack)
     applies = calibrated is not None and calibrated["applied"]

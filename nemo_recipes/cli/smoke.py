@@ -16,7 +16,7 @@ from nemo_recipes.catalog import get_recipe
 from nemo_recipes.cli import _output
 from nemo_recipes.cli._executor_options import add_executor_arguments
 from nemo_recipes.cli.verbs import VERBS
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidInputError, Problem
 from nemo_recipes.overrides import parse_overrides
 
 if TYPE_CHECKING:  # this process stays light: the launchers are imported only with --executor
@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     spec = get_recipe(args.recipe)
     overrides, problems = parse_overrides(args.overrides)
     if problems:
-        raise InvalidRecipeError(problems, context=f"smoke {spec.name}")
+        raise InvalidInputError(problems, context=f"smoke {spec.name}")
     launch: Optional[Launcher] = None
     processes = args.processes if args.processes is not None else 1
     # NeMo-Run prints its progress on stdout; with --json, stdout holds only the report.
@@ -141,7 +141,7 @@ def _executor_launch(args: argparse.Namespace) -> tuple[Launcher, int]:
     executor, _gpu = executor_for(args.executor, args.clusters, **executor_args(args.executor_arg))
     world = executor.nnodes() * executor.nproc_per_node()
     if args.processes is not None and args.processes != world:
-        raise InvalidRecipeError(
+        raise InvalidInputError(
             [
                 Problem(
                     "processes",
@@ -164,5 +164,5 @@ def _executor_launch(args: argparse.Namespace) -> tuple[Launcher, int]:
 
         problems = machine_problems(world, args.full_size, field="devices", option="-E devices=")
         if problems:
-            raise InvalidRecipeError(problems, context=f"smoke {args.recipe} on this machine")
+            raise InvalidInputError(problems, context=f"smoke {args.recipe} on this machine")
     return executor_launcher(executor, experiment=f"smoke-{args.recipe}"), world

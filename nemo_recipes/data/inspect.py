@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from nemo_recipes.data import tokenizers
 from nemo_recipes.data.manifest import FIELD, Manifest, manifest_path, read_index, read_manifest
-from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem
+from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem
 
 #: Tokens of the first document decoded as the sample.
 SAMPLE_TOKENS = 64
@@ -120,9 +120,9 @@ def _manifests_tokenizer(manifest: Manifest, problems: list[Problem]) -> Any:
         if tokenizers.fingerprint(written.path) == written.fingerprint:
             return tokenizers.load(written.path)
         why = "is not the one the dataset was written with (its files changed since)"
-    except (InvalidRecipeError, OSError) as error:
+    except (InvalidInputError, OSError) as error:
         why = (
-            f"cannot be read ({error.problems[0].message if isinstance(error, InvalidRecipeError) else error.strerror})"
+            f"cannot be read ({error.problems[0].message if isinstance(error, InvalidInputError) else error.strerror})"
         )
     problems.append(
         Problem(

@@ -5,6 +5,8 @@ make_plan (resolve the inputs, hash them, find or train the tokenizer, cut the s
 merged in plan order with IndexedDatasetBuilder.add_index, renamed into place, then the manifest). Every file is
 written under a temporary name and renamed when complete; the manifest comes last, so a prefix with a manifest is
 complete. NumPy, Megatron-Core and the tokenizer libraries are imported inside the functions that need them.
+Here: the plan and the tokenizer's training, and `prepare` itself; one shard and `run_shards` are in shard_work.py,
+the local pool of workers in pool.py, the merge in merge.py.
 """
 
 from __future__ import annotations
@@ -13,36 +15,32 @@ import contextlib
 import dataclasses
 import errno
 import fcntl
-import gc
-import itertools
 import json
-import multiprocessing
 import os
-import shutil
-import signal
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, TextIO
 
-from nemo_recipes._version import __version__
-from nemo_recipes.data import fast_encoder, sources, tokenizers
-from nemo_recipes.data import plan as plans
+from nemo_recipes.data import fast_encoder, shard_plan, sources, tokenizers
 from nemo_recipes.data.manifest import (
     MANIFEST_SUFFIX,
     Manifest,
-    fsync_directory,
-    index_summary,
-    manifest_path,
-    read_manifest,
     write_atomic,
-    write_manifest,
 )
-from nemo_recipes.data.plan import Shard, ShardPlan
+from nemo_recipes.data.merge import finalize, up_to_date
+from nemo_recipes.data.pool import run_local
 from nemo_recipes.data.progress import Progress
+from nemo_recipes.data.shard_plan import Shard, ShardPlan
+from nemo_recipes.data.shard_work import (  # noqa: F401  (run_shards: the entry point data_executor names here)
+    local_files,
+    pending,
+    run_shards,
+    shard_documents,
+)
 from nemo_recipes.data.sources import InvalidDataError, bad
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidInputError, Problem
 from nemo_recipes.quiet import library_notices_silenced
 
 #: Megatron-Core's DType.optimal_dtype: uint16 below this many vocabulary entries, else int32 (checked in tests).
@@ -53,12 +51,8 @@ UINT16_VOCAB_LIMIT = 65500
 DEFAULT_MAX_DOCUMENT_CHARS = 10_000_000
 #: Text sampled from the inputs to train a tokenizer: enough for a stable 32K BPE vocabulary, trained in minutes.
 DEFAULT_TOKENIZER_SAMPLE_BYTES = 100_000_000
-# Documents are tokenized in batches of about this many characters (encode_batch amortises the call, and the
-# writer writes large chunks), at most BATCH_DOCUMENTS documents.
-BATCH_CHARS = 1 << 20
 #: The tokenizer's sample is the first documents of every window of this many bytes of the inputs.
 SAMPLE_WINDOW = 4 << 20
-BATCH_DOCUMENTS = 2048
 
 Log = Callable[[str], None]
 
@@ -157,7 +151,7 @@ def _ours(path: Path, out: Path) -> bool:
     if not path.is_relative_to(out):
         return False
     inside = path.relative_to(out).parts
-    return inside[0] in (plans.WORK_DIR, "tokenizer", "tokenizer.model") or (
+    return inside[0] in (shard_plan.WORK_DIR, "tokenizer", "tokenizer.model") or (
         len(inside) == 1 and path.name.endswith(MANIFEST_SUFFIX)
     )
 
@@ -192,7 +186,7 @@ def _without_outputs(srcs: list[sources.Source], out: Path, log: Log) -> list[so
 @contextlib.contextmanager
 def _locked(out: Path) -> Iterator[None]:
     """One prepare at a time per --out: a second one would tokenize everything again and fail at its merge."""
-    work = out / plans.WORK_DIR
+    work = out / shard_plan.WORK_DIR
     work.mkdir(parents=True, exist_ok=True)
     with open(work / "lock", "w") as lock:
         try:
@@ -214,7 +208,7 @@ def _digests(srcs: list[sources.Source]) -> list[dict]:
     for source in srcs:
         inputs = []
         for file in source.files:
-            digest = plans.file_digest(file.path)
+            digest = shard_plan.file_digest(file.path)
             if digest["bytes"] == 0:
                 problems.append(Problem("inputs", file.path, "the file is empty.", "remove it from the inputs."))
             inputs.append(digest)
@@ -230,7 +224,7 @@ def _cut(srcs: list[sources.Source], size: int) -> list[Shard]:
     cuts = []
     for source in srcs:
         for file in source.files:
-            ranges, _total, any_text = plans.split_file(file, size)
+            ranges, _total, any_text = shard_plan.split_file(file, size)
             if not any_text:
                 problems.append(
                     Problem(
@@ -250,10 +244,10 @@ def _train(srcs: list[sources.Source], described: list[dict], out: Path, options
     """The trained tokenizer in `out`: reused when trained before on the same inputs and arguments, else trained
     on the first documents of every SAMPLE_WINDOW of the inputs, up to the sample size (windows of a fixed size, so
     that the tokenizer, like the data, does not depend on the number of workers)."""
-    work = out / plans.WORK_DIR
+    work = out / shard_plan.WORK_DIR
     receipt = work / "tokenizer.json"
-    identity = plans.plan_id(described, options.arguments(), "trained")
-    with contextlib.suppress(OSError, ValueError, KeyError, InvalidRecipeError):
+    identity = shard_plan.plan_id(described, options.arguments(), "trained")
+    with contextlib.suppress(OSError, ValueError, KeyError, InvalidInputError):
         recorded = json.loads(receipt.read_text())
         if recorded["identity"] == identity and tokenizers.fingerprint(recorded["path"]) == recorded["fingerprint"]:
             log(f"tokenizer: reusing {recorded['path']} (trained before on the same inputs)")
@@ -275,7 +269,7 @@ def _train(srcs: list[sources.Source], described: list[dict], out: Path, options
     def sample() -> Iterator[str]:
         for shard in shards:
             taken = 0
-            for text in _documents(shard, read, sources.Skipped(), limit=per_shard):
+            for text in shard_documents(shard, read, sources.Skipped(), limit=per_shard):
                 yield text
                 taken += len(text)
                 if taken >= per_shard:
@@ -313,15 +307,15 @@ def make_plan(
     srcs = _without_outputs(srcs, out, log)
     described = _digests(srcs)
     # The shard size follows the inputs' stored size (compressed files get larger shards; that is all).
-    size = shard_bytes or plans.shard_size(sum(i["bytes"] for s in described for i in s["inputs"]), workers)
+    size = shard_bytes or shard_plan.shard_size(sum(i["bytes"] for s in described for i in s["inputs"]), workers)
     if options.train_tokenizer:
         tokenizer_path = _train(srcs, described, out, options, log)
     else:
         tokenizer_path = Path(str(options.tokenizer_path))
     info = tokenizers.describe(tokenizer_path)
     arguments = options.arguments()
-    identity = plans.plan_id(described, arguments, info.fingerprint)
-    existing = plans.read_plan(out)
+    identity = shard_plan.plan_id(described, arguments, info.fingerprint)
+    existing = shard_plan.read_plan(out)
     if existing is not None and existing.id == identity and existing.out == str(out):
         return existing
     dtype = "uint16" if info.vocab_size < UINT16_VOCAB_LIMIT else "int32"
@@ -345,8 +339,8 @@ def make_plan(
         encoder=choice.encoder,
     )
     if up_to_date(plan) is None:  # outputs written by this plan before (then another ran here) need no new one
-        plans.start_fresh(plan.work)
-        plans.write_plan(plan)
+        shard_plan.start_fresh(plan.work)
+        shard_plan.write_plan(plan)
     return plan
 
 
@@ -359,399 +353,12 @@ def _sample(shards: tuple[Shard, ...], options: Options) -> list[str]:
     texts: list[str] = []
     for index in picked:
         taken = 0
-        for text in _documents(shards[index], read, sources.Skipped(), limit=per_shard):
+        for text in shard_documents(shards[index], read, sources.Skipped(), limit=per_shard):
             texts.append(text)
             taken += len(text)
             if taken >= per_shard:
                 break
     return texts
-
-
-# ---- one shard ----
-
-# Streams of compressed inputs kept open between the shards of one worker, so that reading shard k of a .gz file
-# does not decompress shards 0..k-1 again each time: {path: (stream, offset)}.
-_OPEN: dict[str, tuple[Any, int]] = {}
-
-
-def _read(shard: Shard, limit: Optional[int] = None) -> bytes:
-    """The shard's bytes (the first `limit`, then to the end of that line, when given)."""
-    size = shard.end - shard.start if limit is None else min(limit, shard.end - shard.start)
-    if shard.compression is None:
-        with open(shard.path, "rb") as plain:
-            stream: Any = plain
-            stream.seek(shard.start)
-            data = stream.read(size)
-            if size < shard.end - shard.start:
-                data += stream.readline()
-            return data
-    stream, offset = _OPEN.pop(shard.path, (None, 0))
-    if stream is None or offset > shard.start:
-        if stream is not None:
-            stream.close()
-        stream, offset = sources.open_binary(shard.file), 0
-    while offset < shard.start:
-        offset += len(stream.read(min(shard.start - offset, 8 << 20)))
-    data = stream.read(size)
-    if size < shard.end - shard.start:
-        data += stream.readline()
-    _OPEN[shard.path] = (stream, offset + len(data))
-    return data
-
-
-def _documents(
-    shard: Shard, options: sources.ReadOptions, skipped: sources.Skipped, *, limit: Optional[int] = None
-) -> Iterator[str]:
-    data = _read(shard, limit)
-    if shard.format == sources.JSONL:
-        return sources.jsonl_documents(data, shard.file, shard.line, options, skipped)
-    return sources.text_documents(data, shard.file, shard.line, options, skipped, at_start=shard.start == 0)
-
-
-def _batches(documents: Iterator[str]) -> Iterator[list[str]]:
-    batch: list[str] = []
-    chars = 0
-    for text in documents:
-        batch.append(text)
-        chars += len(text)
-        if chars >= BATCH_CHARS or len(batch) >= BATCH_DOCUMENTS:
-            yield batch
-            batch, chars = [], 0
-    if batch:
-        yield batch
-
-
-Report = Callable[[int, int, int], None]
-
-
-@contextlib.contextmanager
-def _local_files() -> Iterator[None]:
-    """Megatron-Core writes through its multi-storage client when that package is installed, which records metrics
-    on every write (a quarter of the time of a shard); our paths are local files, so plain `open` it is."""
-    from megatron.core.msc_utils import MultiStorageClientFeature
-
-    enabled = MultiStorageClientFeature.is_enabled()
-    MultiStorageClientFeature.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            MultiStorageClientFeature.enable()
-
-
-def process_shard(plan: ShardPlan, shard: Shard, encoder: tokenizers.Encoder, report: Report) -> dict:
-    """Tokenize one shard into its own indexed dataset (temporary names, then renamed) and write its receipt."""
-    import numpy as np
-    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
-
-    dtype = np.dtype(plan.dtype).type
-    eod = encoder.eod_id
-    final = plan.shard_prefix(shard.index)
-    temporary = final.with_name(f"{final.name}.tmp-{os.getpid()}")
-    for directory in (final.parent, plan.receipt_path(shard.index).parent):
-        directory.mkdir(parents=True, exist_ok=True)
-    skipped = sources.Skipped()
-    counts = {"documents": 0, "tokens": 0, "text_bytes": 0, "max_token_id": 0}
-    documents = _documents(shard, plan.read_options(), skipped)
-    reported = 0
-    builder = None
-    try:
-        with _local_files():
-            builder = IndexedDatasetBuilder(f"{temporary}.bin", dtype=dtype)
-            for batch in _batches(documents):
-                encoded = encoder.encode_batch(batch)
-                for ids in encoded:
-                    ids.append(eod)
-                lengths = [len(ids) for ids in encoded]
-                # One conversion per batch; the builder then writes each document (one sequence each) from it.
-                flat = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int64, count=sum(lengths))
-                tokens = flat.astype(dtype)
-                position = 0
-                for length in lengths:
-                    builder.add_document(tokens[position : position + length], [length])
-                    position += length
-                text_bytes = sum(len(text.encode("utf-8")) for text in batch)
-                counts["documents"] += len(batch)
-                counts["tokens"] += len(flat)
-                counts["text_bytes"] += text_bytes
-                counts["max_token_id"] = max(counts["max_token_id"], int(flat.max()))
-                # Progress in input bytes: the text's as it goes, the shard's exact size once it is done.
-                step = min(text_bytes, shard.end - shard.start - reported)
-                reported += step
-                report(len(batch), step, len(flat))
-            builder.finalize(f"{temporary}.idx")
-        for suffix in (".bin", ".idx"):
-            with open(f"{temporary}{suffix}", "rb+") as stream:
-                os.fsync(stream.fileno())
-        os.replace(f"{temporary}.bin", f"{final}.bin")
-        os.replace(f"{temporary}.idx", f"{final}.idx")
-    except BaseException:
-        if builder is not None:
-            with contextlib.suppress(OSError):  # closing flushes, which fails again on a full disk
-                builder.data_file.close()
-        for suffix in (".bin", ".idx"):
-            Path(f"{temporary}{suffix}").unlink(missing_ok=True)
-        raise
-    report(0, shard.end - shard.start - reported, 0)
-    receipt = {
-        "plan": plan.id,
-        "shard": shard.index,
-        **counts,
-        "skipped": skipped.count,
-        "skipped_examples": skipped.examples,
-        "bin_bytes": Path(f"{final}.bin").stat().st_size,
-    }
-    write_atomic(plan.receipt_path(shard.index), json.dumps(receipt).encode())
-    return receipt
-
-
-def pending(plan: ShardPlan) -> list[int]:
-    """Shards without a valid receipt (or whose files are gone)."""
-    result = []
-    for shard in plan.shards:
-        receipt = plans.read_receipt(plan, shard.index)
-        if receipt is None or not plans.shard_files_present(plan, shard.index, receipt):
-            result.append(shard.index)
-    return result
-
-
-@contextlib.contextmanager
-def _one_thread_per_worker() -> Iterator[None]:
-    # The worker processes are the parallelism: each tokenizes on one core, so --workers N uses N cores (and a
-    # process forked after the tokenizer's thread pool started does not warn about it).
-    previous = os.environ.get("TOKENIZERS_PARALLELISM")
-    os.environ["TOKENIZERS_PARALLELISM"] = "false"
-    try:
-        yield
-    finally:
-        if previous is None:
-            os.environ.pop("TOKENIZERS_PARALLELISM", None)
-        else:
-            os.environ["TOKENIZERS_PARALLELISM"] = previous
-
-
-def run_shards(plan_path: str | Path, rank: int = 0, world: int = 1, *, report: Optional[Report] = None) -> int:
-    """Process the shards `i % world == rank` of the plan that have no receipt yet, one after the other; return
-    how many were processed. Idempotent: run again, it skips what is receipted."""
-    plan = plans.read_plan(plan_path)
-    if plan is None:
-        raise bad("plan", str(plan_path), "no shard plan there.", "run `nemo-recipes data prepare` to write one.")
-    todo = [i for i in pending(plan) if i % world == rank]
-    if not todo:
-        return 0
-    encoder = fast_encoder.load(plan.tokenizer.path, plan.encoder)
-    with _one_thread_per_worker():
-        for index in todo:
-            process_shard(plan, plan.shards[index], encoder, report or (lambda *_: None))
-    return len(todo)
-
-
-# Worker processes of the local pool: the plan and tokenizer, loaded once per process.
-_WORKER: dict[str, Any] = {}
-
-
-#: The signals that stop the command. The parent stops the pool when one arrives; the workers must not run the
-#: command's handler (cli/_signals.py) that fork copied into them: it raised inside their exit finalizers when the
-#: pool's SIGTERM came, and a worker then waited on a queue lock for ever.
-STOPPING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-@contextlib.contextmanager
-def _signals_blocked() -> Iterator[None]:
-    """The stopping signals held back while the pool forks, so that no worker runs a line with the parent's handler
-    (the signal is delivered to the parent after, and the pool's helper threads keep the mask: the main thread
-    takes every signal)."""
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOPPING)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
-def _worker_init(plan_path: str, queue: Any, parent: int) -> None:
-    # SIGTERM (the pool's terminate, a kill of the group) ends a worker at once; Ctrl-C reaches the whole process
-    # group, and it is the parent's to act on (it stops the pool).
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGHUP, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING)
-    _WORKER["plan"] = plans.read_plan(plan_path)
-    _WORKER["encoder"] = fast_encoder.load(_WORKER["plan"].tokenizer.path, _WORKER["plan"].encoder)
-    _WORKER["queue"] = queue
-    _WORKER["parent"] = parent
-
-
-def _worker_report(documents: int, size: int, tokens: int) -> None:
-    if os.getppid() != _WORKER["parent"]:
-        os._exit(1)  # the prepare that started us is gone (killed): stop, its re-run redoes this shard
-    _WORKER["queue"].put((documents, size, tokens))
-
-
-def _worker_shard(index: int) -> Any:
-    plan = _WORKER["plan"]
-    try:
-        return process_shard(plan, plan.shards[index], _WORKER["encoder"], _worker_report)
-    except InvalidRecipeError as error:  # sent back as data: the exception's own pickling loses its problems
-        return {"problems": [p.__dict__ for p in error.problems]}
-
-
-def _run_local(plan: ShardPlan, todo: list[int], workers: int, progress: Progress) -> None:
-    """The shards `todo` on a pool of `workers` processes (in this process when one is enough)."""
-    if workers <= 1 or len(todo) <= 1:
-        encoder = fast_encoder.load(plan.tokenizer.path, plan.encoder)
-        with _one_thread_per_worker():
-            for index in todo:
-                process_shard(plan, plan.shards[index], encoder, progress.update)
-        return
-    # Forked: the workers inherit the imported Megatron-Core and NumPy (seconds per process otherwise).
-    context = multiprocessing.get_context("fork")
-    queue = context.Queue()
-    with _one_thread_per_worker():
-        with _signals_blocked():
-            pool = context.Pool(
-                min(workers, len(todo)), _worker_init, (str(plan.work / "plan.json"), queue, os.getpid())
-            )
-        finished = False
-        try:
-            results = [pool.apply_async(_worker_shard, (index,)) for index in todo]
-            while True:
-                _drain(queue, progress, timeout=0.2)
-                for result in results:
-                    if result.ready():
-                        outcome = result.get()  # re-raises a worker's exception (an OSError of a full disk)
-                        if "problems" in outcome:
-                            raise InvalidDataError([Problem(**p) for p in outcome["problems"]], context="data prepare")
-                if all(result.ready() for result in results):
-                    break
-            _drain(queue, progress, timeout=0)
-            finished = True
-        finally:
-            if finished:  # every task is done: the idle workers take the pool's end-of-work sentinel and exit
-                pool.close()
-            else:  # a stop or an error: SIGTERM ends the workers (their default action, see _worker_init)
-                pool.terminate()
-            pool.join()
-
-
-def _drain(queue: Any, progress: Progress, timeout: float) -> None:
-    import queue as queues
-
-    try:
-        item = queue.get(timeout=timeout) if timeout else queue.get_nowait()
-        while True:
-            progress.update(*item)
-            item = queue.get_nowait()
-    except queues.Empty:
-        pass
-
-
-# ---- the merge ----
-
-
-def _source_manifest(plan: ShardPlan, source: dict, receipts: list[dict]) -> Manifest:
-    return Manifest(
-        prefix=source["name"],
-        documents=sum(r["documents"] for r in receipts),
-        tokens=sum(r["tokens"] for r in receipts),
-        text_bytes=sum(r["text_bytes"] for r in receipts),
-        dtype=plan.dtype,
-        max_token_id=max((r["max_token_id"] for r in receipts), default=0),
-        tokenizer=plan.tokenizer,
-        inputs=tuple(source["inputs"]),
-        arguments=plan.arguments,
-        created_by=f"nemo-recipes {__version__}",
-        skipped_lines=sum(r["skipped"] for r in receipts),
-    )
-
-
-@contextlib.contextmanager
-def _quick_gc() -> Iterator[None]:
-    """add_index runs gc.collect() after every shard, which walks every object of this process (torch's tens of
-    thousands: most of the merge's time); objects that exist already are frozen out of its way meanwhile."""
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
-def finalize(plan_path: str | Path) -> list[Manifest]:
-    """Merge each source's shards in plan order into `out/NAME.bin/.idx` and write its manifest (last)."""
-    import numpy as np
-    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
-
-    plan = plans.read_plan(plan_path)
-    if plan is None:
-        raise bad("plan", str(plan_path), "no shard plan there.", "run `nemo-recipes data prepare` to write one.")
-    missing = pending(plan)
-    if missing:
-        raise bad(
-            "plan",
-            str(plan_path),
-            f"{len(missing)} shard(s) are not finished (first: {missing[:5]}).",
-            "run the shards (run_shards for every rank, or `nemo-recipes data prepare` again), then finalize.",
-        )
-    out = Path(plan.out)
-    merge = plan.work / "merge"
-    merge.mkdir(exist_ok=True)
-    manifests = []
-    for source in plan.sources:
-        shards = [s for s in plan.shards if s.source == source["name"]]
-        receipts = [plans.read_receipt(plan, s.index) or {} for s in shards]
-        manifest = _source_manifest(plan, source, receipts)
-        if manifest.documents == 0:
-            examples = [e for r in receipts for e in r["skipped_examples"]][:3]
-            raise bad(
-                "inputs",
-                source["name"],
-                f"no document was read from it ({manifest.skipped_lines} line(s) skipped"
-                + (f"; first: {examples[0]}" if examples else "")
-                + ").",
-                "check --key and the files; with --skip-bad-lines every bad line is skipped.",
-            )
-        temporary = merge / source["name"]
-        with _local_files(), _quick_gc():
-            builder = IndexedDatasetBuilder(f"{temporary}.bin", dtype=np.dtype(plan.dtype).type)
-            for shard in shards:
-                builder.add_index(str(plan.shard_prefix(shard.index)))
-            builder.finalize(f"{temporary}.idx")
-        final = out / source["name"]
-        # The old manifest goes first: from here until the new one is written the prefix reads as unfinished.
-        manifest_path(final).unlink(missing_ok=True)
-        for suffix in (".bin", ".idx"):
-            with open(f"{temporary}{suffix}", "rb+") as stream:
-                os.fsync(stream.fileno())
-            os.replace(f"{temporary}{suffix}", f"{final}{suffix}")
-        fsync_directory(out)
-        write_manifest(final, manifest)
-        manifests.append(manifest)
-    # The shards' data now lives in the outputs; the receipts stay (an unchanged re-run finds the manifests).
-    shutil.rmtree(plan.work / "shards", ignore_errors=True)
-    shutil.rmtree(merge, ignore_errors=True)
-    return manifests
-
-
-def up_to_date(plan: ShardPlan) -> Optional[list[Manifest]]:
-    """The manifests of the plan's outputs when every one is there, complete and written by this plan."""
-    manifests = []
-    for source in plan.sources:
-        prefix = Path(plan.out) / source["name"]
-        try:
-            manifest = read_manifest(prefix)
-            summary = index_summary(prefix)
-        except InvalidRecipeError:
-            return None
-        same = (
-            list(manifest.inputs) == list(source["inputs"])
-            and manifest.arguments == plan.arguments
-            and manifest.tokenizer == plan.tokenizer
-            and (summary.documents, summary.tokens, summary.dtype)
-            == (manifest.documents, manifest.tokens, manifest.dtype)
-        )
-        if not same:
-            return None
-        manifests.append(manifest)
-    return manifests
 
 
 # ---- all of it ----
@@ -853,7 +460,7 @@ def _prepare_locked(
         )
         return done
     todo = pending(plan)
-    plans.remove_leftovers(plan)
+    shard_plan.remove_leftovers(plan)
     if len(todo) < len(plan.shards):
         log(f"resuming: {len(plan.shards) - len(todo)} of {len(plan.shards)} shards already done (receipts kept)")
     total = sum(plan.shards[i].end - plan.shards[i].start for i in todo)
@@ -865,7 +472,7 @@ def _prepare_locked(
 
         bar = Progress(total, stream=err, mode=progress, label="tokenizing")
         try:
-            _run_local(plan, todo, workers, bar)
+            run_local(plan, todo, workers, bar)
         finally:
             bar.close()
     manifests = finalize(plan.work / "plan.json")

@@ -9,7 +9,7 @@ import re
 from typing import Any, Iterable, Mapping, Optional, Union
 
 from nemo_recipes._version import __version__
-from nemo_recipes.errors import InvalidRecipeError, Problem, raise_if_any
+from nemo_recipes.errors import InvalidInputError, Problem, raise_if_any
 
 # Presets read the per-node bound from here, beside the other checks of their arguments.
 from nemo_recipes.plan.hardware import MAX_GPUS_PER_NODE as MAX_GPUS_PER_NODE
@@ -162,7 +162,7 @@ def gpu_env(gpu: Optional[str]) -> tuple[dict[str, str], list[Problem]]:
         return {}, []
     try:
         return {GPU_ENV: get_gpu(gpu).name}, []
-    except InvalidRecipeError as error:
+    except InvalidInputError as error:
         return {}, error.problems
 
 

@@ -4,7 +4,7 @@
         exp.add(nemo_recipes.gpt_70b(), executor=slurm(account="a", nodes=4), plugins=[RecipePlugin(gpu="h100")])
 
 NeMo-Run calls `setup(task, executor)` inside `Experiment.add` (and `run.run`), before anything is packaged or
-submitted, so an InvalidRecipeError raised here means nothing reached the cluster.
+submitted, so an InvalidInputError raised here means nothing reached the cluster.
 """
 
 import os
@@ -15,10 +15,10 @@ from typing import Any, Optional
 import nemo_run as run
 
 from nemo_recipes import budget
-from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem
+from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem
 from nemo_recipes.executors import registry
 from nemo_recipes.executors._common import GPU_ENV
-from nemo_recipes.executors.kubeflow_trainer import mixed_pod_settings
+from nemo_recipes.executors.kubernetes_executor.trainer import mixed_pod_settings
 from nemo_recipes.plan.hardware import get_gpu
 
 #: GPUs of compute capability 10 (Blackwell) use 32 hardware queues with TP/CP overlap, older ones 1
@@ -89,7 +89,7 @@ class RecipePlugin(run.Plugin):
         if any(p.severity == ERROR for p in problems):
             where = f"{nodes} node(s) x {devices} GPU(s)" + (f" of {gpu}" if gpu else "")
             name = spec.name if spec is not None else "task"
-            raise InvalidRecipeError(
+            raise InvalidInputError(
                 problems, context=f"{name} on {executor.__class__.__name__} ({where}): not submitted"
             )
 
@@ -134,7 +134,7 @@ def _resolve_budget(task: run.Partial) -> list[Problem]:
         task.data.paths = budget.blend_by_epochs(
             node.paths, node.data_epochs, task.trainer.max_steps, data.global_batch_size, data.seq_length
         )
-    except InvalidRecipeError as error:
+    except InvalidInputError as error:
         return error.problems
     return []
 
@@ -165,7 +165,7 @@ def _warn_if_config_unreadable(executor: run.KubeflowExecutor) -> None:
     class)."""
     from nemo_run.config import get_nemorun_home
 
-    from nemo_recipes.executors.presets.kubernetes import SHARED_HOME_HOW, reads_configs_from
+    from nemo_recipes.executors.kubernetes_executor.preset import SHARED_HOME_HOW, reads_configs_from
 
     if reads_configs_from(executor) is not None:
         return
@@ -211,6 +211,6 @@ def _is_blackwell(gpu: Optional[str]) -> bool:
         return False
     try:
         capability = get_gpu(gpu).compute_capability
-    except InvalidRecipeError:
+    except InvalidInputError:
         return False
     return capability is not None and capability[0] == _BLACKWELL_MAJOR

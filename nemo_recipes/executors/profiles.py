@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from nemo_recipes import yaml_files
-from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem, did_you_mean
+from nemo_recipes.errors import InvalidConfigError, InvalidInputError, Problem, did_you_mean
 from nemo_recipes.executors import registry
-from nemo_recipes.executors.kubeflow_trainer import normalise_version
+from nemo_recipes.executors.kubernetes_executor.trainer import normalise_version
 
 ENV_VAR = "NEMO_RECIPES_CLUSTERS"
 PRESET_NAMES = registry.NAMES
@@ -101,10 +101,10 @@ def call_preset(preset: str, args: dict[str, Any], *, context: str) -> Any:
         if name not in args
     ]
     if problems:
-        raise InvalidRecipeError(problems, context=context)
+        raise InvalidInputError(problems, context=context)
     try:
         return function(**args)
-    except InvalidRecipeError as error:  # keeps the class: a kubeconfig problem stays a configuration problem
+    except InvalidInputError as error:  # keeps the class: a kubeconfig problem stays a configuration problem
         raise type(error)(error.problems, context=context) from None
 
 
@@ -218,7 +218,7 @@ def _check(name: str, settings: Any, source: str) -> tuple[Optional[ClusterProfi
 
         try:
             gpu = get_gpu(str(gpu)).name
-        except InvalidRecipeError as error:
+        except InvalidInputError as error:
             problems += [Problem(f"{where}.gpu", p.value, p.message, p.fix) for p in error.problems]
     parameters = inspect.signature(preset_function(preset)).parameters
     allowed = [p for p in parameters if p != "gpu"]

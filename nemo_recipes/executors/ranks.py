@@ -73,7 +73,7 @@ def run_ranked(
 
     import nemo_run as run
 
-    from nemo_recipes.executors import slurm_state
+    from nemo_recipes.executors.slurm_executor import state as slurm_state
     from nemo_recipes.executors.submission import submit
 
     job_executor = executor.clone()

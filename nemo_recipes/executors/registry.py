@@ -31,9 +31,9 @@ from nemo_recipes.errors import InvalidConfigError, Problem, did_you_mean
 
 #: preset name -> the module that implements it. The order is the order users see.
 PRESETS: dict[str, str] = {
-    "local": "nemo_recipes.executors.presets.local",
-    "slurm": "nemo_recipes.executors.presets.slurm",
-    "kubernetes": "nemo_recipes.executors.presets.kubernetes",
+    "local": "nemo_recipes.executors.local_executor.preset",
+    "slurm": "nemo_recipes.executors.slurm_executor.preset",
+    "kubernetes": "nemo_recipes.executors.kubernetes_executor.preset",
 }
 NAMES: tuple[str, ...] = tuple(PRESETS)
 #: What every preset module defines besides the function named like the preset.

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidConfigError, InvalidInputError, Problem
 
 # sbatch's own words (Slurm 22.05 - 24.x) for the refusals a user can fix in the executor's arguments.
 _REFUSALS = (
@@ -81,7 +81,7 @@ def submit(
             else:
                 experiment.run(detach=detach or slurm)
             return Submitted(experiment, job_id, experiment_id(experiment), slurm)
-    except InvalidRecipeError:
+    except InvalidInputError:
         raise
     except Exception as error:
         removed = None if dryrun else discard_unsubmitted(experiment)

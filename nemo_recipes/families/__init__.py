@@ -6,7 +6,7 @@ Standard library only: the catalog, the planner and the fast CLI verbs read it. 
 
 from __future__ import annotations
 
-from nemo_recipes.errors import InvalidRecipeError, Problem, did_you_mean
+from nemo_recipes.errors import InvalidInputError, Problem, did_you_mean
 from nemo_recipes.families import gpt, llama
 from nemo_recipes.families.architecture import Architecture
 from nemo_recipes.families.family import Family
@@ -20,7 +20,7 @@ def get_family(name: str) -> Family:
     if isinstance(name, str) and name in REGISTRY:
         return REGISTRY[name]
     hint = did_you_mean(name, REGISTRY) if isinstance(name, str) else ""
-    raise InvalidRecipeError(
+    raise InvalidInputError(
         [Problem("family", name, f"unknown model family{hint}.", f"use one of: {', '.join(REGISTRY)}.")]
     )
 

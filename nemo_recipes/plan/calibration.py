@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from nemo_recipes.catalog import Precision, RecipeSpec
-from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem, shown
+from nemo_recipes.errors import InvalidConfigError, InvalidInputError, Problem, shown
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.throughput import CONSTANTS, ModelConstants, Throughput, estimate_throughput
 
@@ -258,7 +258,7 @@ def read_calibration(path: "str | os.PathLike[str]", *, field: str = "calibratio
     for gpu in raw_gpus:
         try:
             gpus.append(get_gpu(str(gpu)).name)
-        except InvalidRecipeError as error:  # a GPU this planner does not know
+        except InvalidInputError as error:  # a GPU this planner does not know
             problem("fitted_on.gpus", gpu, f"is not a GPU the planner knows ({_first_message(error)}).", _FIX)
     stack = fitted.get("stack")
     if stack not in known_stacks:
@@ -351,7 +351,7 @@ def case_from_card(given: Any, where: str, stack: str) -> tuple[Optional[Case], 
     else:
         try:
             spec = RECIPES[name].replace(**overrides)
-        except (InvalidRecipeError, TypeError, ValueError) as error:
+        except (InvalidInputError, TypeError, ValueError) as error:
             for p in getattr(error, "problems", None) or [Problem("overrides", overrides, str(error), rewrite)]:
                 problem(f"recipe.overrides.{p.field}", p.value, p.message, p.fix)
     if card.get("stack") != stack:
@@ -382,7 +382,7 @@ def case_from_card(given: Any, where: str, stack: str) -> tuple[Optional[Case], 
     else:
         try:
             gpu = get_gpu(str(gpu_name))
-        except InvalidRecipeError as error:
+        except InvalidInputError as error:
             problem("cluster.gpu", gpu_name, f"is not a GPU the planner knows ({_first_message(error)}).", rewrite)
     metrics = _mapping(card.get("metrics"))
     step_time = metrics.get("step_time_s")
@@ -413,7 +413,7 @@ def case_from_card(given: Any, where: str, stack: str) -> tuple[Optional[Case], 
         cluster = Cluster.of(spec.num_nodes, spec.num_gpus_per_node, gpu)
         found = Case(where, where, spec, cluster, stack, "step_s", float(step_time))
         found.predict()  # a plan the model refuses (a layout that does not divide the cluster) is refused here
-    except InvalidRecipeError as error:
+    except InvalidInputError as error:
         for p in error.problems:
             problem(p.field, p.value, p.message, p.fix)
         return None, problems

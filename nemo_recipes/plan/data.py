@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from nemo_recipes import budget
 from nemo_recipes.catalog import RecipeSpec, data_problems
-from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem
+from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem
 
 #: Epochs of one source above which the plan warns. Muennighoff et al. 2023 ("Scaling Data-Constrained Language
 #: Models", Fig. 3-4): up to about 4 epochs, repeated tokens are worth almost as much as new ones; beyond that their
@@ -160,7 +160,7 @@ def read_data(spec: RecipeSpec, *, vocab_given: bool = False) -> tuple[RecipeSpe
     if spec.tokenizer_path is not None and spec.tokenizer_path.strip():
         try:
             info = tokenizers.describe(spec.tokenizer_path)
-        except InvalidRecipeError as error:
+        except InvalidInputError as error:
             problems += error.problems
         except OSError as error:  # a path the system refuses to look up (too long, a loop, no permission)
             what = "a tokenizer's directory (tokenizer.json or tokenizer.model) or the file itself"
@@ -215,10 +215,10 @@ def resolved_paths(spec: RecipeSpec) -> RecipeSpec:
 
 
 def checked_data(spec: RecipeSpec, *, vocab_given: bool = False, context: str = "") -> tuple[RecipeSpec, DataReport]:
-    """`read_data`, raising one InvalidRecipeError (errors and warnings) when any error is found."""
+    """`read_data`, raising one InvalidInputError (errors and warnings) when any error is found."""
     spec, report = read_data(spec, vocab_given=vocab_given)
     if report.errors:
-        raise InvalidRecipeError(report.problems, context=context)
+        raise InvalidInputError(report.problems, context=context)
     return spec, report
 
 
@@ -319,7 +319,7 @@ def _source(path: str, info: Any, vocab: int, problems: list[Problem], as_given:
             summary = None
         else:
             summary = index_summary(path)
-    except InvalidRecipeError as error:
+    except InvalidInputError as error:
         problems += error.problems
         return Source(path, weight, None, None, None, False, planned)
     except OSError as error:  # a path the system refuses to look up (too long, a loop, no permission)

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
-from nemo_recipes.errors import InvalidRecipeError, Problem, did_you_mean
+from nemo_recipes.errors import InvalidInputError, Problem, did_you_mean
 
 # Cluster bounds, as the catalog's num_nodes and num_gpus_per_node (beyond any cluster built; they also keep the
 # planner's divisor searches over the world size instant).
@@ -37,7 +37,7 @@ class GPU:
     def __post_init__(self) -> None:
         problems = gpu_problems(self)
         if problems:
-            raise InvalidRecipeError(problems, context=f"GPU {self.name!r}")
+            raise InvalidInputError(problems, context=f"GPU {self.name!r}")
 
     @property
     def supports_fp8(self) -> bool:
@@ -222,7 +222,7 @@ def get_gpu(name: "str | GPU") -> GPU:
     key = ALIASES.get(key, key)
     if key in GPUS:
         return GPUS[key]
-    raise InvalidRecipeError(
+    raise InvalidInputError(
         [
             Problem(
                 "gpu",
@@ -258,8 +258,8 @@ class Cluster:
         ]
         try:
             resolved = None if gpu is None else get_gpu(gpu)
-        except InvalidRecipeError as error:
+        except InvalidInputError as error:
             problems += error.problems
         if problems:
-            raise InvalidRecipeError(problems, context="cluster")
+            raise InvalidInputError(problems, context="cluster")
         return cls(nodes=nodes, gpus_per_node=gpus_per_node, gpu=resolved)

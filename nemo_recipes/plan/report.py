@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 from nemo_recipes.catalog import RecipeSpec, not_a_spec
-from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError, Problem, jsonable, known
+from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem, jsonable, known
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.memory import MemoryBreakdown
@@ -20,7 +20,7 @@ from nemo_recipes.plan.stack import Program
 
 
 def check_inputs(spec: Any, cluster: Any) -> None:
-    """Raise one InvalidRecipeError naming each argument of a planner call that is not what the planner takes
+    """Raise one InvalidInputError naming each argument of a planner call that is not what the planner takes
     (a `RecipeSpec` and a `Cluster`), rather than an AttributeError from deep inside."""
     problems = not_a_spec(spec)
     if not isinstance(cluster, Cluster):
@@ -33,7 +33,7 @@ def check_inputs(spec: Any, cluster: Any) -> None:
             )
         )
     if problems:
-        raise InvalidRecipeError(problems, context="planner")
+        raise InvalidInputError(problems, context="planner")
 
 
 @dataclass(frozen=True)
@@ -146,9 +146,9 @@ class PlanReport:
         return dataclasses.replace(self, advice=list(advice))
 
     def raise_if_invalid(self) -> "PlanReport":
-        """Raise InvalidRecipeError carrying every problem (warnings too) when any error is present."""
+        """Raise InvalidInputError carrying every problem (warnings too) when any error is present."""
         if not self.valid:
-            raise InvalidRecipeError(self.problems, context=self._title())
+            raise InvalidInputError(self.problems, context=self._title())
         return self
 
     def to_dict(self) -> dict[str, Any]:

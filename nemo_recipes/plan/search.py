@@ -24,13 +24,14 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.errors import ERROR, InvalidRecipeError, known
+from nemo_recipes.errors import ERROR, InvalidInputError, known
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.memory import estimate_memory
+from nemo_recipes.plan.rules import layout_problems, program_problems
 from nemo_recipes.plan.stack import Program, program_for
 from nemo_recipes.plan.throughput import estimate_throughput
-from nemo_recipes.plan.validate import TIGHT_MEMORY_FRACTION, layout_problems, program_problems
+from nemo_recipes.plan.validation import TIGHT_MEMORY_FRACTION
 
 # Step times closer than this are a tie (the model cannot tell them apart): more memory headroom wins.
 TIE = 0.01
@@ -282,7 +283,7 @@ def ranked_plans(
     for candidate, total in valid_plans(spec, cluster, space=space, stack=stack, per_replica=per_replica):
         try:
             candidates.append(evaluate(candidate, cluster, total, stack))
-        except InvalidRecipeError:  # a plan the throughput model refuses is not valid either
+        except InvalidInputError:  # a plan the throughput model refuses is not valid either
             continue
     return rank(candidates, spec)
 

@@ -12,7 +12,7 @@ import re
 from typing import Any, Mapping, Optional, TypeVar, cast
 
 from nemo_recipes.catalog import Precision, RecipeSpec, Recompute
-from nemo_recipes.errors import InvalidRecipeError, Problem, known
+from nemo_recipes.errors import InvalidInputError, Problem, known
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
 
 REQUIRED = ("layers", "hidden", "heads", "seq", "gpu", "n_gpus", "gbs")
@@ -146,7 +146,7 @@ def _flag(reader: _Reader, key: str, default: Optional[bool], what: str) -> Opti
 def plan_from_row(row: Mapping[str, Any]) -> tuple[RecipeSpec, Cluster, list[str]]:
     """`(spec, cluster, assumptions)` for one row of a calibration-style table (a dict of column -> value).
 
-    Raises InvalidRecipeError listing every unusable value at once."""
+    Raises InvalidInputError listing every unusable value at once."""
     r = _Reader(row)
     layers, hidden, heads, seq = r.int("layers"), r.int("hidden"), r.int("heads"), r.int("seq")
     n_gpus, gbs = r.int("n_gpus"), r.int("gbs")
@@ -175,7 +175,7 @@ def plan_from_row(row: Mapping[str, Any]) -> tuple[RecipeSpec, Cluster, list[str
     gated = _gated(r, model, hidden, ffn)
     gpus_per_node = _check_world(r, n_gpus, gpus_per_node, tp, pp, cp)
     if r.problems:
-        raise InvalidRecipeError(r.problems, context=f"row {row.get('id', '')!r}".strip())
+        raise InvalidInputError(r.problems, context=f"row {row.get('id', '')!r}".strip())
     layers, hidden, heads, seq, n_gpus, gbs = map(_checked, (layers, hidden, heads, seq, n_gpus, gbs))
     tp, pp, cp, mbs, ffn, vocab = map(_checked, (tp, pp, cp, mbs, ffn, vocab))
     gpus_per_node = _checked(gpus_per_node)
@@ -219,8 +219,8 @@ def plan_from_row(row: Mapping[str, Any]) -> tuple[RecipeSpec, Cluster, list[str
             default_gpu=gpu.name if gpu else "h100-80gb",
             **overrides,
         )
-    except InvalidRecipeError as error:
-        raise InvalidRecipeError(error.problems, context=f"row {row.get('id', '')!r}") from None
+    except InvalidInputError as error:
+        raise InvalidInputError(error.problems, context=f"row {row.get('id', '')!r}") from None
     cluster = Cluster.of(n_gpus // gpus_per_node, gpus_per_node, gpu)
     return spec, cluster, r.assumptions
 
@@ -244,7 +244,7 @@ def _gpu(r: _Reader) -> Optional[GPU]:
         return None
     try:
         return get_gpu(str(r.row["gpu"]).strip())
-    except InvalidRecipeError as error:
+    except InvalidInputError as error:
         r.problems += error.problems
         return None
 

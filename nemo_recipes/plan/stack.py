@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidInputError, Problem
 from nemo_recipes.plan.hardware import GPU, get_gpu
 
 TRANSFORMER_ENGINE_MODULE = "transformer_engine"
@@ -127,7 +127,7 @@ def resolve_stack(name: Optional[str] = None) -> tuple[Stack, str]:
         stack = STACKS["transformer-engine" if transformer_engine_installed() else "megatron-core"]
         return stack, f"software stack: {stack.description} (Transformer Engine is {here} on this machine)"
     if name not in STACKS:
-        raise InvalidRecipeError(
+        raise InvalidInputError(
             [
                 Problem(
                     "stack",

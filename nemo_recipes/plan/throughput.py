@@ -37,7 +37,7 @@ Standard library only. An analytical model of one Megatron training step, built 
 `stack=` names the software (`stack.resolve_stack`; default: the NeMo container, Megatron-Core with Transformer
 Engine); without Transformer Engine (Megatron-Core's local spec, or the Megatron-LM of the 2021-22 papers) attention
 is unfused: its s x s tensors go through HBM. Layout sizes come from `layout.Layout`, and the plans it refuses are
-exactly those `validate.STRUCTURAL_RULES` call errors. The efficiencies in `ModelConstants` are global (one value
+exactly those `rules.STRUCTURAL_RULES` call errors. The efficiencies in `ModelConstants` are global (one value
 each for every GPU and model, no per-row adjustment); `benchmarks/planner_accuracy.py` refits them, in sample and
 leaving each source out. `Throughput.terms_s` groups the step into the terms a user can act on (`STEP_TERMS`: matmul,
 attention, memory-bound kernels, recomputation, exposed communication, pipeline bubble, per-step cost) and
@@ -46,120 +46,35 @@ attention, memory-bound kernels, recomputation, exposed communication, pipeline 
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import dataclasses
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.errors import InvalidRecipeError, Problem, known
+from nemo_recipes.errors import InvalidInputError, Problem, known
 from nemo_recipes.plan import flops as _flops
 from nemo_recipes.plan import kernels as _kernels
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
 from nemo_recipes.plan.layout import Layout
+from nemo_recipes.plan.model_constants import (  # noqa: F401  (re-exported: throughput's names before the split)
+    ACTIVATION_BYTES,
+    ACTIVATION_BYTES_PER_FFN,
+    ADAM_BYTES_PER_PARAM,
+    BACKWARD_BYTES_FACTOR,
+    CONSTANTS,
+    CROSS_ENTROPY_BYTES_PER_LOGIT,
+    FP8_CAST_BYTES_PER_ELEMENT,
+    FUSED_CROSS_ENTROPY_BYTES_PER_LOGIT,
+    GRAD_BUFFER_BYTES_PER_PARAM,
+    NORM_DROPOUT_BYTES_PER_HIDDEN,
+    SOFTMAX_DROPOUT_BYTES,
+    ModelConstants,
+    active_constants,
+    using_constants,
+)
+from nemo_recipes.plan.rules import raise_if_unstructured
 from nemo_recipes.plan.stack import Program, program_for
-from nemo_recipes.plan.validate import raise_if_unstructured
 
-# ---- global constants ----
-
-
-@dataclass(frozen=True)
-class ModelConstants:
-    """The efficiencies the model cannot derive, each one global (every GPU, every model). The defaults are the refit
-    of benchmarks/planner_accuracy.py on every row of benchmarks/data/calibration.csv (all but `power_exponent`,
-    which is derived), each within the range its source below gives except `hbm` (see there); the benchmark also
-    prints the values refitted without each source. Attention has no constant: it runs at the published kernel speed
-    (`kernels.attention_efficiency`)."""
-
-    # Fraction of the dense tensor-core peak that the math of the largest BF16/FP16 GEMMs reaches, before their
-    # shape (`kernels.gemm_efficiency`: waves and depth) and their operand traffic (`_gemm_s`): cuBLAS reaches
-    # 80-90 % of 312 TFLOP/s on large A100 GEMMs and about 75-80 % of 989 on H100 SXM.
-    matmul: float = 0.87
-    # FP8 GEMMs reach a smaller fraction of their doubled peak (power and clock limits; H100 FP8 cuBLAS GEMMs reach
-    # about 1300 of 1979 TFLOP/s).
-    fp8_matmul: float = 0.64
-    # Fraction of the HBM bandwidth that streaming (element-wise) kernels reach: STREAM-like copies reach 80-90 %.
-    # The refit lands at the top of its grid (0.95), above that range: the element-wise bytes counted below are an
-    # upper bound (Transformer Engine fuses some of them into its GEMMs and norms).
-    hbm: float = 0.95
-    # Fraction of the link bandwidth NCCL collectives reach as bus bandwidth for large messages: about 80 % on
-    # NVLink (nccl-tests PERFORMANCE.md: 230-240 GB/s of A100's 300 GB/s per direction) and 90 % or more of an
-    # InfiniBand NIC's line rate.
-    comm: float = 0.90
-    # Fraction of the TP communication hidden behind GEMMs when the program overlaps it (Transformer Engine
-    # userbuffers split the all-gather/reduce-scatter of SP into chunks overlapped with the neighbouring GEMM); the
-    # first and last chunks and the slowdown of GEMMs sharing the GPU with communication stay exposed.
-    tp_overlap: float = 0.25
-    # Exponent of the power-limit derating (`_power_derate`), derived rather than fitted: a GPU with fewer watts per
-    # peak TFLOP/s than the reference sustains a lower tensor clock under dense GEMMs. Dynamic power grows with
-    # frequency x voltage^2 and the voltage with the frequency, so the sustainable clock goes as power^(1/3).
-    power_exponent: float = 1.0 / 3.0
-    # Seconds every step costs besides the model's kernels: the gradient-norm and loss reductions that synchronise
-    # all ranks, the optimizer's launch-bound multi-tensor kernels, the data loader and logging. Published
-    # throughputs include them ("End-to-end measurement: Throughputs include all operations (data loading,
-    # optimizer steps, communication, logging)", Megatron-LM README); they weigh most on short steps (small models).
-    step_overhead: float = 0.09
-
-    def replace(self, **values: float) -> "ModelConstants":
-        return dataclasses.replace(self, **values)
-
-
-CONSTANTS = ModelConstants()
-
-# The constants of the plans made in this context: a calibration (`plan --calibration`) sets them around one plan, so
-# that validation, --fit, --best and the advice all time their candidates with the same constants without each
-# function passing them on. A context variable, not a module global: a calibration never leaks into another plan.
-_ACTIVE: contextvars.ContextVar[ModelConstants] = contextvars.ContextVar("model_constants", default=CONSTANTS)
-
-
-@contextlib.contextmanager
-def using_constants(constants: ModelConstants) -> Iterator[ModelConstants]:
-    """Within the block, `estimate_throughput` without `constants` uses these (a calibration's)."""
-    token = _ACTIVE.set(constants)
-    try:
-        yield constants
-    finally:
-        _ACTIVE.reset(token)
-
-
-def active_constants() -> ModelConstants:
-    """The constants `estimate_throughput` uses when none are given: the shipped ones outside `using_constants`."""
-    return _ACTIVE.get()
-
-
-# Bytes moved per token and layer by the element-wise kernels of one forward pass, per unit of hidden size:
-# layer norm in/out 2+2, bias-dropout-add reads two tensors and writes one plus a 1-byte mask 2+2+2+1, twice each
-# (attention and MLP sides): 22 bytes x h. Counted from Megatron-Core's fused kernels (bias_dropout_add_fused,
-# TE LayerNorm).
-NORM_DROPOUT_BYTES_PER_HIDDEN = 22
-# Activation function per element of the FFN width: GeLU reads and writes 2-byte values (4 bytes); SwiGLU reads two
-# ffn-wide inputs and writes one (6 bytes).
-ACTIVATION_BYTES_PER_FFN = {False: 4, True: 6}
-# A backward element-wise kernel reads the saved input and the incoming gradient and writes a gradient: twice the
-# forward traffic.
-BACKWARD_BYTES_FACTOR = 2.0
-# FP8 (Transformer Engine): every GEMM input in the forward and every output gradient in the backward is cast to FP8
-# and transposed: read 2 bytes, write 1 + 1.
-FP8_CAST_BYTES_PER_ELEMENT = 4
-# Megatron-Core's (unfused) vocabulary-parallel cross entropy per logit, in fp32: cast up (read 2, write 4), max
-# (read 4), subtract the max (4 + 4), exp (4 + 4), sum (4), normalise (4 + 4); backward: scale the saved softmax
-# (4 + 4) and cast down (read 4, write 2). 52 bytes (megatron/core/tensor_parallel/cross_entropy.py).
-CROSS_ENTROPY_BYTES_PER_LOGIT = 52
-# Transformer Engine's fused cross entropy keeps the logits in BF16: one pass for the running max and sum (read 2),
-# one that writes the gradient in place of the logit (read 2, write 2), and a backward that scales it by the loss
-# gradient (read 2, write 2).
-FUSED_CROSS_ENTROPY_BYTES_PER_LOGIT = 10
-# Adam step per updated parameter (fp32 master weight, gradient, momentum, variance read = 16 bytes; master, momentum,
-# variance written = 12; the BF16 copy written = 2; gradient norm read = 4), and zeroing the fp32 gradient buffer of
-# every local parameter (4 bytes).
-ADAM_BYTES_PER_PARAM = 34
-GRAD_BUFFER_BYTES_PER_PARAM = 4
-ACTIVATION_BYTES = 2
-# Unfused attention (Megatron-LM before Transformer Engine): per score element, forward: fused scale-mask-softmax reads
-# and writes 2-byte values, dropout reads 2 and writes 2 plus a 1-byte mask (9 bytes); backward: dropout reads the
-# gradient and mask and writes 2, softmax reads output and gradient and writes 2 (11 bytes).
-SOFTMAX_DROPOUT_BYTES = (9, 11)
+# ---- the model's constants: model_constants.py ----
 
 FLOPS_CONVENTION = _flops.MODEL_FLOPS_CONVENTION
 # The GPU whose board power per dense BF16 TFLOP/s is the reference of `_power_derate` (the H100 SXM, 700 W / 989).
@@ -512,10 +427,10 @@ def estimate_throughput(
     (default: the shipped ones, or a calibration's within `using_constants`).
 
     The data-parallel size comes from the cluster (`cluster.world_size / (TP x PP x CP)`), not from the recipe's
-    default node count. Raises InvalidRecipeError (naming each field) for the plans `validate.STRUCTURAL_RULES`
+    default node count. Raises InvalidInputError (naming each field) for the plans `rules.STRUCTURAL_RULES`
     refuse, and for FP8 on a GPU or a stack without it.
     """
-    constants = constants if constants is not None else _ACTIVE.get()
+    constants = constants if constants is not None else active_constants()
     assumptions: list[str] = []
     gpu, layout, program = _checked_plan(spec, cluster, stack, assumptions)
     rates = _Rates.of(gpu, spec.precision == "fp8", constants)
@@ -540,7 +455,7 @@ def _checked_plan(
     raise_if_unstructured(spec, layout, context)
     program = program_for(spec, gpu, stack, layout.interleaved)
     if spec.precision == "fp8" and not (gpu.supports_fp8 and program.stack.transformer_engine):
-        raise InvalidRecipeError(
+        raise InvalidInputError(
             [
                 Problem(
                     "precision",
@@ -643,7 +558,7 @@ def time_to_train(
     if isinstance(throughput_or_spec, RecipeSpec):
         spec = throughput_or_spec
         if cluster is None:
-            raise InvalidRecipeError(
+            raise InvalidInputError(
                 [
                     Problem(
                         "cluster",
@@ -659,7 +574,7 @@ def time_to_train(
     else:
         result = throughput_or_spec
     if tokens is None or isinstance(tokens, bool) or not isinstance(tokens, (int, float)) or not tokens > 0:
-        raise InvalidRecipeError(
+        raise InvalidInputError(
             [Problem("tokens", tokens, "must be a positive number of tokens.", "give a token budget such as 300e9.")]
         )
     seconds = tokens / result.tokens_per_s

@@ -225,7 +225,7 @@ def _follow_phase(
     if slurm:
         # Slurm's own state: NeMo-Run would call a job over its time limit FAILED and a requeued one
         # PENDING, and a preempted job that is requeued must be followed through its next run.
-        from nemo_recipes.executors import slurm_state
+        from nemo_recipes.executors.slurm_executor import state as slurm_state
 
         slurm_id = slurm_state.slurm_job_id(exp, job_id)
         runner = slurm_state.tunnel_runner(job_executor.tunnel)

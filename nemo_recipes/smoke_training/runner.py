@@ -20,9 +20,9 @@ from typing import Any, Optional, TextIO, Union
 
 from nemo_recipes.catalog import RecipeSpec, get_recipe
 from nemo_recipes.errors import InvalidRecipeError, Problem, RunFailedError
-from nemo_recipes.smoke_training import record
-from nemo_recipes.smoke_training.fed_checks import fed_checks
+from nemo_recipes.smoke_training import cpu_compat, record
 from nemo_recipes.smoke_training.built_checks import built_checks
+from nemo_recipes.smoke_training.fed_checks import fed_checks
 from nemo_recipes.smoke_training.invariance import invariance_check, reference_plan, replicas_check
 from nemo_recipes.smoke_training.judge import Verdict, judge, step_ranges
 from nemo_recipes.smoke_training.launchers import Launcher, SmokeError, local_processes
@@ -30,7 +30,6 @@ from nemo_recipes.smoke_training.learned import Learned, learned, unigram_entrop
 from nemo_recipes.smoke_training.preconditions import NO_DROPOUT
 from nemo_recipes.smoke_training.resume_loss import resume_loss_check
 from nemo_recipes.smoke_training.shape import SmokePlan, smoke_plan
-from nemo_recipes.training import cpu_compat
 
 PHASES = ("train", "resume")
 

@@ -24,7 +24,8 @@ def load_model(spec: RecipeSpec, weights: str) -> tuple[Any, Any]:
     import torch.distributed as dist
     from megatron.core import dist_checkpointing, parallel_state
 
-    from nemo_recipes.training import cpu_compat, parts
+    from nemo_recipes.smoke_training import cpu_compat
+    from nemo_recipes.training import parts
     from nemo_recipes.training.model import model
 
     cpu = not cpu_compat.cuda_available()
@@ -106,7 +107,7 @@ def _device_scope() -> Any:
     """Megatron's CUDA requests mean the CPU where there is no CUDA (the compatibility layer's scope)."""
     import contextlib
 
-    from nemo_recipes.training import cpu_compat
+    from nemo_recipes.smoke_training import cpu_compat
 
     return contextlib.nullcontext() if cpu_compat.cuda_available() else cpu_compat.cpu_scope()
 

@@ -14,8 +14,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from nemo_recipes.catalog import _COUNT_MAX, RecipeSpec
-from nemo_recipes.errors import WARNING, InvalidRecipeError, Problem
+from nemo_recipes.catalog import COUNT_MAX, RecipeSpec
+from nemo_recipes.errors import WARNING, InvalidInputError, Problem
 from nemo_recipes.plan import Cluster, validate
 from nemo_recipes.plan.data import checked_data
 from nemo_recipes.plan.layout import Layout
@@ -117,15 +117,15 @@ def smoke_plan(
     problems = _argument_problems(processes, steps, stop_step)
     try:
         spec.replace(**overrides)  # unknown fields and bad values, reported with the arguments' problems
-    except InvalidRecipeError as error:
+    except InvalidInputError as error:
         problems += error.problems
     if problems:
-        raise InvalidRecipeError(problems, context=f"smoke {spec.name}")
+        raise InvalidInputError(problems, context=f"smoke {spec.name}")
     stop = stop_step if stop_step is not None else steps // 2
     layout = fit_layout(spec, processes, {k: overrides[k] for k in LAYOUT_FIELDS if k in overrides})
     model_parallel = layout["tensor_parallel"] * layout["pipeline_parallel"] * layout["context_parallel"]
     if processes % model_parallel:
-        raise InvalidRecipeError(
+        raise InvalidInputError(
             [
                 Problem(
                     "processes",
@@ -233,12 +233,12 @@ def _argument_problems(processes: Any, steps: Any, stop_step: Any) -> list[Probl
     problems = []
     if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
         problems.append(Problem("processes", processes, "must be a positive integer.", "give e.g. --processes 2."))
-    elif processes > _COUNT_MAX:  # named here: the plan would report it as num_gpus_per_node, which no user gave
+    elif processes > COUNT_MAX:  # named here: the plan would report it as num_gpus_per_node, which no user gave
         problems.append(
             Problem(
                 "processes",
                 processes,
-                f"is larger than {_COUNT_MAX:,} (one node's processes; far beyond any machine: most likely a typo).",
+                f"is larger than {COUNT_MAX:,} (one node's processes; far beyond any machine: most likely a typo).",
                 "give e.g. --processes 2, or --executor to run on a cluster.",
             )
         )

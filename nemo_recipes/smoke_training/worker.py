@@ -107,9 +107,9 @@ def train_phase(
     """Train one phase with NeMo's `llm.pretrain`; rank 0 then records the checkpoints it finds."""
     import fiddle as fdl
 
+    from nemo_recipes.smoke_training import cpu_compat
     from nemo_recipes.smoke_training.callbacks import attempt
     from nemo_recipes.smoke_training.record import append
-    from nemo_recipes.training import cpu_compat
 
     recipe = build_phase_recipe(
         RecipeSpec(**spec),

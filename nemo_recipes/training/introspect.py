@@ -13,7 +13,7 @@ import fiddle as fdl
 
 from nemo_recipes import budget
 from nemo_recipes.catalog import RECIPES, RecipeSpec, field_names
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidInputError, Problem
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.training.model import ACTIVATIONS, CONFIG_CLASSES
 from nemo_recipes.training.overlap import TensorParallelCommOverlap
@@ -34,7 +34,7 @@ def spec_from_partial(partial: Any) -> RecipeSpec:
     """The spec that `partial` (a recipe of ours, possibly edited) describes."""
     model_config = _get(partial, "model.config")
     if model_config is None or _get(partial, "trainer.strategy") is None:
-        raise InvalidRecipeError(
+        raise InvalidInputError(
             [
                 Problem(
                     "recipe",
@@ -134,7 +134,7 @@ def _activation(model_config: Any) -> str:
         if pair == known_pair:
             return name
     function = getattr(pair[0], "__qualname__", pair[0])
-    raise InvalidRecipeError(
+    raise InvalidInputError(
         [
             Problem(
                 "model.config.activation_func",

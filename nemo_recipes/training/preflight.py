@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from lightning.pytorch.callbacks import Callback
 
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidInputError, Problem
 
 FP8_MIN_CAPABILITY = (8, 9)
 
@@ -97,4 +97,4 @@ class Preflight(Callback):
         name = torch.cuda.get_device_name() if capability else "no GPU"
         problems = fp8_problems(importlib.util.find_spec("transformer_engine") is not None, capability, name)
         if problems:
-            raise InvalidRecipeError(problems, context="precision preflight")
+            raise InvalidInputError(problems, context="precision preflight")

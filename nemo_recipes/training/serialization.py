@@ -15,7 +15,7 @@ from typing import Any
 import nemo_run as run
 from nemo_run.cli.config import ConfigSerializer
 
-from nemo_recipes.errors import InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidInputError, Problem
 
 FORMATS = ("yaml", "json", "toml")
 
@@ -60,7 +60,7 @@ def _locate(path: str) -> Any:
             return obj
         except AttributeError:
             continue
-    raise InvalidRecipeError(
+    raise InvalidInputError(
         [
             Problem(
                 "_target_",

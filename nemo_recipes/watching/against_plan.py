@@ -18,7 +18,7 @@ TERM_SHARE = 0.10
 
 def against_plan(result: Figures, spec: RecipeSpec, gpu: str, stack: Optional[str] = None) -> dict[str, Any]:
     """{gpu, figures: {name: {measured, planned, deviation}}, warnings}, the plan timed for the program `stack` makes
-    of the recipe (default: the NeMo container). Raises InvalidRecipeError for a GPU the planner does not know or a
+    of the recipe (default: the NeMo container). Raises InvalidInputError for a GPU the planner does not know or a
     plan it refuses (field, value, fix)."""
     plan = estimate_throughput(spec, Cluster.of(spec.num_nodes, spec.num_gpus_per_node, gpu), stack=stack)
     measured = {

@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Optional
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.plan.fit import advise as _advise
+from nemo_recipes.plan.fitting import advise as _advise
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.report import PlanReport
 from nemo_recipes.plan.throughput import estimate_throughput, time_to_train
-from nemo_recipes.plan.validate import validate
+from nemo_recipes.plan.validation import validate
 
 
 def with_estimates(

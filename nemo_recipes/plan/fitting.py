@@ -23,10 +23,16 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Optional
 
 from nemo_recipes.catalog import RecipeSpec, closest_recipe
-from nemo_recipes.errors import ERROR, InvalidRecipeError, Problem
+from nemo_recipes.errors import ERROR, InvalidInputError, Problem
 from nemo_recipes.plan.hardware import GPUS, Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.report import Advice, Change, PlanReport, check_inputs
+from nemo_recipes.plan.rules import (
+    attention_heads_rule,
+    context_parallel_rule,
+    data_blend_rule,
+    fp8_rule,
+)
 from nemo_recipes.plan.search import (
     Candidate,
     Space,
@@ -37,13 +43,7 @@ from nemo_recipes.plan.search import (
     summary,
     valid_plans,
 )
-from nemo_recipes.plan.validate import (
-    attention_heads_rule,
-    context_parallel_rule,
-    data_blend_rule,
-    fp8_rule,
-    validate,
-)
+from nemo_recipes.plan.validation import validate
 
 LrScaling = Optional[Literal["sqrt", "linear"]]
 LR_RULES = ("sqrt", "linear", None)
@@ -143,7 +143,7 @@ def raise_if_unsound(original: RecipeSpec, fitted: RecipeSpec, cluster: Cluster)
             )
         )
     if problems:
-        raise InvalidRecipeError(problems, context=f"fit {original.name} --scale-global-batch on {cluster.nodes} nodes")
+        raise InvalidInputError(problems, context=f"fit {original.name} --scale-global-batch on {cluster.nodes} nodes")
 
 
 def _changes(
@@ -199,18 +199,18 @@ def fit(
     When the recipe does not validate as given, the fastest valid plan of `search.Space.FIT` replaces its layout,
     and the changes say why, against the runner-up. `scale_global_batch`: keep the recipe's sequences per
     data-parallel replica (global batch x DP / the recipe's default DP) and rescale `max_lr` by `lr_scaling`
-    ('sqrt', 'linear' or None). Raises InvalidRecipeError naming the smallest cluster that would work when nothing
+    ('sqrt', 'linear' or None). Raises InvalidInputError naming the smallest cluster that would work when nothing
     fits, or the problems fit cannot change (precision, data, CP).
     """
     check_inputs(spec, cluster)
     if lr_scaling not in LR_RULES:
-        raise InvalidRecipeError(
+        raise InvalidInputError(
             [Problem("lr_scaling", lr_scaling, "unknown learning-rate scaling rule.", "use 'sqrt', 'linear' or None.")],
             context="fit",
         )
     fixed = _unchangeable(spec, cluster)
     if fixed:
-        raise InvalidRecipeError(fixed, context=f"fit {spec.name}: fields fit does not change")
+        raise InvalidInputError(fixed, context=f"fit {spec.name}: fields fit does not change")
 
     reference_dp = Layout.of(spec).dp
     per_replica = _per_replica(spec) if scale_global_batch else None
@@ -250,10 +250,10 @@ def fit(
 def best(spec: RecipeSpec, cluster: Cluster, *, stack: Optional[str] = None) -> FitResult:
     """The fastest valid plan of `spec` on `cluster` (`search.Space.BEST`: TP, PP, VP, micro batch, recompute; the
     global batch, precision, CP and sequence stay), with every change from the recipe and why, against the
-    runner-up. Raises InvalidRecipeError like `fit` when nothing fits."""
+    runner-up. Raises InvalidInputError like `fit` when nothing fits."""
     fixed = _unchangeable(spec, cluster)
     if fixed:
-        raise InvalidRecipeError(fixed, context=f"best plan for {spec.name}: fields the search does not change")
+        raise InvalidInputError(fixed, context=f"best plan for {spec.name}: fields the search does not change")
     base = _on_cluster(spec, cluster)
     ranking = ranked_plans(base, cluster, space=Space.BEST, stack=stack)
     if not ranking:
@@ -297,7 +297,7 @@ def advise(report: PlanReport, *, stack: Optional[str] = None) -> list[Advice]:
 
 def _nothing_fits(
     spec: RecipeSpec, cluster: Cluster, first: PlanReport, scale_global_batch: bool, stack: Optional[str]
-) -> InvalidRecipeError:
+) -> InvalidInputError:
     gpu = "GPU" if cluster.gpu is None else cluster.gpu.name
     smallest = smallest_cluster(spec, cluster, scale_global_batch=scale_global_batch, stack=stack)
     if smallest is not None and smallest.nodes > cluster.nodes:
@@ -327,7 +327,7 @@ def _nothing_fits(
         f"{cluster.world_size} GPUs.",
         fix + ".",
     )
-    return InvalidRecipeError([problem, *first.errors], context=f"fit {spec.name}")
+    return InvalidInputError([problem, *first.errors], context=f"fit {spec.name}")
 
 
 def fit_closest(num_parameters: float, cluster: Cluster, **options) -> FitResult:

@@ -1,5 +1,5 @@
 """Kubernetes preset: a Kubeflow Trainer v2 `TrainJob` through NeMo-Run's `KubeflowExecutor`, shaped for the Trainer
-release the cluster runs (`trainer_version`; see kubeflow_trainer.py)."""
+release the cluster runs (`trainer_version`; see trainer.py beside it)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from nemo_recipes.executors._common import (
     single_line,
     str_list,
 )
-from nemo_recipes.executors.kubeflow_trainer import (
+from nemo_recipes.executors.kubernetes_executor.trainer import (
     DEFAULT_TRAINER_VERSION,
     normalise_version,
     pod_settings,

@@ -1,0 +1,134 @@
+"""The merge of `data prepare`: once every shard has its receipt, each source's shards are merged in plan order into
+`out/NAME.bin/.idx` (IndexedDatasetBuilder.add_index), renamed into place, then its manifest is written, last; and
+the check that a plan's outputs are already there, complete and written by it. NumPy and Megatron-Core are imported
+inside `finalize`."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import os
+import shutil
+from pathlib import Path
+from typing import Iterator, Optional
+
+from nemo_recipes._version import __version__
+from nemo_recipes.data import shard_plan
+from nemo_recipes.data.manifest import (
+    Manifest,
+    fsync_directory,
+    index_summary,
+    manifest_path,
+    read_manifest,
+    write_manifest,
+)
+from nemo_recipes.data.shard_plan import ShardPlan
+from nemo_recipes.data.shard_work import local_files, pending
+from nemo_recipes.data.sources import bad
+from nemo_recipes.errors import InvalidInputError
+
+
+def _source_manifest(plan: ShardPlan, source: dict, receipts: list[dict]) -> Manifest:
+    return Manifest(
+        prefix=source["name"],
+        documents=sum(r["documents"] for r in receipts),
+        tokens=sum(r["tokens"] for r in receipts),
+        text_bytes=sum(r["text_bytes"] for r in receipts),
+        dtype=plan.dtype,
+        max_token_id=max((r["max_token_id"] for r in receipts), default=0),
+        tokenizer=plan.tokenizer,
+        inputs=tuple(source["inputs"]),
+        arguments=plan.arguments,
+        created_by=f"nemo-recipes {__version__}",
+        skipped_lines=sum(r["skipped"] for r in receipts),
+    )
+
+
+@contextlib.contextmanager
+def _quick_gc() -> Iterator[None]:
+    """add_index runs gc.collect() after every shard, which walks every object of this process (torch's tens of
+    thousands: most of the merge's time); objects that exist already are frozen out of its way meanwhile."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
+def finalize(plan_path: str | Path) -> list[Manifest]:
+    """Merge each source's shards in plan order into `out/NAME.bin/.idx` and write its manifest (last)."""
+    import numpy as np
+    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
+
+    plan = shard_plan.read_plan(plan_path)
+    if plan is None:
+        raise bad("plan", str(plan_path), "no shard plan there.", "run `nemo-recipes data prepare` to write one.")
+    missing = pending(plan)
+    if missing:
+        raise bad(
+            "plan",
+            str(plan_path),
+            f"{len(missing)} shard(s) are not finished (first: {missing[:5]}).",
+            "run the shards (run_shards for every rank, or `nemo-recipes data prepare` again), then finalize.",
+        )
+    out = Path(plan.out)
+    merge = plan.work / "merge"
+    merge.mkdir(exist_ok=True)
+    manifests = []
+    for source in plan.sources:
+        shards = [s for s in plan.shards if s.source == source["name"]]
+        receipts = [shard_plan.read_receipt(plan, s.index) or {} for s in shards]
+        manifest = _source_manifest(plan, source, receipts)
+        if manifest.documents == 0:
+            examples = [e for r in receipts for e in r["skipped_examples"]][:3]
+            raise bad(
+                "inputs",
+                source["name"],
+                f"no document was read from it ({manifest.skipped_lines} line(s) skipped"
+                + (f"; first: {examples[0]}" if examples else "")
+                + ").",
+                "check --key and the files; with --skip-bad-lines every bad line is skipped.",
+            )
+        temporary = merge / source["name"]
+        with local_files(), _quick_gc():
+            builder = IndexedDatasetBuilder(f"{temporary}.bin", dtype=np.dtype(plan.dtype).type)
+            for shard in shards:
+                builder.add_index(str(plan.shard_prefix(shard.index)))
+            builder.finalize(f"{temporary}.idx")
+        final = out / source["name"]
+        # The old manifest goes first: from here until the new one is written the prefix reads as unfinished.
+        manifest_path(final).unlink(missing_ok=True)
+        for suffix in (".bin", ".idx"):
+            with open(f"{temporary}{suffix}", "rb+") as stream:
+                os.fsync(stream.fileno())
+            os.replace(f"{temporary}{suffix}", f"{final}{suffix}")
+        fsync_directory(out)
+        write_manifest(final, manifest)
+        manifests.append(manifest)
+    # The shards' data now lives in the outputs; the receipts stay (an unchanged re-run finds the manifests).
+    shutil.rmtree(plan.work / "shards", ignore_errors=True)
+    shutil.rmtree(merge, ignore_errors=True)
+    return manifests
+
+
+def up_to_date(plan: ShardPlan) -> Optional[list[Manifest]]:
+    """The manifests of the plan's outputs when every one is there, complete and written by this plan."""
+    manifests = []
+    for source in plan.sources:
+        prefix = Path(plan.out) / source["name"]
+        try:
+            manifest = read_manifest(prefix)
+            summary = index_summary(prefix)
+        except InvalidInputError:
+            return None
+        same = (
+            list(manifest.inputs) == list(source["inputs"])
+            and manifest.arguments == plan.arguments
+            and manifest.tokenizer == plan.tokenizer
+            and (summary.documents, summary.tokens, summary.dtype)
+            == (manifest.documents, manifest.tokens, manifest.dtype)
+        )
+        if not same:
+            return None
+        manifests.append(manifest)
+    return manifests

@@ -1,0 +1,1 @@
+"""The local executor: the preset (`preset.py`: torchrun on this machine)."""
