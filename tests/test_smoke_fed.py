@@ -37,20 +37,26 @@ def test_the_sampler_order_is_megatrons_arithmetic():
     assert expected_batches(3, 0, 1, 2, 4) == [[8, 9], [10, 11]]
 
 
+#: A fault of the resumed phase's data also changes what it trains on after the stop: its losses then depart from
+#: the first phase's, trained on without the stop (resume_loss.py), and that check must fail too.
+RESUME_LOSS = "loss after the resume equals the uninterrupted run"
+
+
 @pytest.mark.parametrize(
-    "fault, phases, check, why",
+    "fault, phases, checks, why",
     [
-        ("loader-restarts-at-zero", ("resume",), FED_CHECK, "8 samples fed more than once (0-7)"),
-        ("loader-skips-a-batch", ("resume",), FED_CHECK, "4 samples of the first 16 never fed (8-11)"),
+        ("loader-restarts-at-zero", ("resume",), [FED_CHECK, RESUME_LOSS], "8 samples fed more than once (0-7)"),
+        ("loader-skips-a-batch", ("resume",), [FED_CHECK, RESUME_LOSS], "4 samples of the first 16 never fed (8-11)"),
         # Both phases: a model taught to copy in one phase only unlearns it in the other ("model learned" fails).
-        ("labels-not-shifted", ("train", "resume"), LABELS_CHECK, "label[t] != token[t+1]"),
+        ("labels-not-shifted", ("train", "resume"), [LABELS_CHECK], "label[t] != token[t+1]"),
     ],
     ids=["restart-at-0", "skipped-batch", "unshifted-labels"],
 )
-def test_a_planted_data_bug_fails_its_check_and_no_other(fault, phases, check, why, tmp_path):
+def test_a_planted_data_bug_fails_its_check_and_no_other(fault, phases, checks, why, tmp_path):
     faults = dict.fromkeys(phases, fault)
     report = smoke("gpt_1_3b", {"max_lr": 0.01}, dir=str(tmp_path), faults=faults, **SHORT)
-    assert _failed(report) == [check], _explain(report)
+    assert sorted(_failed(report)) == sorted(checks), _explain(report)
+    check = checks[0]
     assert why in _detail(report, check), _explain(report)
 
 

@@ -1,5 +1,5 @@
 """`watch JOBID`: a Slurm job, as `launch` printed its id, watched through its batch output file (`scontrol show job`'s
-StdOut) and followed by Slurm's own state (executors/slurm_state.py): a job Slurm still runs or holds is alive
+StdOut) and followed by Slurm's own state (executors/slurm_executor/state.py): a job Slurm still runs or holds is alive
 whatever the log says, a requeue is flagged with the step the job had reached, and the end is Slurm's word."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class SlurmJob:
 
     def poll(self) -> tuple[Optional[bool], int]:
         """(alive, requeues since the last poll): alive is None while Slurm does not answer."""
-        from nemo_recipes.executors.slurm_state import query
+        from nemo_recipes.executors.slurm_executor.state import query
 
         state = query(self.job_id)
         if state is None:
@@ -40,7 +40,7 @@ def job_of(target: str) -> Optional[SlurmJob]:
     An id Slurm does not know, or whose output file it no longer knows, is refused with field, value and fix."""
     if Path(target).exists() or not _JOB_ID.match(target) or shutil.which("scontrol") is None:
         return None
-    from nemo_recipes.executors.slurm_state import query
+    from nemo_recipes.executors.slurm_executor.state import query
 
     state = query(target)
     if state is None or not state.stdout:
