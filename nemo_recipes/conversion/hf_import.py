@@ -10,7 +10,6 @@ before anything is written, and written beside --out, then renamed into place.
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -220,10 +219,9 @@ def megatron_tensors(weights: HFWeights, arch: Architecture, mapping: Any, dtype
         state[PREFIX + "decoder.layers." + LAYER_KEYS[role][0]] = torch.stack(stacked.pop(role)).contiguous()
     for name in EXTRA_STATE:
         for index in range(spec.num_layers):
-            extra = io.BytesIO()
-            torch.save([None], extra)  # what the recipes' training saves for a layer without FP8 state
-            extra.seek(0)
-            state[f"{PREFIX}decoder.layers.{name}._extra_state/shard_{index}_{spec.num_layers}"] = extra
+            # Megatron saves a list of each layer's extra state (None without FP8): torch.distributed.checkpoint
+            # serialises a non-tensor value as Megatron's save planner serialises that list.
+            state[f"{PREFIX}decoder.layers.{name}._extra_state/shard_{index}_{spec.num_layers}"] = [None]
     return state
 
 
