@@ -189,7 +189,8 @@ def import_hf(
             f"the vocabulary ({shaped.vocab_size:,}) is padded to {shaped.padded_vocab_size:,} rows with zeros, as "
             "Megatron pads it: the padding rows' logits (0) take part in the training loss's softmax."
         )
-    return ImportReport(str(target), spec.name, mapping.architecture, hf_dir, parameters, changed, notes)
+    overrides = {**{k: v for k, v in (given or {}).items() if k != "restore_from"}, **changed}
+    return ImportReport(str(target), spec.name, mapping.architecture, hf_dir, parameters, overrides, notes)
 
 
 def megatron_tensors(weights: HFWeights, arch: Architecture, mapping: Any, dtype: Any) -> dict[str, Any]:
