@@ -10,7 +10,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from _cli import cli
 
 pytestmark = [pytest.mark.nemo]
@@ -92,7 +91,9 @@ def test_a_broken_import_mapping_breaks_the_round_trip(hf_models, tmp_path, monk
 
     monkeypatch.setattr(type(mapping), "layer_from_hf", swapped)
     original_tensors, back = _round_trip("llama", hf_models, tmp_path)
-    assert not torch.equal(original_tensors["model.layers.0.mlp.up_proj.weight"], back["model.layers.0.mlp.up_proj.weight"])
+    assert not torch.equal(
+        original_tensors["model.layers.0.mlp.up_proj.weight"], back["model.layers.0.mlp.up_proj.weight"]
+    )
 
 
 def _periodic_corpus(prefix: Path, period) -> None:
@@ -192,7 +193,9 @@ def test_a_missing_tensor_is_refused(hf_models, tmp_path):
 
 
 def test_an_extra_tensor_is_refused(hf_models, tmp_path):
-    directory = _damaged(hf_models, tmp_path, lambda t: t.update({"model.layers.2.mlp.up_proj.weight": t["model.norm.weight"].clone()}))
+    directory = _damaged(
+        hf_models, tmp_path, lambda t: t.update({"model.layers.2.mlp.up_proj.weight": t["model.norm.weight"].clone()})
+    )
     error = _refused(tmp_path, str(directory), "llama_8b")
     assert "model.layers.2.mlp.up_proj.weight=[128]: is not a tensor of the config's model" in error
 

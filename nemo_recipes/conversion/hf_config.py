@@ -131,8 +131,12 @@ def shape_of(spec: Any, config: Mapping[str, Any], given: Mapping[str, Any]) -> 
         value = config.get(key, only)
         if value != only and not (isinstance(only, float) and isinstance(value, float) and abs(value - only) < 1e-12):
             problems.append(
-                _problem(f"config.json {key}", value, f"cannot be trained by {spec.name}: {why}.", f"give a model "
-                         f"with {key}={json.dumps(only)}, or convert it with another tool.")  # fmt: skip
+                _problem(
+                    f"config.json {key}",
+                    value,
+                    f"cannot be trained by {spec.name}: {why}.",
+                    f"give a model with {key}={json.dumps(only)}, or convert it with another tool.",
+                )  # fmt: skip
             )
     return fields, problems
 

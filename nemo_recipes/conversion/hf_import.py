@@ -128,15 +128,23 @@ def _tensor_problems(weights: HFWeights, expected: Mapping[str, tuple[int, ...]]
             problems.append(Problem(key, None, "is missing from the model's weights.", "give the whole model."))
         elif weights.shape(key) != shape:
             problems.append(
-                Problem(key, list(weights.shape(key)), f"has this shape; the config's model has {list(shape)}.",
-                        "give weights and config.json of the same model.")  # fmt: skip
+                Problem(
+                    key,
+                    list(weights.shape(key)),
+                    f"has this shape; the config's model has {list(shape)}.",
+                    "give weights and config.json of the same model.",
+                )  # fmt: skip
             )
     for key in sorted(set(weights.where) - set(expected)):
         if key.endswith(GPT2_BUFFERS) or (key == "lm_head.weight" and "lm_head.weight" not in expected):
             continue  # a causal-mask buffer; a tied output layer some savers write anyway
         problems.append(
-            Problem(key, list(weights.shape(key)), "is not a tensor of the config's model.", "give weights and "
-                    "config.json of the same model (this one has more than its config describes).")  # fmt: skip
+            Problem(
+                key,
+                list(weights.shape(key)),
+                "is not a tensor of the config's model.",
+                "give weights and config.json of the same model (this one has more than its config describes).",
+            )  # fmt: skip
         )
     return problems
 
@@ -179,7 +187,9 @@ def import_hf(
         _replace(stage, target)
     except OSError as error:
         shutil.rmtree(stage, ignore_errors=True)
-        raise ExportWriteError(f"cannot write {target}: {error.strerror or error}; nothing was written there.") from None
+        raise ExportWriteError(
+            f"cannot write {target}: {error.strerror or error}; nothing was written there."
+        ) from None
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise

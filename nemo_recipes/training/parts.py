@@ -227,7 +227,8 @@ def resume(spec: Optional[RecipeSpec] = None) -> run.Config[nl.AutoResume]:
     restore = None
     if spec is not None and spec.restore_from:
         restore = run.Config(
-            nl.RestoreConfig, path=str(spec.restore_from),
+            nl.RestoreConfig,
+            path=str(spec.restore_from),
             load_model_state=True,
             load_optim_state=False,
             load_artifacts=False,  # the tokenizer is the recipe's data's; an import has no NeMo context
