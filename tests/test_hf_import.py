@@ -113,9 +113,10 @@ def test_the_first_step_from_an_import_computes_the_hugging_face_models_loss(tmp
     """A Llama model trained here on one repeated sequence (so that its loss, ~1.2 nats, depends on every weight:
     a random model's is ln(vocab) ~ 6.9 whatever its weights), imported, and trained by smoke from the import.
 
-    Bound 0.01 nats: both sides hold the same bf16 weights; Megatron computes in bf16 where the reference computes in
-    fp32, and transformers' own bf16 forward differs from its fp32 one by ~1e-3 nats here (Megatron's by ~3e-4).
-    A wrong mapping (gate/up swapped, GQA groups mixed) costs whole nats."""
+    Bound 0.005 nats: both sides hold the same bf16 weights; Megatron computes in bf16 where the reference computes
+    in fp32, and transformers' own bf16 forward differs from its fp32 one by 1.3e-3 nats here (Megatron's measured
+    3e-4). Gate and up swapped on the way in measured 0.032 nats off; a random model would be ~5 nats off.
+    """
     period = torch.randint(0, SHAPES["llama"]["vocab_size"] - 1, (16,), generator=torch.Generator().manual_seed(1))
     tokens = period.repeat(SEQ // 16 + 1)[: SEQ + 1]
     model = _model("llama")
@@ -144,7 +145,7 @@ def test_the_first_step_from_an_import_computes_the_hugging_face_models_loss(tmp
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     first = next(s for s in steps if s.get("event") == "step" and s["step"] == 1)
     assert result.returncode == 0, result.stderr[-3000:]
-    assert abs(first["loss"] - expected) < 0.01, (first["loss"], expected)
+    assert abs(first["loss"] - expected) < 0.005, (first["loss"], expected)
 
 
 def _refused(tmp_path: Path, *args: str) -> str:

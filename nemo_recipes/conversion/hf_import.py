@@ -175,7 +175,7 @@ def import_hf(
     if mapping.model_type == "gpt2":
         _normalise_gpt2_keys(weights)
     target = Path(out)
-    problems = _out_problems(target, force) + _tensor_problems(weights, _expected(arch, mapping), hf_dir)
+    problems = _out_problems(target, force, "importing") + _tensor_problems(weights, _expected(arch, mapping), hf_dir)
     if problems:
         raise InvalidConfigError(problems, context=f"hf import {hf_dir}: nothing written")
     stage = target.parent / f".{target.name}.partial-{os.getpid()}"
