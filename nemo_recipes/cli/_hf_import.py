@@ -52,10 +52,12 @@ def run(args: argparse.Namespace) -> int:
     from nemo_recipes.conversion.hf_export import ExportWriteError
     from nemo_recipes.conversion.hf_import import import_hf
     from nemo_recipes.overrides import apply_overrides
+    from nemo_recipes.quiet import library_notices_silenced
 
     spec, given = apply_overrides(get_recipe(args.recipe), args.overrides)
     try:
-        report = import_hf(args.hf_dir, spec, args.out, given=given, force=args.force)
+        with library_notices_silenced():  # torch's and Megatron-Core's import notices, on a command that succeeds
+            report = import_hf(args.hf_dir, spec, args.out, given=given, force=args.force)
     except ExportWriteError as error:
         raise _output.CLIError(f"hf import: {str(error)}") from None
     if args.json:
