@@ -123,6 +123,8 @@ class RecipeSpec:
     data_epochs: tuple[float, ...] = ()
     data_tokens: tuple[int, ...] = ()
     tokenizer_path: Optional[str] = None
+    # Initial weights: a checkpoint (`hf import`'s, or another run's) whose model state the run starts from.
+    restore_from: Optional[str] = None
 
     # The smallest cluster that holds one model replica, on the GPU the defaults are checked against.
     num_nodes: int = 1
@@ -472,6 +474,8 @@ SOURCES: dict[str, str] = {
     "data_tokens": "none: a budget in tokens of each source instead of data_weights; the weights are tokens over "
     "their sum, which must be the tokens the run trains",
     "tokenizer_path": "a local Hugging Face tokenizer directory or SentencePiece .model (no download)",
+    "restore_from": "none: freshly initialised weights; a checkpoint directory (`hf import --out`) starts the "
+    "run from its weights, with a fresh optimizer and schedule (NeMo's RestoreConfig)",
     "num_nodes": "the smallest node count that holds one model replica (TP x PP GPUs) on 8-GPU nodes",
     "num_gpus_per_node": "8, as DGX/HGX H100 nodes (TP stays within the NVLink domain)",
     "default_gpu": "H100 80 GB SXM, the GPU the seed names; defaults are validated against it",

@@ -42,6 +42,12 @@ def test_hf_export_help_matches_snapshot():
     check_snapshot("help_hf_export.txt", result.stdout)
 
 
+def test_hf_import_help_matches_snapshot():
+    result = cli("hf", "import", "--help")
+    assert result.returncode == 0, result.stderr
+    check_snapshot("help_hf_import.txt", result.stdout)
+
+
 def test_snapshots_cover_every_verb():
     # A new verb without a snapshot would otherwise go unreviewed.
     text = cli("--help").stdout

@@ -9,14 +9,15 @@ import argparse
 import sys
 import textwrap
 
-from nemo_recipes.cli import _output
+from nemo_recipes.cli import _hf_import, _output
 from nemo_recipes.cli.verbs import VERBS
 
 HELP = VERBS["hf"].help
 EXPORT_EXAMPLES = """\
   nemo-recipes hf export runs/smoke1 --out models/smoke1           # a `smoke --dir` run: its last checkpoint
   nemo-recipes hf export CKPT_DIR --out hf/ --recipe gpt_7b hidden_size=2048   # a job's: the recipe it trained
-  nemo-recipes hf export runs/smoke1 --out models/smoke1 --force --json"""
+  nemo-recipes hf export runs/smoke1 --out models/smoke1 --force --json
+  nemo-recipes hf import models/llama-1b llama_8b --out ckpt/llama-1b   # and back: restore_from=ckpt/llama-1b"""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -71,7 +72,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="split the weights into safetensors files of at most this size (default 5G)",
     )
     export.add_argument("--json", action="store_true", help="print JSON: {out, recipe, architecture, files, ...}")
-    parser.set_defaults(run=run)
+    export.set_defaults(run=run)
+    _hf_import.register(verbs)
 
 
 def _shard_size(text: str) -> int:

@@ -62,7 +62,7 @@ def spec_of_run(checkpoint: str) -> Optional[RecipeSpec]:
     return None
 
 
-def _out_problems(out: Path, force: bool) -> list[Problem]:
+def _out_problems(out: Path, force: bool, doing: str = "exporting") -> list[Problem]:
     if out.exists() and not out.is_dir():
         return [Problem("--out", str(out), "exists and is not a directory.", "give a new directory's path.")]
     if out.is_dir() and any(out.iterdir()) and not force:
@@ -70,7 +70,7 @@ def _out_problems(out: Path, force: bool) -> list[Problem]:
             Problem(
                 "--out",
                 str(out),
-                "exists and is not empty; exporting would mix two models' files.",
+                f"exists and is not empty; {doing} would mix two models' files.",
                 "give a new directory, or --force to replace its content.",
             )
         ]

@@ -62,7 +62,7 @@ def build_recipe(spec: RecipeSpec, *, name: str = "default", dir: Optional[str] 
         data=data,
         optim=parts.optim(spec),
         log=parts.log(spec, dir=dir, name=name),
-        resume=parts.resume(),
+        resume=parts.resume(spec),
     )
 
 

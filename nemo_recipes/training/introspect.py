@@ -172,7 +172,10 @@ def _data(partial: Any) -> dict[str, Any]:
     paths = _get(partial, "data.paths")
     tokenizer_config = _get(partial, "data.tokenizer")
     tokenizer_path = _get(tokenizer_config, "model_path") or _get(tokenizer_config, "pretrained_model_name")
-    values: dict[str, Any] = {"tokenizer_path": tokenizer_path}
+    values: dict[str, Any] = {
+        "tokenizer_path": tokenizer_path,
+        "restore_from": _get(partial, "resume.restore_config.path"),  # parts.resume: NeMo's RestoreConfig
+    }
     if getattr(paths, "__fn_or_cls__", None) is budget.blend_by_epochs:  # epochs not yet turned into weights
         values.update(
             data_paths=tuple(str(p) for p in paths.paths),

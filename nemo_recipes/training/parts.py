@@ -218,8 +218,19 @@ def log(spec: RecipeSpec, dir: Optional[str] = None, name: str = "default") -> r
     )
 
 
-def resume() -> run.Config[nl.AutoResume]:
-    """Resume from the run's newest finished checkpoint if there is one (see resume.py), else start afresh."""
+def resume(spec: Optional[RecipeSpec] = None) -> run.Config[nl.AutoResume]:
+    """Resume from the run's newest finished checkpoint if there is one (see resume.py), else start afresh: from
+    `spec.restore_from`'s weights when given (NeMo's AutoResume uses its RestoreConfig only when the run has no
+    checkpoint of its own, so a resumed run continues from its own state)."""
     from nemo_recipes.training.resume import RecipeResume
 
-    return run.Config(RecipeResume, resume_if_exists=True, resume_ignore_no_checkpoint=True)
+    restore = None
+    if spec is not None and spec.restore_from:
+        restore = run.Config(
+            nl.RestoreConfig,
+            path=str(spec.restore_from),
+            load_model_state=True,
+            load_optim_state=False,
+            load_artifacts=False,  # the tokenizer is the recipe's data's; an import has no NeMo context
+        )
+    return run.Config(RecipeResume, resume_if_exists=True, resume_ignore_no_checkpoint=True, restore_config=restore)

@@ -1,0 +1,171 @@
+"""A Hugging Face model's `config.json` as a recipe's shape: which recipe fields it sets, and every way it disagrees
+with the recipe it is imported into (another family's config, a shape field the command line gives otherwise, a
+layout the shape does not divide, a value the recipe's architecture cannot compute).
+
+Standard library only, so that the planner and the CLI read a Hugging Face config without importing torch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from nemo_recipes.errors import Problem
+from nemo_recipes.families import REGISTRY, family_of
+from nemo_recipes.families.architecture import NORM_EPSILON
+
+#: Per Hugging Face model_type: recipe field -> the config key that gives it.
+SHAPE_KEYS: dict[str, dict[str, str]] = {
+    "gpt2": {
+        "num_layers": "n_layer",
+        "hidden_size": "n_embd",
+        "num_attention_heads": "n_head",
+        "ffn_hidden_size": "n_inner",
+        "seq_length": "n_positions",  # the learned position table has one row per position of the sequence
+        "vocab_size": "vocab_size",
+    },
+    "llama": {
+        "num_layers": "num_hidden_layers",
+        "hidden_size": "hidden_size",
+        "num_attention_heads": "num_attention_heads",
+        "num_query_groups": "num_key_value_heads",
+        "ffn_hidden_size": "intermediate_size",
+        "kv_channels": "head_dim",
+        "rotary_base": "rope_theta",
+        "share_embeddings": "tie_word_embeddings",
+        "vocab_size": "vocab_size",
+    },
+}
+#: Per model_type: config key -> (the only value the recipe's architecture computes, the fix's wording).
+FIXED: dict[str, dict[str, tuple[Any, str]]] = {
+    "gpt2": {
+        "activation_function": ("gelu_new", "Megatron's fused bias-GELU is the tanh approximation (gelu_new)"),
+        "layer_norm_epsilon": (NORM_EPSILON, f"the recipes' norms use eps={NORM_EPSILON}"),
+    },
+    "llama": {
+        "hidden_act": ("silu", "the recipes' SwiGLU gates with SiLU"),
+        "rms_norm_eps": (NORM_EPSILON, f"the recipes' norms use eps={NORM_EPSILON}"),
+        "attention_bias": (False, "the recipes' Llama has no linear biases"),
+        "mlp_bias": (False, "the recipes' Llama has no linear biases"),
+        "rope_scaling": (None, "the recipes' RoPE is unscaled (Llama 3.1's long-context scaling is not modelled)"),
+    },
+}
+
+
+def _problem(field: str, value: Any, why: str, fix: str) -> Problem:
+    return Problem(field, value, why, fix)
+
+
+def read_config(hf_dir: str) -> tuple[dict[str, Any], list[Problem]]:
+    """The directory's config.json, or the problem that it has none (or an unreadable one)."""
+    path = Path(hf_dir)
+    if not path.is_dir():
+        return {}, [_problem("HF_DIR", hf_dir, "is not a directory.", "give a Hugging Face model directory.")]
+    config = path / "config.json"
+    if not config.is_file():
+        return {}, [
+            _problem(
+                "HF_DIR",
+                hf_dir,
+                "has no config.json: the model's shape cannot be known.",
+                "give the directory save_pretrained wrote (config.json beside the safetensors).",
+            )
+        ]
+    try:
+        values = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return {}, [_problem("config.json", str(config), f"cannot be read ({error}).", "write it again.")]
+    if not isinstance(values, dict):
+        return {}, [_problem("config.json", str(config), "is not a JSON object.", "write it again.")]
+    return values, []
+
+
+def _value(model_type: str, config: Mapping[str, Any], field: str, key: str) -> Any:
+    value = config.get(key)
+    if key == "n_inner" and value is None:
+        return 4 * config.get("n_embd", 768)  # GPT-2's default FFN width
+    if key == "head_dim":
+        heads, hidden = config.get("num_attention_heads"), config.get("hidden_size")
+        if value is None or (heads and hidden and value * heads == hidden):
+            return None  # the recipes' default: hidden_size / heads
+    if key == "num_key_value_heads" and value is None:
+        return config.get("num_attention_heads")
+    if key == "rope_theta":
+        return int(value) if value is not None and float(value).is_integer() else value
+    if key == "tie_word_embeddings":
+        return bool(value) if value is not None else False
+    return value
+
+
+def shape_of(spec: Any, config: Mapping[str, Any], given: Mapping[str, Any]) -> tuple[dict[str, Any], list[Problem]]:
+    """The recipe fields the config sets (to apply to `spec`), and every problem: a config of another family, a
+    field in `given` (the command line's key=value) that disagrees with it, a value the recipe cannot compute."""
+    family = REGISTRY[family_of(spec.name)]
+    wanted, model_type = family.hf.model_type, config.get("model_type")
+    if model_type != wanted:
+        other = next((f.prefix for f in REGISTRY.values() if f.hf.model_type == model_type), None)
+        fix = f"import it with a {other}_* recipe" if other else f"give a {family.hf.architecture} model"
+        return {}, [
+            _problem(
+                "config.json model_type",
+                model_type,
+                f"is not the {family.display_name} family's ({wanted}, {family.hf.architecture}) that recipe "
+                f"{spec.name} trains.",
+                f"{fix}, or a {family.hf.architecture} model with {spec.name}.",
+            )
+        ]
+    problems: list[Problem] = []
+    fields = {field: _value(model_type, config, field, key) for field, key in SHAPE_KEYS[model_type].items()}
+    for field, key in SHAPE_KEYS[model_type].items():
+        if field in given and given[field] != fields[field]:
+            problems.append(
+                _problem(
+                    field,
+                    given[field],
+                    f"disagrees with the Hugging Face config ({key}={config.get(key)}).",
+                    f"leave {field} out: the imported model's shape comes from its config.json.",
+                )
+            )
+    for key, (only, why) in FIXED[model_type].items():
+        value = config.get(key, only)
+        if value != only and not (isinstance(only, float) and isinstance(value, float) and abs(value - only) < 1e-12):
+            problems.append(
+                _problem(
+                    f"config.json {key}",
+                    value,
+                    f"cannot be trained by {spec.name}: {why}.",
+                    f"give a model with {key}={json.dumps(only)}, or convert it with another tool.",
+                )  # fmt: skip
+            )
+    return fields, problems
+
+
+def layout_problems(spec: Any, config: Mapping[str, Any]) -> list[Problem]:
+    """The layout fields the imported shape does not divide, in the config's own terms."""
+    model_type = config.get("model_type", "")
+    keys = SHAPE_KEYS.get(model_type, {})
+    tp, pp, vp = spec.tensor_parallel, spec.pipeline_parallel, spec.virtual_pipeline or 1
+    checks = [
+        ("num_attention_heads", spec.num_attention_heads, "tensor_parallel", tp),
+        ("num_query_groups", spec.kv_groups, "tensor_parallel", tp),
+        ("ffn_hidden_size", spec.ffn_hidden_size, "tensor_parallel", tp),
+        ("num_layers", spec.num_layers, "pipeline_parallel x virtual_pipeline", pp * vp),
+    ]
+    problems = []
+    for field, value, layout, by in checks:
+        if by > 1 and value % by:
+            name = keys.get(field, field)
+            problems.append(
+                _problem(
+                    layout,
+                    by,
+                    f"{name}={value} does not divide by {layout.split(' ')[0]}={by}.",
+                    f"give a {layout} that divides {value}, e.g. {_divisor(value, by)}.",
+                )
+            )
+    return problems
+
+
+def _divisor(value: int, below: int) -> int:
+    return max(d for d in range(1, below + 1) if value % d == 0)

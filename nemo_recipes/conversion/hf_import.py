@@ -1,0 +1,256 @@
+"""A Hugging Face model (GPT2LMHeadModel for gpt_* recipes, LlamaForCausalLM for llama_*) as a checkpoint a recipe's
+training starts from (`restore_from=`, NeMo's RestoreConfig: weights only, a fresh optimizer and schedule).
+
+The checkpoint is what the recipe's own training saves, `weights/` in Megatron's torch_dist format: the same sharded
+keys at the same global shapes (every layer stacked on a leading axis, the vocabulary padded as Megatron pads it,
+with zero rows), so that Megatron's loader reshards it to whatever TP/PP/VP the run uses, as it does its own. The
+family's mapping (`layer_from_hf`) turns each layer's Hugging Face tensors into Megatron's. Everything is checked
+before anything is written, and written beside --out, then renamed into place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.conversion.hf_config import layout_problems, read_config, shape_of
+from nemo_recipes.conversion.hf_export import ExportWriteError, _out_problems, _replace
+from nemo_recipes.conversion.megatron_checkpoint import GLOBAL_KEYS, LAYER_KEYS, PREFIX
+from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem
+from nemo_recipes.families import Architecture, family_of, get_family
+
+RECORD = "hf_import.json"  # beside weights/: where the checkpoint came from and the recipe fields it sets
+#: Linear layers whose (empty) extra state Megatron saves per layer; its loader expects each of them.
+EXTRA_STATE = ("self_attention.linear_proj", "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2")
+#: Buffers older GPT-2 checkpoints carry (the causal mask), not weights: skipped.
+GPT2_BUFFERS = (".attn.bias", ".attn.masked_bias")
+
+
+@dataclass
+class ImportReport:
+    out: str
+    recipe: str
+    architecture: str
+    source: str
+    parameters: int
+    overrides: dict[str, Any]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def continue_with(self) -> str:
+        """The key=value items that train the imported shape from this checkpoint."""
+        items = [f"{k}={v}" for k, v in self.overrides.items()] + [f"restore_from={self.out}"]
+        return " ".join(items)
+
+
+def plan_import(hf_dir: str, spec: RecipeSpec, given: Mapping[str, Any]) -> tuple[RecipeSpec, dict[str, Any]]:
+    """The recipe with the Hugging Face config's shape, and the fields it set; every problem at once otherwise
+    (no config, another family's, a shape field `given` disagrees with, a layout the shape does not divide)."""
+    config, problems = read_config(hf_dir)
+    if problems:
+        raise InvalidConfigError(problems, context=f"hf import {hf_dir}: nothing written")
+    fields, problems = shape_of(spec, config, given)
+    shaped = spec
+    if fields:
+        try:
+            shaped = spec.replace(**fields)
+        except InvalidRecipeError as error:
+            problems += error.problems
+    if shaped is not spec or not problems:
+        problems += layout_problems(shaped, config)
+        problems += get_family(family_of(spec.name)).hf.problems(shaped)
+    if problems:
+        raise InvalidConfigError(problems, context=f"hf import {hf_dir}: nothing written")
+    changed = {k: v for k, v in fields.items() if getattr(spec, k) != v}
+    return shaped, changed
+
+
+class HFWeights:
+    """The safetensors of a Hugging Face directory, opened lazily: a tensor is read when asked for."""
+
+    def __init__(self, hf_dir: str):
+        from safetensors import safe_open
+
+        path = Path(hf_dir)
+        files = sorted(path.glob("*.safetensors"))
+        self.files = [safe_open(str(f), framework="pt") for f in files]
+        self.where: dict[str, Any] = {}
+        for handle in self.files:
+            for key in handle.keys():
+                self.where[key] = (handle, key)  # (its file, its name there)
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        handle, name = self.where[key]
+        return tuple(handle.get_slice(name).get_shape())
+
+    def get(self, key: str) -> Any:
+        handle, name = self.where[key]
+        return handle.get_tensor(name)
+
+
+def _expected(arch: Architecture, mapping: Any) -> dict[str, tuple[int, ...]]:
+    """Every Hugging Face key of the model and its shape, as the mapping writes them."""
+    import torch
+
+    spec = arch.spec
+    shapes: dict[str, tuple[int, ...]] = {}
+    global_shapes = {t.role: t.shape for t in arch.global_tensors()}
+    for role, key in mapping.GLOBALS.items():
+        if role in global_shapes:
+            shape = global_shapes[role]
+            shapes[key] = (spec.vocab_size, *shape[1:]) if role in ("embedding.weight", "output.weight") else shape
+    layer = {t.role: torch.empty(t.shape, device="meta") for t in arch.layer_tensors()}
+    for index in range(spec.num_layers):
+        shapes.update({k: tuple(v.shape) for k, v in mapping.layer_to_hf(arch, index, layer).items()})
+    return shapes
+
+
+def _tensor_problems(weights: HFWeights, expected: Mapping[str, tuple[int, ...]], hf_dir: str) -> list[Problem]:
+    if not weights.where:
+        return [
+            Problem(
+                "HF_DIR",
+                hf_dir,
+                "holds no .safetensors weights.",
+                "save the model with save_pretrained(DIR) (safetensors, transformers' default).",
+            )
+        ]
+    problems = []
+    for key, shape in expected.items():
+        if key not in weights.where:
+            problems.append(Problem(key, None, "is missing from the model's weights.", "give the whole model."))
+        elif weights.shape(key) != shape:
+            problems.append(
+                Problem(
+                    key,
+                    list(weights.shape(key)),
+                    f"has this shape; the config's model has {list(shape)}.",
+                    "give weights and config.json of the same model.",
+                )  # fmt: skip
+            )
+    for key in sorted(set(weights.where) - set(expected)):
+        if key.endswith(GPT2_BUFFERS) or (key == "lm_head.weight" and "lm_head.weight" not in expected):
+            continue  # a causal-mask buffer; a tied output layer some savers write anyway
+        problems.append(
+            Problem(
+                key,
+                list(weights.shape(key)),
+                "is not a tensor of the config's model.",
+                "give weights and config.json of the same model (this one has more than its config describes).",
+            )  # fmt: skip
+        )
+    return problems
+
+
+def _normalise_gpt2_keys(weights: HFWeights) -> None:
+    """The GPT-2 checkpoints on the Hub name their tensors without the `transformer.` prefix."""
+    for key in list(weights.where):
+        if not key.startswith(("transformer.", "lm_head.")):
+            weights.where["transformer." + key] = weights.where.pop(key)
+
+
+def _params_dtype(spec: RecipeSpec) -> Any:
+    import torch
+
+    precision = str(spec.precision)
+    return torch.bfloat16 if "bf16" in precision else torch.float16 if "16" in precision else torch.float32
+
+
+def import_hf(
+    hf_dir: str, spec: RecipeSpec, out: str, *, given: Optional[Mapping[str, Any]] = None, force: bool = False
+) -> ImportReport:
+    """Write the Hugging Face model in `hf_dir` as a checkpoint of `spec`'s recipe (its shape from the model's
+    config) in `out`. Raises InvalidConfigError with every problem before anything is written."""
+    shaped, changed = plan_import(hf_dir, spec, given or {})
+    mapping = get_family(family_of(spec.name)).hf
+    arch = Architecture.of(shaped)
+    weights = HFWeights(hf_dir)
+    if mapping.model_type == "gpt2":
+        _normalise_gpt2_keys(weights)
+    target = Path(out)
+    problems = _out_problems(target, force, "importing") + _tensor_problems(weights, _expected(arch, mapping), hf_dir)
+    if problems:
+        raise InvalidConfigError(problems, context=f"hf import {hf_dir}: nothing written")
+    stage = target.parent / f".{target.name}.partial-{os.getpid()}"
+    try:
+        stage.mkdir(parents=True)
+        parameters = _write_checkpoint(weights, arch, mapping, stage / "weights", _params_dtype(shaped))
+        record = {"source": str(Path(hf_dir).resolve()), "recipe": spec.name, "overrides": changed}
+        (stage / RECORD).write_text(json.dumps(record, indent=2), encoding="utf-8")
+        _replace(stage, target)
+    except OSError as error:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise ExportWriteError(
+            f"cannot write {target}: {error.strerror or error}; nothing was written there."
+        ) from None
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    notes = []
+    if shaped.padded_vocab_size != shaped.vocab_size:
+        notes.append(
+            f"the vocabulary ({shaped.vocab_size:,}) is padded to {shaped.padded_vocab_size:,} rows with zeros, as "
+            "Megatron pads it: the padding rows' logits (0) take part in the training loss's softmax."
+        )
+    overrides = {**{k: v for k, v in (given or {}).items() if k != "restore_from"}, **changed}
+    return ImportReport(str(target), spec.name, mapping.architecture, hf_dir, parameters, overrides, notes)
+
+
+def megatron_tensors(weights: HFWeights, arch: Architecture, mapping: Any, dtype: Any) -> dict[str, Any]:
+    """Megatron's sharded keys (as its training saves them) -> global tensors: each layer role stacked over the
+    layers, the vocabulary padded with zero rows."""
+    import torch
+
+    spec = arch.spec
+    state: dict[str, Any] = {}
+    for role, hf_key in mapping.GLOBALS.items():
+        if hf_key not in weights.where or role not in {t.role for t in arch.global_tensors()}:
+            continue
+        tensor = weights.get(hf_key).to(dtype)
+        if role in ("embedding.weight", "output.weight"):
+            padded = torch.zeros((spec.padded_vocab_size, tensor.shape[1]), dtype=dtype)
+            padded[: tensor.shape[0]] = tensor
+            tensor = padded
+        state[PREFIX + GLOBAL_KEYS[role]] = tensor
+    roles = [t.role for t in arch.layer_tensors()]
+    stacked = {role: [] for role in roles}
+    for index in range(spec.num_layers):
+        hf = {key: weights.get(key) for key in mapping.layer_keys(index)}
+        for role, tensor in mapping.layer_from_hf(arch, index, hf).items():
+            stacked[role].append(tensor.to(dtype))
+    for role in roles:
+        # Transformer Engine's layer spec (the one the recipes train) fuses each norm into the next linear layer.
+        state[PREFIX + "decoder.layers." + LAYER_KEYS[role][0]] = torch.stack(stacked.pop(role)).contiguous()
+    for name in EXTRA_STATE:
+        for index in range(spec.num_layers):
+            # Megatron saves a list of each layer's extra state (None without FP8): torch.distributed.checkpoint
+            # serialises a non-tensor value as Megatron's save planner serialises that list.
+            state[f"{PREFIX}decoder.layers.{name}._extra_state/shard_{index}_{spec.num_layers}"] = [None]
+    return state
+
+
+def _write_checkpoint(weights: HFWeights, arch: Architecture, mapping: Any, directory: Path, dtype: Any) -> int:
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    from nemo_recipes.quiet import library_notices_silenced
+
+    state = megatron_tensors(weights, arch, mapping, dtype)
+    directory.mkdir(parents=True)
+    with library_notices_silenced():  # that no process group runs: one process writes the whole checkpoint
+        dcp.save(state, storage_writer=dcp.FileSystemWriter(str(directory)), no_dist=True)
+    # Megatron's loader reads the backend from metadata.json and the non-tensor state from common.pt.
+    backend = {"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch",
+               "common_backend_version": 1}  # fmt: skip
+    (directory / "metadata.json").write_text(json.dumps(backend), encoding="utf-8")
+    content = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True,
+               "distrib_optim_sharding_type": "dp_reshardable"}  # fmt: skip
+    torch.save({"state_dict": {}, "content_metadata": content}, str(directory / "common.pt"))
+    return sum(t.numel() for t in state.values() if isinstance(t, torch.Tensor))
