@@ -403,7 +403,8 @@ def smoke(
     one-process `reference` of the same shape (trained here when not given; dropout off in both, invariance.py).
     `uninterrupted` (the default with one data-parallel rank): the first phase trains on past its stop checkpoint
     without saving, and the resumed losses must equal those (straight_through.py, resume_loss.py). `faults` (tests
-    only: phase -> faults of `faults.FAULTS`, joined by commas) breaks a phase on purpose, to show that the judge catches it.
+    only: phase -> faults of `faults.FAULTS`, joined by commas) breaks a phase on purpose, to show that the judge
+    catches it.
     """
     spec = get_recipe(recipe) if isinstance(recipe, str) else recipe
     if invariance:
