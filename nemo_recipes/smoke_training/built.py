@@ -121,7 +121,9 @@ def main_copies(part: Any) -> list[tuple[Any, Any]]:
     elif hasattr(part, "fp32_from_float16_groups"):
         mains = [a + b for a, b in zip(part.fp32_from_float16_groups, part.fp32_from_fp32_groups, strict=True)]
     return [
-        pair for models, copies in zip(_model_params_per_group(part), mains, strict=True) for pair in zip(models, copies, strict=True)
+        pair
+        for models, copies in zip(_model_params_per_group(part), mains, strict=True)
+        for pair in zip(models, copies, strict=True)
     ]
 
 
@@ -156,11 +158,17 @@ class BuiltAsRecipe(Callback):
             )
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self._record(trainer, {"event": "built", "step": trainer.global_step}, as_built(trainer, pl_module, self.expected))
+        self._record(
+            trainer, {"event": "built", "step": trainer.global_step}, as_built(trainer, pl_module, self.expected)
+        )
         if trainer.global_step == 0:
-            self._record(trainer, {"event": "parameters", "when": "initial", "step": 0}, fingerprints(trainer, pl_module))
+            self._record(
+                trainer, {"event": "parameters", "when": "initial", "step": 0}, fingerprints(trainer, pl_module)
+            )
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._record(
-            trainer, {"event": "parameters", "when": "end", "step": trainer.global_step}, fingerprints(trainer, pl_module)
+            trainer,
+            {"event": "parameters", "when": "end", "step": trainer.global_step},
+            fingerprints(trainer, pl_module),
         )

@@ -60,7 +60,8 @@ def built_checks(records: list[dict[str, Any]], phases: tuple[str, str]) -> list
         Check(
             "gradients and main parameters in fp32",
             not precision,
-            "; ".join(precision) or f"main params {seen.get('main params', 'the model')}, gradients {seen.get('grads')}",
+            "; ".join(precision)
+            or f"main params {seen.get('main params', 'the model')}, gradients {seen.get('grads')}",
         )
     )
     frozen = _per_rank(built, "frozen")

@@ -18,7 +18,9 @@ def resume_loss_check(
 ) -> Check:
     """`resumed`: the run's (step, loss) as the judge committed them; its steps after `stop_step` are compared with
     the `phase`'s "reference step" records."""
-    reference = {r["step"]: r.get("loss") for r in records if r.get("event") == "reference step" and r.get("phase") == phase}
+    reference = {
+        r["step"]: r.get("loss") for r in records if r.get("event") == "reference step" and r.get("phase") == phase
+    }
     after = [(s, x) for s, x in resumed if s > stop_step]
     name = "loss after the resume equals the uninterrupted run"
     if not reference or not after:

@@ -14,7 +14,8 @@ from lightning.pytorch.callbacks import Callback
 
 class TrainOnWithoutSaving(Callback):
     """From the first step after `after` on, every checkpoint callback of the trainer is silenced (its step and time
-    triggers, its save at the end of training): the checkpoint saved at `after` stays the last one."""
+    triggers, its save at the end of training): the checkpoint saved at `after` stays the last one. The progress
+    printer is silenced too: the log shows the run's own steps, once."""
 
     def __init__(self, after: int):
         self.after = after
@@ -29,6 +30,11 @@ class TrainOnWithoutSaving(Callback):
             for hook in ("on_train_batch_end", "on_train_epoch_end", "on_validation_end", "on_train_end"):
                 setattr(callback, hook, _nothing)
             callback._smoke_silenced = True
+        # Nor are these steps the run's progress lines (NeMo's ProgressPrinter): `watch` would read a restart.
+        bar = trainer.progress_bar_callback
+        if bar is not None and not getattr(bar, "_smoke_silenced", False):
+            bar.on_train_batch_end = _nothing
+            bar._smoke_silenced = True
 
 
 def _nothing(*args: Any, **kwargs: Any) -> None:

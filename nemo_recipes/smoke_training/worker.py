@@ -51,12 +51,12 @@ def build_phase_recipe(
     the tests inject (`faults.FAULTS`, names joined by commas), never set otherwise."""
     import nemo_run as run
 
+    from nemo_recipes.smoke_training.built import BuiltAsRecipe, expected_optimizer
     from nemo_recipes.smoke_training.callbacks import SmokeMetrics, StopAtStep
     from nemo_recipes.smoke_training.faults import FAULTS
     from nemo_recipes.smoke_training.fed import FedRecorder
     from nemo_recipes.smoke_training.preconditions import INIT_SEED
     from nemo_recipes.smoke_training.replicas import LayoutInvariantStart, ReplicaDigests
-    from nemo_recipes.smoke_training.built import BuiltAsRecipe, expected_optimizer
     from nemo_recipes.smoke_training.state import StateDigests
     from nemo_recipes.smoke_training.straight_through import ReseedAt, TrainOnWithoutSaving
     from nemo_recipes.training.factories import build_recipe
@@ -75,7 +75,9 @@ def build_phase_recipe(
     recipe.trainer.callbacks.append(
         run.Config(SmokeMetrics, path=metrics, phase=phase, reference_after=reference_after)
     )
-    recipe.trainer.callbacks.append(run.Config(BuiltAsRecipe, path=metrics, phase=phase, expected=expected_optimizer(spec)))
+    recipe.trainer.callbacks.append(
+        run.Config(BuiltAsRecipe, path=metrics, phase=phase, expected=expected_optimizer(spec))
+    )
     if reference_after is not None:
         recipe.trainer.callbacks.append(run.Config(TrainOnWithoutSaving, after=reference_after))
     if reseed_at is not None:
