@@ -390,7 +390,7 @@ def smoke(
     faults: Optional[dict[str, str]] = None,
     invariance: bool = False,
     reference: Optional[list[tuple[int, float]]] = None,
-    uninterrupted: Optional[bool] = None,
+    uninterrupted: bool = True,
 ) -> SmokeReport:
     """Scale `recipe` down in shape (unless `full_size`), train it for `stop_step` steps with NeMo's `llm.pretrain`,
     stop, resume from the checkpoint in fresh processes, train to `steps`, and judge the record.
@@ -401,7 +401,7 @@ def smoke(
     PreTrainingDataModule with the tokenizer's vocabulary) the report adds the data's unigram entropy and, with
     `sample` and a tokenizer, text sampled from the last checkpoint. `invariance` compares the loss curve with the
     one-process `reference` of the same shape (trained here when not given; dropout off in both, invariance.py).
-    `uninterrupted` (the default with one data-parallel rank): the first phase trains on past its stop checkpoint
+    `uninterrupted` (the default, every layout): the first phase trains on past its stop checkpoint
     without saving, and the resumed losses must equal those (straight_through.py, resume_loss.py). `faults` (tests
     only: phase -> faults of `faults.FAULTS`, joined by commas) breaks a phase on purpose, to show that the judge
     catches it.
@@ -421,11 +421,6 @@ def smoke(
             raise InvalidRecipeError(problems, context=f"smoke {spec.name} on this machine")
     space = workspace(plan, dir, name)
     space.faults, space.invariant_init = dict(faults or {}), invariance
-    if uninterrupted is None:
-        # With several data-parallel ranks the distributed optimizer's save at the stop, taken inside the step
-        # interval rather than at the end of training, records weights the load does not restore (found at the
-        # deadline, issue 31: not yet understood), so those layouts keep the stop-at-step first phase.
-        uninterrupted = plan.parallel["dp"] == 1
     space.reference_after = plan.stop_step if uninterrupted else None
     report = SmokeReport(recipe=spec.name, plan=plan, verdict=Verdict(), directory=str(space.root))
     shown = Progress(progress, plan.steps, f"smoke {spec.name}") if progress else None

@@ -88,7 +88,19 @@ class StateDigests(Callback):
             )
 
     def on_save_checkpoint(self, trainer: Any, pl_module: Any, checkpoint: dict[str, Any]) -> None:
+        _gather_params(pl_module)
         self._record(trainer, pl_module, "saved")
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         self._record(trainer, pl_module, "loaded")
+
+
+def _gather_params(pl_module: Any) -> None:
+    """With the distributed optimizer and overlap_param_gather, a save between two steps sees each rank's own shard
+    of the weights updated and the others' still waiting for the all-gather the next forward starts: gather them now
+    (synchronously, as Megatron-LM does before it saves), so that the digest and the checkpoint hold the step's
+    weights. The next forward's gather then writes the same values again."""
+    for chunk in pl_module if hasattr(pl_module, "__iter__") else [pl_module]:
+        config = getattr(chunk, "ddp_config", None)
+        if config is not None and config.use_distributed_optimizer and config.overlap_param_gather:
+            chunk.start_param_sync(force_sync=True)
