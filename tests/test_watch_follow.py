@@ -1,6 +1,6 @@
-"""`nemo-recipes watch RUN --follow` on live runs: a real `smoke --dir` run followed while it trains, and one killed
-with SIGKILL, which the watcher shows as stalled, then failed. One smoke run at a time (the default 20 steps, the
-scaled-down gpt_1_3b)."""
+"""`nemo-recipes watch RUN --follow` on live runs: a real `smoke --dir` run followed while it trains, one killed with
+SIGKILL (stalled, then failed), a Slurm job requeued mid-run, a stall whose writer lives (hung), Ctrl-C, and what
+is not a run. One smoke run at a time (the default 20 steps of the scaled-down gpt_1_3b)."""
 
 from __future__ import annotations
 
@@ -58,6 +58,7 @@ def _kill(process: subprocess.Popen) -> None:
     process.wait(timeout=30)
 
 
+@pytest.mark.nemo
 @pytest.mark.slow
 def test_watch_follows_a_smoke_run_while_it_trains(tmp_path):
     run = tmp_path / "run"
@@ -89,6 +90,7 @@ def test_watch_follows_a_smoke_run_while_it_trains(tmp_path):
     assert min(live) < 10, live
 
 
+@pytest.mark.nemo
 @pytest.mark.slow
 def test_a_run_killed_with_sigkill_shows_as_stalled_then_failed(tmp_path):
     run = tmp_path / "run"
