@@ -99,7 +99,7 @@ def _expected(arch: Architecture, mapping: Any) -> dict[str, tuple[int, ...]]:
     """Every Hugging Face key of the model and its shape, as the mapping writes them."""
     import torch
 
-    spec = arch.spec
+    spec: Any = arch.spec  # a RecipeSpec: the vocabulary is the recipe's, not the architecture's
     shapes: dict[str, tuple[int, ...]] = {}
     global_shapes = {t.role: t.shape for t in arch.global_tensors()}
     for role, key in mapping.GLOBALS.items():
@@ -220,7 +220,7 @@ def megatron_tensors(weights: HFWeights, arch: Architecture, mapping: Any, dtype
             tensor = padded
         state[PREFIX + GLOBAL_KEYS[role]] = tensor
     roles = [t.role for t in arch.layer_tensors()]
-    stacked = {role: [] for role in roles}
+    stacked: dict[str, list[Any]] = {role: [] for role in roles}
     for index in range(spec.num_layers):
         hf = {key: weights.get(key) for key in mapping.layer_keys(index)}
         for role, tensor in mapping.layer_from_hf(arch, index, hf).items():

@@ -364,7 +364,7 @@ def _unmanifested(path: str, info: Any, vocab: int) -> list[Problem]:
     if info is not None:
         try:
             checked = tokenizer_problems(path, info.path)
-        except (InvalidRecipeError, OSError) as error:  # the tokenizer was read once already; the .bin may not be
+        except (InvalidInputError, OSError) as error:  # the tokenizer was read once already; the .bin may not be
             checked = [Problem("data_paths", path, f"its tokens cannot be read ({error}).", "check the files.")]
     what = (
         f"its first {SAMPLE_TOKENS:,} tokens were checked against the tokenizer at {info.path} (ids, EOD, decoded "

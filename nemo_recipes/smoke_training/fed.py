@@ -65,7 +65,7 @@ class FedRecorder(Callback):
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         datamodule = getattr(trainer, "datamodule", None)
         dataset = getattr(datamodule, "_train_ds", None)
-        if dataset is not None and not isinstance(dataset, IdentifiedSamples):
+        if datamodule is not None and dataset is not None and not isinstance(dataset, IdentifiedSamples):
             datamodule._train_ds = IdentifiedSamples(dataset)
         config = pl_module.config
         step = config.data_step_fn
