@@ -14,10 +14,9 @@ from _smoke import explain as _explain
 pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (tier b)")
 
 from nemo_recipes.smoke_training import smoke  # noqa: E402
+from nemo_recipes.smoke_training.resume_loss import RESUME_LOSS_CHECK  # noqa: E402
 
 pytestmark = [pytest.mark.nemo, pytest.mark.slow]
-
-RESUMED_LOSS = "loss after the resume equals the uninterrupted run"
 
 
 def _failed(report) -> dict[str, str]:
@@ -41,7 +40,7 @@ SHORT = {"steps": 4, "stop_step": 2, "progress": None}
         ("no-clipping", ("train", "resume"), "optimizer as the recipe", "clip_grad 0.0 (recipe 1.0)"),
         ("frozen-attention", ("train", "resume"), "every parameter trains", "self_attention.linear_qkv.weight"),
         # Step 3's loss is taken before the update the zeroed moments spoil: step 4 departs.
-        ("moments-zeroed-at-first-resumed-step", ("resume",), RESUMED_LOSS, "step 4"),
+        ("moments-zeroed-at-first-resumed-step", ("resume",), RESUME_LOSS_CHECK, "step 4"),
         ("truncated-final-checkpoint", ("resume",), "last checkpoint resumable", ".distcp holds 0 bytes"),
     ],
     ids=["weight-decay-0", "clipping-off", "frozen-attention", "moments-zeroed", "truncated-checkpoint"],
@@ -68,6 +67,6 @@ def test_a_tensor_rank_reinitialised_at_the_first_resumed_step_fails_the_resumed
         faults={"resume": "tp-rank-reinitialised-at-first-resumed-step"},
     )
     failed = _failed(report)
-    assert sorted(failed) == [RESUMED_LOSS], _explain(report)
+    assert sorted(failed) == [RESUME_LOSS_CHECK], _explain(report)
     # Step 3's loss is taken before its update (the one that re-initialised the shard): step 4 departs.
-    assert failed[RESUMED_LOSS].startswith("step 4:"), failed
+    assert failed[RESUME_LOSS_CHECK].startswith("step 4:"), failed

@@ -15,6 +15,7 @@ pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (tier 
 
 from nemo_recipes.smoke_training import smoke  # noqa: E402
 from nemo_recipes.smoke_training.fed_checks import FED_CHECK, LABELS_CHECK, expected_batches  # noqa: E402
+from nemo_recipes.smoke_training.resume_loss import RESUME_LOSS_CHECK  # noqa: E402
 
 pytestmark = [pytest.mark.nemo, pytest.mark.slow]
 
@@ -37,16 +38,18 @@ def test_the_sampler_order_is_megatrons_arithmetic():
     assert expected_batches(3, 0, 1, 2, 4) == [[8, 9], [10, 11]]
 
 
-#: A fault of the resumed phase's data also changes what it trains on after the stop: its losses then depart from
-#: the first phase's, trained on without the stop (resume_loss.py), and that check must fail too.
-RESUME_LOSS = "loss after the resume equals the uninterrupted run"
-
-
+# A fault of the resumed phase's data also changes what it trains on after the stop: its losses then depart from the
+# first phase's, trained on without the stop (resume_loss.py), and that check must fail too.
 @pytest.mark.parametrize(
     "fault, phases, checks, why",
     [
-        ("loader-restarts-at-zero", ("resume",), [FED_CHECK, RESUME_LOSS], "8 samples fed more than once (0-7)"),
-        ("loader-skips-a-batch", ("resume",), [FED_CHECK, RESUME_LOSS], "4 samples of the first 16 never fed (8-11)"),
+        ("loader-restarts-at-zero", ("resume",), [FED_CHECK, RESUME_LOSS_CHECK], "8 samples fed more than once (0-7)"),
+        (
+            "loader-skips-a-batch",
+            ("resume",),
+            [FED_CHECK, RESUME_LOSS_CHECK],
+            "4 samples of the first 16 never fed (8-11)",
+        ),
         # Both phases: a model taught to copy in one phase only unlearns it in the other ("model learned" fails).
         ("labels-not-shifted", ("train", "resume"), [LABELS_CHECK], "label[t] != token[t+1]"),
     ],

@@ -12,6 +12,7 @@ from _smoke import explain as _explain
 pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (tier b)")
 
 from nemo_recipes.smoke_training import smoke  # noqa: E402
+from nemo_recipes.smoke_training.resume_loss import RESUME_LOSS_CHECK  # noqa: E402
 
 pytestmark = [pytest.mark.nemo, pytest.mark.slow]
 
@@ -40,9 +41,9 @@ def test_weights_not_restored_on_resume_fail_the_exact_state_check(tmp_path):
     # 2.8 nats above, and the steps after it ~0.06: the first step's gradient was taken on the fresh weights).
     assert _failed(report) == [
         "resume restored the exact state",
-        "loss after the resume equals the uninterrupted run",
+        RESUME_LOSS_CHECK,
     ], _explain(report)
-    assert _detail(report, "loss after the resume equals the uninterrupted run").startswith("step 11:")
+    assert _detail(report, RESUME_LOSS_CHECK).startswith("step 11:")
     assert _detail(report, "resume restored the exact state") == (
         "after the load at step 10, differs from the save: weights (rank 0)"
     )

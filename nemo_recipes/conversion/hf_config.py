@@ -2,7 +2,7 @@
 with the recipe it is imported into (another family's config, a shape field the command line gives otherwise, a
 layout the shape does not divide, a value the recipe's architecture cannot compute).
 
-Standard library only, so that the planner and the CLI read a Hugging Face config without importing torch.
+No torch: the planner and the CLI read a Hugging Face config without it (read through yaml_files.read_file).
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from nemo_recipes.errors import Problem
+from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.families import REGISTRY, family_of
 from nemo_recipes.families.architecture import NORM_EPSILON
+from nemo_recipes.yaml_files import read_file
 
 #: Per Hugging Face model_type: recipe field -> the config key that gives it.
 SHAPE_KEYS: dict[str, dict[str, str]] = {
@@ -72,10 +73,10 @@ def read_config(hf_dir: str) -> tuple[dict[str, Any], list[Problem]]:
                 "give the directory save_pretrained wrote (config.json beside the safetensors).",
             )
         ]
-    try:
-        values = json.loads(config.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        return {}, [_problem("config.json", str(config), f"cannot be read ({error}).", "write it again.")]
+    try:  # the project's reader of users' files: bounded size and depth, no key twice
+        values = read_file(config, field="config.json", fix="write it again.")
+    except InvalidConfigError as error:
+        return {}, error.problems
     if not isinstance(values, dict):
         return {}, [_problem("config.json", str(config), "is not a JSON object.", "write it again.")]
     return values, []

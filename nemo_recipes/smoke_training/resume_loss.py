@@ -12,6 +12,8 @@ from typing import Any
 from nemo_recipes.smoke_training.invariance import tolerance
 from nemo_recipes.smoke_training.judge import Check
 
+RESUME_LOSS_CHECK = "loss after the resume equals the uninterrupted run"
+
 
 def resume_loss_check(
     records: list[dict[str, Any]], resumed: list[tuple[int, float]], stop_step: int, tokens: int, phase: str = "train"
@@ -22,7 +24,7 @@ def resume_loss_check(
         r["step"]: r.get("loss") for r in records if r.get("event") == "reference step" and r.get("phase") == phase
     }
     after = [(s, x) for s, x in resumed if s > stop_step]
-    name = "loss after the resume equals the uninterrupted run"
+    name = RESUME_LOSS_CHECK
     if not reference or not after:
         return Check(name, False, f"{len(after)} resumed step(s), {len(reference)} uninterrupted step(s) recorded")
     off, worst = [], 0.0
