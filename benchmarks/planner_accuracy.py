@@ -38,12 +38,12 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from benchmarks.published_rows import is_missing, plan_from_row, stack_from_row  # noqa: E402
 from nemo_recipes.catalog import RECIPES, RecipeSpec  # noqa: E402
 from nemo_recipes.errors import InvalidRecipeError  # noqa: E402
 from nemo_recipes.plan import flops  # noqa: E402
 from nemo_recipes.plan.calibration import Case, held_out_errors, refit  # noqa: E402
 from nemo_recipes.plan.hardware import Cluster  # noqa: E402
-from nemo_recipes.plan.shapes import is_missing, plan_from_row, stack_from_row  # noqa: E402
 from nemo_recipes.plan.throughput import CONSTANTS, ModelConstants, estimate_throughput  # noqa: E402
 
 DEFAULT_CSV = REPO / "benchmarks" / "data" / "calibration.csv"
@@ -58,12 +58,24 @@ def _number(value: Any) -> Optional[float]:
         return None
 
 
+def narayanan_hardware_flops_per_token(layers: int, hidden: int, seq: int, vocab: int) -> float:
+    """Narayanan et al. 2021 Eq. 3 (full recomputation counted): `96·l·h²·(1 + s/(6h) + V/(16·l·h))`, the
+    convention of the publishers that count hardware FLOPs; `plan.flops.hardware_flops_per_token` generalises it."""
+    return 96.0 * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
+
+
+def korthikanti_model_flops_per_token(layers: int, hidden: int, seq: int, vocab: int) -> float:
+    """Korthikanti et al. 2022 Eq. 7: `72·l·h²·(1 + s/(6h) + V/(12·l·h))`, the published form of
+    `plan.flops.model_flops_per_token` for a standard GPT (the tests check one against the other)."""
+    return 72.0 * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (12 * layers * hidden))
+
+
 def convention_flops_per_token(spec: RecipeSpec, convention: str) -> float:
     """FLOPs per token under the convention a publisher names (perf-model.md section 0)."""
     text = (convention or "").lower()
     if text.startswith("96") or "incl. recompute" in text or "hardware flops" in text:
         vocab = spec.padded_vocab_size
-        return flops.narayanan_hardware_flops_per_token(spec.num_layers, spec.hidden_size, spec.seq_length, vocab)
+        return narayanan_hardware_flops_per_token(spec.num_layers, spec.hidden_size, spec.seq_length, vocab)
     per_token = flops.forward_flops_per_token(spec)
     if "causal" in text and "no causal" not in text:
         return 3.0 * (per_token.dense + 0.5 * per_token.attention + per_token.logits)

@@ -13,12 +13,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "nemo_recipes"
 
 #: Each unit (a top-level module or sub-package) and what it may import, lowest layer first. ARCHITECTURE.md holds
 #: the same table with the reasons.
-CORE = {"errors", "credentials", "counts", "yaml_files", "quiet"}
+CORE = {"errors", "credentials", "counts", "yaml_files", "quiet", "text_table"}
 ALLOWED: dict[str, set[str]] = {
     "_version": set(),
     "credentials": set(),
     "quiet": set(),
     "counts": set(),
+    "text_table": set(),
     "errors": {"credentials"},
     "yaml_files": {"errors", "credentials"},
     "families": CORE,
@@ -64,6 +65,7 @@ LIGHT = {
     "credentials",
     "counts",
     "quiet",
+    "text_table",
     "errors",
     "yaml_files",
     "families",
@@ -341,6 +343,36 @@ def test_nothing_the_tests_or_benchmarks_read_lies_outside_the_checkout():
             if path != Path(__file__) and ('"shared"' in text or "../shared" in text):
                 offenders.append(str(path.relative_to(root)))
     assert not offenders, offenders
+
+
+def verb_imports(sources: dict[str, str]) -> dict[str, list[str]]:
+    """Modules of cli/ that import a verb's module (`cli/verbs.VERBS`), with the verbs they import. main.py is left
+    out: it dispatches to the chosen verb (by name, through importlib)."""
+    from nemo_recipes.cli.verbs import VERBS
+
+    verbs = {verb.module for verb in VERBS.values()}
+    graph = import_graph(sources)
+    return {
+        module: sorted(graph[module] & verbs)
+        for module in sorted(graph)
+        if module.startswith("nemo_recipes.cli.") and module != "nemo_recipes.cli.main" and graph[module] & verbs
+    }
+
+
+def test_no_verb_imports_another_verb():
+    # What two verbs share (the recipe built as NeMo-Run configuration, `-E key=value` read) lives below the verbs,
+    # in cli/'s shared modules, so that a change to one verb's command line never reaches another verb (issue 32).
+    offenders = verb_imports(SOURCES)
+    assert not offenders, f"cli modules importing a verb's module (move what they share below the verbs): {offenders}"
+
+
+def test_the_verb_check_finds_a_verb_importing_a_verb():
+    sources = dict(SOURCES)
+    sources["cli/smoke.py"] += "\n\ndef _probe():\n    from nemo_recipes.cli.launch import run\n"
+    sources["cli/_output.py"] += "\n\ndef _probe():\n    from nemo_recipes.cli import export\n"
+    found = verb_imports(sources)
+    assert found["nemo_recipes.cli._output"] == ["nemo_recipes.cli.export"]
+    assert "nemo_recipes.cli.launch" in found["nemo_recipes.cli.smoke"]
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,7 +10,7 @@ import pytest
 from _cli import cli
 
 from nemo_recipes.catalog import get_recipe
-from nemo_recipes.plan import Cluster, assess, validate
+from nemo_recipes.plan import Cluster, assess, fit, validate
 from nemo_recipes.plan.throughput import estimate_throughput, time_to_train
 
 
@@ -33,6 +33,18 @@ def test_default_plan_is_the_planners_report_with_throughput_and_time_to_train()
     assert data["time_to_train"] == pytest.approx(time_to_train(throughput, 300e9))
     assert data["plot"] is None and data["calibration"] is None
     assert data["data"] == {"sources": [], "tokenizer": None, "vocab_size": None, "budget": None, "problems": []}
+
+
+def test_the_python_api_prints_the_plan_the_cli_prints(monkeypatch):
+    # One rendering (plan/rendering.py): `print(report)` is `nemo-recipes plan`'s text, but for the names of the
+    # planner's actions (best() for --best, "the planner" for --fit).
+    monkeypatch.setenv("COLUMNS", "100")
+    result = cli("plan", "gpt_7b", "--nodes", "2", "--tokens", "1T")
+    report = assess(get_recipe("gpt_7b").replace(num_nodes=2), Cluster.of(2, 8, "h100-80gb"), tokens=1e12)
+    assert report.advice and report.throughput and result.returncode == 0
+    assert str(report).replace("(see best())", "(see --best)") + "\n" == result.stdout
+    fitted = fit(get_recipe("gpt_175b"), Cluster.of(6, 8, "h100-80gb")).report
+    assert fitted.changes and "changes made by the planner\n" in str(fitted)
 
 
 def test_human_report_shows_verdict_parallelism_memory_and_timing():

@@ -17,7 +17,7 @@ from test_training_objects import single_rank_megatron  # noqa: E402, F401  (the
 
 from nemo_recipes.catalog import RECIPES, RecipeSpec  # noqa: E402
 from nemo_recipes.smoke_training import cpu_compat  # noqa: E402
-from nemo_recipes.smoke_training.shape import HEADS_PER_GROUP, smoke_plan  # noqa: E402
+from nemo_recipes.smoke_training.shape import HEADS_PER_GROUP, smoke_shape  # noqa: E402
 from nemo_recipes.training import parts  # noqa: E402
 from nemo_recipes.training.model import model  # noqa: E402
 
@@ -43,7 +43,7 @@ def built(request):
     request.getfixturevalue("single_rank_megatron")
     models = {}
     for name in RECIPES:
-        spec = smoke_plan(RECIPES[name]).spec
+        spec = smoke_shape(RECIPES[name]).spec
         models[name] = (spec, *_build(spec))
     return models
 

@@ -13,7 +13,7 @@ from _cli import cli
 from nemo_recipes.catalog import get_recipe
 from nemo_recipes.errors import ERROR, WARNING, InvalidRecipeError
 from nemo_recipes.plan.data import EPOCHS_WARNING, SPLIT, read_data, split_documents
-from nemo_recipes.smoke_training.shape import smoke_plan
+from nemo_recipes.smoke_training.shape import smoke_shape
 
 VOCAB = 300
 
@@ -164,11 +164,11 @@ def test_show_refuses_what_the_factory_refuses(items, field):
 def test_smoke_plans_with_the_tokenizers_vocabulary_and_refuses_a_missing_tokenizer_before_training(data):
     out = data / "out"
     spec = get_recipe("gpt_70b")
-    plan = smoke_plan(spec, overrides={"data_paths": (str(out / "plays"),), "tokenizer_path": str(out / "tokenizer")})
+    plan = smoke_shape(spec, overrides={"data_paths": (str(out / "plays"),), "tokenizer_path": str(out / "tokenizer")})
     assert plan.spec.vocab_size == read_data(plan.spec)[1].tokenizer.vocab_size
     assert plan.spec.data_paths == (str(out / "plays"),)
     with pytest.raises(InvalidRecipeError) as error:
-        smoke_plan(spec, overrides={"data_paths": (str(out / "plays"),), "tokenizer_path": str(out / "nope")})
+        smoke_shape(spec, overrides={"data_paths": (str(out / "plays"),), "tokenizer_path": str(out / "nope")})
     assert [p.field for p in error.value.problems] == ["tokenizer_path"]
     assert "no such file" in error.value.problems[0].message and error.value.problems[0].fix
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.published_rows import is_missing, plan_from_row, stack_from_row
 from nemo_recipes.errors import InvalidRecipeError
-from nemo_recipes.plan.shapes import is_missing, plan_from_row, stack_from_row
 from nemo_recipes.plan.throughput import estimate_throughput
 
 CALIBRATION = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "calibration.csv"

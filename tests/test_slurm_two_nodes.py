@@ -225,10 +225,10 @@ def _training_job(tmp_path: Path, ex, *, processes: int, steps: int, every: int,
 
     from nemo_recipes.catalog import get_recipe
     from nemo_recipes.smoke_training.runner import workspace
-    from nemo_recipes.smoke_training.shape import smoke_plan
+    from nemo_recipes.smoke_training.shape import smoke_shape
     from nemo_recipes.smoke_training.worker import train_phase
 
-    plan = smoke_plan(
+    plan = smoke_shape(
         get_recipe(RECIPE), processes=processes, steps=steps, overrides={**overrides, "checkpoint_every_steps": every}
     )
     space = workspace(plan, str(tmp_path / "run"), name="fault")

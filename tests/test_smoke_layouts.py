@@ -37,9 +37,9 @@ def _reference(recipe: str, overrides: dict, processes: int, root: Path) -> list
     from nemo_recipes.smoke_training.invariance import reference_plan
     from nemo_recipes.smoke_training.preconditions import NO_DROPOUT
     from nemo_recipes.smoke_training.runner import train_reference
-    from nemo_recipes.smoke_training.shape import smoke_plan
+    from nemo_recipes.smoke_training.shape import smoke_shape
 
-    plan = smoke_plan(RECIPES[recipe], processes=processes, overrides={**overrides, **NO_DROPOUT})
+    plan = smoke_shape(RECIPES[recipe], processes=processes, overrides={**overrides, **NO_DROPOUT})
     key = repr(sorted(reference_plan(plan).spec.to_dict().items()))
     if key not in _REFERENCES:
         _REFERENCES[key] = train_reference(plan, str(root))

@@ -19,7 +19,7 @@ from nemo_recipes.plan.layout import Layout
 from nemo_recipes.smoke_training.checksums import COMPONENTS
 from nemo_recipes.smoke_training.judge import FROZEN_LOSS_SD, expected_lr, judge, learning_thresholds
 from nemo_recipes.smoke_training.runner import Progress
-from nemo_recipes.smoke_training.shape import smoke_plan
+from nemo_recipes.smoke_training.shape import smoke_shape
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -57,7 +57,7 @@ KEPT = (
 @pytest.mark.parametrize("processes", [1, 2, 4, 8])
 def test_the_plan_scales_the_shape_and_keeps_every_other_choice(name, processes):
     recipe = get_recipe(name)
-    plan = smoke_plan(recipe, processes=processes)
+    plan = smoke_shape(recipe, processes=processes)
     small = plan.spec
     assert small.num_parameters < 1_000_000 < recipe.num_parameters
     assert (small.num_nodes, small.num_gpus_per_node) == (1, processes)
@@ -78,7 +78,7 @@ def test_the_plan_scales_the_shape_and_keeps_every_other_choice(name, processes)
 @pytest.mark.parametrize("name", RECIPES)
 def test_the_schedule_keeps_its_shape_over_the_smoke_steps(name):
     recipe = get_recipe(name)
-    small = smoke_plan(recipe, steps=30).spec
+    small = smoke_shape(recipe, steps=30).spec
     assert small.train_steps == 30
     assert small.warmup_steps == 1  # the recipe's warmup is 0.1 % of its run; never zero steps
     assert small.decay_steps == round(30 * recipe.decay_tokens / recipe.train_tokens)
@@ -86,7 +86,7 @@ def test_the_schedule_keeps_its_shape_over_the_smoke_steps(name):
 
 
 def test_overrides_win_and_pick_the_layout():
-    plan = smoke_plan(
+    plan = smoke_shape(
         get_recipe("gpt_70b"),
         processes=2,
         overrides={
@@ -104,7 +104,7 @@ def test_overrides_win_and_pick_the_layout():
 
 
 def test_full_size_keeps_the_recipe_shape_and_batch():
-    plan = smoke_plan(get_recipe("gpt_1_3b"), processes=8, full_size=True, steps=30)
+    plan = smoke_shape(get_recipe("gpt_1_3b"), processes=8, full_size=True, steps=30)
     s, r = plan.spec, get_recipe("gpt_1_3b")
     assert (s.num_layers, s.hidden_size, s.seq_length, s.vocab_size) == (
         r.num_layers,
@@ -117,7 +117,7 @@ def test_full_size_keeps_the_recipe_shape_and_batch():
 
 def test_every_problem_is_reported_at_once_with_the_fix():
     with pytest.raises(InvalidRecipeError) as error:
-        smoke_plan(get_recipe("gpt_7b"), processes=0, steps=1, overrides={"tensor_paralel": 2, "precision": "fp9"})
+        smoke_shape(get_recipe("gpt_7b"), processes=0, steps=1, overrides={"tensor_paralel": 2, "precision": "fp9"})
     fields = [p.field for p in error.value.problems]
     assert fields == ["processes", "steps", "tensor_paralel", "precision"]
     assert all(p.fix for p in error.value.problems)
@@ -126,10 +126,10 @@ def test_every_problem_is_reported_at_once_with_the_fix():
 
 def test_a_layout_the_planner_refuses_never_starts():
     with pytest.raises(InvalidRecipeError) as error:
-        smoke_plan(get_recipe("gpt_7b"), processes=2, overrides={"pipeline_parallel": 2, "num_layers": 3})
+        smoke_shape(get_recipe("gpt_7b"), processes=2, overrides={"pipeline_parallel": 2, "num_layers": 3})
     assert [p.field for p in error.value.problems if p.severity == "error"] == ["pipeline_parallel"]
     with pytest.raises(InvalidRecipeError, match="not a multiple of TP x PP x CP = 2"):
-        smoke_plan(get_recipe("gpt_7b"), processes=3, overrides={"tensor_parallel": 2})
+        smoke_shape(get_recipe("gpt_7b"), processes=3, overrides={"tensor_parallel": 2})
 
 
 @settings(max_examples=60, deadline=None)
@@ -142,9 +142,9 @@ def test_a_layout_the_planner_refuses_never_starts():
 def test_any_valid_request_gives_a_plan_the_planner_accepts(name, processes, steps, stop):
     if stop is not None and stop >= steps:
         with pytest.raises(InvalidRecipeError):
-            smoke_plan(get_recipe(name), processes=processes, steps=steps, stop_step=stop)
+            smoke_shape(get_recipe(name), processes=processes, steps=steps, stop_step=stop)
         return
-    plan = smoke_plan(get_recipe(name), processes=processes, steps=steps, stop_step=stop)
+    plan = smoke_shape(get_recipe(name), processes=processes, steps=steps, stop_step=stop)
     assert 1 <= plan.stop_step < plan.steps == plan.spec.train_steps
     assert plan.spec.warmup_steps <= plan.spec.decay_steps <= plan.spec.train_steps
 

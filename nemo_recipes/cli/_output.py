@@ -173,21 +173,3 @@ def silence_stdout() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         sys.stdout = open(os.devnull, "w")
-
-
-# ---- numbers people read ----
-
-
-def human_value(value: Any) -> str:
-    """How a recipe value reads in a table: no quotes around strings, lists comma-separated, None as '-'."""
-    if value is None:
-        return "-"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (tuple, list)):
-        return ",".join(human_value(v) for v in value) if value else "(none)"
-    if isinstance(value, float):
-        return f"{value:g}"
-    if isinstance(value, int) and abs(value) >= 10**6:
-        return f"{value:,}".replace(",", "_")
-    return str(value)

@@ -50,7 +50,7 @@ def shard_runner(args: argparse.Namespace) -> tuple[Optional[Callable[[Path], No
     """(prepare's shard_runner, the executor's world size) for --executor, (None, None) without it."""
     if not args.executor:
         return None, None
-    from nemo_recipes.cli.launch import executor_args
+    from nemo_recipes.cli._executor_options import executor_args
     from nemo_recipes.executors.profiles import executor_for
     from nemo_recipes.executors.ranks import world_of
 

@@ -14,10 +14,10 @@ from typing import Any
 from nemo_recipes import yaml_files
 from nemo_recipes.catalog import DERIVED_SOURCES, RECIPES, field_names, get_recipe
 from nemo_recipes.cli import _output
-from nemo_recipes.cli._table import render
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidInputError, Problem
 from nemo_recipes.plan.layout import derived_values
+from nemo_recipes.text_table import human_value, render
 
 HELP = VERBS["diff"].help
 EXAMPLES = """\
@@ -81,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"{args.a} and {args.b} are the same ({same} values compared)")
         return _output.EXIT_OK
     rows = [
-        [d["key"] + (" (derived)" if d["derived"] else ""), _output.human_value(d["a"]), _output.human_value(d["b"])]
+        [d["key"] + (" (derived)" if d["derived"] else ""), human_value(d["a"]), human_value(d["b"])]
         for d in differences
     ]
     print(render(["field" if kind == "recipes" else "key", args.a, args.b], rows))
@@ -95,9 +95,9 @@ def run(args: argparse.Namespace) -> int:
 def _recipe_config_values(name: str) -> dict[str, Any]:
     """A recipe resolved the way `export` writes it, as {dotted.path: value}; imports NeMo."""
     spec = get_recipe(name)
-    from nemo_recipes.cli import export  # imports NeMo only now, and only for this case
+    from nemo_recipes.cli._recipe_config import resolved_dict  # imports NeMo only now, and only for this case
 
-    return flatten(export.resolved_dict(spec))
+    return flatten(resolved_dict(spec))
 
 
 def load_config_file(path: str) -> dict[str, Any]:

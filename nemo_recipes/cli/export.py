@@ -8,13 +8,13 @@ This verb imports NeMo (seconds); it does so inside `run`, never when the CLI st
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import sys
-from typing import Any, Optional
+from typing import Any
 
-from nemo_recipes.catalog import RecipeSpec, get_recipe, plain_name_problems
+from nemo_recipes.catalog import get_recipe, plain_name_problems
 from nemo_recipes.cli import _output
+from nemo_recipes.cli._recipe_config import build_partial, load, quiet_stdout, serialize
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidInputError, Problem, raise_if_any
 from nemo_recipes.overrides import apply_overrides
@@ -57,40 +57,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-# ---- used by `diff` too ----
-
-
-@contextlib.contextmanager
-def _quiet_stdout():
-    """NeMo prints notices (deprecations, banners) on stdout while importing; keep stdout for the configuration."""
-    with contextlib.redirect_stdout(sys.stderr):
-        yield
-
-
-def build_partial(spec: RecipeSpec, *, name: Optional[str] = None, dir: Optional[str] = None) -> Any:
-    """The recipe's `run.Partial`, through the NeMo training objects; a clear failure (exit 1) when NeMo is missing."""
-    with _quiet_stdout():
-        try:
-            from nemo_recipes.training.factories import build_recipe
-        except ImportError as error:
-            raise _output.CLIError(
-                f"this verb needs NeMo 2 and NeMo-Run ({error}); install them with: pip install nemo-recipes"
-            ) from None
-        return build_recipe(spec, name=name or spec.name, dir=dir)
-
-
-def serialize(partial: Any, fmt: str) -> str:
-    from nemo_recipes.training.serialization import dumps
-
-    return dumps(partial, fmt)
-
-
-def load(path: str) -> Any:
-    from nemo_recipes.training.serialization import load as load_config
-
-    return load_config(path)
-
-
 def _loads_back_equal(text: str, fmt: str, partial: Any) -> bool:
     import tempfile
 
@@ -102,13 +68,6 @@ def _loads_back_equal(text: str, fmt: str, partial: Any) -> bool:
             return load(path) == partial
         except Exception:  # any failure to read or rebuild means the file is not loadable: reported by the caller
             return False
-
-
-def resolved_dict(spec: RecipeSpec) -> dict[str, Any]:
-    """The recipe as the plain data `export --format yaml` writes (for `diff` against a file)."""
-    import yaml
-
-    return yaml.safe_load(serialize(build_partial(spec), "yaml"))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -146,14 +105,14 @@ def run(args: argparse.Namespace) -> int:
         raise_if_any(plain_name_problems("name", args.name), context="export")
     spec, overrides = apply_overrides(get_recipe(args.recipe), args.overrides)
     partial = build_partial(spec, name=args.name, dir=args.dir)
-    with _quiet_stdout():
+    with quiet_stdout():
         text = serialize(partial, fmt)
     if not text.endswith("\n"):
         text += "\n"
 
     round_trip = None
     if args.check:
-        with _quiet_stdout():
+        with quiet_stdout():
             round_trip = _loads_back_equal(text, fmt, partial)
         if not round_trip:
             raise _output.CLIError(

@@ -14,10 +14,10 @@ from typing import Any
 
 from nemo_recipes.catalog import get_recipe, plain_name_problems
 from nemo_recipes.cli import _output
-from nemo_recipes.cli._executor_options import add_executor_arguments
+from nemo_recipes.cli._executor_options import add_executor_arguments, executor_args
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidConfigError, InvalidInputError, Problem, known
-from nemo_recipes.overrides import apply_overrides, read_yaml_values
+from nemo_recipes.overrides import apply_overrides
 
 HELP = VERBS["launch"].help
 EXAMPLES = """\
@@ -71,11 +71,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(run=run)
 
 
-def executor_args(items: list[str]) -> dict[str, Any]:
-    """-E key=value items, values read as YAML scalars/lists (8 -> int, [a, b] -> list, true -> bool)."""
-    return read_yaml_values(items, field="executor-arg", flag="-E ", example="nodes=4")
-
-
 def _hardware_problems(overrides: dict[str, Any], executor: Any, name: str) -> list[Problem]:
     """The recipe plugin sets the trainer's nodes and devices from the executor, so a recipe override of either
     that the executor does not match would be dropped without a word."""
@@ -98,7 +93,7 @@ def _hardware_problems(overrides: dict[str, Any], executor: Any, name: str) -> l
 
 
 def run(args: argparse.Namespace) -> int:
-    from nemo_recipes.cli.export import build_partial
+    from nemo_recipes.cli._recipe_config import build_partial
 
     # Everything the command line says is checked before NeMo and NeMo-Run are imported (seconds).
     problems = plain_name_problems("name", args.name) if args.name is not None else []

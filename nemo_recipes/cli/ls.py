@@ -7,8 +7,8 @@ from typing import Any
 
 from nemo_recipes.catalog import RECIPES, RecipeSpec
 from nemo_recipes.cli import _output
-from nemo_recipes.cli._table import render
 from nemo_recipes.cli.verbs import VERBS
+from nemo_recipes.text_table import render
 
 HELP = VERBS["ls"].help
 EXAMPLES = """\

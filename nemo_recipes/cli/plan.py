@@ -9,18 +9,16 @@ import argparse
 import contextlib
 import dataclasses
 import os
-import shutil
-import textwrap
 from typing import Any, Optional
 
 from nemo_recipes.catalog import INT64_MAX, RECIPES, RecipeSpec, closest_recipe, get_recipe
 from nemo_recipes.cli import _calibrate, _output
-from nemo_recipes.cli._table import render
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidInputError, Problem, known
 from nemo_recipes.overrides import apply_overrides
 from nemo_recipes.plan.data import DataReport, read_data
 from nemo_recipes.plan.hardware import GPUS, Cluster, get_gpu
+from nemo_recipes.plan.rendering import plan_text
 from nemo_recipes.plan.stack import DEFAULT_STACK, STACK_CHOICES
 from nemo_recipes.plan.throughput import using_constants
 
@@ -403,7 +401,8 @@ def _planned(
     if args.json:
         _output.print_json(payload)
     else:
-        print(_human(payload, spec, "--best" if args.best else "--fit", data.format()))
+        changed_by = "--best" if args.best else "--fit"
+        print(plan_text(payload, spec, changed_by=changed_by, faster="--best", data=data.format()))
     return _output.EXIT_OK if report.valid else _output.EXIT_INVALID
 
 
@@ -424,122 +423,3 @@ def _plot(path: str, report: Any, spec: RecipeSpec, cluster: Cluster, throughput
         return plot_plan(path, title=title, memory_gib=memory, scaling=scaling if len(scaling) > 1 else None)
     except OSError as error:
         raise _output.CLIError(f"cannot write {path}: {error.strerror or error}") from None
-
-
-# ---- the human report ----
-
-
-def _human(report: dict, spec: RecipeSpec, changed_by: str = "--fit", data: tuple[str, ...] = ()) -> str:
-    c, p = report["cluster"], report["parallelism"]
-    verdict = "valid" if report["valid"] else "INVALID"
-    gpu = c["gpu"] or "GPUs"
-    lines = [
-        f"{report['recipe']} on {c['nodes']} x {c['gpus_per_node']} {gpu} ({c['world_size']} GPUs): {verdict}",
-        f"  {_output.human_count(spec.num_parameters)} parameters; TP {p['tp']} x PP {p['pp']} x CP {p['cp']} "
-        f"x DP {p['dp']}" + (f", VP {p['vp']}" if p["vp"] else "") + f", sequence parallel "
-        f"{'on' if p['sp'] else 'off'}, recompute {spec.recompute}, {spec.precision}",
-        f"  micro batch {p['micro_batch_size']}, global batch {p['global_batch_size']}, gradient accumulation "
-        f"{p['grad_accumulation']}, sequence {spec.seq_length}",
-    ]
-
-    if data:
-        lines += ["", "data"] + [_wrapped(text) for text in data]
-
-    memory = report["memory_gib"]
-    if memory:
-        lines += ["", "memory per GPU (GiB, most loaded pipeline stage)"]
-        rows = [[part, f"{memory[part]:.1f}"] for part in ("weights", "gradients", "optimizer", "activations", "other")]
-        total = f"{memory['total']:.1f}"
-        if memory.get("capacity"):
-            cap = memory["capacity"]
-            share = 100 * memory["total"] / cap
-            total += f"  of {cap:.1f} ({share:.0f} %)" + ("" if memory["total"] <= cap else "  DOES NOT FIT")
-        rows.append(["total", total])
-        lines.append(render(["part", "GiB"], rows, right=[False, False], indent="  ").split("\n", 1)[1])
-
-    t = report["throughput"]
-    if t:
-        lines += ["", "throughput (estimate)"]
-        rows = [
-            ["step time", f"{t['step_time_s']:.2f} s"],
-            ["tokens/s", f"{t['tokens_per_s']:,.0f} ({t['tokens_per_s_per_gpu']:,.0f} per GPU)"],
-            ["model TFLOP/s per GPU", f"{t['model_tflops_per_gpu']:.0f} (MFU {100 * t['mfu']:.1f} %)"],
-        ]
-        terms = t.get("terms_s") or {}
-        if terms and t["step_time_s"] > 0:
-            shares = [(name, 100 * seconds / t["step_time_s"]) for name, seconds in terms.items()]
-            rows.append(["dominant term", f"{_term(shares[0][0])} ({shares[0][1]:.0f} % of the step)"])
-            rows.append(
-                ["step by term", ", ".join(f"{_term(name)} {share:.0f} %" for name, share in shares if share >= 0.5)]
-            )
-        timing = report.get("time_to_train")
-        if timing:
-            rows.append(
-                [
-                    f"time to train {_output.human_count(timing['tokens'])} tokens",
-                    f"{timing['days']:.1f} days, {timing['gpu_hours']:,.0f} GPU-hours",
-                ]
-            )
-        lines.append(render(["what", "value"], rows, indent="  ").split("\n", 1)[1])
-    elif report["valid"]:
-        lines += ["", "throughput: no estimate available"]
-
-    assumptions = _assumptions(report)
-    if report.get("calibration"):
-        assumptions = [report["calibration"]["note"], *assumptions]
-    if assumptions:
-        lines += ["", "assumptions"] + [_wrapped(text) for text in assumptions]
-
-    if report["changes"]:
-        lines += ["", f"changes made by {changed_by}"]
-        lines += [_wrapped(f"{', '.join(moves)} ({why})") for why, moves in _grouped(report["changes"])]
-    if report.get("advice"):
-        lines += ["", "advice"] + [_wrapped(f"{_advice_text(a)} (see --best)") for a in report["advice"]]
-    if report["problems"]:
-        lines += ["", "problems"]
-        lines += [
-            _wrapped(f"{pr['severity']}: {pr['field']}={pr['value']!r}: {pr['message']} Fix: {pr['fix']}")
-            for pr in report["problems"]
-        ]
-    if report.get("plot"):
-        lines += ["", f"plot written to {report['plot']}"]
-    return "\n".join(lines)
-
-
-def _grouped(changes: list[dict]) -> list[tuple[str, list[str]]]:
-    """Changes that share one reason, together: 'tensor_parallel: 8 -> 4, micro_batch_size: 1 -> 2 (why)'."""
-    groups: dict[str, list[str]] = {}
-    for ch in changes:
-        move = f"{ch['field']}: {_output.human_value(ch['from'])} -> {_output.human_value(ch['to'])}"
-        groups.setdefault(ch["why"], []).append(move)
-    return list(groups.items())
-
-
-def _term(name: str) -> str:
-    """A step term (`throughput.STEP_TERMS`) as words."""
-    return name.replace("_", " ").replace("per step", "per-step cost")
-
-
-def _advice_text(advice: dict) -> str:
-    changes = " ".join(f"{k}={_output.human_value(v)}" for k, v in advice["changes"].items())
-    memory = "" if advice.get("memory_gib") is None else f", {advice['memory_gib']:.1f} GiB per GPU"
-    return (
-        f"{changes} is predicted {advice['speedup']:.2f}x faster ({advice['current_step_time_s']:.3g} s -> "
-        f"{advice['step_time_s']:.3g} s per step{memory}); {advice['why']}"
-    )
-
-
-def _assumptions(report: dict) -> list[str]:
-    """What the estimates take for granted, so a reader can judge them: the program both memory and throughput
-    describe (stack, attention kernel, overlaps) and the rest of the throughput model's list."""
-    program = report.get("program") or {}
-    texts = list(program.get("notes", []))
-    seen = set(texts)
-    texts += [text for text in (report.get("throughput") or {}).get("assumptions", []) if text not in seen]
-    return texts
-
-
-def _wrapped(text: str) -> str:
-    """One bullet folded to the terminal width, continuation lines indented under it."""
-    width = max(60, shutil.get_terminal_size((100, 24)).columns - 1)
-    return textwrap.fill(text, width, initial_indent="  - ", subsequent_indent="    ")

@@ -7,10 +7,10 @@ import argparse
 from nemo_recipes.catalog import DERIVED_SOURCES, FAMILIES, field_names, get_recipe
 from nemo_recipes.catalog import source as source_of
 from nemo_recipes.cli import _output
-from nemo_recipes.cli._table import render
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.overrides import apply_overrides
 from nemo_recipes.plan.layout import derived_values
+from nemo_recipes.text_table import human_value, render
 
 HELP = VERBS["show"].help
 EXAMPLES = """\
@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         value, original = getattr(spec, name), getattr(base, name)
         overridden = name in overrides
-        source = f"override (recipe: {_output.human_value(original)})" if overridden else source_of(base, name)
+        source = f"override (recipe: {human_value(original)})" if overridden else source_of(base, name)
         fields[name] = {"value": value, "source": source, "overridden": overridden}
     values = derived_values(spec)
     derived = {name: {"value": values[name], "how": how} for name, how in DERIVED_SOURCES.items()}
@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         render(
             ["field", "value", "source"],
             [
-                [("* " if f["overridden"] else "") + name, _output.human_value(f["value"]), f["source"]]
+                [("* " if f["overridden"] else "") + name, human_value(f["value"]), f["source"]]
                 for name, f in fields.items()
             ],
             wrap_last=True,
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
     print(
         render(
             ["derived", "value", "how"],
-            [[name, _output.human_value(d["value"]), d["how"]] for name, d in derived.items()],
+            [[name, human_value(d["value"]), d["how"]] for name, d in derived.items()],
             wrap_last=True,
         )
     )

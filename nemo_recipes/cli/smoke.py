@@ -134,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _executor_launch(args: argparse.Namespace) -> tuple[Launcher, int]:
-    from nemo_recipes.cli.launch import executor_args
+    from nemo_recipes.cli._executor_options import executor_args
     from nemo_recipes.executors.profiles import executor_for
     from nemo_recipes.smoke_training.launchers import executor_launcher
 

@@ -50,13 +50,3 @@ def hardware_flops_per_token(spec: RecipeSpec) -> float:
     elif spec.recompute == "selective":
         extra = f.attention
     return f.model + extra
-
-
-def narayanan_hardware_flops_per_token(layers: int, hidden: int, seq: int, vocab: int) -> float:
-    """Narayanan et al. 2021 Eq. 3 (full recomputation counted): `96·l·h²·(1 + s/(6h) + V/(16·l·h))`."""
-    return 96.0 * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (16 * layers * hidden))
-
-
-def korthikanti_model_flops_per_token(layers: int, hidden: int, seq: int, vocab: int) -> float:
-    """Korthikanti et al. 2022 Eq. 7: `72·l·h²·(1 + s/(6h) + V/(12·l·h))`."""
-    return 72.0 * layers * hidden**2 * (1 + seq / (6 * hidden) + vocab / (12 * layers * hidden))

@@ -16,6 +16,7 @@ from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem, json
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.memory import MemoryBreakdown
+from nemo_recipes.plan.rendering import advice_text, change_move, plan_text
 from nemo_recipes.plan.stack import Program
 
 
@@ -49,7 +50,7 @@ class Change:
         return {"field": self.field, "from": jsonable(self.from_), "to": jsonable(self.to), "why": self.why}
 
     def __str__(self) -> str:
-        return f"{self.field}: {self.from_!r} -> {self.to!r} ({self.why})"
+        return f"{change_move(self.to_dict())} ({self.why})"
 
 
 @dataclass(frozen=True)
@@ -78,12 +79,7 @@ class Advice:
         }
 
     def __str__(self) -> str:
-        changes = " ".join(f"{k}={v!r}" for k, v in self.changes.items())
-        memory = "" if self.memory_gib is None else f", {self.memory_gib:.1f} GiB per GPU"
-        return (
-            f"{changes} is predicted {self.speedup:.2f}x faster ({self.current_step_time_s:.3g} s -> "
-            f"{self.step_time_s:.3g} s per step{memory}); {self.why}"
-        )
+        return advice_text(self.to_dict())
 
 
 @dataclass(frozen=True)
@@ -190,32 +186,10 @@ class PlanReport:
             f"({self.cluster.world_size} GPUs)"
         )
 
-    def summary(self) -> str:
-        spec = self.spec
-        verdict = "valid" if self.valid else f"INVALID ({len(self.errors)} error(s))"
-        vp = spec.virtual_pipeline or "-"
-        lines = [
-            f"{self._title()}: {verdict}",
-            f"  parallelism: TP {spec.tensor_parallel}, PP {spec.pipeline_parallel}, VP {vp}, "
-            f"CP {spec.context_parallel}, DP {self.data_parallel_size}, "
-            f"SP {'on' if spec.sequence_parallel_enabled else 'off'}; micro batch {spec.micro_batch_size}, "
-            f"global batch {spec.global_batch_size}, gradient accumulation {self.grad_accumulation_steps}; "
-            f"recompute {spec.recompute}",
-        ]
-        if self.memory is not None:
-            m = self.memory
-            lines.append(
-                f"  memory per GPU: {m.total:.1f} of {m.capacity:.1f} GiB (weights {m.weights:.1f}, gradients "
-                f"{m.gradients:.1f}, optimizer {m.optimizer:.1f}, activations {m.activations:.1f}, "
-                f"other {m.other:.1f})"
-            )
-        if self.throughput:
-            shown = ", ".join(f"{k} {v}" for k, v in self.throughput.items() if isinstance(v, (int, float, str)))
-            lines.append(f"  throughput: {shown}")
-        lines += [f"  {p}" for p in self.problems]
-        lines += [f"  changed {c}" for c in self.changes]
-        lines += [f"  advice: {a}" for a in self.advice]
-        return "\n".join(lines)
+    def summary(self, *, changed_by: str = "the planner", faster: str = "best()") -> str:
+        """The plan as text, the rendering `nemo-recipes plan` prints (`plan/rendering.py`), with the Python API's
+        names for the planner's actions: changes made by `changed_by`, advice found by `faster`."""
+        return plan_text(self.to_dict(), self.spec, changed_by=changed_by, faster=faster)
 
     def __str__(self) -> str:
         return self.summary()

@@ -548,39 +548,16 @@ def _throughput(
     )
 
 
-def time_to_train(
-    throughput_or_spec: "Throughput | RecipeSpec", tokens: Optional[float] = None, cluster: Optional[Cluster] = None
-) -> dict[str, float]:
-    """Days and GPU-hours to train on `tokens` tokens (default: the recipe's `train_tokens`).
-
-    Accepts a Throughput, or a RecipeSpec and a Cluster (`time_to_train(spec, cluster=c)` or
-    `time_to_train(spec, 1e12, c)`)."""
-    if isinstance(throughput_or_spec, RecipeSpec):
-        spec = throughput_or_spec
-        if cluster is None:
-            raise InvalidInputError(
-                [
-                    Problem(
-                        "cluster",
-                        None,
-                        "is needed to time a recipe.",
-                        "pass cluster=Cluster.of(nodes, gpus_per_node, gpu).",
-                    )
-                ]
-            )
-        result = estimate_throughput(spec, cluster)
-        if tokens is None:
-            tokens = spec.train_tokens
-    else:
-        result = throughput_or_spec
+def time_to_train(throughput: Throughput, tokens: float) -> dict[str, float]:
+    """Days and GPU-hours to train on `tokens` tokens at `throughput` (`estimate_throughput`'s result)."""
     if tokens is None or isinstance(tokens, bool) or not isinstance(tokens, (int, float)) or not tokens > 0:
         raise InvalidInputError(
             [Problem("tokens", tokens, "must be a positive number of tokens.", "give a token budget such as 300e9.")]
         )
-    seconds = tokens / result.tokens_per_s
+    seconds = tokens / throughput.tokens_per_s
     return {
         "tokens": float(tokens),
         "seconds": seconds,
         "days": seconds / 86400.0,
-        "gpu_hours": seconds * result.num_gpus / 3600.0,
+        "gpu_hours": seconds * throughput.num_gpus / 3600.0,
     }

@@ -9,6 +9,6 @@ dataset), `worker` (one phase in each rank), `callbacks` (the step record and th
 """
 
 from nemo_recipes.smoke_training.runner import SmokeError, SmokeReport, smoke
-from nemo_recipes.smoke_training.shape import SmokePlan, smoke_plan
+from nemo_recipes.smoke_training.shape import SmokePlan, SmokeShape, smoke_plan, smoke_shape
 
-__all__ = ["SmokeError", "SmokePlan", "SmokeReport", "smoke", "smoke_plan"]
+__all__ = ["SmokeError", "SmokePlan", "SmokeReport", "SmokeShape", "smoke", "smoke_plan", "smoke_shape"]

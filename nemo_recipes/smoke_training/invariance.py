@@ -44,7 +44,7 @@ def tolerance(loss: float, tokens: int) -> float:
 
 def reference_plan(plan: Any) -> Any:
     """The one-process plan with the parallel plan's shape, global batch, schedule and data."""
-    from nemo_recipes.smoke_training.shape import SmokePlan
+    from nemo_recipes.smoke_training.shape import SmokeShape
 
     spec = plan.spec.replace(
         tensor_parallel=1,
@@ -54,7 +54,7 @@ def reference_plan(plan: Any) -> Any:
         num_nodes=1,
         num_gpus_per_node=1,
     )
-    return SmokePlan(spec=spec, processes=1, steps=plan.steps, stop_step=plan.stop_step, full_size=plan.full_size)
+    return SmokeShape(spec=spec, processes=1, steps=plan.steps, stop_step=plan.stop_step, full_size=plan.full_size)
 
 
 def invariance_check(losses: list[tuple[int, float]], reference: list[tuple[int, float]], tokens: int) -> Check:

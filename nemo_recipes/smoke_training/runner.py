@@ -29,7 +29,7 @@ from nemo_recipes.smoke_training.launchers import Launcher, SmokeError, local_pr
 from nemo_recipes.smoke_training.learned import Learned, learned, unigram_entropy
 from nemo_recipes.smoke_training.preconditions import NO_DROPOUT
 from nemo_recipes.smoke_training.resume_loss import resume_loss_check
-from nemo_recipes.smoke_training.shape import SmokePlan, smoke_plan
+from nemo_recipes.smoke_training.shape import SmokeShape, smoke_shape
 
 PHASES = ("train", "resume")
 
@@ -37,7 +37,7 @@ PHASES = ("train", "resume")
 @dataclass
 class SmokeReport:
     recipe: str
-    plan: SmokePlan
+    plan: SmokeShape
     verdict: Verdict
     directory: str
     logs: dict[str, str] = field(default_factory=dict)
@@ -189,7 +189,7 @@ class Workspace:
 
     root: Path
     corpus: Optional[Path]  # the learnable corpus, written when the plan names no data of its own
-    plan: SmokePlan
+    plan: SmokeShape
     name: str = "smoke"
     #: Tests only: phase -> a fault to inject into it (`faults.FAULTS`); the CLI has no way to set it.
     faults: dict[str, str] = field(default_factory=dict)
@@ -221,7 +221,7 @@ class Workspace:
         }
 
 
-def workspace(plan: SmokePlan, dir: Optional[str] = None, name: str = "smoke") -> Workspace:
+def workspace(plan: SmokeShape, dir: Optional[str] = None, name: str = "smoke") -> Workspace:
     """A new (or empty) directory, with the learnable corpus written into it when the plan has no data_paths."""
     from nemo_recipes.smoke_training.corpus import write_corpus
 
@@ -241,7 +241,7 @@ def workspace(plan: SmokePlan, dir: Optional[str] = None, name: str = "smoke") -
     return Workspace(root=root, corpus=corpus, plan=plan, name=name)
 
 
-def train_reference(plan: SmokePlan, root: str) -> list[tuple[int, float]]:
+def train_reference(plan: SmokeShape, root: str) -> list[tuple[int, float]]:
     """Train the one-process reference of `plan` (invariance.reference_plan) straight through (no stop) on this
     machine; its (step, loss)."""
     space = workspace(reference_plan(plan), root, name="reference")
@@ -409,7 +409,7 @@ def smoke(
     spec = get_recipe(recipe) if isinstance(recipe, str) else recipe
     if invariance:
         overrides = {**(overrides or {}), **NO_DROPOUT}
-    plan = smoke_plan(
+    plan = smoke_shape(
         spec, processes=processes, steps=steps, stop_step=stop_step, full_size=full_size, overrides=overrides
     )
     for warning in plan.warnings:  # the data's (no manifest, ...): said before the minutes of training

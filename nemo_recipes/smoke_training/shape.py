@@ -39,7 +39,7 @@ LAYOUT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "vi
 
 
 @dataclass(frozen=True)
-class SmokePlan:
+class SmokeShape:
     """The scaled-down spec and the two phases: train to `stop_step`, stop, resume and train to `steps`."""
 
     spec: RecipeSpec
@@ -100,7 +100,7 @@ def fit_layout(spec: RecipeSpec, processes: int, given: dict[str, Any]) -> dict[
     return layout
 
 
-def smoke_plan(
+def smoke_shape(
     spec: RecipeSpec,
     *,
     processes: int = 1,
@@ -108,7 +108,7 @@ def smoke_plan(
     stop_step: Optional[int] = None,
     full_size: bool = False,
     overrides: Optional[dict[str, Any]] = None,
-) -> SmokePlan:
+) -> SmokeShape:
     """The smoke run of `spec` on `processes` processes (one per GPU, or CPU processes under gloo).
 
     `overrides` are recipe fields applied last (e.g. tensor_parallel=2, precision="fp8", hidden_dropout=0.0), so a
@@ -158,7 +158,9 @@ def smoke_plan(
     # The planner's rules, before any process starts: a layout Megatron would refuse fails here with the fix.
     validate(small, Cluster.of(small.num_nodes, small.num_gpus_per_node)).raise_if_invalid()
     warned = tuple(p for p in data.problems if p.severity == WARNING)
-    return SmokePlan(spec=small, processes=processes, steps=steps, stop_step=stop, full_size=full_size, warnings=warned)
+    return SmokeShape(
+        spec=small, processes=processes, steps=steps, stop_step=stop, full_size=full_size, warnings=warned
+    )
 
 
 def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
@@ -265,3 +267,8 @@ def _argument_problems(processes: Any, steps: Any, stop_step: Any) -> list[Probl
             )
         )
     return problems
+
+
+#: The names these had before issue 32 ("plan" is the planner's word): aliases, the same class and function.
+SmokePlan = SmokeShape
+smoke_plan = smoke_shape

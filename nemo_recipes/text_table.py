@@ -1,10 +1,11 @@
-"""Plain-text tables: aligned columns, numbers right-aligned, no dependency (rich would cost import time)."""
+"""Plain-text tables: aligned columns, numbers right-aligned, and values as they read in a cell; standard library
+only (rich would cost import time). The CLI's tables and a plan's text (`plan/rendering.py`) are drawn with it."""
 
 from __future__ import annotations
 
 import shutil
 import textwrap
-from typing import Sequence
+from typing import Any, Sequence
 
 
 def render(
@@ -37,3 +38,18 @@ def render(
         else:
             lines.append((indent + "  ".join(parts + [last.rjust(widths[-1]) if right[-1] else last])).rstrip())
     return "\n".join(lines)
+
+
+def human_value(value: Any) -> str:
+    """How a recipe value reads in a table: no quotes around strings, lists comma-separated, None as '-'."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (tuple, list)):
+        return ",".join(human_value(v) for v in value) if value else "(none)"
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, int) and abs(value) >= 10**6:
+        return f"{value:,}".replace(",", "_")
+    return str(value)

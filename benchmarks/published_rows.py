@@ -1,6 +1,8 @@
-"""Any GPT shape as a plan: a plain dict with the columns of `calibration.csv` becomes a `(RecipeSpec, Cluster)`.
+"""A published row as a plan: a plain dict with the columns of `calibration.csv` becomes a `(RecipeSpec, Cluster)`.
 
-Standard library only. Columns: layers, hidden, heads, kv_heads, ffn, vocab, seq, gpu, n_gpus, tp, pp, cp, vp, dp,
+The benchmark's reader of its rows (`planner_accuracy.py`; `tests/test_shapes.py`), not the package's: a user plans
+a shape of their own with `nemo-recipes plan --custom` or a `RecipeSpec`. Standard library and nemo_recipes only.
+Columns: layers, hidden, heads, kv_heads, ffn, vocab, seq, gpu, n_gpus, tp, pp, cp, vp, dp,
 mbs, gbs, precision, recompute, sp, dist_opt (optional: model, gpus_per_node, gated). A value may be missing, empty
 or "n/s" (not stated by the source); every value filled in is returned as a sentence in the assumptions list, so
 that a prediction always says what it assumed.
