@@ -117,3 +117,17 @@ def test_the_index_is_read_without_torch(imported):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_the_launch_plugin_refuses_it_before_submitting(tmp_path):
+    """`launch` and NeMo-Run's own CLI attach the recipe to the executor through RecipePlugin, which reads
+    restore_from back from the built recipe (NeMo's RestoreConfig) and checks it as plan does."""
+    import nemo_recipes
+    from nemo_recipes.errors import ERROR, InvalidRecipeError
+    from nemo_recipes.executors import RecipePlugin, local
+
+    recipe = nemo_recipes.gpt_1_3b(restore_from=str(tmp_path / "gone"))
+    with pytest.raises(InvalidRecipeError, match="not submitted") as error:
+        RecipePlugin().setup(recipe, local(devices=8))
+    found = [(p.field, p.value) for p in error.value.problems if p.severity == ERROR]
+    assert found == [("restore_from", str(tmp_path / "gone"))]
