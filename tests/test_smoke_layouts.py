@@ -1,7 +1,8 @@
 """Every parallel layout the recipes can be given trains on CPU with the recipe's recompute and precision, and
 computes the one-process model: its loss curve equals the one-process curve of the same shape, seed and data
-(invariance.py), and its data-parallel replicas end bit-identical. A real training with the gradient all-reduce
-switched off must fail those checks.
+(invariance.py), and its data-parallel replicas end bit-identical; `hf export` of its last checkpoint gives the
+one-process model's tensors (_hf_layouts.py), and an export with a shard, stage or virtual chunk misplaced does not.
+A real training with the gradient all-reduce switched off must fail those checks.
 
 One run serves every check of its layout (train, stop, resume, the judge's checks, invariance, replicas); the
 one-process reference is trained once per shape and reused (`_reference`)."""
@@ -29,11 +30,11 @@ def _check(report, name: str):
     return found[0]
 
 
-#: One-process reference curves by the reference plan's spec: layouts of one shape share one reference.
-_REFERENCES: dict[str, list[tuple[int, float]]] = {}
+#: One-process references (curve, run directory) by the reference plan's spec: layouts of one shape share one.
+_REFERENCES: dict[str, tuple[list[tuple[int, float]], Path]] = {}
 
 
-def _reference(recipe: str, overrides: dict, processes: int, root: Path) -> list[tuple[int, float]]:
+def _reference(recipe: str, overrides: dict, processes: int, root: Path) -> tuple[list[tuple[int, float]], Path]:
     from nemo_recipes.smoke_training.invariance import reference_plan
     from nemo_recipes.smoke_training.preconditions import NO_DROPOUT
     from nemo_recipes.smoke_training.runner import train_reference
@@ -42,7 +43,7 @@ def _reference(recipe: str, overrides: dict, processes: int, root: Path) -> list
     plan = smoke_shape(RECIPES[recipe], processes=processes, overrides={**overrides, **NO_DROPOUT})
     key = repr(sorted(reference_plan(plan).spec.to_dict().items()))
     if key not in _REFERENCES:
-        _REFERENCES[key] = train_reference(plan, str(root))
+        _REFERENCES[key] = train_reference(plan, str(root)), root
     return _REFERENCES[key]
 
 
@@ -97,11 +98,13 @@ def test_the_tolerance_is_three_sigma_of_bf16_rounding_in_the_mean_loss():
     ],
     ids=["tp2-selective", "tp2-full", "pp2", "pp2-vp2", "dp2-distopt", "tp2xpp2"],
 )
-def test_each_layout_trains_and_computes_the_one_process_model(recipe, overrides, processes, layout, tmp_path):
+def test_each_layout_trains_and_computes_the_one_process_model(
+    recipe, overrides, processes, layout, tmp_path, monkeypatch
+):
     from nemo_recipes.smoke_training import smoke
     from nemo_recipes.smoke_training.launchers import local_processes
 
-    reference = _reference(recipe, overrides, processes, tmp_path / "reference")
+    reference, reference_root = _reference(recipe, overrides, processes, tmp_path / "reference")
     report = smoke(
         recipe,
         overrides,
@@ -127,6 +130,31 @@ def test_each_layout_trains_and_computes_the_one_process_model(recipe, overrides
     # PP2 x VP2 departed from the one-process curve from step 1 (7.1744 against 7.1946) while its exchanges were
     # batched: gloo swapped an activation and a gradient posted to the one peer (cpu_compat.cpu_settings).
     assert _check(report, INVARIANT).passed
+    _exports_the_one_process_model(tmp_path, reference_root, layout, monkeypatch)
+
+
+def _exports_the_one_process_model(tmp_path: Path, reference_root: Path, layout: str, monkeypatch) -> None:
+    """`hf export` of the layout's last checkpoint gives the reference's tensors (within _hf_layouts' bound), and an
+    exporter that put the layout's pieces in the wrong place would not: planted, it must fail the comparison."""
+    from _hf_layouts import chunks_swapped_reader, differences, exports, tensors, transposed_tp_shard_reader
+
+    from nemo_recipes.conversion.hf_export import export_hf
+    from nemo_recipes.conversion.megatron_checkpoint import MegatronCheckpoint
+
+    mine, theirs, spec, lrs = exports(tmp_path / "run", reference_root, tmp_path / "hf")
+    assert not differences(mine, theirs, spec, lrs)
+    planted: list = []
+    if "TP2" in layout:
+        monkeypatch.setattr(MegatronCheckpoint, "read", transposed_tp_shard_reader(MegatronCheckpoint.read, planted))
+    elif "PP2" in layout:  # VP2: a stage's two virtual chunks swapped; PP2: the two stages
+        reader = chunks_swapped_reader(MegatronCheckpoint.read, "VP2" in layout, planted)
+        monkeypatch.setattr(MegatronCheckpoint, "read", reader)
+    else:
+        return  # data parallelism splits no tensor of the checkpoint: nothing to misplace
+    export_hf(str(tmp_path / "run"), str(tmp_path / "hf" / "planted"))
+    assert planted, "the break was not made"
+    broken = differences(tensors(tmp_path / "hf" / "planted"), theirs, spec, lrs)
+    assert broken, f"{layout}: a misplaced piece passed the comparison"
 
 
 @pytest.mark.slow
@@ -142,7 +170,7 @@ def test_a_dp2_run_without_its_gradient_all_reduce_fails(distributed_optimizer, 
     from nemo_recipes.smoke_training import smoke
 
     overrides = {"distributed_optimizer": distributed_optimizer}
-    reference = _reference("gpt_1_3b", overrides, 2, tmp_path / "reference")
+    reference, _ = _reference("gpt_1_3b", overrides, 2, tmp_path / "reference")
     report = smoke(
         "gpt_1_3b",
         overrides,

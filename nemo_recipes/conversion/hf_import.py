@@ -21,6 +21,7 @@ from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.conversion.hf_config import layout_problems, read_config, shape_of
 from nemo_recipes.conversion.hf_export import ExportWriteError, _out_problems, _replace
 from nemo_recipes.conversion.megatron_checkpoint import GLOBAL_KEYS, LAYER_KEYS, PREFIX
+from nemo_recipes.conversion.write_errors import write_failure
 from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem
 from nemo_recipes.families import Architecture, family_of, get_family
 
@@ -190,9 +191,13 @@ def import_hf(
         raise ExportWriteError(
             f"cannot write {target}: {error.strerror or error}; nothing was written there."
         ) from None
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(stage, ignore_errors=True)
-        raise
+        failed = write_failure(error)  # torch's writers report a full disk in their own exceptions
+        if failed is None:
+            raise
+        why = failed.strerror or str(failed)
+        raise ExportWriteError(f"cannot write {target}: {why}; nothing was written there.") from None
     notes = []
     if shaped.padded_vocab_size != shaped.vocab_size:
         notes.append(

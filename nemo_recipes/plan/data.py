@@ -3,7 +3,8 @@ else its `.idx` header), how many epochs of it the planned training tokens make,
 
 The only planner module that opens files, and still on the fast path: it reads manifests and `.idx` headers
 (`data.manifest`, standard library) and fingerprints the tokenizer's files; `data.tokenizers.describe` reads the
-tokenizer's vocabulary with `tokenizers` or `sentencepiece` (tens of milliseconds). `plan`, `launch`, the recipe
+tokenizer's vocabulary with `tokenizers` or `sentencepiece` (tens of milliseconds); and `restore_from`'s checkpoint
+index (plan.restore, a millisecond). `plan`, `launch`, the recipe
 plugin and `smoke` call `read_data`; a recipe is still built without touching a file (its model config leaves the
 vocabulary to NeMo, which takes the tokenizer's at configure time).
 """
@@ -19,6 +20,7 @@ from typing import Any, Optional
 from nemo_recipes import budget
 from nemo_recipes.catalog import RecipeSpec, data_problems
 from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem
+from nemo_recipes.plan.restore import restore_problems
 
 #: Epochs of one source above which the plan warns. Muennighoff et al. 2023 ("Scaling Data-Constrained Language
 #: Models", Fig. 3-4): up to about 4 epochs, repeated tokens are worth almost as much as new ones; beyond that their
@@ -152,7 +154,7 @@ def read_data(spec: RecipeSpec, *, vocab_given: bool = False) -> tuple[RecipeSpe
     from nemo_recipes.data import tokenizers
 
     if not spec.data_paths and spec.tokenizer_path is None:
-        return spec, DataReport()
+        return spec, DataReport(problems=tuple(restore_problems(spec)))
     problems = list(data_problems(spec))
     given = spec  # what the user wrote, for the problems that name a path the system refuses to look up
     spec = resolved_paths(spec)
@@ -190,6 +192,7 @@ def read_data(spec: RecipeSpec, *, vocab_given: bool = False) -> tuple[RecipeSpe
         )
         spec, asked = _budget(spec, sources, problems)
         sources = _planned(spec, sources, asked, problems)
+    problems += restore_problems(spec)  # with the tokenizer's vocabulary: the embedding's shape follows it
     return spec, DataReport(
         sources=sources,
         tokenizer=info,

@@ -1,0 +1,31 @@
+"""The names Megatron's distributed checkpoint gives an architecture's tensors: read by the exporter
+(conversion.megatron_checkpoint) and by the planner's check of `restore_from` (plan.restore), which must not import
+the conversion layer. Standard library only."""
+
+from __future__ import annotations
+
+#: A role of `Architecture.layer_tensors` -> Megatron's key under `module.decoder.layers.`: Transformer Engine's
+#: layer spec first (its norms are fused into the next linear layer), then the local spec's.
+LAYER_KEYS: dict[str, tuple[str, ...]] = {
+    "input_norm.weight": ("self_attention.linear_qkv.layer_norm_weight", "input_layernorm.weight"),
+    "input_norm.bias": ("self_attention.linear_qkv.layer_norm_bias", "input_layernorm.bias"),
+    "qkv.weight": ("self_attention.linear_qkv.weight",),
+    "qkv.bias": ("self_attention.linear_qkv.bias",),
+    "proj.weight": ("self_attention.linear_proj.weight",),
+    "proj.bias": ("self_attention.linear_proj.bias",),
+    "pre_mlp_norm.weight": ("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"),
+    "pre_mlp_norm.bias": ("mlp.linear_fc1.layer_norm_bias", "pre_mlp_layernorm.bias"),
+    "fc1.weight": ("mlp.linear_fc1.weight",),
+    "fc1.bias": ("mlp.linear_fc1.bias",),
+    "fc2.weight": ("mlp.linear_fc2.weight",),
+    "fc2.bias": ("mlp.linear_fc2.bias",),
+}
+#: A role of `Architecture.global_tensors` -> Megatron's key.
+GLOBAL_KEYS: dict[str, str] = {
+    "embedding.weight": "embedding.word_embeddings.weight",
+    "position.weight": "embedding.position_embeddings.weight",
+    "final_norm.weight": "decoder.final_layernorm.weight",
+    "final_norm.bias": "decoder.final_layernorm.bias",
+    "output.weight": "output_layer.weight",
+}
+PREFIX = "module."  # NeMo's MegatronParallel wraps the model: its keys are `module.` + Megatron's

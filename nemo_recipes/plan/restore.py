@@ -1,0 +1,156 @@
+"""`restore_from`, checked before any process starts (plan, smoke, the launch plugin: through `plan.data.read_data`):
+the path must be a checkpoint NeMo's RestoreConfig loads (a directory holding `weights/`, or that `weights/`), whose
+save finished (its index, `.metadata`, and every byte the index points to), and whose tensors have the shapes of the
+model the recipe builds. Otherwise the run would start its processes and fail while loading, minutes later.
+
+Standard library only: the index is a pickle of torch's checkpoint metadata, read here with every class it names
+replaced by an inert record (no code of the file runs, and torch is not imported), which is all a shape needs.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any, Optional
+
+from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.errors import Problem
+from nemo_recipes.families.architecture import Architecture
+from nemo_recipes.families.megatron_names import GLOBAL_KEYS, LAYER_KEYS, PREFIX
+
+FIELD = "restore_from"
+WHAT = "the directory `hf import --out` wrote, or a training run's checkpoint (the directory holding weights/)"
+#: Tensors of another shape named one by one, up to this many (the rest counted): one is enough to see the cause.
+SHOWN = 3
+RECORD = "hf_import.json"  # conversion.hf_import's record: the recipe fields the imported shape needs
+
+
+class _Inert:
+    """Whatever class the index names: its state kept as attributes, nothing run."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.args = args
+
+    def __setstate__(self, state: Any) -> None:
+        for part in state if isinstance(state, tuple) else (state,):
+            if isinstance(part, dict):
+                self.__dict__.update(part)
+
+
+_SAFE = {
+    "builtins": {"set", "frozenset", "tuple", "list", "dict", "int", "float", "str", "bytes", "bool", "slice"},
+    "copyreg": {"_reconstructor", "__newobj__"},
+    "collections": {"OrderedDict", "defaultdict"},
+    "_codecs": {"encode"},
+}
+
+
+class _IndexReader(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if name in _SAFE.get(module, ()):
+            return super().find_class(module, name)
+        if (module, name) == ("torch", "Size"):
+            return lambda dims=(): tuple(dims)
+        return type(name, (_Inert,), {})
+
+
+def read_index(weights: Path) -> Any:
+    """The checkpoint index (`weights/.metadata`) as inert records: `.state_dict_metadata[key].size`,
+    `.storage_data` values' `relative_path`, `offset`, `length`."""
+    with open(weights / ".metadata", "rb") as file:
+        return _IndexReader(file).load()
+
+
+def weights_of(path: Path) -> Optional[Path]:
+    """The `weights/` NeMo's RestoreConfig reads from `path` (ckpt_to_weights_subdir), or None."""
+    for candidate in (path / "weights", path) if path.name != "weights" else (path,):
+        if (candidate / "metadata.json").is_file():
+            return candidate
+    return None
+
+
+def restore_problems(spec: RecipeSpec) -> list[Problem]:
+    """Every reason the run could not start from `spec.restore_from` (none when it is not set)."""
+    if spec.restore_from is None:
+        return []
+    given = str(spec.restore_from)
+    path = Path(given).expanduser()
+    try:
+        if not path.is_dir():
+            why = "does not exist." if not path.exists() else "is not a directory."
+            return [Problem(FIELD, given, why, f"give {WHAT}.")]
+        weights = weights_of(path)
+        if weights is None:
+            return [_no_checkpoint(given, path)]
+        if not (weights / ".metadata").is_file():
+            why = f"{weights} has no index (.metadata): its save did not finish (a torn checkpoint)."
+            return [Problem(FIELD, given, why, "give an earlier checkpoint of the run, whose save completed.")]
+        index = read_index(weights)
+        torn = _short_files(weights, index)
+        if torn:
+            return torn
+        return _shape_problems(spec, given, path, index)
+    except OSError as error:
+        return [Problem(FIELD, given, f"cannot be read ({error.strerror or error}).", f"give {WHAT}.")]
+    except Exception as error:  # noqa: BLE001  (a damaged index: any unpickling error means the same)
+        return [Problem(FIELD, given, f"has an index (.metadata) that cannot be read ({type(error).__name__}).",
+                        "give another checkpoint; this one is damaged.")]  # fmt: skip
+
+
+def _no_checkpoint(given: str, path: Path) -> Problem:
+    found = sorted(path.glob("**/weights/metadata.json"))
+    if found:  # a run directory: NeMo restores one checkpoint, not a run
+        newest = max(found, key=lambda p: p.stat().st_mtime).parent.parent
+        return Problem(FIELD, given, "is a directory of runs or checkpoints, not one checkpoint.",
+                       f"give one of its checkpoints, e.g. restore_from={newest}")  # fmt: skip
+    return Problem(FIELD, given, "holds no Megatron checkpoint (no weights/metadata.json).", f"give {WHAT}.")
+
+
+def _short_files(weights: Path, index: Any) -> list[Problem]:
+    ends: dict[str, int] = {}
+    for info in index.storage_data.values():
+        ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
+    problems = []
+    for name, end in sorted(ends.items()):
+        file = weights / name
+        size = file.stat().st_size if file.is_file() else None
+        if size is None or size < end:
+            held = "is missing" if size is None else f"holds {size:,} bytes"
+            problems.append(
+                Problem(FIELD, str(file), f"{held}; the checkpoint's index needs {end:,} (a torn or truncated "
+                        "checkpoint).", "give an earlier checkpoint of the run, whose save completed.")
+            )  # fmt: skip
+    return problems
+
+
+def _shape_problems(spec: RecipeSpec, given: str, path: Path, index: Any) -> list[Problem]:
+    arch = Architecture.of(spec)
+    saved = {k: tuple(getattr(v, "size", None) or ()) for k, v in index.state_dict_metadata.items()}
+    layers = spec.num_layers
+    wanted = [([PREFIX + "decoder.layers." + k for k in LAYER_KEYS[t.role]], (layers, *t.shape))
+              for t in arch.layer_tensors()]  # fmt: skip
+    wanted += [([PREFIX + GLOBAL_KEYS[t.role]], tuple(t.shape)) for t in arch.global_tensors()]
+    off = []
+    for names, shape in wanted:
+        key = next((k for k in names if k in saved), None)
+        if key is None:
+            off.append(f"{names[0].removeprefix(PREFIX)} missing (the recipe's model has {list(shape)})")
+        elif saved[key] != shape:
+            off.append(f"{key.removeprefix(PREFIX)} {list(saved[key])} (the recipe's model: {list(shape)})")
+    if not off:
+        return []
+    shown = "; ".join(off[:SHOWN]) + (f"; and {len(off) - SHOWN} more" if len(off) > SHOWN else "")
+    return [Problem(FIELD, given, f"holds a model of another shape than the recipe's: {shown}.", _shape_fix(path))]
+
+
+def _shape_fix(path: Path) -> str:
+    import json
+
+    for record in (path / RECORD, path.parent / RECORD):
+        try:
+            overrides = json.loads(record.read_text(encoding="utf-8")).get("overrides") or {}
+        except (OSError, ValueError, AttributeError):
+            continue
+        items = " ".join(f"{k}={v}" for k, v in overrides.items())
+        return f"train the shape it was imported with: {items} (what `hf import` printed)."
+    return "set the shape fields it was trained with (num_layers=, hidden_size=, ...), or give one of this shape."

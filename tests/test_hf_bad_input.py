@@ -1,0 +1,149 @@
+"""`hf export` and `hf import` given what they cannot convert, one case per test: exit 2 with the field, its value
+and the fix, and nothing written, not even a partial directory; a disk that fills exits 1 (not the user's input)
+and leaves nothing either. The checkpoint is a real one written without training: `hf import` of a tiny GPT-2
+model, exported with the recipe and the shape fields the import printed (what `--recipe` takes for a job's
+checkpoint); the --force case shows that the undamaged checkpoint exports, so each refusal is its damage's."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from _cli import ENV, SCRIPT, cli
+
+pytestmark = [pytest.mark.nemo]
+
+GPT2 = dict(vocab_size=1000, n_positions=64, n_embd=64, n_layer=2, n_head=4, activation_function="gelu_new")
+#: The file size limit of the disk-full tests (KiB): the tiny model's weights take ~400 KiB.
+FULL_KIB = 64
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory) -> tuple[Path, Path, list[str]]:
+    """(a Hugging Face model directory, its import as a checkpoint, the recipe and fields that export it)."""
+    torch = pytest.importorskip("torch")
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from nemo_recipes.catalog import get_recipe
+    from nemo_recipes.conversion.hf_import import import_hf
+
+    root = tmp_path_factory.mktemp("bad-input")
+    torch.manual_seed(0)
+    GPT2LMHeadModel(GPT2Config(**GPT2)).to(torch.bfloat16).save_pretrained(root / "hf")
+    report = import_hf(str(root / "hf"), get_recipe("gpt_1_3b"), str(root / "ckpt"))
+    fields = [f"{k}={v}" for k, v in report.overrides.items()]
+    return root / "hf", root / "ckpt", ["--recipe", "gpt_1_3b", *fields]
+
+
+def _refused(tmp_path: Path, verb: str, *args: str, out: Path) -> str:
+    result = cli("hf", verb, *args, "--out", str(out), timeout=300)
+    assert result.returncode == 2, result.stderr
+    assert "Fix:" in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert not list(tmp_path.glob("**/.*.partial-*"))  # nothing half-written
+    return result.stderr
+
+
+def _nothing_at(out: Path) -> None:
+    assert not out.exists(), list(out.iterdir())
+
+
+def _copy(ckpt: Path, tmp_path: Path) -> Path:
+    shutil.copytree(ckpt, tmp_path / "ckpt")
+    return tmp_path / "ckpt"
+
+
+# --- export --------------------------------------------------------------------------------------------------------
+
+
+def test_export_of_a_directory_that_is_not_a_checkpoint_is_refused(made, tmp_path):
+    _, _, recipe = made
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("no checkpoint here")
+    error = _refused(tmp_path, "export", str(tmp_path / "notes"), *recipe, out=tmp_path / "hf")
+    assert f"CHECKPOINT={str(tmp_path / 'notes')!r}" in error and "holds no Megatron checkpoint" in error
+    _nothing_at(tmp_path / "hf")
+
+
+def test_export_with_another_recipes_shape_is_refused_tensor_by_tensor(made, tmp_path):
+    _, ckpt, _ = made
+    error = _refused(tmp_path, "export", str(ckpt), "--recipe", "gpt_1_3b", out=tmp_path / "hf")
+    assert "decoder.layers.self_attention.linear_qkv.weight=[2, 192, 64]" in error and "[24, 6144, 2048]" in error
+    assert "export with the recipe (and overrides) the checkpoint was trained with" in error
+    _nothing_at(tmp_path / "hf")
+
+
+def test_export_of_a_checkpoint_whose_save_did_not_finish_is_refused(made, tmp_path):
+    """A save killed before its index was written: the data files without `.metadata`."""
+    _, ckpt, recipe = made
+    weights = _copy(ckpt, tmp_path) / "weights"
+    (weights / ".metadata").unlink()
+    error = _refused(tmp_path, "export", str(weights.parent), *recipe, out=tmp_path / "hf")
+    assert f"CHECKPOINT={str(weights)!r}" in error and "has no index (.metadata): the save did not finish" in error
+    _nothing_at(tmp_path / "hf")
+
+
+def test_export_of_a_checkpoint_with_a_file_cut_short_is_refused(made, tmp_path):
+    _, ckpt, recipe = made
+    weights = _copy(ckpt, tmp_path) / "weights"
+    part = sorted(weights.glob("*.distcp"))[0]
+    part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
+    error = _refused(tmp_path, "export", str(weights.parent), *recipe, out=tmp_path / "hf")
+    assert f"CHECKPOINT={str(part)!r}" in error and "torn or truncated" in error
+    _nothing_at(tmp_path / "hf")
+
+
+def test_export_into_a_directory_that_is_not_empty_is_refused_unless_forced(made, tmp_path):
+    _, ckpt, recipe = made
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    error = _refused(tmp_path, "export", str(ckpt), *recipe, out=out)
+    assert f"--out={str(out)!r}" in error and "exists and is not empty" in error and "--force" in error
+    assert [p.name for p in out.iterdir()] == ["notes.txt"] and (out / "notes.txt").read_text() == "mine"
+    result = cli("hf", "export", str(ckpt), *recipe, "--out", str(out), "--force", timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert not (out / "notes.txt").exists() and (out / "config.json").is_file()
+
+
+def _on_a_full_disk(*args: str) -> subprocess.CompletedProcess:
+    """The command with files limited to FULL_KIB (ulimit -f, SIGXFSZ ignored: each write past the limit fails with
+    EFBIG, as a write to a full disk fails with ENOSPC)."""
+    return subprocess.run(
+        ["bash", "-c", f'trap "" XFSZ; ulimit -f {FULL_KIB}; exec "$@"', "bash", SCRIPT, *args],
+        capture_output=True, text=True, timeout=300, env=ENV,
+    )  # fmt: skip
+
+
+def test_export_onto_a_disk_that_fills_leaves_nothing(made, tmp_path):
+    _, ckpt, recipe = made
+    out = tmp_path / "hf"
+    result = _on_a_full_disk("hf", "export", str(ckpt), *recipe, "--out", str(out))
+    assert result.returncode == 1, result.stderr
+    assert f"cannot write {out}" in result.stderr and "nothing was written there" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists() and not list(tmp_path.glob(".*.partial-*"))
+
+
+# --- import (the Hugging Face side's other cases are in test_hf_import.py) ----------------------------------------
+
+
+def test_import_onto_a_disk_that_fills_leaves_nothing(made, tmp_path):
+    hf, _, _ = made
+    out = tmp_path / "ckpt"
+    result = _on_a_full_disk("hf", "import", str(hf), "gpt_1_3b", "--out", str(out))
+    assert result.returncode == 1, result.stderr
+    assert f"cannot write {out}" in result.stderr and "nothing was written there" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not out.exists() and not list(tmp_path.glob(".*.partial-*"))
+
+
+def test_import_into_a_directory_that_is_not_empty_leaves_it_as_it_was(made, tmp_path):
+    hf, _, _ = made
+    out = tmp_path / "taken"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    error = _refused(tmp_path, "import", str(hf), "gpt_1_3b", out=out)
+    assert f"--out={str(out)!r}" in error and "exists and is not empty" in error and "--force" in error
+    assert [p.name for p in out.iterdir()] == ["notes.txt"]
