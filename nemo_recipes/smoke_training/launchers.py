@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from nemo_recipes.errors import InputError
+from nemo_recipes.executors._common import MEMORY_LOG_ENV
 
 #: Seconds a phase may take before it is stopped (imports and set-up take ~20 s of it on a CPU).
 PHASE_TIMEOUT = 900.0
@@ -190,6 +191,8 @@ def executor_launcher(executor: Any, *, experiment: str = "smoke", timeout: floa
         if world != processes:
             raise SmokeError(f"the executor starts {world} process(es) and the smoke plan needs {processes}")
         job_executor = executor.clone()
+        # A smoke run trains on CPUs, where NeMo's memory logging fails (executors/_common.MEMORY_LOG_ENV).
+        job_executor.env_vars.pop(MEMORY_LOG_ENV, None)
         if isinstance(job_executor, run.LocalExecutor):
             # torchrun and this Python's packages are where this interpreter is, activated or not.
             path = job_executor.env_vars.get("PATH", os.environ.get("PATH", ""))

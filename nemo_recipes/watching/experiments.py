@@ -1,0 +1,123 @@
+"""`watch EXPERIMENT`: a NeMo-Run experiment, named by the id or the title `launch` (or `smoke --executor`) printed,
+found in NeMo-Run's own records without importing NeMo-Run (seconds) or reaching a cluster. Standard library and
+the fast path only.
+
+NeMo-Run 0.11.1 keeps an experiment in `$NEMORUN_HOME/experiments/<title>/<title>_<time_ns>/` (run/experiment.py:
+`Experiment.__init__`, `from_id`, `from_title` picks the newest by ctime); each job in `<experiment>/<job name>/`
+with its executor written out as `configs/<job name>_executor.yaml`. Where the job's output lands:
+
+- local: `<job>/nemo_run/<app>/<role>/<replica>/{combined,stdout,stderr}.log` (torchx; combined = stdout + stderr);
+- Slurm: `<job>/log-<job name>_<jobid>_<restart>.out` per (re)start beside `sbatch_<job name>_<jobid>.out`, in the
+  job directory on the cluster (the same path when NeMo-Run ran there; the tunnel's `job_dir` over SSH);
+- Kubernetes (KubeflowExecutor): in the pods. NeMo-Run copies them to `<job>/log-allranks_0.out` only while
+  `nemo experiment logs` streams them (core/execution/kubeflow.py `fetch_logs`); the TrainJob's name is in
+  `$NEMORUN_HOME/.kubeflow_jobs.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+#: NeMo-Run's default home when NEMORUN_HOME is not set (nemo_run/config.py).
+DEFAULT_HOME = "~/.nemo_run"
+_TIME_NS = re.compile(r"\d{10,}")
+_TARGET = re.compile(r"^_target_:\s*(\S+)\s*$", re.M)
+_FIELD = "^{}:\\s*(\\S+)\\s*$"
+
+
+def nemorun_home() -> Path:
+    return Path(os.path.expanduser(os.environ.get("NEMORUN_HOME") or DEFAULT_HOME))
+
+
+def experiments_dir() -> Path:
+    return nemorun_home() / "experiments"
+
+
+def find_experiment(target: str) -> Optional[Path]:
+    """The directory of the experiment whose id or title is `target`, else None. An id names one run of a title;
+    a title its newest run, as NeMo-Run's `Experiment.from_title` picks it (by ctime)."""
+    if not target or target in (".", "..") or "/" in target or os.sep in target:
+        return None
+    root = experiments_dir()
+    title, _, stamp = target.rpartition("_")
+    if title and _TIME_NS.fullmatch(stamp) and (root / title / target).is_dir():
+        return root / title / target
+    runs = [d for d in (root / target).iterdir() if d.is_dir()] if (root / target).is_dir() else []
+    return max(runs, key=lambda d: d.stat().st_ctime) if runs else None
+
+
+@dataclass(frozen=True)
+class ExperimentJob:
+    name: str
+    directory: Path
+    executor: str  # the executor's class name as NeMo-Run wrote it ("LocalExecutor", "SlurmExecutor", ...)
+    settings: str  # the text of the job's executor YAML, for the fields read below
+
+
+def jobs_of(experiment: Path) -> list[ExperimentJob]:
+    """The experiment's jobs, as NeMo-Run wrote their executors (a job directory without one is left out)."""
+    jobs = []
+    for directory in sorted(d for d in experiment.iterdir() if d.is_dir()):
+        written = directory / "configs" / f"{directory.name}_executor.yaml"
+        try:
+            text = written.read_text(errors="replace")
+        except OSError:
+            continue
+        found = _TARGET.search(text)
+        jobs.append(ExperimentJob(directory.name, directory, found[1].rpartition(".")[2] if found else "", text))
+    return jobs
+
+
+def _top_level(text: str, field: str) -> Optional[str]:
+    found = re.search(_FIELD.format(re.escape(field)), text, re.M)
+    return found[1].strip("'\"") if found else None
+
+
+def kubernetes_job_name(experiment_id: str, job: str) -> Optional[str]:
+    """The TrainJob NeMo-Run created for `job` of the experiment, from its own record of Kubeflow jobs (app id
+    `<experiment id>___<role>___<TrainJob name>`), else None."""
+    try:
+        with open(nemorun_home() / ".kubeflow_jobs.json") as handle:
+            apps = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    names = [
+        (app.get("job_name") if isinstance(app, dict) else None) or app_id.split("___")[-1]
+        for app_id, app in (apps.items() if isinstance(apps, dict) else [])
+        if app_id.startswith(f"{experiment_id}___")
+    ]
+    return names[-1] if names else None
+
+
+def where_logs_are(experiment: Path) -> list[str]:
+    """For an experiment whose logs are not on this machine: per job, where they are and the command that reads
+    them (no cluster is reached here)."""
+    said = []
+    for job in jobs_of(experiment):
+        if job.executor == "KubeflowExecutor":
+            namespace = _top_level(job.settings, "namespace") or "default"
+            name = kubernetes_job_name(experiment.name, job.name)
+            selector = f"jobset.sigs.k8s.io/jobset-name={name or '<TrainJob name>'}"
+            said.append(
+                f"job {job.name} ran on Kubernetes (TrainJob {name or 'unknown: not in NeMo-Run records here'}, "
+                f"namespace {namespace}): its logs are in its pods. Read them with `kubectl logs -l {selector} "
+                f"-n {namespace} --prefix --tail=-1 > {job.name}.log` and watch that file, or run "
+                f"`nemo experiment logs {experiment.name} 0`, which also copies them to "
+                f"{job.directory / 'log-allranks_0.out'} for `watch {experiment.name}` to read"
+            )
+        elif job.executor == "SlurmExecutor":
+            remote = re.search(r"^[ ]+job_dir:\s*(\S+)\s*$", job.settings.split("\ntunnel:", 1)[-1], re.M)
+            there = remote[1].strip("'\"") if "\ntunnel:" in job.settings and remote else str(job.directory)
+            said.append(
+                f"job {job.name} ran on Slurm: its logs are log-{job.name}_<jobid>_<restart>.out in {there} on the "
+                f"cluster. Watch them there (`nemo-recipes watch {there}`), or by the Slurm job id on the login node, "
+                f"or read them with `nemo experiment logs {experiment.name} 0`"
+            )
+        else:
+            said.append(f"job {job.name} ({job.executor or 'executor unknown'}) has written no log in {job.directory}")
+    return said
