@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+#: The recipes the recipe plugin set up, beside the experiment's directory (executors/plugin.RECIPES_RECORD).
+RECIPES_RECORD = ".{}.recipes.json"
 #: NeMo-Run's default home when NEMORUN_HOME is not set (nemo_run/config.py).
 DEFAULT_HOME = "~/.nemo_run"
 _TIME_NS = re.compile(r"\d{10,}")
@@ -121,3 +123,18 @@ def where_logs_are(experiment: Path) -> list[str]:
         else:
             said.append(f"job {job.name} ({job.executor or 'executor unknown'}) has written no log in {job.directory}")
     return said
+
+
+def recorded_recipes(experiment: Path) -> dict[str, dict]:
+    """The recipe (its RecipeSpec fields) of each of the experiment's jobs that `launch` submitted with the recipe
+    plugin, by job; {} without a record or with one that is not the plugin's."""
+    try:
+        with open(experiment.parent / RECIPES_RECORD.format(experiment.name)) as handle:
+            jobs = json.load(handle).get("jobs")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    if not isinstance(jobs, dict):
+        return {}
+    return {
+        name: job["spec"] for name, job in jobs.items() if isinstance(job, dict) and isinstance(job.get("spec"), dict)
+    }

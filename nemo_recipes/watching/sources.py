@@ -80,9 +80,17 @@ def logs_of(directory: Path) -> list[Path]:
 
 
 def spec_of(directory: Path) -> Optional[RecipeSpec]:
+    """The recipe the run trained: `smoke --dir`'s train.json, or the record the recipe plugin wrote into a
+    NeMo-Run job's directory (an experiment with one such job)."""
     config = directory / SMOKE_CONFIG
     if not config.is_file():
-        return None
+        recorded = list(experiments.recorded_recipes(directory).values())
+        if len(recorded) != 1:  # none, or several jobs: which one a log is of is not known here
+            return None
+        try:
+            return RecipeSpec(**recorded[0])
+        except (ValueError, TypeError):  # another version's fields: watched without the recipe
+            return None
     try:
         return RecipeSpec(**json.loads(config.read_text())["spec"])
     except (ValueError, KeyError, TypeError) as error:
@@ -91,8 +99,8 @@ def spec_of(directory: Path) -> Optional[RecipeSpec]:
                 Problem(
                     "run",
                     str(config),
-                    f"is not the run configuration `smoke --dir` writes ({error}).",
-                    "give the log file itself, or the directory smoke wrote unchanged.",
+                    f"is not the run configuration `smoke --dir` or `launch` writes ({error}).",
+                    "give the log file itself, or the directory smoke or launch wrote unchanged.",
                 )
             ],
             context="watch",
