@@ -284,3 +284,14 @@ def test_the_peak_memory_is_read_as_nemo_2_7_3_formats_it(tmp_path):
     figures = _watch_json(tmp_path / "job.log")["figures"]
     assert figures["peak_memory_allocated_bytes"] == 52_613_349_376
     assert figures["peak_memory_reserved_bytes"] == pytest.approx(61.24e9, rel=1e-3)
+
+
+def test_a_real_run_with_memory_logging_on_puts_it_where_the_parser_reads_it():
+    """NeMo 2.7.3's own lines with NEMO_LOG_MEMORY_USAGE=1 (tests/data/watch/memory_logged: a CPU run, so 0 bytes):
+    the keys as NeMo names them and places them, each line read with its memory."""
+    log = Path(__file__).parent / "data" / "watch" / "memory_logged" / "combined.log"
+    lines = parse(log.read_text().splitlines())
+    assert [line.step for line in lines] == list(range(1, 11))
+    assert all(line.get("max_memory_reserved") == 0 == line.get("max_memory_allocated") for line in lines)
+    figures = _watch_json(log)["figures"]
+    assert figures["peak_memory_reserved_bytes"] == 0 and figures["peak_memory_allocated_bytes"] == 0

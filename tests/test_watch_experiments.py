@@ -7,6 +7,8 @@ title), one whose job failed in test_cli_export_launch.py."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import pytest
 from _cli import cli
@@ -38,3 +40,22 @@ def test_a_kubernetes_experiment_names_where_its_logs_are_and_the_command(nemoru
         assert "kubectl logs -l jobset.sigs.k8s.io/jobset-name=gpt-k8s-1a2b3c -n training --prefix" in said
         assert f"nemo experiment logs {experiment_id} 0" in said
     assert json.loads((nemorun_home / ".kubeflow_jobs.json").read_text())  # NeMo-Run's record, read as written
+
+
+def test_a_slurm_experiment_submitted_over_ssh_names_the_clusters_job_directory(nemorun_home, monkeypatch):
+    """NeMo-Run's own dry run of the slurm preset over SSH (nothing connects): the logs are on the cluster, in the
+    tunnel's job directory, and `watch` says so (exit 1) instead of reading the local copy of the experiment."""
+    import nemo_run as run
+
+    from nemo_recipes.executors import slurm
+
+    executor = slurm(account="acct", nodes=1, tunnel="ssh", host="login.example.com", user="alice", job_dir="/lustre/a")
+    with open(os.devnull) as devnull:  # NeMo-Run's local commands (invoke) read stdin; pytest's refuses
+        monkeypatch.setattr(sys, "stdin", devnull)
+        with run.Experiment("gpt-ssh", executor=executor, log_level="WARN") as experiment:
+            experiment.add(run.Script(inline="true"), executor=executor, name="train")
+            experiment.dryrun(log=False, delete_exp_dir=False)
+    result = cli("watch", experiment._id, NEMORUN_HOME=str(nemorun_home))
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert "job train ran on Slurm over SSH: its logs are log-train_<jobid>_<restart>.out in /lustre/a" in result.stderr
+    assert f"nemo experiment logs {experiment._id} 0" in result.stderr

@@ -29,7 +29,8 @@ GPU_ENV = "NEMO_RECIPES_GPU"
 #: With 1, NeMo's MegatronStrategy adds `max_memory_reserved` / `max_memory_allocated` (bytes, rank 0's GPU) to every
 #: progress line: the peak memory `watch` reports beside the plan's. Only for jobs on GPUs: NeMo 2.7.3 copies the
 #: values through pinned CUDA memory (strategies/megatron_strategy.py:815-829), which fails on a machine without
-#: CUDA ("pin_memory=True requires a CUDA ... backend"), so a job on CPUs (a smoke run) must not have it.
+#: CUDA ("pin_memory=True requires a CUDA ... backend"; smoke runs survive it only through the CPU layer's patches,
+#: and the smoke launcher drops it: 0 bytes is no peak memory).
 MEMORY_LOG_ENV = "NEMO_LOG_MEMORY_USAGE"
 
 

@@ -191,7 +191,8 @@ def executor_launcher(executor: Any, *, experiment: str = "smoke", timeout: floa
         if world != processes:
             raise SmokeError(f"the executor starts {world} process(es) and the smoke plan needs {processes}")
         job_executor = executor.clone()
-        # A smoke run trains on CPUs, where NeMo's memory logging fails (executors/_common.MEMORY_LOG_ENV).
+        # A smoke run trains on CPUs: no GPU memory to log (its lines would carry 0 bytes through the CPU layer's
+        # patches, and a line then would read as a GPU with nothing on it), so its lines stay as without it.
         job_executor.env_vars.pop(MEMORY_LOG_ENV, None)
         if isinstance(job_executor, run.LocalExecutor):
             # torchrun and this Python's packages are where this interpreter is, activated or not.

@@ -96,9 +96,19 @@ def kubernetes_job_name(experiment_id: str, job: str) -> Optional[str]:
     return names[-1] if names else None
 
 
+def _tunnel(settings: str) -> tuple[str, Optional[str]]:
+    """The tunnel class of a Slurm job's executor and its job directory (NeMo-Run's YAML: a `tunnel:` block)."""
+    block = settings.split("\ntunnel:", 1)[1] if "\ntunnel:" in settings else ""
+    block = re.split(r"\n(?=\S)", block, maxsplit=1)[0]  # up to the next top-level field
+    kind = re.search(r"^[ ]+_target_:\s*(\S+)", block, re.M)
+    where = re.search(r"^[ ]+job_dir:\s*(\S+)\s*$", block, re.M)
+    return (kind[1].rpartition(".")[2] if kind else ""), (where[1].strip("'\"") if where else None)
+
+
 def where_logs_are(experiment: Path) -> list[str]:
-    """For an experiment whose logs are not on this machine: per job, where they are and the command that reads
-    them (no cluster is reached here)."""
+    """For each job whose logs live on another machine (a Kubernetes job's pods, a Slurm job submitted over SSH),
+    where they are and the command that reads them; [] when every job logs here (a local job, a Slurm job submitted
+    on the cluster), whether or not it has written anything yet. No cluster is reached."""
     said = []
     for job in jobs_of(experiment):
         if job.executor == "KubeflowExecutor":
@@ -113,15 +123,15 @@ def where_logs_are(experiment: Path) -> list[str]:
                 f"{job.directory / 'log-allranks_0.out'} for `watch {experiment.name}` to read"
             )
         elif job.executor == "SlurmExecutor":
-            remote = re.search(r"^[ ]+job_dir:\s*(\S+)\s*$", job.settings.split("\ntunnel:", 1)[-1], re.M)
-            there = remote[1].strip("'\"") if "\ntunnel:" in job.settings and remote else str(job.directory)
+            kind, there = _tunnel(job.settings)
+            if kind != "SSHTunnel":
+                continue
             said.append(
-                f"job {job.name} ran on Slurm: its logs are log-{job.name}_<jobid>_<restart>.out in {there} on the "
-                f"cluster. Watch them there (`nemo-recipes watch {there}`), or by the Slurm job id on the login node, "
-                f"or read them with `nemo experiment logs {experiment.name} 0`"
+                f"job {job.name} ran on Slurm over SSH: its logs are log-{job.name}_<jobid>_<restart>.out in "
+                f"{there or 'the job directory'} on the cluster. Watch them there (`nemo-recipes watch "
+                f"{there or '<job directory>'}`, or by the Slurm job id on the login node), or read them with "
+                f"`nemo experiment logs {experiment.name} 0`"
             )
-        else:
-            said.append(f"job {job.name} ({job.executor or 'executor unknown'}) has written no log in {job.directory}")
     return said
 
 

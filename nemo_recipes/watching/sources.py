@@ -117,10 +117,10 @@ def resolve(run: str) -> Path:
     experiment = experiments.find_experiment(run)
     if experiment is None:
         return path
-    if not logs_of(experiment):
-        where = experiments.where_logs_are(experiment) or [f"no job of it has written a log in {experiment}"]
-        raise RunFailedError(f"experiment {experiment.name}: no log of it on this machine; " + "; ".join(where))
-    return experiment
+    elsewhere = [] if logs_of(experiment) else experiments.where_logs_are(experiment)
+    if elsewhere:
+        raise RunFailedError(f"experiment {experiment.name}: no log of it on this machine; " + "; ".join(elsewhere))
+    return experiment  # a local job yet to write is refused, or followed, as any run directory without a log
 
 
 def read_run(run: str) -> Run:
