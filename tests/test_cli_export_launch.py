@@ -230,3 +230,28 @@ def test_a_local_job_that_fails_exits_1_with_its_state_and_log(tmp_path):
     assert f"job gpt_1_3b of experiment {json.loads(result.stdout)['experiment_id']}: FAILED\nlogs: {log}\n" in (
         result.stderr
     )
+    # `watch` finds the job's log through NEMORUN_HOME by the experiment's id and by its title, and refuses it as
+    # it would the log itself: the job died before NeMo printed a step.
+    home = str(tmp_path / "nemo_run")
+    for target in (json.loads(result.stdout)["experiment_id"], "gpt_1_3b"):
+        watched = cli("watch", target, "--json", NEMORUN_HOME=home)
+        assert watched.returncode == 2, watched.stderr
+        (problem,) = json.loads(watched.stdout)["problems"]
+        assert problem["value"] == log and problem["message"].startswith("holds no NeMo progress line")
+    # The recipe the plugin validated is recorded beside the job's files and read back by `watch` (no NeMo): the
+    # recipe as launched on this executor (its 1 GPU), for tokens/s, TFLOP/s and the plan.
+    from nemo_recipes.catalog import RECIPES
+    from nemo_recipes.executors.plugin import RECIPES_RECORD, recipes_record
+    from nemo_recipes.watching import experiments
+    from nemo_recipes.watching.sources import spec_of
+
+    assert RECIPES_RECORD == experiments.RECIPES_RECORD
+    (directory,) = [d for d in (tmp_path / "nemo_run" / "experiments" / "gpt_1_3b").iterdir() if d.is_dir()]
+    assert recipes_record(directory).is_file() and list(experiments.recorded_recipes(directory)) == ["gpt_1_3b"]
+    assert spec_of(directory) == RECIPES["gpt_1_3b"].replace(num_nodes=1, num_gpus_per_node=1)
+    # An experiment NeMo-Run never ran: field, value and fix, naming where experiments were looked for.
+    unknown = cli("watch", "gpt_1_3b_1", "--json", NEMORUN_HOME=home)
+    assert unknown.returncode == 2, unknown.stderr
+    (problem,) = json.loads(unknown.stdout)["problems"]
+    assert problem["field"] == "run" and problem["value"] == "gpt_1_3b_1"
+    assert f"NeMo-Run experiment in {home}/experiments" in problem["message"] and "launch" in problem["fix"]

@@ -153,7 +153,8 @@ def test_slurm_env_block_reproduces_every_value_in_bash():
     from nemo_recipes.executors import slurm
 
     ex = slurm(account="a", env={**TRICKY, "PLAIN": "simple-value"})
-    assert ex.env_vars == {"PLAIN": "simple-value"}  # NeMo-Run renders this one correctly itself
+    # NeMo-Run renders these correctly itself
+    assert ex.env_vars == {"NEMO_LOG_MEMORY_USAGE": "1", "PLAIN": "simple-value"}
     script = ex.setup_lines + "\n" + "\n".join(f'printf "%s\\0" "${name}"' for name in TRICKY)
     out = subprocess.run(["bash", "-c", script], capture_output=True, check=True, env={"PATH": os.environ["PATH"]})
     assert out.stdout.decode().split("\0")[:-1] == list(TRICKY.values())
@@ -297,6 +298,21 @@ def test_cli_kubernetes_factory_passes_the_shared_home_claim(kubeconfig_file, mo
         assert "nemo-run-home" in claims
         assert get_nemorun_home() in [m["mountPath"] for m in trainer_volume_mounts(executor)]
         assert ("runtimePatches" in executor.spec_kwargs) is (version == "v2.3")
+
+
+def test_every_preset_logs_memory_for_a_job_on_gpus_and_none_on_cpus(kubeconfig_file, monkeypatch):
+    """NEMO_LOG_MEMORY_USAGE=1 puts the peak memory `watch` reads in NeMo's progress line; on a machine without CUDA
+    NeMo 2.7.3 fails with it (pinned memory), so a job that asks for no GPU does not get it. The user's value wins."""
+    from nemo_recipes.executors import kubernetes, local, slurm
+
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig_file))
+    on = {"NEMO_LOG_MEMORY_USAGE": "1"}.items()
+    assert on <= local().env_vars.items()
+    assert on <= slurm(account="a", gpus_per_node=8).env_vars.items()
+    assert on <= kubernetes(gpus_per_node=8).env_vars.items()
+    assert "NEMO_LOG_MEMORY_USAGE" not in slurm(account="a", gpus_per_node=0).env_vars
+    assert "NEMO_LOG_MEMORY_USAGE" not in kubernetes(gpus_per_node=0).env_vars
+    assert local(env={"NEMO_LOG_MEMORY_USAGE": "0"}).env_vars["NEMO_LOG_MEMORY_USAGE"] == "0"
 
 
 # ---- the plugin with real recipes ----

@@ -161,6 +161,35 @@ def test_dp2_through_nemo_runs_local_executor(tmp_path, monkeypatch):
     _assert_trained(report, layout="TP1 PP1 CP1 DP2")
     assert "NeMo-Run experiment" in Path(report.logs["train"]).read_text()
     assert "data-parallel replicas identical" in [c.name for c in report.verdict.checks]  # passed: report.passed
+    _watch_the_experiments(report, tmp_path)
+
+
+def _watch_the_experiments(report, smoke_dir: Path) -> None:
+    """`watch` finds each phase's NeMo-Run experiment by the id the phase's log names and by its title, through
+    NEMORUN_HOME alone, and reports the steps that phase trained (its torchx log read once, not once per copy); the
+    smoke directory, whose phase logs point at the jobs' files, reads as the whole run."""
+    import re
+
+    import nemo_run.config
+    from _cli import cli
+
+    home = nemo_run.config.get_nemorun_home()
+    trained = [step for step, _ in report.verdict.losses]
+    resumed = report.verdict.resumed_at
+    for phase, steps in (
+        ("train", [s for s in trained if s <= resumed]),
+        ("resume", [s for s in trained if s > resumed]),
+    ):
+        (experiment,) = re.findall(r"NeMo-Run experiment (\S+), job", Path(report.logs[phase]).read_text())
+        for target in (experiment, f"smoke-test-{phase}"):
+            result = cli("watch", target, "--json", NEMORUN_HOME=home)
+            assert result.returncode == 0, result.stderr
+            watched = json.loads(result.stdout)
+            assert [line["step"] for line in watched["figures"]["logged"]] == steps, (target, watched)
+            assert len(watched["figures"]["segments"]) == 1 and watched["logs"][0].endswith("combined.log")
+    whole = cli("watch", str(smoke_dir), "--json")
+    assert whole.returncode == 0, whole.stderr
+    assert [line["step"] for line in json.loads(whole.stdout)["figures"]["logged"]] == trained
 
 
 @pytest.mark.slow

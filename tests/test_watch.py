@@ -108,7 +108,7 @@ def test_a_loss_spike_is_flagged(tmp_path):
     [
         ("not a run", "is a directory without a run's log"),
         ("another format", "holds no NeMo progress line"),
-        ("does not exist", "is neither a log file nor a run directory."),
+        ("does not exist", "is neither a log file nor a run directory, nor the id or title of a NeMo-Run experiment"),
     ],
 )
 def test_what_is_not_a_run_exits_2_with_field_value_and_fix(case, why, tmp_path):
@@ -252,3 +252,46 @@ def test_the_plot_draws_each_process_and_the_plan(tmp_path):
     assert "process 2 (steps 11-20)" in text and "plan on" in text and "tokens/s per GPU" in text
     refused = cli("watch", str(RUN), "--plot", str(tmp_path / "run.pdf"))
     assert refused.returncode == 2 and "plot='" in refused.stderr and "run.png" in refused.stderr, refused.stderr
+
+
+@pytest.mark.nemo
+def test_the_peak_memory_is_read_as_nemo_2_7_3_formats_it(tmp_path):
+    """NEMO_LOG_MEMORY_USAGE=1 (set by the presets) adds max_memory_reserved / max_memory_allocated, in bytes, to the
+    progress line; no run on this CPU machine can log them (NeMo copies them through CUDA memory), so the line is
+    made by NeMo's own ProgressPrinter: its averaging over the interval and its formatting, both branches (a whole
+    number printed as it is, any other value with 4 significant digits: 6.124e+10)."""
+    from nemo.lightning.pytorch.callbacks.progress_printer import ProgressPrinter
+
+    printer = ProgressPrinter(log_interval=2)
+    steps = [
+        # two steps of one interval: the memory grows between them (its mean is not a whole number)
+        {"global_step": 8.0, "max_memory_reserved": 61_203_283_968.0, "max_memory_allocated": 52_613_349_376.0},
+        {"global_step": 9.0, "max_memory_reserved": 61_270_392_833.0, "max_memory_allocated": 52_613_349_376.0},
+    ]
+    for metrics in steps:  # as ProgressPrinter.on_train_batch_end accumulates what Lightning hands it
+        for key, value in {"reduced_train_loss": 7.25, "train_step_timing in s": 1.5, **metrics}.items():
+            if key in printer.skip_accumulate_metrics:
+                printer.total_metrics_dict[key] = value
+            else:
+                printer.total_metrics_dict[key] += value
+    averaged = printer.average_metrics_dict
+    line = printer.format_string(printer.train_description + " epoch 0, iteration 9/99", averaged)
+    assert "max_memory_reserved: 6.124e+10" in line and "max_memory_allocated: 52613349376" in line, line
+    parsed = parse([line])[0]
+    assert parsed.get("max_memory_reserved") == pytest.approx(averaged["max_memory_reserved"], rel=1e-3)
+    assert parsed.get("max_memory_allocated") == averaged["max_memory_allocated"] == 52_613_349_376
+    (tmp_path / "job.log").write_text(line + "\n")
+    figures = _watch_json(tmp_path / "job.log")["figures"]
+    assert figures["peak_memory_allocated_bytes"] == 52_613_349_376
+    assert figures["peak_memory_reserved_bytes"] == pytest.approx(61.24e9, rel=1e-3)
+
+
+def test_a_real_run_with_memory_logging_on_puts_it_where_the_parser_reads_it():
+    """NeMo 2.7.3's own lines with NEMO_LOG_MEMORY_USAGE=1 (tests/data/watch/memory_logged: a CPU run, so 0 bytes):
+    the keys as NeMo names them and places them, each line read with its memory."""
+    log = Path(__file__).parent / "data" / "watch" / "memory_logged" / "combined.log"
+    lines = parse(log.read_text().splitlines())
+    assert [line.step for line in lines] == list(range(1, 11))
+    assert all(line.get("max_memory_reserved") == 0 == line.get("max_memory_allocated") for line in lines)
+    figures = _watch_json(log)["figures"]
+    assert figures["peak_memory_reserved_bytes"] == 0 and figures["peak_memory_allocated_bytes"] == 0

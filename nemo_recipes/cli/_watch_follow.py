@@ -16,7 +16,7 @@ from nemo_recipes.errors import InvalidConfigError
 from nemo_recipes.watching import follow as live
 from nemo_recipes.watching.figures import Figures, figures
 from nemo_recipes.watching.progress_log import LOSS, STEP_TIME, ProgressLine
-from nemo_recipes.watching.sources import Run, logs_of, read_run, spec_of
+from nemo_recipes.watching.sources import Run, logs_of, read_run, resolve, spec_of
 
 
 def _progress(line: ProgressLine) -> str:
@@ -41,7 +41,7 @@ def follow_run(
     """Follow `target` (a log file or a run directory, or the output file of the Slurm `job`) until it ends; print
     each new step and flag to `out`. Returns the run as read at the end, its figures, and {state, flags} (the
     follower's own flags: stall, failure, requeue)."""
-    path = job.stdout if job else Path(target)
+    path = job.stdout if job else resolve(target)  # an experiment's id or title: its directory
     if job is None and (not path.exists() or (path.is_dir() and not logs_of(path))):
         read_run(target)  # refuses it with field, value and fix (exit 2): nothing there to follow
     tails: dict[Path, live.Tail] = {}

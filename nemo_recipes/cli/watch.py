@@ -19,6 +19,7 @@ HELP = VERBS["watch"].help
 EXAMPLES = """\
   nemo-recipes watch runs/smoke1                      # the directory `smoke --dir runs/smoke1` kept
   nemo-recipes watch job/log-train_1234_0.out          # the log of global rank 0 of a job
+  nemo-recipes watch gpt_7b_1765432109876543210 --follow   # the experiment id `launch` printed (or its title)
   nemo-recipes watch runs/smoke1 --json | jq .figures.step_time_s
   nemo-recipes watch runs/smoke1 --follow              # while `smoke --dir runs/smoke1` trains: steps as they land
   nemo-recipes watch runs/job1 --gpu h100 --card cards/job1.yaml   # the run's record, for plan --calibrate
@@ -40,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "target",
         metavar="RUN",
-        help="a log file, the directory of a run (`smoke --dir`, a job's), or a Slurm job id (its output file)",
+        help="a log file, the directory of a run (`smoke --dir`, a job's), the id or title of a NeMo-Run experiment "
+        "as `launch` printed it (its logs under NEMORUN_HOME), or a Slurm job id (its output file)",
     )
     parser.add_argument(
         "--skip-first",

@@ -26,6 +26,18 @@ Count = Union[int, str]
 #: Environment variable through which a preset records the GPU type it was given, for the plugin to plan with.
 GPU_ENV = "NEMO_RECIPES_GPU"
 
+#: With 1, NeMo's MegatronStrategy adds `max_memory_reserved` / `max_memory_allocated` (bytes, rank 0's GPU) to every
+#: progress line: the peak memory `watch` reports beside the plan's. Only for jobs on GPUs: NeMo 2.7.3 copies the
+#: values through pinned CUDA memory (strategies/megatron_strategy.py:815-829), which fails on a machine without
+#: CUDA ("pin_memory=True requires a CUDA ... backend"; smoke runs survive it only through the CPU layer's patches,
+#: and the smoke launcher drops it: 0 bytes is no peak memory).
+MEMORY_LOG_ENV = "NEMO_LOG_MEMORY_USAGE"
+
+
+def memory_log_env(on_gpus: bool) -> dict[str, str]:
+    """The job's memory logging, for a job on GPUs; a user's own value (env=) is put after it and wins."""
+    return {MEMORY_LOG_ENV: "1"} if on_gpus else {}
+
 
 #: Largest node, GPU and process count a preset takes: the catalog's bound of num_nodes and num_gpus_per_node (beyond
 #: any cluster built; a larger number is a typo that the scheduler would refuse only at submission).

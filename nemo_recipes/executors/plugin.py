@@ -10,6 +10,7 @@ submitted, so an InvalidInputError raised here means nothing reached the cluster
 import os
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 import nemo_run as run
@@ -93,9 +94,50 @@ class RecipePlugin(run.Plugin):
                 problems, context=f"{name} on {executor.__class__.__name__} ({where}): not submitted"
             )
 
+    def record_recipes(self, experiment: Any) -> Optional[str]:
+        return record_recipes(experiment)
+
     def _secure(self, task: Any, executor: run.Executor) -> list[Problem]:
         # Every executor gets its preset's secret policy (registry.py); one no preset returns, the generic one.
         return registry.secure(executor, task.env if isinstance(task, run.Script) else None, self.secrets)
+
+
+#: The recipes of an experiment's jobs as the plugin set them up, `.<experiment id>.recipes.json` beside the
+#: experiment's directory ({"jobs": {job: {"spec": ...}}}, the spec as `smoke --dir` writes it in train.json): `watch
+#: EXPERIMENT` reads it back without NeMo for tokens/s, TFLOP/s and the plan. Beside, not inside: `Experiment.run`
+#: refuses an experiment directory that exists before it. The same name as watching/experiments.recipes_record.
+RECIPES_RECORD = ".{}.recipes.json"
+
+
+def recipes_record(experiment_dir: "str | Path") -> Path:
+    directory = Path(experiment_dir)
+    return directory.parent / RECIPES_RECORD.format(directory.name)
+
+
+def record_recipes(experiment: Any) -> Optional[str]:
+    """Write the recipe of each of the experiment's recipe jobs, with the executor's nodes and GPUs; returns the file
+    written, if any. Never stops a submission: a record that cannot be made leaves `watch` without the recipe (no
+    tokens/s), with a warning."""
+    import json
+
+    from nemo_recipes.plan.data import resolved_paths
+    from nemo_recipes.training.introspect import spec_from_partial
+    from nemo_recipes.yaml_files import write_atomic
+
+    jobs, experiment_dir = {}, str(getattr(experiment, "_exp_dir", "") or "")
+    try:
+        for job in getattr(experiment, "jobs", []) or []:
+            task = getattr(job, "task", None)
+            if isinstance(task, run.Partial) and getattr(task, "trainer", None) is not None:
+                jobs[job.id] = {"spec": resolved_paths(spec_from_partial(task)).to_dict()}
+        if not jobs or not experiment_dir:
+            return None
+        path = recipes_record(experiment_dir)
+        os.makedirs(path.parent, exist_ok=True)
+        return str(write_atomic(path, json.dumps({"jobs": jobs}, indent=1).encode()))
+    except Exception as error:  # a record is a convenience for `watch`: whatever fails, the job still goes
+        warnings.warn(f"the recipe was not recorded ({error}): `watch` will show no tokens/s", stacklevel=2)
+        return None
 
 
 def gpu_problems(task: Any, executor: run.Executor) -> list[Problem]:

@@ -10,6 +10,7 @@ refuses, that directory describes a job that never existed and `nemo experiment 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -79,6 +80,8 @@ def submit(
             if dryrun:
                 experiment.dryrun()
             else:
+                for plugin in plugins:  # the recipe plugin records the recipe for `watch EXPERIMENT`
+                    getattr(plugin, "record_recipes", lambda _: None)(experiment)
                 experiment.run(detach=detach or slurm)
             return Submitted(experiment, job_id, experiment_id(experiment), slurm)
     except InvalidInputError:
@@ -105,6 +108,9 @@ def discard_unsubmitted(experiment: Any) -> Optional[str]:
     if not directory.name or directory.parent.parent.name != "experiments" or not directory.is_dir():
         return None
     shutil.rmtree(directory, ignore_errors=True)
+    # The recipe plugin's record beside it (plugin.recipes_record), named the same way here: no plugin import.
+    with contextlib.suppress(OSError):
+        os.remove(directory.parent / f".{directory.name}.recipes.json")
     try:
         os.rmdir(directory.parent)  # the experiment's title folder, when this was its only run
     except OSError:

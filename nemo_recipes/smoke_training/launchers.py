@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from nemo_recipes.errors import InputError
+from nemo_recipes.executors._common import MEMORY_LOG_ENV
 
 #: Seconds a phase may take before it is stopped (imports and set-up take ~20 s of it on a CPU).
 PHASE_TIMEOUT = 900.0
@@ -190,6 +191,9 @@ def executor_launcher(executor: Any, *, experiment: str = "smoke", timeout: floa
         if world != processes:
             raise SmokeError(f"the executor starts {world} process(es) and the smoke plan needs {processes}")
         job_executor = executor.clone()
+        # A smoke run trains on CPUs: no GPU memory to log (its lines would carry 0 bytes through the CPU layer's
+        # patches, and a line then would read as a GPU with nothing on it), so its lines stay as without it.
+        job_executor.env_vars.pop(MEMORY_LOG_ENV, None)
         if isinstance(job_executor, run.LocalExecutor):
             # torchrun and this Python's packages are where this interpreter is, activated or not.
             path = job_executor.env_vars.get("PATH", os.environ.get("PATH", ""))

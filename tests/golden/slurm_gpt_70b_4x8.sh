@@ -33,6 +33,7 @@ nodes_array=($nodes)
 head_node=${nodes_array[0]}
 head_node_ip=$(srun --nodes=1 --ntasks=1 -w "$head_node" hostname --ip-address)
 
+export NEMO_LOG_MEMORY_USAGE=1
 export DATA_PREFIX=/data/pile_text_document
 export NEMO_RECIPES_GPU=h100-80gb
 export CUDA_DEVICE_MAX_CONNECTIONS=1

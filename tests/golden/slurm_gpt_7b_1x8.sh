@@ -31,6 +31,7 @@ nodes_array=($nodes)
 head_node=${nodes_array[0]}
 head_node_ip=$(srun --nodes=1 --ntasks=1 -w "$head_node" hostname --ip-address)
 
+export NEMO_LOG_MEMORY_USAGE=1
 export NEMO_RECIPES_GPU=h100-80gb
 export TORCH_NCCL_AVOID_RECORD_STREAMS=1
 export LOGLEVEL=INFO

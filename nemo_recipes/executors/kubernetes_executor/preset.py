@@ -17,6 +17,7 @@ from nemo_recipes.executors._common import (
     gpu_env,
     mapping,
     mapping_list,
+    memory_log_env,
     non_empty_str,
     positive_int,
     raise_if,
@@ -185,7 +186,7 @@ def kubernetes(
             nprocs_per_node=processes_per_node,
             cpu_requests=cpu,
             memory_requests=memory,
-            env_vars={**env, **recorded},
+            env_vars={**memory_log_env(bool(gpus_per_node)), **env, **recorded},
             env_list=secret_env,
             **settings,
         )

@@ -13,6 +13,7 @@ from nemo_recipes.executors._common import (
     Count,
     gpu_env,
     mapping,
+    memory_log_env,
     optional_bool,
     positive_int,
     raise_if,
@@ -53,7 +54,8 @@ def local(
     return run.LocalExecutor(
         ntasks_per_node=devices,
         launcher="torchrun" if torchrun else None,
-        env_vars={**env, **recorded},
+        # One process per GPU: a job on GPUs (`smoke --executor local`, on CPUs, drops the memory logging).
+        env_vars={**memory_log_env(True), **env, **recorded},
     )
 
 
