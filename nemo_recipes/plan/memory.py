@@ -254,6 +254,29 @@ def _resolve(spec: RecipeSpec, gpu_or_cluster: Union[GPU, Cluster, str, None]) -
     return gpu, Cluster(nodes=spec.num_nodes, gpus_per_node=spec.num_gpus_per_node, gpu=gpu)
 
 
+def total_gib(spec: RecipeSpec, layout: Layout, program: Program) -> float:
+    """`estimate_memory(spec, layout=layout, program=program).total` without the breakdown (what a plan search
+    compares with the GPU's memory, hundreds of times)."""
+    weights, gradients, optimizer, activations, other = _parts(spec, layout, program)[3]
+    return weights + gradients + optimizer + activations + other  # summed as `MemoryBreakdown.total` sums them
+
+
+def _parts(
+    spec: RecipeSpec, layout: Layout, program: Program
+) -> tuple[tuple[float, float, float], ActivationBreakdown, float, tuple[float, float, float, float, float]]:
+    """Bytes per parameter (weights, gradients, optimizer), the activations, the TP overlap buffers (GiB), and the
+    GiB of weights, gradients, optimizer, activations and other."""
+    params = layout.params_per_rank
+    per_param = state_bytes_per_param(spec.distributed_optimizer, layout.optimizer_shards, program.gradient_bytes)
+    w_bytes, g_bytes, o_bytes = per_param
+    acts = activation_memory(spec, layout, fused_attention=program.fused_attention)
+    weights, gradients, optimizer = params * w_bytes / GIB, params * g_bytes / GIB, params * o_bytes / GIB
+    activations = acts.total / GIB
+    buffers = tp_overlap_buffer_bytes(spec, layout, program) / GIB
+    other = OTHER_FIXED_GIB + buffers + FRAGMENTATION * (weights + gradients + optimizer + activations)
+    return per_param, acts, buffers, (weights, gradients, optimizer, activations, other)
+
+
 def estimate_memory(
     spec: RecipeSpec,
     gpu_or_cluster: Union[GPU, Cluster, str, None] = None,
@@ -273,14 +296,9 @@ def estimate_memory(
     layout = layout or Layout.of(spec, cluster)
     program = program or program_for(spec, gpu, stack, layout.interleaved)
     params = layout.params_per_rank
-    w_bytes, g_bytes, o_bytes = state_bytes_per_param(
-        spec.distributed_optimizer, layout.optimizer_shards, program.gradient_bytes
+    (w_bytes, g_bytes, o_bytes), acts, buffers, (weights, gradients, optimizer, activations, other) = _parts(
+        spec, layout, program
     )
-    acts = activation_memory(spec, layout, fused_attention=program.fused_attention)
-    weights, gradients, optimizer = params * w_bytes / GIB, params * g_bytes / GIB, params * o_bytes / GIB
-    activations = acts.total / GIB
-    buffers = tp_overlap_buffer_bytes(spec, layout, program) / GIB
-    other = OTHER_FIXED_GIB + buffers + FRAGMENTATION * (weights + gradients + optimizer + activations)
     detail = {
         "params_per_gpu": round(params),
         "bytes_per_param": round(w_bytes + g_bytes + o_bytes, 4),

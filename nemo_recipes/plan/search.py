@@ -27,10 +27,10 @@ from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import ERROR, InvalidInputError, known
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout
-from nemo_recipes.plan.memory import estimate_memory
-from nemo_recipes.plan.rules import layout_problems, program_problems
+from nemo_recipes.plan.memory import total_gib
+from nemo_recipes.plan.rules import LAYOUT_RULES, RECOMPUTE_RULES, Rule, program_problems
 from nemo_recipes.plan.stack import Program, program_for
-from nemo_recipes.plan.throughput import estimate_throughput
+from nemo_recipes.plan.throughput import step_time
 from nemo_recipes.plan.validation import TIGHT_MEMORY_FRACTION
 
 # Step times closer than this are a tie (the model cannot tell them apart): more memory headroom wins.
@@ -106,8 +106,8 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _errors(spec: RecipeSpec, cluster: Cluster, layout: Layout) -> bool:
-    return any(p.severity == ERROR for p in layout_problems(spec, cluster, layout))
+def _errors(spec: RecipeSpec, layout: Layout, rules: tuple[Rule, ...]) -> bool:
+    return any(p.severity == ERROR for rule in rules for p in rule(spec, layout))
 
 
 def scaled_batch(per_replica: float, dp: int, micro_batch: int) -> int:
@@ -183,13 +183,13 @@ def layouts(
 
 
 def _memory(spec: RecipeSpec, cluster: Cluster, layout: Layout, program: Program) -> Optional[float]:
-    """Total GiB when `spec` (whose layout and program these are) has no error and fits (0.0 without a GPU type),
-    else None."""
-    if _errors(spec, cluster, layout) or program_problems(spec, program):
+    """Total GiB when `spec` (whose layout and program these are, and which `recompute_options` found free of the
+    errors that do not depend on recomputation) has no error and fits (0.0 without a GPU type), else None."""
+    if _errors(spec, layout, RECOMPUTE_RULES):
         return None
     if cluster.gpu is None:
         return 0.0
-    total = estimate_memory(spec, cluster, layout=layout, program=program).total
+    total = total_gib(spec, layout, program)
     return total if total <= cluster.gpu.memory_gib else None
 
 
@@ -201,6 +201,9 @@ def recompute_options(
     # Recomputation changes neither the layout nor the program: both are computed once for every mode tried.
     layout = Layout.of(base, cluster)
     program = program_for(base, cluster.gpu, stack, layout.interleaved)
+    # Nor do they change what every other rule and the stack say: an error there rules out every mode.
+    if _errors(base, layout, LAYOUT_RULES) or program_problems(base, program):
+        return
     for mode in _RECOMPUTE_ORDER[_RECOMPUTE_ORDER.index(floor) :]:
         if mode != "full":
             candidate = _with(base, recompute=mode, recompute_num_layers=None)
@@ -240,13 +243,13 @@ def valid_plans(
 
 
 def evaluate(spec: RecipeSpec, cluster: Cluster, total: Optional[float], stack: Optional[str]) -> Candidate:
-    throughput = estimate_throughput(spec, cluster, stack=stack)
+    step_time_s, breakdown = step_time(spec, cluster, stack=stack)
     return Candidate(
         spec=spec,
-        step_time_s=throughput.step_time_s,
+        step_time_s=step_time_s,
         total_gib=None if cluster.gpu is None else total,
         capacity_gib=None if cluster.gpu is None else cluster.gpu.memory_gib,
-        breakdown=dict(throughput.breakdown_s),
+        breakdown=breakdown,
     )
 
 

@@ -430,19 +430,30 @@ def estimate_throughput(
     default node count. Raises InvalidInputError (naming each field) for the plans `rules.STRUCTURAL_RULES`
     refuse, and for FP8 on a GPU or a stack without it.
     """
-    constants = constants if constants is not None else active_constants()
     assumptions: list[str] = []
-    gpu, layout, program = _checked_plan(spec, cluster, stack, assumptions)
+    gpu, layout, step, breakdown = _timed(spec, cluster, stack, constants, assumptions)
+    return _throughput(spec, layout, gpu, step, breakdown, assumptions)
+
+
+def step_time(spec: RecipeSpec, cluster: Cluster, *, stack: Optional[str] = None) -> tuple[float, dict[str, float]]:
+    """`estimate_throughput`'s step seconds and breakdown alone (what a plan search ranks), with its refusals."""
+    return _timed(spec, cluster, stack, None, [])[2:]
+
+
+def _timed(
+    spec: RecipeSpec, cluster: Cluster, stack: Optional[str], constants: Optional[ModelConstants], notes: list[str]
+) -> tuple[GPU, Layout, float, dict[str, float]]:
+    constants = constants if constants is not None else active_constants()
+    gpu, layout, program = _checked_plan(spec, cluster, stack, notes)
     rates = _Rates.of(gpu, spec.precision == "fp8", constants)
     if rates.derate < 1.0:
-        assumptions.append(
+        notes.append(
             f"{gpu.name} sustains {rates.derate:.2f} of its rated tensor-core peak (board power {gpu.tdp_w:g} W for "
             f"{gpu.bf16_tflops:g} BF16 TFLOP/s, against the {POWER_REFERENCE.name}'s {POWER_REFERENCE.tdp_w:g} W for "
             f"{POWER_REFERENCE.bf16_tflops:g}: a power-limited clock)"
         )
     layer = _layer(spec, layout, program, gpu, rates, constants)
-    step, breakdown = _step_s(spec, layout, program, gpu, rates, layer, constants)
-    return _throughput(spec, layout, gpu, step, breakdown, assumptions)
+    return (gpu, layout, *_step_s(spec, layout, program, gpu, rates, layer, constants))
 
 
 def _checked_plan(
