@@ -149,10 +149,10 @@ def read_data(spec: RecipeSpec, *, vocab_given: bool = False) -> tuple[RecipeSpe
 
     `vocab_given`: the user set vocab_size themselves (on the command line, in Python); one that disagrees with the
     tokenizer is a problem. Problems never raise here: they are in the report, errors and warnings together."""
-    from nemo_recipes.data import tokenizers
-
     if not spec.data_paths and spec.tokenizer_path is None:
         return spec, DataReport()
+    from nemo_recipes.data import tokenizers  # hashlib and the manifest reader: only where there is data to read
+
     problems = list(data_problems(spec))
     given = spec  # what the user wrote, for the problems that name a path the system refuses to look up
     spec = resolved_paths(spec)
