@@ -24,8 +24,8 @@ from typing import Any, Callable, Optional
 
 from nemo_recipes.catalog import Precision, RecipeSpec
 from nemo_recipes.errors import InvalidConfigError, InvalidInputError, Problem, shown
-from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.calibration_path import ENV_VAR, default_calibration_path  # noqa: F401 (its names here too)
+from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.throughput import CONSTANTS, ModelConstants, Throughput, estimate_throughput
 
 # The grid each efficiency is refitted on (coordinate descent visits every value of one constant at a time).

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.errors import ERROR, InvalidInputError, known
+from nemo_recipes.errors import ERROR, InvalidInputError
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.memory import total_gib
@@ -195,8 +195,9 @@ def _memory(spec: RecipeSpec, cluster: Cluster, layout: Layout, program: Program
 
 def recompute_options(
     spec: RecipeSpec, base: RecipeSpec, cluster: Cluster, *, space: Space, stack: Optional[str]
-) -> Iterator[tuple[RecipeSpec, float]]:
-    """Each recompute mode that fits `base`'s layout, with full covering the fewest layers per chunk that fit."""
+) -> Iterator[tuple[RecipeSpec, float, Layout, Program]]:
+    """Each recompute mode that fits `base`'s layout, with full covering the fewest layers per chunk that fit; with
+    its total GiB, and the layout and program it shares with `base`."""
     floor = "none" if space is Space.BEST or spec.recompute == "none" else "selective"
     # Recomputation changes neither the layout nor the program: both are computed once for every mode tried.
     layout = Layout.of(base, cluster)
@@ -209,24 +210,26 @@ def recompute_options(
             candidate = _with(base, recompute=mode, recompute_num_layers=None)
             total = _memory(candidate, cluster, layout, program)
             if total is not None:
-                yield candidate, total
+                yield candidate, total, layout, program
                 if mode == "none":
                     return  # recomputing more of the same layout only adds time
             continue
         everything = _with(base, recompute="full", recompute_num_layers=None)
-        if _memory(everything, cluster, layout, program) is None:
+        fitting = _memory(everything, cluster, layout, program)  # the total of the fewest layers found to fit
+        if fitting is None:
             return
         chunk = layout.layers_per_chunk
         low, high = 1, chunk  # memory falls as more layers are recomputed: find the fewest that fit
         while low < high:
             mid = (low + high) // 2
             trial = _with(base, recompute="full", recompute_num_layers=mid)
-            if _memory(trial, cluster, layout, program) is None:
+            total = _memory(trial, cluster, layout, program)
+            if total is None:
                 low = mid + 1
             else:
-                high = mid
+                high, fitting = mid, total
         best = everything if low == chunk else _with(base, recompute="full", recompute_num_layers=low)
-        yield best, known(_memory(best, cluster, layout, program), "the search above found that best fits")
+        yield best, fitting, layout, program
 
 
 def valid_plans(
@@ -238,12 +241,26 @@ def valid_plans(
     per_replica: Optional[float] = None,
 ) -> Iterator[tuple[RecipeSpec, float]]:
     """Every valid plan of the space, with its total GiB (0.0 without a GPU type)."""
+    for candidate, total, _, _ in _valid_plans(spec, cluster, space=space, stack=stack, per_replica=per_replica):
+        yield candidate, total
+
+
+def _valid_plans(
+    spec: RecipeSpec, cluster: Cluster, *, space: Space, stack: Optional[str], per_replica: Optional[float]
+) -> Iterator[tuple[RecipeSpec, float, Layout, Program]]:
     for base in layouts(spec, cluster, space=space, per_replica=per_replica):
         yield from recompute_options(spec, base, cluster, space=space, stack=stack)
 
 
-def evaluate(spec: RecipeSpec, cluster: Cluster, total: Optional[float], stack: Optional[str]) -> Candidate:
-    step_time_s, breakdown = step_time(spec, cluster, stack=stack)
+def evaluate(
+    spec: RecipeSpec,
+    cluster: Cluster,
+    total: Optional[float],
+    stack: Optional[str],
+    layout_and_program: Optional[tuple[Layout, Program]] = None,
+) -> Candidate:
+    """`spec` timed as a candidate; `layout_and_program`: its layout on `cluster` and its program, when at hand."""
+    step_time_s, breakdown = step_time(spec, cluster, stack=stack, known=layout_and_program)
     return Candidate(
         spec=spec,
         step_time_s=step_time_s,
@@ -283,9 +300,11 @@ def ranked_plans(
 ) -> list[Candidate]:
     """The valid plans of the space, ranked (see `rank`)."""
     candidates = []
-    for candidate, total in valid_plans(spec, cluster, space=space, stack=stack, per_replica=per_replica):
+    for candidate, total, layout, program in _valid_plans(
+        spec, cluster, space=space, stack=stack, per_replica=per_replica
+    ):
         try:
-            candidates.append(evaluate(candidate, cluster, total, stack))
+            candidates.append(evaluate(candidate, cluster, total, stack, (layout, program)))
         except InvalidInputError:  # a plan the throughput model refuses is not valid either
             continue
     return rank(candidates, spec)
