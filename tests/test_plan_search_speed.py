@@ -17,7 +17,7 @@ from nemo_recipes.plan.hardware import Cluster, get_gpu
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.memory import estimate_memory
 from nemo_recipes.plan.rules import LAYOUT_RULES, RECOMPUTE_RULES, RULES, layout_problems, program_problems
-from nemo_recipes.plan.search import Space, _with, layouts, ranked_plans, recompute_options
+from nemo_recipes.plan.search import Space, _with, fastest_plan, layouts, ranked_plans, recompute_options
 from nemo_recipes.plan.stack import program_for
 from nemo_recipes.plan.throughput import estimate_throughput
 
@@ -81,7 +81,9 @@ def _slow_options(base, cluster):
     return found
 
 
-@pytest.mark.parametrize(("name", "nodes", "gpu"), [("gpt_70b", None, None), ("gpt_175b", 6, None), ("gpt_7b", 1, "a100")])
+@pytest.mark.parametrize(
+    ("name", "nodes", "gpu"), [("gpt_70b", None, None), ("gpt_175b", 6, None), ("gpt_7b", 1, "a100")]
+)
 def test_recompute_options_find_what_trying_everything_finds(name, nodes, gpu):
     spec, cluster = _cluster(name, nodes, gpu)
     for base in layouts(spec, cluster, space=Space.BEST):
@@ -100,3 +102,16 @@ def test_candidates_carry_the_public_estimates(name, gpu):
         throughput = estimate_throughput(candidate.spec, cluster)
         assert candidate.step_time_s == throughput.step_time_s
         assert candidate.breakdown == throughput.breakdown_s
+
+
+@pytest.mark.parametrize(
+    ("name", "nodes", "gpu"),
+    [*((name, None, None) for name in sorted(RECIPES)), ("gpt_70b", 2, "h100"), ("llama_405b", 16, "a100")],
+)
+def test_the_advice_search_finds_the_first_of_the_ranking(name, nodes, gpu):
+    """`fastest_plan` (the advice of every `plan`) times only plans that can rank first, and finds the first of
+    `ranked_plans`; on 2 nodes of H100 (gpt_70b) and 16 of A100 (llama_405b) every valid plan is tight."""
+    spec, cluster = _cluster(name, nodes, gpu)
+    ranking = ranked_plans(spec, cluster, space=Space.BEST)
+    assert fastest_plan(spec, cluster, space=Space.BEST) == ranking[0]
+    assert nodes is None or all(candidate.tight for candidate in ranking)

@@ -73,12 +73,7 @@ class Candidate:
 
     @property
     def tight(self) -> bool:
-        headroom = self.headroom_gib
-        return (
-            self.capacity_gib is not None
-            and headroom is not None
-            and headroom < TIGHT_MEMORY_FRACTION * self.capacity_gib
-        )
+        return _tight(self.total_gib, self.capacity_gib)
 
     def label(self) -> str:
         s = self.spec
@@ -91,6 +86,15 @@ class Candidate:
             recompute += f" ({s.recompute_num_layers} layers/chunk)"
         parts.append(f"recompute {recompute}")
         return ", ".join(parts)
+
+
+def _tight(total_gib: Optional[float], capacity_gib: Optional[float]) -> bool:
+    """Under 5 % of the GPU's memory left (validate warns): such plans rank after all others."""
+    return (
+        capacity_gib is not None
+        and total_gib is not None
+        and capacity_gib - total_gib < TIGHT_MEMORY_FRACTION * capacity_gib
+    )
 
 
 def _with(spec: RecipeSpec, **changes: object) -> RecipeSpec:
@@ -303,15 +307,34 @@ def ranked_plans(
     per_replica: Optional[float] = None,
 ) -> list[Candidate]:
     """The valid plans of the space, ranked (see `rank`)."""
+    plans = _valid_plans(spec, cluster, space=space, stack=stack, per_replica=per_replica)
+    return rank(_evaluated(plans, cluster, stack), spec)
+
+
+def fastest_plan(
+    spec: RecipeSpec, cluster: Cluster, *, space: Space, stack: Optional[str] = None
+) -> Optional[Candidate]:
+    """`ranked_plans(...)[0]` (None when no plan is valid), timing only the plans that can rank first: `rank` puts the
+    tight ones after all others, so they are timed only when no other plan is valid."""
+    plans = list(_valid_plans(spec, cluster, space=space, stack=stack, per_replica=None))
+    capacity = None if cluster.gpu is None else cluster.gpu.memory_gib
+    for tight in (False, True):
+        ranking = rank(_evaluated([p for p in plans if _tight(p[1], capacity) is tight], cluster, stack), spec)
+        if ranking:
+            return ranking[0]
+    return None
+
+
+def _evaluated(
+    plans: Iterable[tuple[RecipeSpec, float, Layout, Program]], cluster: Cluster, stack: Optional[str]
+) -> list[Candidate]:
     candidates = []
-    for candidate, total, layout, program in _valid_plans(
-        spec, cluster, space=space, stack=stack, per_replica=per_replica
-    ):
+    for candidate, total, layout, program in plans:
         try:
             candidates.append(evaluate(candidate, cluster, total, stack, (layout, program)))
         except InvalidInputError:  # a plan the throughput model refuses is not valid either
             continue
-    return rank(candidates, spec)
+    return candidates
 
 
 def summary(candidate: Candidate) -> str:
