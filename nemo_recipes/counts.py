@@ -4,8 +4,6 @@ overrides, the planner's CLI and the tables all read and print counts this way.
 
 from __future__ import annotations
 
-import decimal
-
 _SUFFIXES = (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3))
 
 
@@ -26,6 +24,8 @@ _COUNT_DIGITS = 4000
 def parse_count(text: str) -> int:
     """'300B' -> 300_000_000_000; also '1.5T', '375M', '2K', '1e9', '1_000', exactly (no float rounding).
     ValueError when not a finite whole number."""
+    import decimal  # only when a count is read: `ls`, `show` and `plan` start without it
+
     cleaned = text.strip().replace("_", "").replace(",", "")
     scale = 1
     if cleaned and cleaned[-1].upper() in dict(_SUFFIXES):

@@ -18,7 +18,6 @@ Standard library only: the catalog, the planner and the fast CLI verbs raise the
 
 from __future__ import annotations
 
-import difflib
 import math
 import re
 from dataclasses import dataclass
@@ -151,6 +150,8 @@ def raise_if_any(problems: Iterable[Problem], *, context: str = "") -> None:
 
 def did_you_mean(word: str, candidates: Iterable[str]) -> str:
     """' (did you mean 'x'?)' for the closest candidate, or '' when none is close."""
+    import difflib  # only when a name is wrong: every command starts without it
+
     close = difflib.get_close_matches(str(word), [str(c) for c in candidates], n=1, cutoff=0.6)
     return f" (did you mean {close[0]!r}?)" if close else ""
 

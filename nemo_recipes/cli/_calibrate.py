@@ -137,12 +137,16 @@ def chosen(args: argparse.Namespace) -> Any:
                 ]
             )
         return None
-    from nemo_recipes.plan.calibration import default_calibration_path, read_calibration
+    from nemo_recipes.plan.calibration_path import default_calibration_path
 
-    if args.calibration is not None:
-        return read_calibration(args.calibration, field="calibration")
-    default = default_calibration_path()
-    return read_calibration(default, field="calibration") if default.is_file() else None
+    path = args.calibration
+    if path is None:
+        path = default_calibration_path()
+        if not path.is_file():
+            return None
+    from nemo_recipes.plan.calibration import read_calibration  # json and the fitted constants: only with a file
+
+    return read_calibration(path, field="calibration")
 
 
 def applied(calibration: Any, spec: Any, cluster: Any, stack: Optional[str]) -> "dict | None":

@@ -9,7 +9,6 @@ import argparse
 import codecs
 import errno
 import io
-import json
 import os
 import sys
 from typing import Any, Callable, Iterable, Optional, TextIO
@@ -65,6 +64,8 @@ def epilog(examples: str) -> str:
 
 
 def print_json(payload: Any, stream: Optional[TextIO] = None) -> None:
+    import json  # only for --json: the verbs start without it
+
     # Keys keep insertion order (stable by construction); non-JSON values such as tuples become lists.
     json.dump(payload, stream or sys.stdout, indent=2, default=_default)
     (stream or sys.stdout).write("\n")

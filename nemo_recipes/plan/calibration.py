@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 
 from nemo_recipes.catalog import Precision, RecipeSpec
 from nemo_recipes.errors import InvalidConfigError, InvalidInputError, Problem, shown
+from nemo_recipes.plan.calibration_path import ENV_VAR, default_calibration_path  # noqa: F401 (its names here too)
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.throughput import CONSTANTS, ModelConstants, Throughput, estimate_throughput
 
@@ -292,19 +293,6 @@ def read_calibration(path: "str | os.PathLike[str]", *, field: str = "calibratio
 def _first_message(error: Exception) -> str:
     found = getattr(error, "problems", None)
     return found[0].message.rstrip(".") if found else str(error)
-
-
-def default_calibration_path() -> Path:
-    """Where `plan --calibrate` writes and `plan` looks when no --calibration is given: `$NEMO_RECIPES_CALIBRATION`,
-    else `calibration.json` beside the cluster profiles (`$XDG_CONFIG_HOME/nemo-recipes/`, else
-    `~/.config/nemo-recipes/`)."""
-    if os.environ.get(ENV_VAR):
-        return Path(os.environ[ENV_VAR]).expanduser()
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "nemo-recipes" / "calibration.json"
-
-
-ENV_VAR = "NEMO_RECIPES_CALIBRATION"
 
 
 # ---- from run cards (`watch --card`) to a calibration ----

@@ -20,7 +20,6 @@ from typing import Any, Optional
 from nemo_recipes import budget
 from nemo_recipes.catalog import RecipeSpec, data_problems
 from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem
-from nemo_recipes.plan.restore import restore_problems
 
 #: Epochs of one source above which the plan warns. Muennighoff et al. 2023 ("Scaling Data-Constrained Language
 #: Models", Fig. 3-4): up to about 4 epochs, repeated tokens are worth almost as much as new ones; beyond that their
@@ -151,10 +150,10 @@ def read_data(spec: RecipeSpec, *, vocab_given: bool = False) -> tuple[RecipeSpe
 
     `vocab_given`: the user set vocab_size themselves (on the command line, in Python); one that disagrees with the
     tokenizer is a problem. Problems never raise here: they are in the report, errors and warnings together."""
-    from nemo_recipes.data import tokenizers
-
     if not spec.data_paths and spec.tokenizer_path is None:
-        return spec, DataReport(problems=tuple(restore_problems(spec)))
+        return spec, DataReport(problems=tuple(_restore_problems(spec)))
+    from nemo_recipes.data import tokenizers  # hashlib and the manifest reader: only where there is data to read
+
     problems = list(data_problems(spec))
     given = spec  # what the user wrote, for the problems that name a path the system refuses to look up
     spec = resolved_paths(spec)
@@ -192,7 +191,7 @@ def read_data(spec: RecipeSpec, *, vocab_given: bool = False) -> tuple[RecipeSpe
         )
         spec, asked = _budget(spec, sources, problems)
         sources = _planned(spec, sources, asked, problems)
-    problems += restore_problems(spec)  # with the tokenizer's vocabulary: the embedding's shape follows it
+    problems += _restore_problems(spec)  # with the tokenizer's vocabulary: the embedding's shape follows it
     return spec, DataReport(
         sources=sources,
         tokenizer=info,
@@ -415,3 +414,12 @@ def _split_problems(source: Source) -> list[Problem]:
             "source.",
         )
     ]
+
+
+def _restore_problems(spec: RecipeSpec) -> list[Problem]:
+    """plan/restore.py's problems, imported only when a run restores (its pickle import is a cost plan would pay)."""
+    if spec.restore_from is None:
+        return []
+    from nemo_recipes.plan.restore import restore_problems
+
+    return restore_problems(spec)

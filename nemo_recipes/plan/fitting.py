@@ -38,6 +38,7 @@ from nemo_recipes.plan.search import (
     Space,
     changed_fields,
     explain,
+    fastest_plan,
     ranked_plans,
     scaled_batch,
     summary,
@@ -280,10 +281,9 @@ def advise(report: PlanReport, *, stack: Optional[str] = None) -> list[Advice]:
         capacity_gib=report.memory.capacity,
         breakdown=dict(report.throughput.get("breakdown_s") or {}),
     )
-    ranking = ranked_plans(report.spec, report.cluster, space=Space.BEST, stack=stack)
-    if not ranking or current.step_time_s / ranking[0].step_time_s < ADVICE_MIN_SPEEDUP:
+    winner = fastest_plan(report.spec, report.cluster, space=Space.BEST, stack=stack)
+    if winner is None or current.step_time_s / winner.step_time_s < ADVICE_MIN_SPEEDUP:
         return []
-    winner = ranking[0]
     return [
         Advice(
             changes=changed_fields(report.spec, winner.spec),

@@ -50,6 +50,7 @@ largest GEMMs reach). Operand traffic through HBM is added by the caller (`throu
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Optional
 
@@ -122,6 +123,7 @@ def _published(kernel: str, kind: str, causal: bool, seq: float, head_dim: float
     return _between(tuple(float(d) for d in dims), at_dims, head_dim)
 
 
+@functools.lru_cache(maxsize=1024, typed=True)  # pure, and asked the same few shapes in a plan search
 def attention_efficiency(seq: float, head_dim: float, causal: bool, backward: bool, kernel: str = "cudnn") -> float:
     """Fraction of the dense BF16 peak a fused attention kernel (`kernel`: "cudnn" or "flash-attn-2") reaches on the
     FLOPs it executes, for sequences of `seq` tokens (per kernel call) and heads of `head_dim`."""
@@ -153,6 +155,7 @@ def depth_fraction(k: float, operand_bytes: int) -> float:
     return k / (k + fixed)
 
 
+@functools.lru_cache(maxsize=4096, typed=True)  # pure, and asked the same few shapes in a plan search
 def gemm_efficiency(m: float, n: float, k: float, sms: Optional[int], operand_bytes: int, batch: float = 1.0) -> float:
     """The fraction of its ceiling efficiency an (m x k) @ (k x n) GEMM (`batch` of them in one launch) reaches:
     waves times depth."""

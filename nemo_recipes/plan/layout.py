@@ -22,8 +22,13 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from nemo_recipes.catalog import DERIVED_SOURCES, RecipeSpec
-from nemo_recipes.families.architecture import Architecture, LayerParams
+from nemo_recipes.families.architecture import Architecture, LayerParams, Shape
 from nemo_recipes.plan.hardware import Cluster
+
+# The values `Architecture` reads (its `Shape`): a plan search lays out one shape hundreds of times, changing only
+# parallelism and batch, so the parameter counts of a shape are counted once per process (`_shape_params`).
+_SHAPE_FIELDS = tuple(name for name, value in vars(Shape).items() if isinstance(value, property))
+_SHAPE_PARAMS: dict[tuple, tuple[LayerParams, int, int]] = {}
 
 
 def layer_params(spec: RecipeSpec) -> LayerParams:
@@ -132,6 +137,17 @@ class Layout:
         return min(n, self.layers_per_chunk) / self.layers_per_chunk
 
 
+def _shape_params(spec: RecipeSpec) -> tuple[LayerParams, int, int]:
+    """One layer's parameters, the final norm's and the position table's, counted once per shape."""
+    key = tuple(getattr(spec, name) for name in _SHAPE_FIELDS)
+    counted = _SHAPE_PARAMS.get(key)
+    if counted is None:
+        architecture = Architecture.of(spec)
+        counted = (architecture.layer_params(), architecture.norm_params, architecture.position_params)
+        _SHAPE_PARAMS[key] = counted
+    return counted
+
+
 def _params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
     """Parameters on one GPU of the most loaded stage (perf-model.md 2.1: `(transformer/p + embedding) / t` plus
     replicated norms and biases). The first stage holds the word embeddings (and learned positions, replicated over
@@ -139,13 +155,13 @@ def _params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
     of the word embeddings (Megatron keeps one on the last stage and all-reduces their gradients). CP does not split
     parameters."""
     t = layout.tp
-    per_layer = layer_params(spec).per_rank(t)
+    layer, norms, positions = _shape_params(spec)
+    per_layer = layer.per_rank(t)
     vocab = spec.padded_vocab_size * spec.hidden_size / t
-    positions = Architecture.of(spec).position_params
     if layout.pp == 1:
-        return spec.num_layers * per_layer + vocab * (1 if spec.share_embeddings else 2) + positions + norm_params(spec)
+        return spec.num_layers * per_layer + vocab * (1 if spec.share_embeddings else 2) + positions + norms
     first = layout.layers_first_stage * per_layer + vocab + positions
-    last = layout.layers_last_stage * per_layer + vocab + norm_params(spec)
+    last = layout.layers_last_stage * per_layer + vocab + norms
     middle = layout.layers_per_stage * per_layer if layout.pp > 2 else 0.0
     return max(first, last, middle)
 

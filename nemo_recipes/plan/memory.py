@@ -152,54 +152,83 @@ class ActivationBreakdown:
         return self.layers + self.recompute_working + self.embedding + self.output
 
 
+@dataclass(frozen=True)
+class LayoutActivations:
+    """The activation bytes of `spec` on a layout whatever is recomputed (before CP divides them): computed once, a
+    plan search tries every recompute mode of a layout on them (`search.recompute_options`)."""
+
+    layer_with_core: float  # one layer that stores its attention core
+    layer_without_core: float  # one layer that does not (fused attention, or selective recompute)
+    core: float  # the attention core of one layer
+    checkpoint: float  # the input a fully recomputed layer keeps
+    held: float  # layers' worth in flight on the first stage
+    embedding: float  # token ids and embedding dropout of the micro-batches in flight
+    output: float  # output layer input and fp32 logits (only the stage holding it)
+
+    @classmethod
+    def of(cls, spec: RecipeSpec, layout: Layout) -> "LayoutActivations":
+        s, b, h, t = spec.seq_length, layout.micro_batch, spec.hidden_size, layout.tp
+        sp = layout.sequence_parallel
+        shape: dict[str, Any] = dict(
+            seq=s,
+            micro_batch=b,
+            hidden=h,
+            heads=spec.num_attention_heads,
+            ffn=spec.ffn_hidden_size,
+            kv_groups=spec.kv_groups,
+            head_dim=spec.head_dim,
+            gated=spec.gated_linear_unit,
+            tp=t,
+            sequence_parallel=sp,
+        )
+        # Embedding extras per micro-batch in flight (Korthikanti Sec. 4.3): int64 token ids 8sb and the embedding
+        # dropout mask sbh (sharded by SP); scaled like the layers for the interleaved schedule.
+        stage_microbatches = in_flight_chunks(layout.pp, layout.vp, layout.microbatches) / layout.vp
+        output = 0.0
+        if layout.pp == 1:
+            # Output-layer input and fp32 logits for the cross-entropy: 4sbh + 4sbV, vocabulary-parallel over TP.
+            output = 4.0 * s * b * h / (t if sp else 1) + 4.0 * s * b * spec.padded_vocab_size / t
+        return cls(
+            layer_with_core=layer_activation_bytes(**shape, attention_core=True),
+            layer_without_core=layer_activation_bytes(**shape, attention_core=False),
+            core=attention_core_bytes(seq=s, micro_batch=b, heads=spec.num_attention_heads, tp=t),
+            checkpoint=recomputed_layer_bytes(seq=s, micro_batch=b, hidden=h, tp=t, sequence_parallel=sp),
+            held=layers_in_flight(layout),
+            embedding=stage_microbatches * (8.0 * s * b + s * b * h / (t if sp else 1)),
+            output=output,
+        )
+
+
 def activation_memory(
-    spec: RecipeSpec, layout: Optional[Layout] = None, *, fused_attention: bool
+    spec: RecipeSpec,
+    layout: Optional[Layout] = None,
+    *,
+    fused_attention: bool,
+    terms: Optional[LayoutActivations] = None,
 ) -> ActivationBreakdown:
     """Activation bytes per GPU of the first pipeline stage (on the recipe's own cluster without `layout`); CP
-    divides all of them by c. `fused_attention`: the program's attention kernel stores no score matrix."""
+    divides all of them by c. `fused_attention`: the program's attention kernel stores no score matrix. `terms`:
+    `LayoutActivations.of(spec, layout)`, or of a spec that differs from `spec` only in what it recomputes."""
     layout = layout or Layout.of(spec)
-    s, b, h, t, c = spec.seq_length, layout.micro_batch, spec.hidden_size, layout.tp, layout.cp
-    sp = layout.sequence_parallel
-    shape: dict[str, Any] = dict(
-        seq=s,
-        micro_batch=b,
-        hidden=h,
-        heads=spec.num_attention_heads,
-        ffn=spec.ffn_hidden_size,
-        kv_groups=spec.kv_groups,
-        head_dim=spec.head_dim,
-        gated=spec.gated_linear_unit,
-        tp=t,
-        sequence_parallel=sp,
-    )
+    terms = terms or LayoutActivations.of(spec, layout)
     # Selective recompute drops the attention core of every layer; under full recompute the layers not recomputed
     # run as plain layers and keep it.
     core_stored = spec.recompute != "selective" and not fused_attention
-    full_layer = layer_activation_bytes(**shape, attention_core=core_stored)
-    held = layers_in_flight(layout)
+    full_layer = terms.layer_with_core if core_stored else terms.layer_without_core
     fraction = layout.recomputed_fraction(spec)
-    checkpoint = recomputed_layer_bytes(seq=s, micro_batch=b, hidden=h, tp=t, sequence_parallel=sp)
-    layers = held * (fraction * checkpoint + (1.0 - fraction) * full_layer)
+    layers = terms.held * (fraction * terms.checkpoint + (1.0 - fraction) * full_layer)
 
     # While a layer is recomputed its tensors exist once more: the whole layer under full recompute, the attention
     # core under selective recompute (unless fused attention never materialises it).
     if spec.recompute == "full":
-        working = layer_activation_bytes(**shape, attention_core=not fused_attention)
+        working = terms.layer_without_core if fused_attention else terms.layer_with_core
     elif spec.recompute == "selective" and not fused_attention:
-        working = attention_core_bytes(seq=s, micro_batch=b, heads=spec.num_attention_heads, tp=t)
+        working = terms.core
     else:
         working = 0.0
-
-    # Embedding extras per micro-batch in flight (Korthikanti Sec. 4.3): int64 token ids 8sb and the embedding
-    # dropout mask sbh (sharded by SP); scaled like the layers for the interleaved schedule.
-    stage_microbatches = in_flight_chunks(layout.pp, layout.vp, layout.microbatches) / layout.vp
-    embedding = stage_microbatches * (8.0 * s * b + s * b * h / (t if sp else 1))
-    output = 0.0
-    if layout.pp == 1:
-        # Output-layer input and fp32 logits for the cross-entropy: 4sbh + 4sbV, vocabulary-parallel over TP.
-        output = 4.0 * s * b * h / (t if sp else 1) + 4.0 * s * b * spec.padded_vocab_size / t
+    c = layout.cp
     return ActivationBreakdown(
-        layers=layers / c, recompute_working=working / c, embedding=embedding / c, output=output / c
+        layers=layers / c, recompute_working=working / c, embedding=terms.embedding / c, output=terms.output / c
     )
 
 
@@ -254,6 +283,29 @@ def _resolve(spec: RecipeSpec, gpu_or_cluster: Union[GPU, Cluster, str, None]) -
     return gpu, Cluster(nodes=spec.num_nodes, gpus_per_node=spec.num_gpus_per_node, gpu=gpu)
 
 
+def total_gib(spec: RecipeSpec, layout: Layout, program: Program, terms: Optional[LayoutActivations] = None) -> float:
+    """`estimate_memory(spec, layout=layout, program=program).total` without the breakdown (what a plan search
+    compares with the GPU's memory, hundreds of times); `terms` as `activation_memory` takes them."""
+    weights, gradients, optimizer, activations, other = _parts(spec, layout, program, terms)[3]
+    return weights + gradients + optimizer + activations + other  # summed as `MemoryBreakdown.total` sums them
+
+
+def _parts(
+    spec: RecipeSpec, layout: Layout, program: Program, terms: Optional[LayoutActivations] = None
+) -> tuple[tuple[float, float, float], ActivationBreakdown, float, tuple[float, float, float, float, float]]:
+    """Bytes per parameter (weights, gradients, optimizer), the activations, the TP overlap buffers (GiB), and the
+    GiB of weights, gradients, optimizer, activations and other."""
+    params = layout.params_per_rank
+    per_param = state_bytes_per_param(spec.distributed_optimizer, layout.optimizer_shards, program.gradient_bytes)
+    w_bytes, g_bytes, o_bytes = per_param
+    acts = activation_memory(spec, layout, fused_attention=program.fused_attention, terms=terms)
+    weights, gradients, optimizer = params * w_bytes / GIB, params * g_bytes / GIB, params * o_bytes / GIB
+    activations = acts.total / GIB
+    buffers = tp_overlap_buffer_bytes(spec, layout, program) / GIB
+    other = OTHER_FIXED_GIB + buffers + FRAGMENTATION * (weights + gradients + optimizer + activations)
+    return per_param, acts, buffers, (weights, gradients, optimizer, activations, other)
+
+
 def estimate_memory(
     spec: RecipeSpec,
     gpu_or_cluster: Union[GPU, Cluster, str, None] = None,
@@ -273,14 +325,9 @@ def estimate_memory(
     layout = layout or Layout.of(spec, cluster)
     program = program or program_for(spec, gpu, stack, layout.interleaved)
     params = layout.params_per_rank
-    w_bytes, g_bytes, o_bytes = state_bytes_per_param(
-        spec.distributed_optimizer, layout.optimizer_shards, program.gradient_bytes
+    (w_bytes, g_bytes, o_bytes), acts, buffers, (weights, gradients, optimizer, activations, other) = _parts(
+        spec, layout, program
     )
-    acts = activation_memory(spec, layout, fused_attention=program.fused_attention)
-    weights, gradients, optimizer = params * w_bytes / GIB, params * g_bytes / GIB, params * o_bytes / GIB
-    activations = acts.total / GIB
-    buffers = tp_overlap_buffer_bytes(spec, layout, program) / GIB
-    other = OTHER_FIXED_GIB + buffers + FRAGMENTATION * (weights + gradients + optimizer + activations)
     detail = {
         "params_per_gpu": round(params),
         "bytes_per_param": round(w_bytes + g_bytes + o_bytes, 4),

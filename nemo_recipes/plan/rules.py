@@ -476,6 +476,10 @@ POLICY_RULES = frozenset(
     }
 )
 STRUCTURAL_RULES: tuple[Rule, ...] = tuple(rule for rule in RULES if rule not in POLICY_RULES)
+# The only rules that read `recompute` or `recompute_num_layers`: a search trying recompute modes on one layout runs
+# the others once for all of them (`search.recompute_options`; tests/test_plan_search_speed.py holds this true).
+RECOMPUTE_RULES: tuple[Rule, ...] = (recompute_layers_rule,)
+LAYOUT_RULES: tuple[Rule, ...] = tuple(rule for rule in RULES if rule not in RECOMPUTE_RULES)
 
 
 def layout_problems(spec: RecipeSpec, cluster: Cluster, layout: Optional[Layout] = None) -> list[Problem]:

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.errors import ERROR, InvalidInputError, known
+from nemo_recipes.errors import ERROR, InvalidInputError
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout
-from nemo_recipes.plan.memory import estimate_memory
-from nemo_recipes.plan.rules import layout_problems, program_problems
+from nemo_recipes.plan.memory import LayoutActivations, total_gib
+from nemo_recipes.plan.rules import LAYOUT_RULES, RECOMPUTE_RULES, Rule, program_problems
 from nemo_recipes.plan.stack import Program, program_for
-from nemo_recipes.plan.throughput import estimate_throughput
+from nemo_recipes.plan.throughput import step_time
 from nemo_recipes.plan.validation import TIGHT_MEMORY_FRACTION
 
 # Step times closer than this are a tie (the model cannot tell them apart): more memory headroom wins.
@@ -73,12 +73,7 @@ class Candidate:
 
     @property
     def tight(self) -> bool:
-        headroom = self.headroom_gib
-        return (
-            self.capacity_gib is not None
-            and headroom is not None
-            and headroom < TIGHT_MEMORY_FRACTION * self.capacity_gib
-        )
+        return _tight(self.total_gib, self.capacity_gib)
 
     def label(self) -> str:
         s = self.spec
@@ -91,6 +86,15 @@ class Candidate:
             recompute += f" ({s.recompute_num_layers} layers/chunk)"
         parts.append(f"recompute {recompute}")
         return ", ".join(parts)
+
+
+def _tight(total_gib: Optional[float], capacity_gib: Optional[float]) -> bool:
+    """Under 5 % of the GPU's memory left (validate warns): such plans rank after all others."""
+    return (
+        capacity_gib is not None
+        and total_gib is not None
+        and capacity_gib - total_gib < TIGHT_MEMORY_FRACTION * capacity_gib
+    )
 
 
 def _with(spec: RecipeSpec, **changes: object) -> RecipeSpec:
@@ -106,8 +110,8 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-def _errors(spec: RecipeSpec, cluster: Cluster, layout: Layout) -> bool:
-    return any(p.severity == ERROR for p in layout_problems(spec, cluster, layout))
+def _errors(spec: RecipeSpec, layout: Layout, rules: tuple[Rule, ...]) -> bool:
+    return any(p.severity == ERROR for rule in rules for p in rule(spec, layout))
 
 
 def scaled_batch(per_replica: float, dp: int, micro_batch: int) -> int:
@@ -182,48 +186,58 @@ def layouts(
                         yield _with(base, virtual_pipeline=v, distributed_optimizer=dist)
 
 
-def _memory(spec: RecipeSpec, cluster: Cluster, layout: Layout, program: Program) -> Optional[float]:
-    """Total GiB when `spec` (whose layout and program these are) has no error and fits (0.0 without a GPU type),
+def _memory(
+    spec: RecipeSpec, cluster: Cluster, layout: Layout, program: Program, terms: LayoutActivations
+) -> Optional[float]:
+    """Total GiB when `spec` (whose layout, program and activation terms these are, and which `recompute_options`
+    found free of the errors that do not depend on recomputation) has no error and fits (0.0 without a GPU type),
     else None."""
-    if _errors(spec, cluster, layout) or program_problems(spec, program):
+    if _errors(spec, layout, RECOMPUTE_RULES):
         return None
     if cluster.gpu is None:
         return 0.0
-    total = estimate_memory(spec, cluster, layout=layout, program=program).total
+    total = total_gib(spec, layout, program, terms)
     return total if total <= cluster.gpu.memory_gib else None
 
 
 def recompute_options(
     spec: RecipeSpec, base: RecipeSpec, cluster: Cluster, *, space: Space, stack: Optional[str]
-) -> Iterator[tuple[RecipeSpec, float]]:
-    """Each recompute mode that fits `base`'s layout, with full covering the fewest layers per chunk that fit."""
+) -> Iterator[tuple[RecipeSpec, float, Layout, Program]]:
+    """Each recompute mode that fits `base`'s layout, with full covering the fewest layers per chunk that fit; with
+    its total GiB, and the layout and program it shares with `base`."""
     floor = "none" if space is Space.BEST or spec.recompute == "none" else "selective"
     # Recomputation changes neither the layout nor the program: both are computed once for every mode tried.
     layout = Layout.of(base, cluster)
     program = program_for(base, cluster.gpu, stack, layout.interleaved)
+    # Nor do they change what every other rule and the stack say: an error there rules out every mode.
+    if _errors(base, layout, LAYOUT_RULES) or program_problems(base, program):
+        return
+    terms = LayoutActivations.of(base, layout)
     for mode in _RECOMPUTE_ORDER[_RECOMPUTE_ORDER.index(floor) :]:
         if mode != "full":
             candidate = _with(base, recompute=mode, recompute_num_layers=None)
-            total = _memory(candidate, cluster, layout, program)
+            total = _memory(candidate, cluster, layout, program, terms)
             if total is not None:
-                yield candidate, total
+                yield candidate, total, layout, program
                 if mode == "none":
                     return  # recomputing more of the same layout only adds time
             continue
         everything = _with(base, recompute="full", recompute_num_layers=None)
-        if _memory(everything, cluster, layout, program) is None:
+        fitting = _memory(everything, cluster, layout, program, terms)  # the total of the fewest layers found to fit
+        if fitting is None:
             return
         chunk = layout.layers_per_chunk
         low, high = 1, chunk  # memory falls as more layers are recomputed: find the fewest that fit
         while low < high:
             mid = (low + high) // 2
             trial = _with(base, recompute="full", recompute_num_layers=mid)
-            if _memory(trial, cluster, layout, program) is None:
+            total = _memory(trial, cluster, layout, program, terms)
+            if total is None:
                 low = mid + 1
             else:
-                high = mid
+                high, fitting = mid, total
         best = everything if low == chunk else _with(base, recompute="full", recompute_num_layers=low)
-        yield best, known(_memory(best, cluster, layout, program), "the search above found that best fits")
+        yield best, fitting, layout, program
 
 
 def valid_plans(
@@ -235,18 +249,32 @@ def valid_plans(
     per_replica: Optional[float] = None,
 ) -> Iterator[tuple[RecipeSpec, float]]:
     """Every valid plan of the space, with its total GiB (0.0 without a GPU type)."""
+    for candidate, total, _, _ in _valid_plans(spec, cluster, space=space, stack=stack, per_replica=per_replica):
+        yield candidate, total
+
+
+def _valid_plans(
+    spec: RecipeSpec, cluster: Cluster, *, space: Space, stack: Optional[str], per_replica: Optional[float]
+) -> Iterator[tuple[RecipeSpec, float, Layout, Program]]:
     for base in layouts(spec, cluster, space=space, per_replica=per_replica):
         yield from recompute_options(spec, base, cluster, space=space, stack=stack)
 
 
-def evaluate(spec: RecipeSpec, cluster: Cluster, total: Optional[float], stack: Optional[str]) -> Candidate:
-    throughput = estimate_throughput(spec, cluster, stack=stack)
+def evaluate(
+    spec: RecipeSpec,
+    cluster: Cluster,
+    total: Optional[float],
+    stack: Optional[str],
+    layout_and_program: Optional[tuple[Layout, Program]] = None,
+) -> Candidate:
+    """`spec` timed as a candidate; `layout_and_program`: its layout on `cluster` and its program, when at hand."""
+    step_time_s, breakdown = step_time(spec, cluster, stack=stack, known=layout_and_program)
     return Candidate(
         spec=spec,
-        step_time_s=throughput.step_time_s,
+        step_time_s=step_time_s,
         total_gib=None if cluster.gpu is None else total,
         capacity_gib=None if cluster.gpu is None else cluster.gpu.memory_gib,
-        breakdown=dict(throughput.breakdown_s),
+        breakdown=breakdown,
     )
 
 
@@ -279,13 +307,34 @@ def ranked_plans(
     per_replica: Optional[float] = None,
 ) -> list[Candidate]:
     """The valid plans of the space, ranked (see `rank`)."""
+    plans = _valid_plans(spec, cluster, space=space, stack=stack, per_replica=per_replica)
+    return rank(_evaluated(plans, cluster, stack), spec)
+
+
+def fastest_plan(
+    spec: RecipeSpec, cluster: Cluster, *, space: Space, stack: Optional[str] = None
+) -> Optional[Candidate]:
+    """`ranked_plans(...)[0]` (None when no plan is valid), timing only the plans that can rank first: `rank` puts the
+    tight ones after all others, so they are timed only when no other plan is valid."""
+    plans = list(_valid_plans(spec, cluster, space=space, stack=stack, per_replica=None))
+    capacity = None if cluster.gpu is None else cluster.gpu.memory_gib
+    for tight in (False, True):
+        ranking = rank(_evaluated([p for p in plans if _tight(p[1], capacity) is tight], cluster, stack), spec)
+        if ranking:
+            return ranking[0]
+    return None
+
+
+def _evaluated(
+    plans: Iterable[tuple[RecipeSpec, float, Layout, Program]], cluster: Cluster, stack: Optional[str]
+) -> list[Candidate]:
     candidates = []
-    for candidate, total in valid_plans(spec, cluster, space=space, stack=stack, per_replica=per_replica):
+    for candidate, total, layout, program in plans:
         try:
-            candidates.append(evaluate(candidate, cluster, total, stack))
+            candidates.append(evaluate(candidate, cluster, total, stack, (layout, program)))
         except InvalidInputError:  # a plan the throughput model refuses is not valid either
             continue
-    return rank(candidates, spec)
+    return candidates
 
 
 def summary(candidate: Candidate) -> str:

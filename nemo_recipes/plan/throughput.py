@@ -430,30 +430,44 @@ def estimate_throughput(
     default node count. Raises InvalidInputError (naming each field) for the plans `rules.STRUCTURAL_RULES`
     refuse, and for FP8 on a GPU or a stack without it.
     """
-    constants = constants if constants is not None else active_constants()
     assumptions: list[str] = []
     gpu, layout, program = _checked_plan(spec, cluster, stack, assumptions)
+    step, breakdown = _timed(spec, gpu, layout, program, constants, assumptions)
+    return _throughput(spec, layout, gpu, step, breakdown, assumptions)
+
+
+def step_time(
+    spec: RecipeSpec, cluster: Cluster, *, stack: Optional[str] = None, known: Optional[tuple[Layout, Program]] = None
+) -> tuple[float, dict[str, float]]:
+    """`estimate_throughput`'s step seconds and breakdown (what a search ranks); `known`: its (layout, program)."""
+    notes: list[str] = []
+    return _timed(spec, *_checked_plan(spec, cluster, stack, notes, known), None, notes)
+
+
+def _timed(
+    spec: RecipeSpec, gpu: GPU, layout: Layout, program: Program, k: Optional[ModelConstants], notes: list[str]
+) -> tuple[float, dict[str, float]]:
+    constants = k if k is not None else active_constants()
     rates = _Rates.of(gpu, spec.precision == "fp8", constants)
     if rates.derate < 1.0:
-        assumptions.append(
+        notes.append(
             f"{gpu.name} sustains {rates.derate:.2f} of its rated tensor-core peak (board power {gpu.tdp_w:g} W for "
             f"{gpu.bf16_tflops:g} BF16 TFLOP/s, against the {POWER_REFERENCE.name}'s {POWER_REFERENCE.tdp_w:g} W for "
             f"{POWER_REFERENCE.bf16_tflops:g}: a power-limited clock)"
         )
     layer = _layer(spec, layout, program, gpu, rates, constants)
-    step, breakdown = _step_s(spec, layout, program, gpu, rates, layer, constants)
-    return _throughput(spec, layout, gpu, step, breakdown, assumptions)
+    return _step_s(spec, layout, program, gpu, rates, layer, constants)
 
 
 def _checked_plan(
-    spec: RecipeSpec, cluster: Cluster, stack: Optional[str], assumptions: list[str]
+    spec: RecipeSpec, cluster: Cluster, stack: Optional[str], assumptions: list[str], known: Optional[tuple] = None
 ) -> tuple[GPU, Layout, Program]:
     """The GPU, layout and program of a plan the model can time; the refusals `estimate_throughput` documents."""
     gpu = _resolve_gpu(spec, cluster, assumptions)
-    layout = Layout.of(spec, cluster)
+    layout = known[0] if known else Layout.of(spec, cluster)
     context = f"throughput of {spec.name!r} on {cluster.world_size} GPUs"
     raise_if_unstructured(spec, layout, context)
-    program = program_for(spec, gpu, stack, layout.interleaved)
+    program = known[1] if known else program_for(spec, gpu, stack, layout.interleaved)
     if spec.precision == "fp8" and not (gpu.supports_fp8 and program.stack.transformer_engine):
         raise InvalidInputError(
             [
