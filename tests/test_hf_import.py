@@ -219,3 +219,14 @@ def test_an_output_that_is_not_empty_is_refused_unless_forced(hf_models, tmp_pat
     result = cli("hf", "import", str(hf_models / "gpt"), "gpt_1_3b", "--out", str(out), "--force", timeout=300)
     assert result.returncode == 0, result.stderr
     assert not (out / "notes.txt").exists() and (out / "weights" / ".metadata").is_file()
+
+
+def test_a_truncated_weights_file_is_refused(hf_models, tmp_path):
+    """The weights are read from the files (not mapped): a file cut short is found before anything is written."""
+    directory = tmp_path / "cut"
+    directory.mkdir()
+    (directory / "config.json").write_text((hf_models / "llama" / "config.json").read_text())
+    whole = (hf_models / "llama" / "model.safetensors").read_bytes()
+    (directory / "model.safetensors").write_bytes(whole[:-100])
+    error = _refused(tmp_path, str(directory), "llama_8b")
+    assert "HF_DIR" in error and "fewer than its header points to (a truncated file)" in error

@@ -23,6 +23,7 @@ from nemo_recipes.conversion.checkpoint_writer import Chunk, save_streaming
 from nemo_recipes.conversion.hf_config import layout_problems, read_config, shape_of
 from nemo_recipes.conversion.hf_export import ExportWriteError, _out_problems, _replace
 from nemo_recipes.conversion.megatron_checkpoint import GLOBAL_KEYS, LAYER_KEYS, PREFIX
+from nemo_recipes.conversion.safetensors_files import Entry, HeaderError, read_header, read_tensor
 from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem
 from nemo_recipes.families import Architecture, family_of, get_family
 
@@ -75,26 +76,18 @@ def plan_import(hf_dir: str, spec: RecipeSpec, given: Mapping[str, Any]) -> tupl
 
 
 class HFWeights:
-    """The safetensors of a Hugging Face directory, opened lazily: a tensor is read when asked for."""
+    """The safetensors of a Hugging Face directory: their headers read, each tensor read when asked for."""
 
     def __init__(self, hf_dir: str):
-        from safetensors import safe_open
-
-        path = Path(hf_dir)
-        files = sorted(path.glob("*.safetensors"))
-        self.files = [safe_open(str(f), framework="pt") for f in files]
-        self.where: dict[str, Any] = {}
-        for handle in self.files:
-            for key in handle.keys():
-                self.where[key] = (handle, key)  # (its file, its name there)
+        self.where: dict[str, Entry] = {}
+        for file in sorted(Path(hf_dir).glob("*.safetensors")):
+            self.where.update(read_header(file))
 
     def shape(self, key: str) -> tuple[int, ...]:
-        handle, name = self.where[key]
-        return tuple(handle.get_slice(name).get_shape())
+        return self.where[key].shape
 
     def get(self, key: str) -> Any:
-        handle, name = self.where[key]
-        return handle.get_tensor(name)
+        return read_tensor(self.where[key])
 
 
 def _expected(arch: Architecture, mapping: Any) -> dict[str, tuple[int, ...]]:
@@ -173,7 +166,11 @@ def import_hf(
     shaped, changed = plan_import(hf_dir, spec, given or {})
     mapping = get_family(family_of(spec.name)).hf
     arch = Architecture.of(shaped)
-    weights = HFWeights(hf_dir)
+    try:
+        weights = HFWeights(hf_dir)
+    except HeaderError as error:
+        problem = Problem("HF_DIR", hf_dir, f"has weights that cannot be read: {error}.", "save the model again.")
+        raise InvalidConfigError([problem], context=f"hf import {hf_dir}: nothing written") from None
     if mapping.model_type == "gpt2":
         _normalise_gpt2_keys(weights)
     target = Path(out)
