@@ -181,7 +181,13 @@ def _measure(argv: list[str], log: Path) -> dict[str, Any]:
         _pid, status, usage = os.wait4(process.pid, 0)
     seconds = time.perf_counter() - start
     code = os.waitstatus_to_exitcode(status)
-    result = {"seconds": round(seconds, 1), "peak_rss": usage.ru_maxrss * 1024, "exit": code}
+    cpu = usage.ru_utime + usage.ru_stime  # steadier than wall time on a machine shared with other work
+    result = {
+        "seconds": round(seconds, 1),
+        "cpu_seconds": round(cpu, 1),
+        "peak_rss": usage.ru_maxrss * 1024,
+        "exit": code,
+    }
     if code != 0:
         result["error"] = log.read_text(errors="replace")[-1500:]
     return result
@@ -256,8 +262,8 @@ def run(models: list[tuple[str, str, list[str]]], work: Path) -> list[dict[str, 
 
 
 def _table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| model | bytes | conversion | seconds | peak RSS | RSS / model | vs NeMo's export |",
-             "|---|---:|---|---:|---:|---:|---:|"]  # fmt: skip
+    lines = ["| model | bytes | conversion | seconds | CPU-s | peak RSS | RSS / model | vs NeMo's export (s, CPU-s) |",
+             "|---|---:|---|---:|---:|---:|---:|---:|"]  # fmt: skip
     for row in rows:
         size = row.get("model_bytes")
         nemo = row.get("nemo_export")
@@ -266,12 +272,19 @@ def _table(rows: list[dict[str, Any]]) -> str:
                 continue
             r = row[name]
             if r["exit"] != 0:
-                lines.append(f"| {row['model']} | | {name} | failed (exit {r['exit']}) | | | |")
+                lines.append(f"| {row['model']} | | {name} | failed (exit {r['exit']}) | | | | |")
                 continue
-            ratio = f"{r['seconds'] / nemo['seconds']:.2f}x time" if nemo and nemo["exit"] == 0 else ""
+            ratio = ""
+            if nemo and nemo["exit"] == 0:
+                ratio = f"{r['seconds'] / nemo['seconds']:.2f}x, {r['cpu_seconds'] / nemo['cpu_seconds']:.2f}x"
             lines.append(
-                f"| {row['model']} | {size / 1e9:.2f} GB | {name} | {r['seconds']:.1f} | {r['peak_rss'] / 1e9:.2f} GB "
-                f"| {r['peak_rss'] / size:.2f} | {ratio} |"
+                f"| {row['model']} | {size / 1e9:.2f} GB | {name} | {r['seconds']:.1f} | {r['cpu_seconds']:.1f} "
+                f"| {r['peak_rss'] / 1e9:.2f} GB | {r['peak_rss'] / size:.2f} | {ratio} |"
+            )
+        if "differs_from_nemo" in row:
+            same = not row["differs_from_nemo"]
+            lines.append(
+                f"| {row['model']} | | ours vs NeMo's tensors | {'bit-identical' if same else 'DIFFER'} | | | | |"
             )
     return "\n".join(lines)
 
