@@ -59,6 +59,12 @@ def _tensors(directory: Path) -> dict:
     return {k: v for f in sorted(directory.glob("*.safetensors")) for k, v in load_file(str(f)).items()}
 
 
+def _tensors_of(file: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(str(file))
+
+
 def _round_trip(family: str, hf_models: Path, tmp_path: Path) -> tuple[dict, dict]:
     from nemo_recipes.conversion.hf_export import export_hf
     from nemo_recipes.conversion.hf_import import import_hf
@@ -75,6 +81,29 @@ def test_hugging_face_to_checkpoint_and_back_is_bit_identical(family, hf_models,
     assert sorted(original) == sorted(back)
     for key, tensor in original.items():
         assert tensor.dtype == back[key].dtype and torch.equal(tensor, back[key]), key
+
+
+def test_a_sharded_export_round_trips_and_loads_in_transformers(hf_models, tmp_path):
+    """The export writes each tensor as it converts it, into files planned from the shapes: split at 200 kB, the
+    files and their index hold every tensor bit for bit, and transformers loads them as the original model."""
+    from transformers import AutoModelForCausalLM
+
+    from nemo_recipes.conversion.hf_export import export_hf
+    from nemo_recipes.conversion.hf_import import import_hf
+
+    spec, given = _spec("llama")
+    report = import_hf(str(hf_models / "llama"), spec, str(tmp_path / "ckpt"), given=given)
+    export_hf(str(tmp_path / "ckpt"), str(tmp_path / "back"), spec.replace(**report.overrides), shard_bytes=200_000)
+    index = json.loads((tmp_path / "back" / "model.safetensors.index.json").read_text())
+    files = sorted(p.name for p in (tmp_path / "back").glob("*.safetensors"))
+    assert len(files) > 3 and sorted(set(index["weight_map"].values())) == files
+    held = {name: set(_tensors_of(tmp_path / "back" / name)) for name in files}
+    assert all(key in held[name] for key, name in index["weight_map"].items())  # each key where the index says
+    original, back = _tensors(hf_models / "llama"), _tensors(tmp_path / "back")
+    assert sorted(original) == sorted(back) == sorted(index["weight_map"])
+    assert all(torch.equal(tensor, back[key]) for key, tensor in original.items())
+    loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "back").state_dict()
+    assert all(torch.equal(tensor, loaded[key]) for key, tensor in original.items())
 
 
 def test_a_broken_import_mapping_breaks_the_round_trip(hf_models, tmp_path, monkeypatch):
@@ -219,3 +248,14 @@ def test_an_output_that_is_not_empty_is_refused_unless_forced(hf_models, tmp_pat
     result = cli("hf", "import", str(hf_models / "gpt"), "gpt_1_3b", "--out", str(out), "--force", timeout=300)
     assert result.returncode == 0, result.stderr
     assert not (out / "notes.txt").exists() and (out / "weights" / ".metadata").is_file()
+
+
+def test_a_truncated_weights_file_is_refused(hf_models, tmp_path):
+    """The weights are read from the files (not mapped): a file cut short is found before anything is written."""
+    directory = tmp_path / "cut"
+    directory.mkdir()
+    (directory / "config.json").write_text((hf_models / "llama" / "config.json").read_text())
+    whole = (hf_models / "llama" / "model.safetensors").read_bytes()
+    (directory / "model.safetensors").write_bytes(whole[:-100])
+    error = _refused(tmp_path, str(directory), "llama_8b")
+    assert "HF_DIR" in error and "fewer than its header points to (a truncated file)" in error

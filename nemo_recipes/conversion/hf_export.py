@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterator, Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.conversion.megatron_checkpoint import MegatronCheckpoint
+from nemo_recipes.conversion.safetensors_writer import Planned, StreamingFile, plan_files
 from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.families import Architecture, family_of, get_family
 
@@ -191,6 +192,27 @@ def hf_tensors(ckpt: MegatronCheckpoint, arch: Architecture, mapping: Any, vocab
         yield from mapping.layer_to_hf(arch, index, megatron).items()
 
 
+def _planned(ckpt: MegatronCheckpoint, arch: Architecture, mapping: Any, vocab: int) -> list[Planned]:
+    """What `hf_tensors` will yield, in its order, from shapes alone: the mapping run on meta tensors."""
+    import torch
+
+    def dtype(key: str) -> Any:
+        return ckpt.metadata.state_dict_metadata[key].properties.dtype
+
+    planned = []
+    for role, hf_key in mapping.GLOBALS.items():
+        key = ckpt.key(role, layer=False)
+        if key is not None:
+            shape = ckpt.shape(key)
+            shape = (vocab, *shape[1:]) if role in ("embedding.weight", "output.weight") else shape
+            planned.append(Planned(hf_key, shape, dtype(key)))
+    keys = {t.role: ckpt.key(t.role, layer=True) for t in arch.layer_tensors()}
+    for index in range(arch.spec.num_layers):
+        meta = {role: torch.empty(ckpt.shape(k)[1:], dtype=dtype(k), device="meta") for role, k in keys.items()}  # type: ignore[arg-type]
+        planned += [Planned(k, tuple(v.shape), v.dtype) for k, v in mapping.layer_to_hf(arch, index, meta).items()]
+    return planned
+
+
 def _write_weights(
     ckpt: MegatronCheckpoint,
     arch: Architecture,
@@ -200,51 +222,34 @@ def _write_weights(
     shard_bytes: int,
     say: Callable[[str], None],
 ) -> tuple[list[str], int, Any]:
-    from safetensors import SafetensorError
-    from safetensors.torch import save_file
-
-    shards: list[dict[str, Any]] = []
-    current: dict[str, Any] = {}
-    size = parameters = 0
-    dtype = None
-    names: list[str] = []
-
-    def flush() -> None:
-        nonlocal current, size
-        if current:
-            name = f"part-{len(names):05d}.safetensors"
-            try:
-                save_file(current, str(stage / name), metadata={"format": "pt"})
-            except SafetensorError as error:  # its I/O errors (a full disk) are not OSErrors
-                raise OSError(str(error)) from None
-            names.append(name)
-            shards.append({key: name for key in current})
-            say(f"hf export: wrote {len(names)} file(s)")
-            current, size = {}, 0
-
-    for key, tensor in hf_tensors(ckpt, arch, mapping, vocab):
-        tensor = tensor.contiguous()
-        dtype = dtype or tensor.dtype
-        nbytes = tensor.numel() * tensor.element_size()
-        if current and size + nbytes > shard_bytes:
-            flush()
-        current[key] = tensor
-        size += nbytes
-        parameters += tensor.numel()
-    flush()
+    """The weights as safetensors files, each tensor written as it is converted (the headers first, from the
+    shapes): memory holds the layer being converted, not a file's worth of them."""
+    groups = plan_files(_planned(ckpt, arch, mapping, vocab), shard_bytes)
+    if len(groups) == 1:
+        names = ["model.safetensors"]
+    else:
+        names = [f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
+    tensors = hf_tensors(ckpt, arch, mapping, vocab)
+    parameters = 0
+    for name, group in zip(names, groups, strict=True):
+        out = StreamingFile(stage / name, group)
+        try:
+            for _planned_tensor in group:
+                key, tensor = next(tensors)
+                out.write(key, tensor)
+                parameters += tensor.numel()
+        finally:
+            out.handle.close()
+        out.close()
+        say(f"hf export: wrote {name}")
+    dtype = groups[0][0].dtype
     if len(names) == 1:
-        (stage / names[0]).rename(stage / "model.safetensors")
-        return ["model.safetensors"], parameters, dtype
-    final = {name: f"model-{i + 1:05d}-of-{len(names):05d}.safetensors" for i, name in enumerate(names)}
-    weight_map: dict[str, str] = {}
-    total = 0
-    for name, shard in zip(names, shards, strict=True):
-        (stage / name).rename(stage / final[name])
-        weight_map.update({key: final[name] for key in shard})
-        total += (stage / final[name]).stat().st_size
+        return names, parameters, dtype
+    weight_map = {t.key: name for name, group in zip(names, groups, strict=True) for t in group}
+    total = sum((stage / name).stat().st_size for name in names)
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (stage / "model.safetensors.index.json").write_text(json.dumps(index, indent=2), encoding="utf-8")
-    return [*final.values(), "model.safetensors.index.json"], parameters, dtype
+    return [*names, "model.safetensors.index.json"], parameters, dtype
 
 
 def _write_config(mapping: Any, spec: RecipeSpec, tokenizer: Any, dtype: Any, stage: Path) -> None:

@@ -11,6 +11,7 @@ before anything is written, and written beside --out, then renamed into place.
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -18,9 +19,11 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.conversion.checkpoint_writer import Chunk, save_streaming
 from nemo_recipes.conversion.hf_config import layout_problems, read_config, shape_of
 from nemo_recipes.conversion.hf_export import ExportWriteError, _out_problems, _replace
 from nemo_recipes.conversion.megatron_checkpoint import GLOBAL_KEYS, LAYER_KEYS, PREFIX
+from nemo_recipes.conversion.safetensors_files import Entry, HeaderError, read_header, read_tensor
 from nemo_recipes.conversion.write_errors import write_failure
 from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem
 from nemo_recipes.families import Architecture, family_of, get_family
@@ -74,26 +77,18 @@ def plan_import(hf_dir: str, spec: RecipeSpec, given: Mapping[str, Any]) -> tupl
 
 
 class HFWeights:
-    """The safetensors of a Hugging Face directory, opened lazily: a tensor is read when asked for."""
+    """The safetensors of a Hugging Face directory: their headers read, each tensor read when asked for."""
 
     def __init__(self, hf_dir: str):
-        from safetensors import safe_open
-
-        path = Path(hf_dir)
-        files = sorted(path.glob("*.safetensors"))
-        self.files = [safe_open(str(f), framework="pt") for f in files]
-        self.where: dict[str, Any] = {}
-        for handle in self.files:
-            for key in handle.keys():
-                self.where[key] = (handle, key)  # (its file, its name there)
+        self.where: dict[str, Entry] = {}
+        for file in sorted(Path(hf_dir).glob("*.safetensors")):
+            self.where.update(read_header(file))
 
     def shape(self, key: str) -> tuple[int, ...]:
-        handle, name = self.where[key]
-        return tuple(handle.get_slice(name).get_shape())
+        return self.where[key].shape
 
     def get(self, key: str) -> Any:
-        handle, name = self.where[key]
-        return handle.get_tensor(name)
+        return read_tensor(self.where[key])
 
 
 def _expected(arch: Architecture, mapping: Any) -> dict[str, tuple[int, ...]]:
@@ -172,7 +167,11 @@ def import_hf(
     shaped, changed = plan_import(hf_dir, spec, given or {})
     mapping = get_family(family_of(spec.name)).hf
     arch = Architecture.of(shaped)
-    weights = HFWeights(hf_dir)
+    try:
+        weights = HFWeights(hf_dir)
+    except HeaderError as error:
+        problem = Problem("HF_DIR", hf_dir, f"has weights that cannot be read: {error}.", "save the model again.")
+        raise InvalidConfigError([problem], context=f"hf import {hf_dir}: nothing written") from None
     if mapping.model_type == "gpt2":
         _normalise_gpt2_keys(weights)
     target = Path(out)
@@ -208,54 +207,59 @@ def import_hf(
     return ImportReport(str(target), spec.name, mapping.architecture, hf_dir, parameters, overrides, notes)
 
 
-def megatron_tensors(weights: HFWeights, arch: Architecture, mapping: Any, dtype: Any) -> dict[str, Any]:
-    """Megatron's sharded keys (as its training saves them) -> global tensors: each layer role stacked over the
-    layers, the vocabulary padded with zero rows."""
-    import torch
-
+def megatron_chunks(arch: Architecture, mapping: Any) -> list[Chunk]:
+    """Megatron's sharded keys as its training saves them, at their global shapes: the globals whole (the vocabulary
+    padded), then every layer role stacked over the layers, written one layer at a time."""
     spec = arch.spec
-    state: dict[str, Any] = {}
-    for role, hf_key in mapping.GLOBALS.items():
-        if hf_key not in weights.where or role not in {t.role for t in arch.global_tensors()}:
-            continue
-        tensor = weights.get(hf_key).to(dtype)
-        if role in ("embedding.weight", "output.weight"):
-            padded = torch.zeros((spec.padded_vocab_size, tensor.shape[1]), dtype=dtype)
-            padded[: tensor.shape[0]] = tensor
-            tensor = padded
-        state[PREFIX + GLOBAL_KEYS[role]] = tensor
-    roles = [t.role for t in arch.layer_tensors()]
-    stacked: dict[str, list[Any]] = {role: [] for role in roles}
+    chunks = []
+    for tensor in arch.global_tensors():
+        if tensor.role in mapping.GLOBALS:
+            chunks.append(Chunk(PREFIX + GLOBAL_KEYS[tensor.role], tuple(tensor.shape)))
     for index in range(spec.num_layers):
-        hf = {key: weights.get(key) for key in mapping.layer_keys(index)}
-        for role, tensor in mapping.layer_from_hf(arch, index, hf).items():
-            stacked[role].append(tensor.to(dtype))
-    for role in roles:
-        # Transformer Engine's layer spec (the one the recipes train) fuses each norm into the next linear layer.
-        state[PREFIX + "decoder.layers." + LAYER_KEYS[role][0]] = torch.stack(stacked.pop(role)).contiguous()
-    for name in EXTRA_STATE:
-        for index in range(spec.num_layers):
-            # Megatron saves a list of each layer's extra state (None without FP8): torch.distributed.checkpoint
-            # serialises a non-tensor value as Megatron's save planner serialises that list.
-            state[f"{PREFIX}decoder.layers.{name}._extra_state/shard_{index}_{spec.num_layers}"] = [None]
-    return state
+        for t in arch.layer_tensors():
+            # Transformer Engine's layer spec (the one the recipes train) fuses each norm into the next linear layer.
+            chunks.append(Chunk(PREFIX + "decoder.layers." + LAYER_KEYS[t.role][0], (spec.num_layers, *t.shape), index))
+    return chunks
+
+
+class _Converter:
+    """Makes each chunk of `megatron_chunks` from the Hugging Face tensors when the writer asks for it: one layer's
+    tensors converted at a time, each dropped once given."""
+
+    def __init__(self, weights: HFWeights, arch: Architecture, mapping: Any):
+        self.weights, self.arch, self.mapping = weights, arch, mapping
+        self.roles = {PREFIX + GLOBAL_KEYS[role]: role for role in GLOBAL_KEYS}
+        self.roles.update({PREFIX + "decoder.layers." + keys[0]: role for role, keys in LAYER_KEYS.items()})
+        self.layer: Optional[int] = None
+        self.converted: dict[str, Any] = {}
+
+    def __call__(self, chunk: Chunk) -> Any:
+        import torch
+
+        role = self.roles[chunk.key]
+        if chunk.layer is None:
+            tensor = self.weights.get(self.mapping.GLOBALS[role])
+            if role in ("embedding.weight", "output.weight"):
+                padded = torch.zeros(chunk.size, dtype=tensor.dtype)
+                padded[: tensor.shape[0]] = tensor
+                tensor = padded
+            return tensor
+        if chunk.layer != self.layer:
+            hf = {key: self.weights.get(key) for key in self.mapping.layer_keys(chunk.layer)}
+            self.converted = self.mapping.layer_from_hf(self.arch, chunk.layer, hf)
+            self.layer = chunk.layer
+        return self.converted.pop(role)
 
 
 def _write_checkpoint(weights: HFWeights, arch: Architecture, mapping: Any, directory: Path, dtype: Any) -> int:
-    import torch
-    import torch.distributed.checkpoint as dcp
-
-    from nemo_recipes.quiet import library_notices_silenced
-
-    state = megatron_tensors(weights, arch, mapping, dtype)
-    directory.mkdir(parents=True)
-    with library_notices_silenced():  # that no process group runs: one process writes the whole checkpoint
-        dcp.save(state, storage_writer=dcp.FileSystemWriter(str(directory)), no_dist=True)
-    # Megatron's loader reads the backend from metadata.json and the non-tensor state from common.pt.
-    backend = {"sharded_backend": "torch_dist", "sharded_backend_version": 1, "common_backend": "torch",
-               "common_backend_version": 1}  # fmt: skip
-    (directory / "metadata.json").write_text(json.dumps(backend), encoding="utf-8")
-    content = {"singleton_local_shards": False, "chained_optim_avoid_prefix": True,
-               "distrib_optim_sharding_type": "dp_reshardable"}  # fmt: skip
-    torch.save({"state_dict": {}, "content_metadata": content}, str(directory / "common.pt"))
-    return sum(t.numel() for t in state.values() if isinstance(t, torch.Tensor))
+    chunks = megatron_chunks(arch, mapping)
+    layers = arch.spec.num_layers
+    # Megatron saves a list of each layer's extra state (None without FP8): torch.distributed.checkpoint serialises
+    # a non-tensor value as Megatron's save planner serialises that list.
+    objects = {
+        f"{PREFIX}decoder.layers.{name}._extra_state/shard_{index}_{layers}": [None]
+        for name in EXTRA_STATE
+        for index in range(layers)
+    }
+    save_streaming(directory, chunks, _Converter(weights, arch, mapping), dtype, objects)
+    return sum(math.prod(c.size) for c in chunks if c.layer in (None, 0))
