@@ -120,8 +120,9 @@ def test_export_onto_a_disk_that_fills_leaves_nothing(made, tmp_path):
     _, ckpt, recipe = made
     out = tmp_path / "hf"
     result = _on_a_full_disk("hf", "export", str(ckpt), *recipe, "--out", str(out))
-    assert result.returncode == 1, result.stderr
-    assert f"cannot write {out}" in result.stderr and "nothing was written there" in result.stderr
+    assert result.returncode == 2, result.stderr
+    assert f"--out={str(out)!r}" in result.stderr and "has no room" in result.stderr
+    assert "nothing was written there" in result.stderr and "Fix: free space there" in result.stderr
     assert "Traceback" not in result.stderr
     assert not out.exists() and not list(tmp_path.glob(".*.partial-*"))
 
@@ -133,8 +134,9 @@ def test_import_onto_a_disk_that_fills_leaves_nothing(made, tmp_path):
     hf, _, _ = made
     out = tmp_path / "ckpt"
     result = _on_a_full_disk("hf", "import", str(hf), "gpt_1_3b", "--out", str(out))
-    assert result.returncode == 1, result.stderr
-    assert f"cannot write {out}" in result.stderr and "nothing was written there" in result.stderr
+    assert result.returncode == 2, result.stderr
+    assert f"--out={str(out)!r}" in result.stderr and "has no room" in result.stderr
+    assert "nothing was written there" in result.stderr and "Fix: free space there" in result.stderr
     assert "Traceback" not in result.stderr
     assert not out.exists() and not list(tmp_path.glob(".*.partial-*"))
 

@@ -49,8 +49,8 @@ def register(verbs: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from nemo_recipes.catalog import get_recipe
-    from nemo_recipes.conversion.hf_export import ExportWriteError
     from nemo_recipes.conversion.hf_import import import_hf
+    from nemo_recipes.conversion.write_errors import ExportWriteError
     from nemo_recipes.overrides import apply_overrides
     from nemo_recipes.quiet import library_notices_silenced
 

@@ -84,7 +84,8 @@ def _shard_size(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    from nemo_recipes.conversion.hf_export import DEFAULT_SHARD_BYTES, ExportWriteError, export_hf
+    from nemo_recipes.conversion.hf_export import DEFAULT_SHARD_BYTES, export_hf
+    from nemo_recipes.conversion.write_errors import ExportWriteError
 
     spec = None
     if args.recipe is not None:

@@ -9,7 +9,6 @@ failure (a full disk, a signal) leaves no half-written model where one is expect
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import shutil
@@ -20,16 +19,13 @@ from typing import Any, Callable, Iterator, Optional
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.conversion.megatron_checkpoint import MegatronCheckpoint
 from nemo_recipes.conversion.safetensors_writer import Planned, StreamingFile, plan_files
+from nemo_recipes.conversion.write_errors import unwritable
 from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.families import Architecture, family_of, get_family
 
 #: Above this many bytes the weights are split into several safetensors files (transformers' own default size).
 DEFAULT_SHARD_BYTES = 5 * 10**9
 RUN_RECORDS = ("train.json", "resume.json")  # what a `smoke --dir` run writes: the spec it trained
-
-
-class ExportWriteError(Exception):
-    """The model could not be written (a full disk, a directory without write permission): nothing was left."""
 
 
 @dataclass
@@ -153,8 +149,7 @@ def export_hf(
         _replace(stage, target)
     except OSError as error:
         shutil.rmtree(stage, ignore_errors=True)
-        why = "the disk is full" if error.errno == errno.ENOSPC else (error.strerror or str(error))
-        raise ExportWriteError(f"cannot write {target}: {why}; nothing was written there.") from None
+        raise unwritable(target, error, context="hf export") from None
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)
         raise

@@ -21,10 +21,10 @@ from typing import Any, Mapping, Optional
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.conversion.checkpoint_writer import Chunk, save_streaming
 from nemo_recipes.conversion.hf_config import layout_problems, read_config, shape_of
-from nemo_recipes.conversion.hf_export import ExportWriteError, _out_problems, _replace
+from nemo_recipes.conversion.hf_export import _out_problems, _replace
 from nemo_recipes.conversion.megatron_checkpoint import GLOBAL_KEYS, LAYER_KEYS, PREFIX
 from nemo_recipes.conversion.safetensors_files import Entry, HeaderError, read_header, read_tensor
-from nemo_recipes.conversion.write_errors import write_failure
+from nemo_recipes.conversion.write_errors import unwritable, write_failure
 from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem
 from nemo_recipes.families import Architecture, family_of, get_family
 
@@ -185,18 +185,12 @@ def import_hf(
         record = {"source": str(Path(hf_dir).resolve()), "recipe": spec.name, "overrides": changed}
         (stage / RECORD).write_text(json.dumps(record, indent=2), encoding="utf-8")
         _replace(stage, target)
-    except OSError as error:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise ExportWriteError(
-            f"cannot write {target}: {error.strerror or error}; nothing was written there."
-        ) from None
     except BaseException as error:
         shutil.rmtree(stage, ignore_errors=True)
         failed = write_failure(error)  # torch's writers report a full disk in their own exceptions
         if failed is None:
             raise
-        why = failed.strerror or str(failed)
-        raise ExportWriteError(f"cannot write {target}: {why}; nothing was written there.") from None
+        raise unwritable(target, failed, context="hf import") from None
     notes = []
     if shaped.padded_vocab_size != shaped.vocab_size:
         notes.append(

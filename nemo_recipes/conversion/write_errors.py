@@ -1,11 +1,26 @@
 """A write that failed (a full disk, a file size limit), as torch's writers report it, told apart from any other
 failure: `torch.distributed.checkpoint` wraps each rank's OSError in a CheckpointException (a BaseException, not an
-OSError), and `torch.save`'s zip writer turns a short write into a RuntimeError. Standard library only."""
+OSError), and `torch.save`'s zip writer turns a short write into a RuntimeError. And what the user is told: an --out
+with no room or no write permission is the user's to fix (exit 2, field, value and fix), as a full `smoke --dir` or
+`data prepare --out` is; any other failed write is exit 1. Standard library only."""
 
 from __future__ import annotations
 
 import errno
+import shlex
+from pathlib import Path
 from typing import Optional
+
+from nemo_recipes.errors import InvalidInputError, Problem
+
+#: A file system with no room (a full disk, a quota, a file size limit), and one that refuses to be written.
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
+
+
+class ExportWriteError(Exception):
+    """The model could not be written for a reason that is not the user's to fix: nothing was left."""
+
 
 #: What torch's zip writer (caffe2's inline_container) says when a write came back short.
 _ZIP_WRITER = ("PytorchStreamWriter failed writing", "inline_container.cc")
@@ -22,5 +37,30 @@ def write_failure(error: BaseException) -> Optional[OSError]:
             if found is not None:
                 return found
     if isinstance(error, RuntimeError) and any(mark in str(error) for mark in _ZIP_WRITER):
-        return OSError(errno.EIO, "a write came back short (the disk is full, or a file size limit was reached)")
+        # A short write is a write the file system had no room for (its reason, ENOSPC or EFBIG, is lost on the way).
+        return OSError(errno.ENOSPC, "a write came back short (the disk is full, or a file size limit was reached)")
     return None
+
+
+def unwritable(target: Path, error: OSError, context: str) -> Exception:
+    """What to raise when writing `target` (the --out of an export or an import) failed with `error`; the partial
+    directory is already removed."""
+    why = error.strerror or str(error)
+    if error.errno in _FULL:
+        problem = Problem(
+            "--out",
+            str(target),
+            f"has no room: writing it failed ({why}); nothing was written there.",
+            f"free space there (df -h {shlex.quote(str(target.parent))}) or give --out a directory on another file "
+            "system.",
+        )
+        return InvalidInputError([problem], context=context)
+    if error.errno in _READ_ONLY:
+        problem = Problem(
+            "--out",
+            str(target),
+            f"cannot be written ({why}); nothing was written there.",
+            "give --out a directory you can write.",
+        )
+        return InvalidInputError([problem], context=context)
+    return ExportWriteError(f"cannot write {target}: {why}; nothing was written there.")
