@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
-from nemo_recipes.data import tokenizers
+from nemo_recipes.data import gigatoken_encoder, tokenizers
+from nemo_recipes.data.gigatoken_encoder import GIGATOKEN
 
 TIKTOKEN = "tiktoken"
 #: GPT-2's split pattern, the one Hugging Face's ByteLevel pre-tokenizer applies (`use_regex=True`).
@@ -181,16 +182,29 @@ def build(path: str | Path, reference: tokenizers.Encoder) -> TiktokenEncoder | 
     return TiktokenEncoder(vocab, reference)
 
 
-def _trap_texts(candidate: TiktokenEncoder) -> list[str]:
-    specials = sorted(candidate._specials)
+def added_tokens(path: str | Path) -> list[str]:
+    """The special and added tokens of the Hugging Face tokenizer at `path` (none for another kind)."""
+    path = Path(path)
+    file = path if path.is_file() else path / "tokenizer.json"
+    if file.suffix != ".json" or not file.is_file():
+        return []
+    return [t["content"] for t in json.loads(file.read_text(encoding="utf-8")).get("added_tokens") or ()]
+
+
+def _trap_texts(specials: Iterable[str]) -> list[str]:
+    specials = sorted(set(specials))
     literal = "".join(f"a{token}b {token} {token}{token}\n" for token in specials)
     return [*TRAPS, literal, "".join(TRAPS) + literal]
 
 
-def check(reference: tokenizers.Encoder, candidate: tokenizers.Encoder, sample: list[str]) -> Optional[str]:
-    """None when `candidate` gives the ids `reference` gives on every text of `sample` (and the traps), else the first
-    difference, in words."""
-    texts = list(sample) + (_trap_texts(candidate) if isinstance(candidate, TiktokenEncoder) else list(TRAPS))
+def check(
+    reference: tokenizers.Encoder, candidate: tokenizers.Encoder, sample: list[str], specials: Iterable[str] = ()
+) -> Optional[str]:
+    """None when `candidate` gives the ids `reference` gives on every text of `sample` and the traps (with each of
+    `specials` written literally), else the first difference, in words."""
+    if isinstance(candidate, TiktokenEncoder):
+        specials = [*specials, *candidate._specials]
+    texts = list(sample) + _trap_texts(specials)
     try:
         got = candidate.encode_batch(texts)
     except BaseException as error:  # noqa: BLE001  tiktoken's Rust panics are BaseExceptions; any is a difference
@@ -212,30 +226,44 @@ def check(reference: tokenizers.Encoder, candidate: tokenizers.Encoder, sample: 
 
 @dataclass(frozen=True)
 class Choice:
-    encoder: str  # TIKTOKEN, or the tokenizer's kind (its own library)
+    encoder: str  # GIGATOKEN, TIKTOKEN, or the tokenizer's kind (its own library)
     why: str  # one line for the user
 
 
+#: The faster encoders, tried in this order; the first that passes `check` encodes (gigatoken_encoder.py says why
+#: gigatoken comes first).
+FASTER = (GIGATOKEN, TIKTOKEN)
+
+
+def _build(name: str, path: str | Path, reference: tokenizers.Encoder) -> tokenizers.Encoder | str:
+    return gigatoken_encoder.build(path, reference) if name == GIGATOKEN else build(path, reference)
+
+
 def choose(path: str | Path, sample: list[str]) -> Choice:
-    """The encoder `data prepare` uses for the tokenizer at `path`: tiktoken when it passes `check` on `sample`,
-    else the tokenizer's own library, with the reason."""
+    """The encoder `data prepare` uses for the tokenizer at `path`: the first of FASTER that passes `check` on
+    `sample`, else the tokenizer's own library; with the reasons, in one line."""
     reference = tokenizers.load(path)
-    candidate = build(path, reference)
-    if isinstance(candidate, str):
-        return Choice(reference.kind, f"encoding with {reference.kind} (no faster encoder: {candidate})")
-    difference = check(reference, candidate, sample)
-    if difference is not None:
-        return Choice(reference.kind, f"encoding with {reference.kind}: tiktoken gives other ids ({difference})")
-    tokens = sum(len(t) for t in sample)
-    return Choice(TIKTOKEN, f"encoding with tiktoken: the same ids as {reference.kind} on {tokens:,} characters")
+    reasons = []
+    for name in FASTER:
+        candidate = _build(name, path, reference)
+        if isinstance(candidate, str):
+            reasons.append(f"no {name}: {candidate}")
+            continue
+        difference = check(reference, candidate, sample, added_tokens(path))
+        if difference is None:
+            chars = sum(len(t) for t in sample)
+            also = f" ({'; '.join(reasons)})" if reasons else ""
+            return Choice(name, f"encoding with {name}: the same ids as {reference.kind} on {chars:,} characters{also}")
+        reasons.append(f"{name} gives other ids ({difference})")
+    return Choice(reference.kind, f"encoding with {reference.kind}: {'; '.join(reasons)}")
 
 
 def load(path: str | Path, encoder: str) -> tokenizers.Encoder:
     """The encoder `choose` chose for the tokenizer at `path`."""
     reference = tokenizers.load(path)
-    if encoder != TIKTOKEN:
+    if encoder not in FASTER:
         return reference
-    built = build(path, reference)
+    built = _build(encoder, path, reference)
     if isinstance(built, str):  # the tokenizer changed since the choice; the plan's fingerprint stops that first
-        raise RuntimeError(f"tiktoken was chosen for {path} but cannot be built: {built}")
+        raise RuntimeError(f"{encoder} was chosen for {path} but cannot be built: {built}")
     return built
