@@ -11,15 +11,12 @@ tokenizer that differs keeps its own library. tiktoken is imported inside the fu
 
 from __future__ import annotations
 
-import functools
 import json
-import re
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
-from nemo_recipes.data import gigatoken_encoder, tokenizers
+from nemo_recipes.data import gigatoken_encoder, tokenizers, unassigned
 from nemo_recipes.data.gigatoken_encoder import GIGATOKEN
 
 TIKTOKEN = "tiktoken"
@@ -119,25 +116,6 @@ def vocabulary(path: str | Path) -> Vocabulary | str:
     return result
 
 
-@functools.lru_cache(maxsize=1)
-def _unassigned() -> re.Pattern[str]:
-    """Characters unassigned in this Python's Unicode tables (14.0 on 3.11). The split regexes of tiktoken and of
-    Hugging Face's tokenizers carry Unicode tables of their own versions: a character assigned since (U+13CF1, a
-    letter of Unicode 16, measured here) is a letter to one and not to the other, and splits the words differently."""
-    ranges = []
-    start = None
-    for code in range(0x110000):
-        unassigned = unicodedata.category(chr(code)) == "Cn"
-        if unassigned and start is None:
-            start = code
-        elif not unassigned and start is not None:
-            ranges.append((start, code - 1))
-            start = None
-    if start is not None:
-        ranges.append((start, 0x10FFFF))
-    return re.compile("[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges) + "]")
-
-
 class TiktokenEncoder(tokenizers.Encoder):
     """tiktoken over the vocabulary of a tokenizer, with that tokenizer's vocabulary size and end-of-document id.
     Special and added tokens written literally in the text are encoded as their ids, as Hugging Face does. A document
@@ -155,16 +133,15 @@ class TiktokenEncoder(tokenizers.Encoder):
         self._core = self._encoding._core_bpe  # the Rust encoder: skips a Python check per document
         self._specials = set(vocab.specials)
         self._reference = reference
-        self._unassigned = _unassigned()
         self.vocab_size = reference.vocab_size
         self.eod_id = reference.eod_id
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         encode = self._core.encode
         specials = self._specials
-        unassigned = self._unassigned.search
-        result = [encode(text, specials) if text.isascii() or not unassigned(text) else [] for text in texts]
-        rare = [i for i, text in enumerate(texts) if not result[i] and text and not text.isascii() and unassigned(text)]
+        rare = unassigned.rare(texts)
+        skip = set(rare)
+        result = [[] if i in skip else encode(text, specials) for i, text in enumerate(texts)]
         if rare:
             for i, ids in zip(rare, self._reference.encode_batch([texts[i] for i in rare]), strict=True):
                 result[i] = ids

@@ -5,9 +5,8 @@ gave, id for id, what the tokenizer's own library gives (fast_encoder.check).
 Why it is the first choice: on a worker's core it encoded 4-10x faster than tiktoken built from the same vocabulary
 and 1.3x faster on words that never repeat (its cache of split words is per process, so a worker's later shards
 gain from its earlier ones), and its ids come back as one flat array with offsets (`encode_flat`), with no Python
-list per document to convert. It encodes literal special tokens as their ids, as Hugging Face does, and it agreed
-with Hugging Face on every Unicode code point (tests/test_data_fast_encoder.py), so it needs no fallback for
-characters unassigned in Python's tables. gigatoken and awkward are imported inside the functions that need them.
+list per document to convert. It encodes literal special tokens as their ids, as Hugging Face does. A document with
+a character unassigned in Python's Unicode tables is encoded by the tokenizer's own library (unassigned.py says why). gigatoken and awkward are imported inside the functions that need them.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
-from nemo_recipes.data import tokenizers
+from nemo_recipes.data import tokenizers, unassigned
 
 if TYPE_CHECKING:
     import numpy
@@ -25,23 +24,36 @@ GIGATOKEN = "gigatoken"
 
 class GigatokenEncoder(tokenizers.Encoder):
     """gigatoken over a Hugging Face `tokenizer.json`, with that tokenizer's vocabulary size and end-of-document id.
-    It encodes on the calling thread: the worker processes are the parallelism (one core each)."""
+    It encodes on the calling thread: the worker processes are the parallelism (one core each). The documents of
+    `unassigned.rare` go to `reference`."""
 
     kind = GIGATOKEN
 
     def __init__(self, backend, reference: tokenizers.Encoder):
         self._backend = backend
+        self._reference = reference
         self.vocab_size = reference.vocab_size
         self.eod_id = reference.eod_id
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        return self._backend.encode_batch_list(texts, parallel=False)
+        result = self._backend.encode_batch_list(texts, parallel=False)
+        rare = unassigned.rare(texts)
+        if rare:
+            for i, ids in zip(rare, self._reference.encode_batch([texts[i] for i in rare]), strict=True):
+                result[i] = ids
+        return result
 
     def encode_flat(self, texts: list[str]) -> tuple["numpy.ndarray", "numpy.ndarray"]:
         """The ids of every text, concatenated (uint32), and the offsets of each text's first id (len(texts) + 1):
         the awkward array gigatoken returns, unpacked without a copy."""
         import numpy
 
+        if unassigned.rare(texts):  # rare: the lists, with those documents from the reference, made flat
+            encoded_lists = self.encode_batch(texts)
+            offsets = numpy.zeros(len(texts) + 1, dtype=numpy.int64)
+            numpy.cumsum([len(ids) for ids in encoded_lists], out=offsets[1:])
+            flat = numpy.fromiter((i for ids in encoded_lists for i in ids), dtype=numpy.uint32, count=int(offsets[-1]))
+            return flat, offsets
         encoded = self._backend.encode_batch(texts, parallel=False)
         layout = encoded.layout
         if hasattr(layout, "offsets") and hasattr(layout.content, "data"):
@@ -70,5 +82,6 @@ def build(path: str | Path, reference: tokenizers.Encoder) -> GigatokenEncoder |
     try:
         backend = gigatoken.Tokenizer.from_json(file.read_bytes()).backend
     except Exception as error:  # noqa: BLE001  a tokenizer it does not support is a reason, never a failure
-        return f"gigatoken cannot load it: {type(error).__name__}: {str(error)[:120]}"
+        first = (str(error).strip().splitlines() or [""])[0]  # its Rust errors add lines of location
+        return f"gigatoken cannot load it: {type(error).__name__}: {first[:120]}"
     return GigatokenEncoder(backend, reference)
