@@ -29,7 +29,8 @@ Megatron-LM is not a dependency of this project and nothing of it is kept here. 
 
 `preprocess_data.py` comes from core_v0.15.3, the release of our megatron-core, and runs in this environment.
 `preprocess_data_fast.py` exists only on main (commit 889c909922, PR 6514, August 2026; no release tag has it yet).
-It needs gigatoken and awkward, which are not our dependencies: install them into a directory used only by its
+It needs gigatoken and awkward (dependencies of ours too, since `data prepare` encodes with gigatoken; the fast path
+gets its own copy, so that its figures do not depend on our pins): install them into a directory used only by its
 subprocess (`pip install --no-deps --target /tmp/bench-gt-site gigatoken==0.10.0 awkward==2.14.0 awkward-cpp==57`,
 `--gigatoken-site`). The benchmark first tries the real script (main's megatron first on PYTHONPATH); on Python 3.11
 with our environment main's megatron-core does not import (it needs a newer nvidia-resiliency-ext, among others), so
@@ -42,6 +43,8 @@ Goals (issue 29), at 1 and 2 workers (= cores):
 - tokens/s at least 5x `preprocess_data.py`'s at equal workers;
 - near-linear from 1 to 2 workers (at least 1.7x);
 - memory flat in the corpus size: peak RSS (`ru_maxrss`) on `--mb` within 10 % of that on `--rss-baseline-mb`.
+Ratios are given per CPU-second beside wall time: on a shared machine the wall clock carries the other processes'
+load. `--tools ours fast` leaves out `preprocess_data.py` (its goal is then "not measured").
 Exit status: 0 when every goal is met, 1 otherwise. `--json` prints the result as JSON.
 """
 
