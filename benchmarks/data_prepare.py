@@ -239,6 +239,7 @@ def summarize(args, runs, tokens, size, documents, identical, baseline) -> dict:
     rows = [_row(tool, w, figures, tokens[tool], size) for (tool, w), figures in sorted(runs.items())]
     by = {(r["tool"], r["workers"]): r for r in rows}
     ws = args.workers
+
     def ratios(other: str) -> dict:
         if ("ours", ws[0]) not in by or (other, ws[0]) not in by:
             return {}
@@ -346,8 +347,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="runs of each tool per worker count (default 3)")
     parser.add_argument("--vocab-size", type=int, default=8192)
     parser.add_argument(
-        "--tools", nargs="+", choices=TOOLS, default=list(TOOLS), help="the tools to run (default all; goals that "
-        "need one left out are 'not measured')"
+        "--tools",
+        nargs="+",
+        choices=TOOLS,
+        default=list(TOOLS),
+        help="the tools to run (default all; goals that need one left out are 'not measured')",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.add_argument("--keep", metavar="DIR", help="work in DIR and keep it (corpus, outputs, logs)")

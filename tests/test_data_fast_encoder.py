@@ -1,6 +1,7 @@
 """The faster encoders of `data prepare` (gigatoken, then tiktoken built from the tokenizer's vocabulary): the same
 ids as the tokenizer's own library on text with the traps, and the check that keeps a tokenizer they do not reproduce
-on its own library, with a one-line notice. Real tokenizers trained here; `data prepare` runs end to end (about 20 s of CPU)."""
+on its own library, with a one-line notice. Real tokenizers trained here; `data prepare` runs end to end (about 20 s
+of CPU)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,8 @@ import io
 import json
 import random
 
-import pytest
-
 import numpy as np
+import pytest
 
 from nemo_recipes.data import fast_encoder, gigatoken_encoder, tokenizers
 from nemo_recipes.data.prepare import prepare
