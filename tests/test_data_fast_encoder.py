@@ -164,3 +164,19 @@ def test_prepare_keeps_the_slow_encoder_with_one_line_when_the_check_fails(tmp_p
     notices = [line for line in log.getvalue().splitlines() if "tiktoken gives other ids" in line]
     assert len(notices) == 1 and notices[0].startswith("tokenizer: encoding with sentencepiece"), log.getvalue()
     assert read_plan(tmp_path / "out").encoder == tokenizers.SENTENCEPIECE
+
+
+def test_gigatoken_starts_a_fresh_cache_every_so_many_characters_with_the_same_ids(trained, monkeypatch):
+    """Its cache of split words has no bound of its own: a fresh tokenizer object every FRESH_EVERY_CHARS keeps a
+    worker's memory flat, and the ids do not change across it."""
+    reference = tokenizers.load(trained)
+    giga = gigatoken_encoder.build(trained, reference)
+    assert isinstance(giga, gigatoken_encoder.GigatokenEncoder)
+    monkeypatch.setattr(gigatoken_encoder, "FRESH_EVERY_CHARS", 5_000)
+    first = giga._backend
+    batch = TEXTS[:40]
+    expected = reference.encode_batch(batch)
+    assert giga.encode_batch(batch) == expected
+    ids, _ = giga.encode_flat(batch)
+    assert giga._backend is not first
+    assert ids.tolist() == [i for e in expected for i in e]
