@@ -102,7 +102,9 @@ def run_ours(corpus: Path, tokenizer: Path, workers: int, out: Path, log: Path) 
 
     args = {"input": str(corpus), "out": str(out), "tokenizer": str(tokenizer), "workers": workers}
     figures = measured([sys.executable, "-c", code, json.dumps(args)], _env(workers, REPO), log, workers)
-    figures["encoder"] = "tiktoken" if "encoding with tiktoken" in log.read_text(errors="replace") else "other"
+    lines = log.read_text(errors="replace").splitlines()
+    said = [line for line in lines if line.startswith("tokenizer: encoding with")]
+    figures["encoder"] = said[0].split()[3].rstrip(":") if said else "unknown"
     return figures, out / corpus.stem
 
 

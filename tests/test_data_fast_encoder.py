@@ -1,6 +1,7 @@
-"""The faster encoder of `data prepare` (tiktoken built from the tokenizer's vocabulary): the same ids as the
-tokenizer's own library on text with the traps, and the check that keeps a tokenizer it does not reproduce on its own
-library, with a one-line notice. Real tokenizers trained here; `data prepare` runs end to end (about 20 s of CPU)."""
+"""The faster encoders of `data prepare` (gigatoken, then tiktoken built from the tokenizer's vocabulary): the same
+ids as the tokenizer's own library on text with the traps, and the check that keeps a tokenizer they do not reproduce
+on its own library, with a one-line notice. Real tokenizers trained here; `data prepare` runs end to end (about 20 s
+of CPU)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import io
 import json
 import random
 
+import numpy as np
 import pytest
 
-from nemo_recipes.data import fast_encoder, tokenizers
+from nemo_recipes.data import fast_encoder, gigatoken_encoder, tokenizers
 from nemo_recipes.data.prepare import prepare
 from nemo_recipes.data.shard_plan import read_plan
 
@@ -69,42 +71,58 @@ def test_a_trained_tokenizer_passes_the_check_and_gives_the_same_ids_on_the_trap
     rng = random.Random(29)
     texts = [TRAPS, tokenizers.TRAINED_EOD * 3, "a" * 20_000, " " * 300, "\r\n" * 100]
     texts += [_random_text(rng, rng.randrange(1, 3000)) for _ in range(300)]
-    assert fast.encode_batch(texts) == reference.encode_batch(texts)
+    expected = reference.encode_batch(texts)
+    assert fast.encode_batch(texts) == expected
+    giga = gigatoken_encoder.build(trained, reference)
+    assert isinstance(giga, gigatoken_encoder.GigatokenEncoder)
+    assert giga.encode_batch(texts) == expected
+    ids, offsets = giga.encode_flat(texts)
+    assert offsets.tolist() == np.cumsum([0] + [len(e) for e in expected]).tolist()
+    assert ids.tolist() == [i for e in expected for i in e]
     choice = fast_encoder.choose(trained, TEXTS[:50])
-    assert choice.encoder == fast_encoder.TIKTOKEN, choice.why
+    assert choice.encoder == fast_encoder.GIGATOKEN, choice.why
 
 
-def test_a_literal_special_token_is_its_id_as_hugging_face_encodes_it(trained):
+@pytest.mark.parametrize("build", [fast_encoder.build, gigatoken_encoder.build])
+def test_a_literal_special_token_is_its_id_as_hugging_face_encodes_it(trained, build):
     reference = tokenizers.load(trained)
-    fast = fast_encoder.build(trained, reference)
+    fast = build(trained, reference)
     assert not isinstance(fast, str)
     ids = fast.encode_batch([f"x{tokenizers.TRAINED_EOD}y"])[0]
     assert reference.eod_id in ids and ids == reference.encode_batch([f"x{tokenizers.TRAINED_EOD}y"])[0]
 
 
+ANOTHER_SPLIT = {
+    "type": "Sequence",
+    "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": LLAMA3_PATTERN}, "behavior": "Isolated", **NOT_INVERTED},
+        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
+    ],
+}
+
+
 @pytest.mark.parametrize(
-    "name, change",
+    "name, change, gigatoken_why",
     [
-        ("a normalizer", lambda data: data.update(normalizer={"type": "Lowercase"})),
-        (
-            "another split pattern",
-            lambda data: data.update(
-                pre_tokenizer={
-                    "type": "Sequence",
-                    "pretokenizers": [
-                        {"type": "Split", "pattern": {"Regex": LLAMA3_PATTERN}, "behavior": "Isolated", **NOT_INVERTED},
-                        {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False},
-                    ],
-                }
-            ),
-        ),
+        ("a normalizer", lambda data: data.update(normalizer={"type": "Lowercase"}), "no gigatoken: gigatoken cannot"),
+        ("BPE dropout", lambda data: data["model"].update(dropout=0.9), "gigatoken gives other ids"),
     ],
 )
-def test_the_check_fails_on_a_tokenizer_tiktoken_does_not_reproduce(trained, tmp_path, name, change):
+def test_the_check_fails_on_a_tokenizer_no_faster_encoder_reproduces(trained, tmp_path, name, change, gigatoken_why):
     path = _variant(trained, tmp_path, change)
     choice = fast_encoder.choose(path, TEXTS[:50])
     assert choice.encoder == tokenizers.HUGGINGFACE, (name, choice.why)
-    assert "tiktoken gives other ids" in choice.why and "\n" not in choice.why
+    assert "tiktoken gives other ids" in choice.why and gigatoken_why in choice.why, choice.why
+    assert "\n" not in choice.why
+
+
+def test_another_split_pattern_fails_tiktokens_check_and_passes_gigatokens(trained, tmp_path, monkeypatch):
+    """gigatoken reads the split rules from tokenizer.json, tiktoken is built with GPT-2's: the check tells."""
+    path = _variant(trained, tmp_path, lambda data: data.update(pre_tokenizer=ANOTHER_SPLIT))
+    assert fast_encoder.choose(path, TEXTS[:50]).encoder == fast_encoder.GIGATOKEN
+    monkeypatch.setattr(fast_encoder, "FASTER", (fast_encoder.TIKTOKEN,))
+    choice = fast_encoder.choose(path, TEXTS[:50])
+    assert choice.encoder == tokenizers.HUGGINGFACE and "tiktoken gives other ids" in choice.why, choice.why
 
 
 def test_the_check_fails_on_a_sentencepiece_model(tmp_path):
@@ -114,18 +132,22 @@ def test_the_check_fails_on_a_sentencepiece_model(tmp_path):
     assert "tiktoken gives other ids" in choice.why, choice.why
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_prepare_with_tiktoken_writes_the_hugging_face_ids(trained, tmp_path, workers):
+@pytest.mark.parametrize(
+    "encoder, workers",
+    [(fast_encoder.GIGATOKEN, 1), (fast_encoder.GIGATOKEN, 2), (fast_encoder.TIKTOKEN, 2)],
+)
+def test_prepare_with_a_faster_encoder_writes_the_hugging_face_ids(trained, tmp_path, monkeypatch, encoder, workers):
     """The output, id for id, is the Hugging Face encoding of every document plus the end-of-document token."""
     from megatron.core.datasets.indexed_dataset import IndexedDataset
 
+    monkeypatch.setattr(fast_encoder, "FASTER", (encoder,))
     rng = random.Random(workers)
     documents = [TRAPS, *TEXTS[:100], *(_random_text(rng, rng.randrange(1, 4000)) for _ in range(400))]
     corpus = tmp_path / "in.jsonl"
     corpus.write_text("".join(json.dumps({"text": d}) + "\n" for d in documents), encoding="utf-8")
     log = io.StringIO()
     prepare([str(corpus)], tmp_path / "out", tokenizer_path=trained, workers=workers, shard_bytes=64 << 10, stream=log)
-    assert read_plan(tmp_path / "out").encoder == fast_encoder.TIKTOKEN, log.getvalue()
+    assert read_plan(tmp_path / "out").encoder == encoder, log.getvalue()
     assert "Traceback" not in log.getvalue()
     reference = tokenizers.load(trained)
     expected = [ids + [reference.eod_id] for ids in reference.encode_batch(documents)]
@@ -142,3 +164,19 @@ def test_prepare_keeps_the_slow_encoder_with_one_line_when_the_check_fails(tmp_p
     notices = [line for line in log.getvalue().splitlines() if "tiktoken gives other ids" in line]
     assert len(notices) == 1 and notices[0].startswith("tokenizer: encoding with sentencepiece"), log.getvalue()
     assert read_plan(tmp_path / "out").encoder == tokenizers.SENTENCEPIECE
+
+
+def test_gigatoken_starts_a_fresh_cache_every_so_many_characters_with_the_same_ids(trained, monkeypatch):
+    """Its cache of split words has no bound of its own: a fresh tokenizer object every FRESH_EVERY_CHARS keeps a
+    worker's memory flat, and the ids do not change across it."""
+    reference = tokenizers.load(trained)
+    giga = gigatoken_encoder.build(trained, reference)
+    assert isinstance(giga, gigatoken_encoder.GigatokenEncoder)
+    monkeypatch.setattr(gigatoken_encoder, "FRESH_EVERY_CHARS", 5_000)
+    first = giga._backend
+    batch = TEXTS[:40]
+    expected = reference.encode_batch(batch)
+    assert giga.encode_batch(batch) == expected
+    ids, _ = giga.encode_flat(batch)
+    assert giga._backend is not first
+    assert ids.tolist() == [i for e in expected for i in e]

@@ -11,15 +11,13 @@ tokenizer that differs keeps its own library. tiktoken is imported inside the fu
 
 from __future__ import annotations
 
-import functools
 import json
-import re
-import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
-from nemo_recipes.data import tokenizers
+from nemo_recipes.data import gigatoken_encoder, tokenizers, unassigned
+from nemo_recipes.data.gigatoken_encoder import GIGATOKEN
 
 TIKTOKEN = "tiktoken"
 #: GPT-2's split pattern, the one Hugging Face's ByteLevel pre-tokenizer applies (`use_regex=True`).
@@ -118,25 +116,6 @@ def vocabulary(path: str | Path) -> Vocabulary | str:
     return result
 
 
-@functools.lru_cache(maxsize=1)
-def _unassigned() -> re.Pattern[str]:
-    """Characters unassigned in this Python's Unicode tables (14.0 on 3.11). The split regexes of tiktoken and of
-    Hugging Face's tokenizers carry Unicode tables of their own versions: a character assigned since (U+13CF1, a
-    letter of Unicode 16, measured here) is a letter to one and not to the other, and splits the words differently."""
-    ranges = []
-    start = None
-    for code in range(0x110000):
-        unassigned = unicodedata.category(chr(code)) == "Cn"
-        if unassigned and start is None:
-            start = code
-        elif not unassigned and start is not None:
-            ranges.append((start, code - 1))
-            start = None
-    if start is not None:
-        ranges.append((start, 0x10FFFF))
-    return re.compile("[" + "".join(f"\\U{a:08x}-\\U{b:08x}" for a, b in ranges) + "]")
-
-
 class TiktokenEncoder(tokenizers.Encoder):
     """tiktoken over the vocabulary of a tokenizer, with that tokenizer's vocabulary size and end-of-document id.
     Special and added tokens written literally in the text are encoded as their ids, as Hugging Face does. A document
@@ -154,16 +133,15 @@ class TiktokenEncoder(tokenizers.Encoder):
         self._core = self._encoding._core_bpe  # the Rust encoder: skips a Python check per document
         self._specials = set(vocab.specials)
         self._reference = reference
-        self._unassigned = _unassigned()
         self.vocab_size = reference.vocab_size
         self.eod_id = reference.eod_id
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         encode = self._core.encode
         specials = self._specials
-        unassigned = self._unassigned.search
-        result = [encode(text, specials) if text.isascii() or not unassigned(text) else [] for text in texts]
-        rare = [i for i, text in enumerate(texts) if not result[i] and text and not text.isascii() and unassigned(text)]
+        rare = unassigned.rare(texts)
+        skip = set(rare)
+        result = [[] if i in skip else encode(text, specials) for i, text in enumerate(texts)]
         if rare:
             for i, ids in zip(rare, self._reference.encode_batch([texts[i] for i in rare]), strict=True):
                 result[i] = ids
@@ -181,16 +159,29 @@ def build(path: str | Path, reference: tokenizers.Encoder) -> TiktokenEncoder | 
     return TiktokenEncoder(vocab, reference)
 
 
-def _trap_texts(candidate: TiktokenEncoder) -> list[str]:
-    specials = sorted(candidate._specials)
+def added_tokens(path: str | Path) -> list[str]:
+    """The special and added tokens of the Hugging Face tokenizer at `path` (none for another kind)."""
+    path = Path(path)
+    file = path if path.is_file() else path / "tokenizer.json"
+    if file.suffix != ".json" or not file.is_file():
+        return []
+    return [t["content"] for t in json.loads(file.read_text(encoding="utf-8")).get("added_tokens") or ()]
+
+
+def _trap_texts(specials: Iterable[str]) -> list[str]:
+    specials = sorted(set(specials))
     literal = "".join(f"a{token}b {token} {token}{token}\n" for token in specials)
     return [*TRAPS, literal, "".join(TRAPS) + literal]
 
 
-def check(reference: tokenizers.Encoder, candidate: tokenizers.Encoder, sample: list[str]) -> Optional[str]:
-    """None when `candidate` gives the ids `reference` gives on every text of `sample` (and the traps), else the first
-    difference, in words."""
-    texts = list(sample) + (_trap_texts(candidate) if isinstance(candidate, TiktokenEncoder) else list(TRAPS))
+def check(
+    reference: tokenizers.Encoder, candidate: tokenizers.Encoder, sample: list[str], specials: Iterable[str] = ()
+) -> Optional[str]:
+    """None when `candidate` gives the ids `reference` gives on every text of `sample` and the traps (with each of
+    `specials` written literally), else the first difference, in words."""
+    if isinstance(candidate, TiktokenEncoder):
+        specials = [*specials, *candidate._specials]
+    texts = list(sample) + _trap_texts(specials)
     try:
         got = candidate.encode_batch(texts)
     except BaseException as error:  # noqa: BLE001  tiktoken's Rust panics are BaseExceptions; any is a difference
@@ -212,30 +203,44 @@ def check(reference: tokenizers.Encoder, candidate: tokenizers.Encoder, sample: 
 
 @dataclass(frozen=True)
 class Choice:
-    encoder: str  # TIKTOKEN, or the tokenizer's kind (its own library)
+    encoder: str  # GIGATOKEN, TIKTOKEN, or the tokenizer's kind (its own library)
     why: str  # one line for the user
 
 
+#: The faster encoders, tried in this order; the first that passes `check` encodes (gigatoken_encoder.py says why
+#: gigatoken comes first).
+FASTER = (GIGATOKEN, TIKTOKEN)
+
+
+def _build(name: str, path: str | Path, reference: tokenizers.Encoder) -> tokenizers.Encoder | str:
+    return gigatoken_encoder.build(path, reference) if name == GIGATOKEN else build(path, reference)
+
+
 def choose(path: str | Path, sample: list[str]) -> Choice:
-    """The encoder `data prepare` uses for the tokenizer at `path`: tiktoken when it passes `check` on `sample`,
-    else the tokenizer's own library, with the reason."""
+    """The encoder `data prepare` uses for the tokenizer at `path`: the first of FASTER that passes `check` on
+    `sample`, else the tokenizer's own library; with the reasons, in one line."""
     reference = tokenizers.load(path)
-    candidate = build(path, reference)
-    if isinstance(candidate, str):
-        return Choice(reference.kind, f"encoding with {reference.kind} (no faster encoder: {candidate})")
-    difference = check(reference, candidate, sample)
-    if difference is not None:
-        return Choice(reference.kind, f"encoding with {reference.kind}: tiktoken gives other ids ({difference})")
-    tokens = sum(len(t) for t in sample)
-    return Choice(TIKTOKEN, f"encoding with tiktoken: the same ids as {reference.kind} on {tokens:,} characters")
+    reasons = []
+    for name in FASTER:
+        candidate = _build(name, path, reference)
+        if isinstance(candidate, str):
+            reasons.append(f"no {name}: {candidate}")
+            continue
+        difference = check(reference, candidate, sample, added_tokens(path))
+        if difference is None:
+            chars = sum(len(t) for t in sample)
+            also = f" ({'; '.join(reasons)})" if reasons else ""
+            return Choice(name, f"encoding with {name}: the same ids as {reference.kind} on {chars:,} characters{also}")
+        reasons.append(f"{name} gives other ids ({difference})")
+    return Choice(reference.kind, f"encoding with {reference.kind}: {'; '.join(reasons)}")
 
 
 def load(path: str | Path, encoder: str) -> tokenizers.Encoder:
     """The encoder `choose` chose for the tokenizer at `path`."""
     reference = tokenizers.load(path)
-    if encoder != TIKTOKEN:
+    if encoder not in FASTER:
         return reference
-    built = build(path, reference)
+    built = _build(encoder, path, reference)
     if isinstance(built, str):  # the tokenizer changed since the choice; the plan's fingerprint stops that first
-        raise RuntimeError(f"tiktoken was chosen for {path} but cannot be built: {built}")
+        raise RuntimeError(f"{encoder} was chosen for {path} but cannot be built: {built}")
     return built

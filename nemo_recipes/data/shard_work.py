@@ -93,6 +93,40 @@ def local_files() -> Iterator[None]:
             MultiStorageClientFeature.enable()
 
 
+def _encoded(encoder: tokenizers.Encoder, batch: list[str], eod: int, dtype: Any) -> tuple[Any, Any]:
+    """The batch's ids with the end-of-document id after each document, as one array of `dtype`, and each
+    document's length (its end-of-document id included)."""
+    import numpy as np
+
+    encode_flat = getattr(encoder, "encode_flat", None)
+    if encode_flat is not None:  # gigatoken: one flat array and offsets, no Python list per document
+        ids, offsets = encode_flat(batch)
+        tokens = np.insert(ids, offsets[1:], eod).astype(dtype, copy=False)
+        return tokens, np.diff(offsets) + 1
+    encoded = encoder.encode_batch(batch)
+    for ids in encoded:
+        ids.append(eod)
+    lengths = np.fromiter(map(len, encoded), dtype=np.int64, count=len(encoded))
+    flat = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int64, count=int(lengths.sum()))
+    return flat.astype(dtype), lengths
+
+
+def _add_batch(builder: Any, tokens: Any, lengths: Any) -> None:
+    """The batch's documents (one sequence each) into `builder` in one write: what `add_document` does for each,
+    with the builder's own fields (Megatron-Core 0.15's; its newer `add_documents` takes gigatoken's arrays)."""
+    fields = ("data_file", "sequence_lengths", "document_indices")
+    if getattr(builder, "multimodal", False) or not all(hasattr(builder, name) for name in fields):
+        position = 0  # a builder of another layout: document by document, through its public method
+        for length in lengths.tolist():
+            builder.add_document(tokens[position : position + length], [length])
+            position += length
+        return
+    builder.data_file.write(tokens.tobytes(order="C"))
+    first = len(builder.sequence_lengths)
+    builder.sequence_lengths.extend(lengths.tolist())
+    builder.document_indices.extend(range(first + 1, first + len(lengths) + 1))
+
+
 def process_shard(plan: ShardPlan, shard: Shard, encoder: tokenizers.Encoder, report: Report) -> dict:
     """Tokenize one shard into its own indexed dataset (temporary names, then renamed) and write its receipt."""
     import numpy as np
@@ -113,26 +147,17 @@ def process_shard(plan: ShardPlan, shard: Shard, encoder: tokenizers.Encoder, re
         with local_files():
             builder = IndexedDatasetBuilder(f"{temporary}.bin", dtype=dtype)
             for batch in _batches(documents):
-                encoded = encoder.encode_batch(batch)
-                for ids in encoded:
-                    ids.append(eod)
-                lengths = [len(ids) for ids in encoded]
-                # One conversion per batch; the builder then writes each document (one sequence each) from it.
-                flat = np.fromiter(itertools.chain.from_iterable(encoded), dtype=np.int64, count=sum(lengths))
-                tokens = flat.astype(dtype)
-                position = 0
-                for length in lengths:
-                    builder.add_document(tokens[position : position + length], [length])
-                    position += length
+                tokens, lengths = _encoded(encoder, batch, eod, dtype)
+                _add_batch(builder, tokens, lengths)
                 text_bytes = sum(len(text.encode("utf-8")) for text in batch)
                 counts["documents"] += len(batch)
-                counts["tokens"] += len(flat)
+                counts["tokens"] += len(tokens)
                 counts["text_bytes"] += text_bytes
-                counts["max_token_id"] = max(counts["max_token_id"], int(flat.max()))
+                counts["max_token_id"] = max(counts["max_token_id"], int(tokens.max()))
                 # Progress in input bytes: the text's as it goes, the shard's exact size once it is done.
                 step = min(text_bytes, shard.end - shard.start - reported)
                 reported += step
-                report(len(batch), step, len(flat))
+                report(len(batch), step, len(tokens))
             builder.finalize(f"{temporary}.idx")
         for suffix in (".bin", ".idx"):
             with open(f"{temporary}{suffix}", "rb+") as stream:
