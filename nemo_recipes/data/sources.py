@@ -107,6 +107,8 @@ def _kind(path: Path) -> str:
         return "missing"
     except OSError as error:
         return error.strerror or type(error).__name__
+    except ValueError:  # os.stat refuses a NUL byte before the system sees the path
+        return "no path may hold a NUL byte"
     return "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
 
 

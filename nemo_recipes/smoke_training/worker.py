@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -146,6 +148,7 @@ def train_phase(
         )
     fdl.build(recipe)()
     if rank == 0:
+        removals_finished()
         append(
             metrics,
             {
@@ -155,6 +158,21 @@ def train_phase(
                 "checkpoints": inspect_checkpoints(Path(dir)),
             },
         )
+
+
+#: Seconds the checkpoints' background removals get before the directory is read anyway.
+REMOVALS_TIMEOUT = 60.0
+
+
+def removals_finished(timeout: float = REMOVALS_TIMEOUT) -> None:
+    """Waits for NeMo's removals of superseded checkpoints: with asynchronous saving, its ModelCheckpoint deletes them
+    in threads of their own (`_remove_checkpoint`), which may still run when `fit` returns; a directory read then can
+    vanish under the reader (CI saw FileNotFoundError for the "-last" checkpoint of step 14 in TP2 and PP2 runs).
+    Those threads are not daemons, so the process would wait for them at exit anyway; the wait is bounded."""
+    deadline = time.monotonic() + timeout
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def inspect_checkpoints(root: Path) -> list[dict[str, Any]]:
