@@ -15,7 +15,6 @@ import importlib
 import os
 import re
 import sys
-import traceback
 from typing import NoReturn, Optional, Sequence
 
 from nemo_recipes._version import __version__
@@ -176,6 +175,8 @@ def _failed(error: BaseException, args: argparse.Namespace, debug: bool) -> int:
     if not isinstance(error, Exception):
         raise error  # SystemExit and the like keep their meaning
     if debug:
+        import traceback  # here: only --debug prints one, and its import is a millisecond of every command
+
         traceback.print_exception(error, file=sys.stderr)
     json_shape = getattr(args, "json_error", None)
     as_json = getattr(args, "json", False)
@@ -207,6 +208,8 @@ def _failed(error: BaseException, args: argparse.Namespace, debug: bool) -> int:
 def _usage_error(error: UsageError, *, as_json: bool, debug: bool) -> int:
     """argparse's own report (usage line, then `PROG VERB: error: ...`), and with --json the verb's JSON error."""
     if debug:
+        import traceback
+
         traceback.print_exception(error, file=sys.stderr)
     error.parser.print_usage(sys.stderr)
     print(f"{error.parser.prog}: error: {redact_text(error.message)}", file=sys.stderr)
