@@ -96,6 +96,8 @@ class Budget:
 
 @frozen_dataclass
 class DataReport:
+    """What the recipe's data files and tokenizer say: each source, the tokenizer, the budget and the problems."""
+
     sources: tuple[Source, ...] = ()
     tokenizer: Optional[Any] = None  # data.manifest.TokenizerInfo of tokenizer_path
     vocab_size: Optional[int] = None  # the model's vocabulary before padding, when the tokenizer decides it

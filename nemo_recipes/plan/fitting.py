@@ -58,6 +58,8 @@ ADVICE_MIN_SPEEDUP = 1.03
 
 @frozen_dataclass
 class FitResult:
+    """A fitted (or best) plan: the spec, its changes from the asked one, its report and the plans it beat."""
+
     spec: RecipeSpec
     changes: list[Change]
     report: PlanReport

@@ -46,6 +46,8 @@ PERFORMANCE_HARNESS = "nemo-performance"
 
 @frozen_dataclass
 class Stack:
+    """The software on the GPUs: what decides the attention kernel, the overlaps and the fused kernels."""
+
     name: str
     transformer_engine: bool
     description: str
