@@ -153,6 +153,15 @@ def layouts(
 ) -> Iterator[RecipeSpec]:
     """Every (TP, PP, VP, micro batch, distributed optimizer) the space allows on `cluster`, recompute as the recipe's.
     `per_replica` (sequences per data-parallel replica) scales the global batch with DP; None keeps it."""
+    for base, _ in _laid_out(spec, cluster, space=space, per_replica=per_replica):
+        yield base
+
+
+def _laid_out(
+    spec: RecipeSpec, cluster: Cluster, *, space: Space, per_replica: Optional[float]
+) -> Iterator[tuple[RecipeSpec, Optional[Layout]]]:
+    """`layouts`, each with its layout when it is already at hand (without interleaving: the distributed optimizer
+    does not change a layout), else None."""
     tps = [
         t
         for t in _divisors(cluster.gpus_per_node)
@@ -183,7 +192,7 @@ def layouts(
                     continue
                 for v in _virtuals(spec, p, layout.microbatches, layout.pipeline_slots, space):
                     for dist in distributed:
-                        yield _with(base, virtual_pipeline=v, distributed_optimizer=dist)
+                        yield _with(base, virtual_pipeline=v, distributed_optimizer=dist), None if v else layout
 
 
 def _memory(
@@ -201,13 +210,19 @@ def _memory(
 
 
 def recompute_options(
-    spec: RecipeSpec, base: RecipeSpec, cluster: Cluster, *, space: Space, stack: Optional[str]
+    spec: RecipeSpec,
+    base: RecipeSpec,
+    cluster: Cluster,
+    *,
+    space: Space,
+    stack: Optional[str],
+    layout: Optional[Layout] = None,
 ) -> Iterator[tuple[RecipeSpec, float, Layout, Program]]:
     """Each recompute mode that fits `base`'s layout, with full covering the fewest layers per chunk that fit; with
-    its total GiB, and the layout and program it shares with `base`."""
+    its total GiB, and the layout and program it shares with `base`. `layout`: `base`'s on `cluster`, when at hand."""
     floor = "none" if space is Space.BEST or spec.recompute == "none" else "selective"
     # Recomputation changes neither the layout nor the program: both are computed once for every mode tried.
-    layout = Layout.of(base, cluster)
+    layout = layout or Layout.of(base, cluster)
     program = program_for(base, cluster.gpu, stack, layout.interleaved)
     # Nor do they change what every other rule and the stack say: an error there rules out every mode.
     if _errors(base, layout, LAYOUT_RULES) or program_problems(base, program):
@@ -256,8 +271,8 @@ def valid_plans(
 def _valid_plans(
     spec: RecipeSpec, cluster: Cluster, *, space: Space, stack: Optional[str], per_replica: Optional[float]
 ) -> Iterator[tuple[RecipeSpec, float, Layout, Program]]:
-    for base in layouts(spec, cluster, space=space, per_replica=per_replica):
-        yield from recompute_options(spec, base, cluster, space=space, stack=stack)
+    for base, layout in _laid_out(spec, cluster, space=space, per_replica=per_replica):
+        yield from recompute_options(spec, base, cluster, space=space, stack=stack, layout=layout)
 
 
 def evaluate(
