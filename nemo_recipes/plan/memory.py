@@ -284,25 +284,45 @@ def _resolve(spec: RecipeSpec, gpu_or_cluster: Union[GPU, Cluster, str, None]) -
     return gpu, Cluster(nodes=spec.num_nodes, gpus_per_node=spec.num_gpus_per_node, gpu=gpu)
 
 
-def total_gib(spec: RecipeSpec, layout: Layout, program: Program, terms: Optional[LayoutActivations] = None) -> float:
+def total_gib(
+    spec: RecipeSpec,
+    layout: Layout,
+    program: Program,
+    terms: Optional[LayoutActivations] = None,
+    state: Optional[ModelState] = None,
+) -> float:
     """`estimate_memory(spec, layout=layout, program=program).total` without the breakdown (what a plan search
-    compares with the GPU's memory, hundreds of times); `terms` as `activation_memory` takes them."""
-    weights, gradients, optimizer, activations, other = _parts(spec, layout, program, terms)[3]
+    compares with the GPU's memory, hundreds of times); `terms` as `activation_memory` takes them, `state`:
+    `model_state(...)` of a spec that differs from `spec` only in what it recomputes."""
+    weights, gradients, optimizer, activations, other = _parts(spec, layout, program, terms, state)[3]
     return weights + gradients + optimizer + activations + other  # summed as `MemoryBreakdown.total` sums them
 
 
-def _parts(
-    spec: RecipeSpec, layout: Layout, program: Program, terms: Optional[LayoutActivations] = None
-) -> tuple[tuple[float, float, float], ActivationBreakdown, float, tuple[float, float, float, float, float]]:
-    """Bytes per parameter (weights, gradients, optimizer), the activations, the TP overlap buffers (GiB), and the
-    GiB of weights, gradients, optimizer, activations and other."""
+#: Bytes per parameter (weights, gradients, optimizer), then GiB of weights, gradients, optimizer and TP overlap
+#: buffers: what recomputation does not change.
+ModelState = tuple[tuple[float, float, float], float, float, float, float]
+
+
+def model_state(spec: RecipeSpec, layout: Layout, program: Program) -> ModelState:
     params = layout.params_per_rank
     per_param = state_bytes_per_param(spec.distributed_optimizer, layout.optimizer_shards, program.gradient_bytes)
     w_bytes, g_bytes, o_bytes = per_param
-    acts = activation_memory(spec, layout, fused_attention=program.fused_attention, terms=terms)
     weights, gradients, optimizer = params * w_bytes / GIB, params * g_bytes / GIB, params * o_bytes / GIB
+    return per_param, weights, gradients, optimizer, tp_overlap_buffer_bytes(spec, layout, program) / GIB
+
+
+def _parts(
+    spec: RecipeSpec,
+    layout: Layout,
+    program: Program,
+    terms: Optional[LayoutActivations] = None,
+    state: Optional[ModelState] = None,
+) -> tuple[tuple[float, float, float], ActivationBreakdown, float, tuple[float, float, float, float, float]]:
+    """Bytes per parameter (weights, gradients, optimizer), the activations, the TP overlap buffers (GiB), and the
+    GiB of weights, gradients, optimizer, activations and other."""
+    per_param, weights, gradients, optimizer, buffers = state or model_state(spec, layout, program)
+    acts = activation_memory(spec, layout, fused_attention=program.fused_attention, terms=terms)
     activations = acts.total / GIB
-    buffers = tp_overlap_buffer_bytes(spec, layout, program) / GIB
     other = OTHER_FIXED_GIB + buffers + FRAGMENTATION * (weights + gradients + optimizer + activations)
     return per_param, acts, buffers, (weights, gradients, optimizer, activations, other)
 

@@ -27,7 +27,7 @@ from nemo_recipes.errors import ERROR, InvalidInputError
 from nemo_recipes.frozen_dataclass import frozen_dataclass
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout
-from nemo_recipes.plan.memory import LayoutActivations, total_gib
+from nemo_recipes.plan.memory import LayoutActivations, ModelState, model_state, total_gib
 from nemo_recipes.plan.rules import LAYOUT_RULES, RECOMPUTE_RULES, Rule, program_problems
 from nemo_recipes.plan.stack import Program, program_for
 from nemo_recipes.plan.throughput import step_time
@@ -196,7 +196,12 @@ def _laid_out(
 
 
 def _memory(
-    spec: RecipeSpec, cluster: Cluster, layout: Layout, program: Program, terms: LayoutActivations
+    spec: RecipeSpec,
+    cluster: Cluster,
+    layout: Layout,
+    program: Program,
+    terms: LayoutActivations,
+    state: Optional[ModelState] = None,
 ) -> Optional[float]:
     """Total GiB when `spec` (whose layout, program and activation terms these are, and which `recompute_options`
     found free of the errors that do not depend on recomputation) has no error and fits (0.0 without a GPU type),
@@ -205,7 +210,7 @@ def _memory(
         return None
     if cluster.gpu is None:
         return 0.0
-    total = total_gib(spec, layout, program, terms)
+    total = total_gib(spec, layout, program, terms, state)
     return total if total <= cluster.gpu.memory_gib else None
 
 
@@ -228,17 +233,19 @@ def recompute_options(
     if _errors(base, layout, LAYOUT_RULES) or program_problems(base, program):
         return
     terms = LayoutActivations.of(base, layout)
+    state = model_state(base, layout, program)
     for mode in _RECOMPUTE_ORDER[_RECOMPUTE_ORDER.index(floor) :]:
         if mode != "full":
             candidate = _with(base, recompute=mode, recompute_num_layers=None)
-            total = _memory(candidate, cluster, layout, program, terms)
+            total = _memory(candidate, cluster, layout, program, terms, state)
             if total is not None:
                 yield candidate, total, layout, program
                 if mode == "none":
                     return  # recomputing more of the same layout only adds time
             continue
         everything = _with(base, recompute="full", recompute_num_layers=None)
-        fitting = _memory(everything, cluster, layout, program, terms)  # the total of the fewest layers found to fit
+        # The total of the fewest layers found to fit.
+        fitting = _memory(everything, cluster, layout, program, terms, state)
         if fitting is None:
             return
         chunk = layout.layers_per_chunk
@@ -246,7 +253,7 @@ def recompute_options(
         while low < high:
             mid = (low + high) // 2
             trial = _with(base, recompute="full", recompute_num_layers=mid)
-            total = _memory(trial, cluster, layout, program, terms)
+            total = _memory(trial, cluster, layout, program, terms, state)
             if total is None:
                 low = mid + 1
             else:
