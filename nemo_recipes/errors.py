@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 
 from nemo_recipes.credentials import secret_key, secret_values, token_like
+from nemo_recipes.frozen_dataclass import frozen_dataclass
 
 ERROR = "error"
 WARNING = "warning"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Problem:
     """One thing wrong (or risky) with a recipe, a plan or an override."""
 

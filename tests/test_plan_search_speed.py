@@ -17,7 +17,15 @@ from nemo_recipes.plan.hardware import Cluster, get_gpu
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.memory import estimate_memory
 from nemo_recipes.plan.rules import LAYOUT_RULES, RECOMPUTE_RULES, RULES, layout_problems, program_problems
-from nemo_recipes.plan.search import Space, _with, fastest_plan, layouts, ranked_plans, recompute_options
+from nemo_recipes.plan.search import (
+    Space,
+    _laid_out,
+    _with,
+    fastest_plan,
+    layouts,
+    ranked_plans,
+    recompute_options,
+)
 from nemo_recipes.plan.stack import program_for
 from nemo_recipes.plan.throughput import estimate_throughput
 
@@ -45,6 +53,18 @@ def test_layout_rules_do_not_read_recomputation(name):
         }
         first = seen[RECOMPUTE_SETTINGS[0]]
         assert all(problems == first for problems in seen.values()), base
+
+
+@pytest.mark.parametrize("name", ["gpt_70b", "llama_405b", "gpt_1_3b"])
+def test_the_layouts_handed_on_are_those_of_their_plans(name):
+    """What lets the search hand each layout it laid out to `recompute_options` instead of laying it out again."""
+    spec, cluster = _cluster(name)
+    spec = spec.replace(distributed_optimizer=False)  # both settings of the distributed optimizer are tried
+    laid = list(_laid_out(spec, cluster, space=Space.BEST, per_replica=None))
+    assert [base for base, _ in laid] == list(layouts(spec, cluster, space=Space.BEST))
+    handed = [(base, layout) for base, layout in laid if layout is not None]
+    assert handed and {base.distributed_optimizer for base, _ in handed} == {False, True}
+    assert all(layout == Layout.of(base, cluster) for base, layout in handed)
 
 
 def _fits(spec, cluster, layout, program) -> float | None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Mapping
 
 from nemo_recipes.errors import Problem
+from nemo_recipes.frozen_dataclass import frozen_dataclass
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Family:
     """One model family. Its rows share the transformer arithmetic of `families.architecture`; what a family owns is
     its name (the recipe prefix, and the display name that prefixes its NeMo config classes and help) and the sources

@@ -18,12 +18,13 @@ import json
 import math
 import os
 import typing
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from nemo_recipes.catalog import Precision, RecipeSpec
 from nemo_recipes.errors import InvalidConfigError, InvalidInputError, Problem, shown
+from nemo_recipes.frozen_dataclass import frozen_dataclass
 from nemo_recipes.plan.calibration_path import ENV_VAR, default_calibration_path  # noqa: F401 (its names here too)
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.throughput import CONSTANTS, ModelConstants, Throughput, estimate_throughput
@@ -43,7 +44,7 @@ MAX_SWEEPS = 8
 RESTARTS: tuple[dict[str, float], ...] = ({"step_overhead": 0.0}, {"step_overhead": 0.05}, {"step_overhead": 0.1})
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Case:
     """One measurement the model is scored on: the plan, what was measured and which prediction to compare."""
 
@@ -116,7 +117,7 @@ def held_out_errors(
     return errors, folds
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Calibration:
     """A refit and what it was fitted on: the constants, and the runs, GPUs, stack and precisions they came from."""
 

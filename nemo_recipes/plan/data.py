@@ -12,7 +12,7 @@ vocabulary to NeMo, which takes the tokenizer's at configure time).
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import field
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, Optional
@@ -20,6 +20,7 @@ from typing import Any, Optional
 from nemo_recipes import budget
 from nemo_recipes.catalog import RecipeSpec, data_problems
 from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem
+from nemo_recipes.frozen_dataclass import frozen_dataclass
 
 #: Epochs of one source above which the plan warns. Muennighoff et al. 2023 ("Scaling Data-Constrained Language
 #: Models", Fig. 3-4): up to about 4 epochs, repeated tokens are worth almost as much as new ones; beyond that their
@@ -29,7 +30,7 @@ EPOCHS_WARNING = 4.0
 SPLIT = (900, 50, 50)
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Source:
     """One prefix of the blend."""
 
@@ -65,7 +66,7 @@ class Source:
         }
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Budget:
     """What a budget asked (`nemo_recipes.budget`) and the weights it gives."""
 
@@ -93,8 +94,10 @@ class Budget:
         )
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class DataReport:
+    """What the recipe's data files and tokenizer say: each source, the tokenizer, the budget and the problems."""
+
     sources: tuple[Source, ...] = ()
     tokenizer: Optional[Any] = None  # data.manifest.TokenizerInfo of tokenizer_path
     vocab_size: Optional[int] = None  # the model's vocabulary before padding, when the tokenizer decides it

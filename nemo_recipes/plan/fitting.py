@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Literal, Optional
 
 from nemo_recipes.catalog import RecipeSpec, closest_recipe
 from nemo_recipes.errors import ERROR, InvalidInputError, Problem
+from nemo_recipes.frozen_dataclass import frozen_dataclass
 from nemo_recipes.plan.hardware import GPUS, Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.report import Advice, Change, PlanReport, check_inputs
@@ -55,8 +56,10 @@ MAX_NODES = 2048
 ADVICE_MIN_SPEEDUP = 1.03
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class FitResult:
+    """A fitted (or best) plan: the spec, its changes from the asked one, its report and the plans it beat."""
+
     spec: RecipeSpec
     changes: list[Change]
     report: PlanReport

@@ -18,16 +18,18 @@ the stages, and the first and last stages hold one transformer layer fewer.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Optional
 
 from nemo_recipes.catalog import DERIVED_SOURCES, RecipeSpec
 from nemo_recipes.families.architecture import Architecture, LayerParams, Shape
+from nemo_recipes.frozen_dataclass import frozen_dataclass
 from nemo_recipes.plan.hardware import Cluster
 
 # The values `Architecture` reads (its `Shape`): a plan search lays out one shape hundreds of times, changing only
 # parallelism and batch, so the parameter counts of a shape are counted once per process (`_shape_params`).
 _SHAPE_FIELDS = tuple(name for name, value in vars(Shape).items() if isinstance(value, property))
+_SHAPE_KEY = attrgetter(*_SHAPE_FIELDS)  # the tuple of their values, read in C: a plan search reads it per layout
 _SHAPE_PARAMS: dict[tuple, tuple[LayerParams, int, int]] = {}
 
 
@@ -41,7 +43,7 @@ def norm_params(spec: RecipeSpec) -> int:
     return Architecture.of(spec).norm_params
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Layout:
     """Sizes of `spec` laid out on `cluster`. Read it; never recompute one of these numbers elsewhere."""
 
@@ -139,7 +141,7 @@ class Layout:
 
 def _shape_params(spec: RecipeSpec) -> tuple[LayerParams, int, int]:
     """One layer's parameters, the final norm's and the position table's, counted once per shape."""
-    key = tuple(getattr(spec, name) for name in _SHAPE_FIELDS)
+    key = _SHAPE_KEY(spec)
     counted = _SHAPE_PARAMS.get(key)
     if counted is None:
         architecture = Architecture.of(spec)

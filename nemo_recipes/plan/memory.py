@@ -30,10 +30,11 @@ Layout numbers (DP, micro-batches, layers per stage and chunk, parameters per GP
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, Optional, Union
 
 from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.frozen_dataclass import frozen_dataclass
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.stack import FP32_BYTES, Program, program_for
@@ -138,7 +139,7 @@ def layers_in_flight(layout: Layout) -> float:
     return chunks * layout.layers_first_stage / layout.vp
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class ActivationBreakdown:
     """Activation bytes on the first stage. `layers` is what Korthikanti Fig. 1 plots; the rest are extras."""
 
@@ -152,7 +153,7 @@ class ActivationBreakdown:
         return self.layers + self.recompute_working + self.embedding + self.output
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class LayoutActivations:
     """The activation bytes of `spec` on a layout whatever is recomputed (before CP divides them): computed once, a
     plan search tries every recompute mode of a layout on them (`search.recompute_options`)."""
@@ -243,7 +244,7 @@ def tp_overlap_buffer_bytes(spec: RecipeSpec, layout: Layout, program: Program) 
 # ---- the breakdown ----
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class MemoryBreakdown:
     """Memory per GPU of the most loaded pipeline stage, in GiB. `capacity` is the GPU's memory (None without one)."""
 
@@ -283,25 +284,45 @@ def _resolve(spec: RecipeSpec, gpu_or_cluster: Union[GPU, Cluster, str, None]) -
     return gpu, Cluster(nodes=spec.num_nodes, gpus_per_node=spec.num_gpus_per_node, gpu=gpu)
 
 
-def total_gib(spec: RecipeSpec, layout: Layout, program: Program, terms: Optional[LayoutActivations] = None) -> float:
+def total_gib(
+    spec: RecipeSpec,
+    layout: Layout,
+    program: Program,
+    terms: Optional[LayoutActivations] = None,
+    state: Optional[ModelState] = None,
+) -> float:
     """`estimate_memory(spec, layout=layout, program=program).total` without the breakdown (what a plan search
-    compares with the GPU's memory, hundreds of times); `terms` as `activation_memory` takes them."""
-    weights, gradients, optimizer, activations, other = _parts(spec, layout, program, terms)[3]
+    compares with the GPU's memory, hundreds of times); `terms` as `activation_memory` takes them, `state`:
+    `model_state(...)` of a spec that differs from `spec` only in what it recomputes."""
+    weights, gradients, optimizer, activations, other = _parts(spec, layout, program, terms, state)[3]
     return weights + gradients + optimizer + activations + other  # summed as `MemoryBreakdown.total` sums them
 
 
-def _parts(
-    spec: RecipeSpec, layout: Layout, program: Program, terms: Optional[LayoutActivations] = None
-) -> tuple[tuple[float, float, float], ActivationBreakdown, float, tuple[float, float, float, float, float]]:
-    """Bytes per parameter (weights, gradients, optimizer), the activations, the TP overlap buffers (GiB), and the
-    GiB of weights, gradients, optimizer, activations and other."""
+#: Bytes per parameter (weights, gradients, optimizer), then GiB of weights, gradients, optimizer and TP overlap
+#: buffers: what recomputation does not change.
+ModelState = tuple[tuple[float, float, float], float, float, float, float]
+
+
+def model_state(spec: RecipeSpec, layout: Layout, program: Program) -> ModelState:
     params = layout.params_per_rank
     per_param = state_bytes_per_param(spec.distributed_optimizer, layout.optimizer_shards, program.gradient_bytes)
     w_bytes, g_bytes, o_bytes = per_param
-    acts = activation_memory(spec, layout, fused_attention=program.fused_attention, terms=terms)
     weights, gradients, optimizer = params * w_bytes / GIB, params * g_bytes / GIB, params * o_bytes / GIB
+    return per_param, weights, gradients, optimizer, tp_overlap_buffer_bytes(spec, layout, program) / GIB
+
+
+def _parts(
+    spec: RecipeSpec,
+    layout: Layout,
+    program: Program,
+    terms: Optional[LayoutActivations] = None,
+    state: Optional[ModelState] = None,
+) -> tuple[tuple[float, float, float], ActivationBreakdown, float, tuple[float, float, float, float, float]]:
+    """Bytes per parameter (weights, gradients, optimizer), the activations, the TP overlap buffers (GiB), and the
+    GiB of weights, gradients, optimizer, activations and other."""
+    per_param, weights, gradients, optimizer, buffers = state or model_state(spec, layout, program)
+    acts = activation_memory(spec, layout, fused_attention=program.fused_attention, terms=terms)
     activations = acts.total / GIB
-    buffers = tp_overlap_buffer_bytes(spec, layout, program) / GIB
     other = OTHER_FIXED_GIB + buffers + FRAGMENTATION * (weights + gradients + optimizer + activations)
     return per_param, acts, buffers, (weights, gradients, optimizer, activations, other)
 

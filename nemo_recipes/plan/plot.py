@@ -8,8 +8,9 @@ the planner's report as data, so this module does not depend on the planner's cl
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Optional, Sequence
+
+from nemo_recipes.frozen_dataclass import frozen_dataclass
 
 FORMATS = (".png", ".svg")
 
@@ -24,7 +25,7 @@ _COLOURS = {
 }
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class ScalingPoint:
     """One cluster size of the tokens/s curve."""
 

@@ -133,14 +133,17 @@ def attention_heads_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
                 f"use num_query_groups in {_listing(_divisors(heads))}.",
             )
         )
-    ok = [d for d in _divisors(layout.gpus_per_node) if heads % d == 0 and groups % d == 0]
+
+    def ok() -> list[int]:  # only when reported: a plan search runs this rule on every layout
+        return [d for d in _divisors(layout.gpus_per_node) if heads % d == 0 and groups % d == 0]
+
     if heads % t:
         problems.append(
             Problem(
                 "tensor_parallel",
                 t,
                 f"num_attention_heads={heads} is not divisible by tensor_parallel={t}.",
-                f"use tensor_parallel in {_listing(ok)}.",
+                f"use tensor_parallel in {_listing(ok())}.",
             )
         )
     elif groups % t:
@@ -149,7 +152,7 @@ def attention_heads_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
                 "tensor_parallel",
                 t,
                 f"num_query_groups={groups} is not divisible by tensor_parallel={t}.",
-                f"use tensor_parallel in {_listing(ok)}, or num_query_groups a multiple of {t}.",
+                f"use tensor_parallel in {_listing(ok())}, or num_query_groups a multiple of {t}.",
             )
         )
     if spec.ffn_hidden_size % t:

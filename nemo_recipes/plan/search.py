@@ -20,14 +20,14 @@ Both keep the global batch (unless `fit` scales it), precision, context parallel
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import ERROR, InvalidInputError
+from nemo_recipes.frozen_dataclass import frozen_dataclass
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout
-from nemo_recipes.plan.memory import LayoutActivations, total_gib
+from nemo_recipes.plan.memory import LayoutActivations, ModelState, model_state, total_gib
 from nemo_recipes.plan.rules import LAYOUT_RULES, RECOMPUTE_RULES, Rule, program_problems
 from nemo_recipes.plan.stack import Program, program_for
 from nemo_recipes.plan.throughput import step_time
@@ -56,7 +56,7 @@ class Space(enum.Enum):
     BEST = "best"
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Candidate:
     """One valid plan and what the models predict for it."""
 
@@ -153,6 +153,15 @@ def layouts(
 ) -> Iterator[RecipeSpec]:
     """Every (TP, PP, VP, micro batch, distributed optimizer) the space allows on `cluster`, recompute as the recipe's.
     `per_replica` (sequences per data-parallel replica) scales the global batch with DP; None keeps it."""
+    for base, _ in _laid_out(spec, cluster, space=space, per_replica=per_replica):
+        yield base
+
+
+def _laid_out(
+    spec: RecipeSpec, cluster: Cluster, *, space: Space, per_replica: Optional[float]
+) -> Iterator[tuple[RecipeSpec, Optional[Layout]]]:
+    """`layouts`, each with its layout when it is already at hand (without interleaving: the distributed optimizer
+    does not change a layout), else None."""
     tps = [
         t
         for t in _divisors(cluster.gpus_per_node)
@@ -183,11 +192,16 @@ def layouts(
                     continue
                 for v in _virtuals(spec, p, layout.microbatches, layout.pipeline_slots, space):
                     for dist in distributed:
-                        yield _with(base, virtual_pipeline=v, distributed_optimizer=dist)
+                        yield _with(base, virtual_pipeline=v, distributed_optimizer=dist), None if v else layout
 
 
 def _memory(
-    spec: RecipeSpec, cluster: Cluster, layout: Layout, program: Program, terms: LayoutActivations
+    spec: RecipeSpec,
+    cluster: Cluster,
+    layout: Layout,
+    program: Program,
+    terms: LayoutActivations,
+    state: Optional[ModelState] = None,
 ) -> Optional[float]:
     """Total GiB when `spec` (whose layout, program and activation terms these are, and which `recompute_options`
     found free of the errors that do not depend on recomputation) has no error and fits (0.0 without a GPU type),
@@ -196,34 +210,42 @@ def _memory(
         return None
     if cluster.gpu is None:
         return 0.0
-    total = total_gib(spec, layout, program, terms)
+    total = total_gib(spec, layout, program, terms, state)
     return total if total <= cluster.gpu.memory_gib else None
 
 
 def recompute_options(
-    spec: RecipeSpec, base: RecipeSpec, cluster: Cluster, *, space: Space, stack: Optional[str]
+    spec: RecipeSpec,
+    base: RecipeSpec,
+    cluster: Cluster,
+    *,
+    space: Space,
+    stack: Optional[str],
+    layout: Optional[Layout] = None,
 ) -> Iterator[tuple[RecipeSpec, float, Layout, Program]]:
     """Each recompute mode that fits `base`'s layout, with full covering the fewest layers per chunk that fit; with
-    its total GiB, and the layout and program it shares with `base`."""
+    its total GiB, and the layout and program it shares with `base`. `layout`: `base`'s on `cluster`, when at hand."""
     floor = "none" if space is Space.BEST or spec.recompute == "none" else "selective"
     # Recomputation changes neither the layout nor the program: both are computed once for every mode tried.
-    layout = Layout.of(base, cluster)
+    layout = layout or Layout.of(base, cluster)
     program = program_for(base, cluster.gpu, stack, layout.interleaved)
     # Nor do they change what every other rule and the stack say: an error there rules out every mode.
     if _errors(base, layout, LAYOUT_RULES) or program_problems(base, program):
         return
     terms = LayoutActivations.of(base, layout)
+    state = model_state(base, layout, program)
     for mode in _RECOMPUTE_ORDER[_RECOMPUTE_ORDER.index(floor) :]:
         if mode != "full":
             candidate = _with(base, recompute=mode, recompute_num_layers=None)
-            total = _memory(candidate, cluster, layout, program, terms)
+            total = _memory(candidate, cluster, layout, program, terms, state)
             if total is not None:
                 yield candidate, total, layout, program
                 if mode == "none":
                     return  # recomputing more of the same layout only adds time
             continue
         everything = _with(base, recompute="full", recompute_num_layers=None)
-        fitting = _memory(everything, cluster, layout, program, terms)  # the total of the fewest layers found to fit
+        # The total of the fewest layers found to fit.
+        fitting = _memory(everything, cluster, layout, program, terms, state)
         if fitting is None:
             return
         chunk = layout.layers_per_chunk
@@ -231,7 +253,7 @@ def recompute_options(
         while low < high:
             mid = (low + high) // 2
             trial = _with(base, recompute="full", recompute_num_layers=mid)
-            total = _memory(trial, cluster, layout, program, terms)
+            total = _memory(trial, cluster, layout, program, terms, state)
             if total is None:
                 low = mid + 1
             else:
@@ -256,8 +278,8 @@ def valid_plans(
 def _valid_plans(
     spec: RecipeSpec, cluster: Cluster, *, space: Space, stack: Optional[str], per_replica: Optional[float]
 ) -> Iterator[tuple[RecipeSpec, float, Layout, Program]]:
-    for base in layouts(spec, cluster, space=space, per_replica=per_replica):
-        yield from recompute_options(spec, base, cluster, space=space, stack=stack)
+    for base, layout in _laid_out(spec, cluster, space=space, per_replica=per_replica):
+        yield from recompute_options(spec, base, cluster, space=space, stack=stack, layout=layout)
 
 
 def evaluate(

@@ -46,11 +46,12 @@ attention, memory-bound kernels, recomputation, exposed communication, pipeline 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, field
 from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import InvalidInputError, Problem, known
+from nemo_recipes.frozen_dataclass import frozen_dataclass
 from nemo_recipes.plan import flops as _flops
 from nemo_recipes.plan import kernels as _kernels
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
@@ -81,7 +82,7 @@ FLOPS_CONVENTION = _flops.MODEL_FLOPS_CONVENTION
 POWER_REFERENCE = get_gpu("h100-80gb")
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class Throughput:
     """What one training step costs on a cluster, and what it produces."""
 
@@ -181,7 +182,7 @@ def _power_derate(gpu: GPU, k: ModelConstants) -> float:
     return min(1.0, ratio**k.power_exponent)
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class _Rates:
     """Achievable rates of one GPU, in FLOP/s and bytes/s."""
 
@@ -238,7 +239,7 @@ def _group_bandwidth_gb_s(gpu: GPU, group: int, stride: int, gpus_per_node: int)
     return min(gpu.nvlink_gb_s, per_node * gpu.network_gb_s)
 
 
-@dataclass(frozen=True)
+@frozen_dataclass
 class _Layer:
     """One transformer layer and one micro-batch on one GPU: forward and backward seconds by kind of work."""
 
