@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import MISSING, FrozenInstanceError
 from operator import attrgetter
-from typing import Any, Callable, TypeVar, overload
+from typing import Any, Callable, TypeVar, dataclass_transform, overload
 
 T = TypeVar("T", bound=type)
 
@@ -108,7 +108,7 @@ def _init(cls: type, fields: tuple[dataclasses.Field, ...]) -> Callable[..., Non
     return init
 
 
-def _frozen_guards(cls: type, names: tuple[str, ...]) -> tuple[Callable, Callable]:
+def _frozen_guards(cls: Any, names: tuple[str, ...]) -> tuple[Callable, Callable]:
     """The standard frozen `__setattr__` and `__delattr__`: a field, or any attribute of an instance of the class
     itself, cannot be assigned or deleted; a subclass's own attributes go through."""
 
@@ -128,17 +128,20 @@ def _frozen_guards(cls: type, names: tuple[str, ...]) -> tuple[Callable, Callabl
 
 
 @overload
+@dataclass_transform(frozen_default=True, kw_only_default=False)
 def frozen_dataclass(cls: T, /, *, kw_only: bool = False) -> T: ...
 
 
 @overload
+@dataclass_transform(frozen_default=True, kw_only_default=False)
 def frozen_dataclass(cls: None = None, /, *, kw_only: bool = False) -> Callable[[T], T]: ...
 
 
+@dataclass_transform(frozen_default=True, kw_only_default=False)  # type checkers see a frozen dataclass
 def frozen_dataclass(cls: Any = None, /, *, kw_only: bool = False) -> Any:
     """`@dataclass(frozen=True)` (with `kw_only`); see the module's docstring for what it does not support."""
 
-    def wrap(cls: T) -> T:
+    def wrap(cls: Any) -> Any:
         own = _OWN & set(cls.__dict__)
         if own:
             raise TypeError(f"{cls.__qualname__} defines {sorted(own)}: use dataclasses.dataclass")
@@ -148,7 +151,8 @@ def frozen_dataclass(cls: Any = None, /, *, kw_only: bool = False) -> Any:
         cls = dataclasses.dataclass(cls, init=False, repr=False, eq=False, kw_only=kw_only)
         params = cls.__dataclass_params__
         params.init = params.repr = params.eq = params.frozen = True
-        if any(f._field_type is dataclasses._FIELD_INITVAR for f in cls.__dataclass_fields__.values()):
+        initvar = dataclasses._FIELD_INITVAR  # type: ignore[attr-defined]  # private (3.11-3.13): InitVars leave fields()
+        if any(f._field_type is initvar for f in cls.__dataclass_fields__.values()):
             raise TypeError(f"{cls.__qualname__} has an InitVar: use dataclasses.dataclass")
         fields = dataclasses.fields(cls)
         cls.__init__ = _init(cls, fields)
