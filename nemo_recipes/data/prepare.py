@@ -35,6 +35,7 @@ from nemo_recipes.data.pool import run_local
 from nemo_recipes.data.progress import Progress
 from nemo_recipes.data.shard_plan import Shard, ShardPlan
 from nemo_recipes.data.shard_work import (  # noqa: F401  (run_shards: the entry point data_executor names here)
+    one_thread_per_worker,
     pending,
     run_shards,
     shard_documents,
@@ -324,8 +325,12 @@ def make_plan(
             f"(< {UINT16_VOCAB_LIMIT:,}): tokens are stored as int32, 4 bytes each, twice the disk of uint16."
         )
     shards = tuple(_cut(srcs, size))
-    # Before the first shard: the faster encoder only where it gives the same ids on these inputs (one line either way).
-    choice = fast_encoder.choose(tokenizer_path, _sample(shards, options))
+    # Before the first shard: the faster encoder only where it gives the same ids on these inputs (one line either way),
+    # the reference encoding on a thread per worker (the library's own thread pool stays off: the workers fork after).
+    with one_thread_per_worker():
+        choice = fast_encoder.choose(
+            tokenizer_path, _sample(shards, options), threads=min(workers, len(os.sched_getaffinity(0)))
+        )
     log(f"tokenizer: {choice.why}")
     plan = ShardPlan(
         id=identity,
