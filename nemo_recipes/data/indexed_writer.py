@@ -66,9 +66,10 @@ class IndexedWriter:
         import numpy as np
 
         tokens = np.asarray(tokens).astype(self.dtype, copy=False)
-        lengths = np.asarray(lengths, dtype=np.int64)
-        if int(lengths.sum()) != tokens.size:
-            raise ValueError(f"{tokens.size} tokens, but the document lengths add up to {int(lengths.sum())}.")
+        lengths = np.asarray(lengths, dtype=np.int32)  # the .idx's own type: 4 bytes a document held until finalize
+        total = int(lengths.sum(dtype=np.int64))
+        if total != tokens.size:
+            raise ValueError(f"{tokens.size} tokens, but the document lengths add up to {total}.")
         self._bin.write(tokens.tobytes(order="C"))
         self._lengths.append(lengths)
         first = self._sequences
@@ -80,7 +81,7 @@ class IndexedWriter:
         dtype, lengths, indices = index_arrays(prefix)
         if dtype != self.dtype:
             raise ValueError(f"{prefix}.idx holds {dtype.name} tokens; this dataset is {self.dtype.name}.")
-        self._lengths.append(lengths.astype("int64"))
+        self._lengths.append(lengths.astype("int32"))
         self._indices.append(indices[1:] + self._sequences)
         self._sequences += len(lengths)
         with open(f"{prefix}.bin", "rb") as source:
@@ -91,9 +92,10 @@ class IndexedWriter:
         import numpy as np
 
         self._bin.close()
-        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, dtype=np.int64)
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, dtype=np.int32)
         pointers = np.zeros(len(lengths), dtype=np.int64)
-        np.cumsum(lengths[:-1] * self.dtype.itemsize, out=pointers[1:])
+        np.cumsum(lengths[:-1], dtype=np.int64, out=pointers[1:])
+        pointers *= self.dtype.itemsize
         indices = np.concatenate(self._indices)
         with open(idx_path, "wb") as stream:
             stream.write(HEAD.pack(MAGIC, VERSION, self.code, len(lengths), len(indices)))
