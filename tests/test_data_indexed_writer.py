@@ -97,16 +97,23 @@ def test_a_shard_of_another_dtype_or_wrong_lengths_is_refused(tmp_path):
         IndexedWriter(tmp_path / "half.bin", "float16")
 
 
-def test_a_shard_worker_imports_neither_torch_nor_megatron(tmp_path):
-    """Write a shard and merge it, as a worker and the merge do, in a fresh interpreter: the modules it loaded."""
+def test_data_prepare_imports_neither_torch_nor_megatron(tmp_path):
+    """A whole `data prepare` (plan, id check, a shard, the merge) in a fresh interpreter, one worker (in process:
+    what it imports, a forked worker inherits): the modules it loaded."""
+    import json
+
+    from nemo_recipes.data import tokenizers
+
+    texts = [f"Document {i}: the quick brown fox jumps over the lazy dog, {i * 7} times." for i in range(200)]
+    tokenizer = tokenizers.train(texts, tmp_path / "tok", vocab_size=300)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     code = (
-        "import sys, numpy as np; from nemo_recipes.data import shard_work, merge; "
-        "from nemo_recipes.data.indexed_writer import IndexedWriter; "
-        f"w = IndexedWriter('{tmp_path}/s.bin', 'uint16'); w.add_documents(np.arange(5), [2, 3]); "
-        f"w.finalize('{tmp_path}/s.idx'); m = IndexedWriter('{tmp_path}/m.bin', 'uint16'); "
-        f"m.add_index('{tmp_path}/s'); m.finalize('{tmp_path}/m.idx'); "
-        "print(' '.join(sorted({n.split('.')[0] for n in sys.modules})))"
+        "import sys; from nemo_recipes.data.prepare import prepare; "
+        f"prepare([{str(corpus)!r}], {str(tmp_path / 'out')!r}, tokenizer_path={str(tokenizer)!r}, workers=1, "
+        "progress='none'); print(' '.join(sorted({n.split('.')[0] for n in sys.modules})))"
     )
-    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert "numpy" in loaded
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    loaded = run.stdout.split()
+    assert "numpy" in loaded and (tmp_path / "out" / "corpus.idx").is_file(), run.stderr
     assert not {"torch", "megatron", "transformers", "nemo"} & set(loaded), loaded
