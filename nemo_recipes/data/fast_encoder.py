@@ -178,9 +178,10 @@ def _on_threads(encoder: tokenizers.Encoder, texts: list[str], threads: int) -> 
     """`encoder.encode_batch(texts)`, the texts cut into `threads` runs of about equal characters, one thread each.
     The check comes before the first shard, so it is the one step that no worker shares; the tokenizer libraries
     encode without holding the GIL, so the cores of --workers share it this way (the order of the ids is kept)."""
+    from concurrent.futures import ThreadPoolExecutor
+
     if threads <= 1 or len(texts) < 2:
         return encoder.encode_batch(texts)
-    from concurrent.futures import ThreadPoolExecutor
 
     share = sum(map(len, texts)) / threads
     runs: list[list[str]] = [[]]
@@ -206,14 +207,19 @@ def check(
     threads."""
     if isinstance(candidate, TiktokenEncoder):
         specials = [*specials, *candidate._specials]
+    from concurrent.futures import ThreadPoolExecutor
+
     texts = list(sample) + _trap_texts(specials)
-    try:
-        got = candidate.encode_batch(texts)
-    except BaseException as error:  # noqa: BLE001  tiktoken's Rust panics are BaseExceptions; any is a difference
-        if isinstance(error, (KeyboardInterrupt, SystemExit)):
-            raise
-        return f"it failed: {type(error).__name__}: {str(error)[:120]}"
-    expected = _on_threads(reference, texts, threads)
+    # The reference encodes (without the GIL) while this thread runs the candidate and what its first call loads.
+    with ThreadPoolExecutor(1) as background:
+        reference_ids = background.submit(_on_threads, reference, texts, threads)
+        try:
+            got = candidate.encode_batch(texts)
+        except BaseException as error:  # noqa: BLE001  tiktoken's Rust panics are BaseExceptions: a difference
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                raise
+            return f"it failed: {type(error).__name__}: {str(error)[:120]}"
+        expected = reference_ids.result()
     for number, (want, have) in enumerate(zip(expected, got, strict=True)):
         if want != have:
             pairs = enumerate(zip(want, have, strict=False))
