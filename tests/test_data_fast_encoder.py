@@ -116,6 +116,19 @@ def test_the_check_fails_on_a_tokenizer_no_faster_encoder_reproduces(trained, tm
     assert "\n" not in choice.why
 
 
+def test_the_check_on_threads_keeps_every_id_in_order_and_still_tells_a_difference(trained, tmp_path):
+    """The reference encodes the check's texts on a thread per worker: its ids in the texts' order, the same as on
+    one thread, and a tokenizer that differs (BPE dropout) is still caught."""
+    reference = tokenizers.load(trained)
+    texts = [*TEXTS[:40], "x" * 9000, *fast_encoder._trap_texts([tokenizers.TRAINED_EOD])]
+    expected = reference.encode_batch(texts)
+    for threads in (2, 3, 64):
+        assert fast_encoder._on_threads(reference, texts, threads) == expected, threads
+    assert fast_encoder.choose(trained, TEXTS[:50], threads=2).encoder == fast_encoder.GIGATOKEN
+    dropout = _variant(trained, tmp_path, lambda data: data["model"].update(dropout=0.9))
+    assert fast_encoder.choose(dropout, TEXTS[:50], threads=2).encoder == tokenizers.HUGGINGFACE
+
+
 def test_another_split_pattern_fails_tiktokens_check_and_passes_gigatokens(trained, tmp_path, monkeypatch):
     """gigatoken reads the split rules from tokenizer.json, tiktoken is built with GPT-2's: the check tells."""
     path = _variant(trained, tmp_path, lambda data: data.update(pre_tokenizer=ANOTHER_SPLIT))

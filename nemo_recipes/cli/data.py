@@ -57,7 +57,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "prepare",
         help="tokenize inputs into one Megatron indexed dataset per source, with its manifest",
         description=textwrap.fill(
-            "Tokenize INPUTs into OUT/NAME.bin/.idx (Megatron-Core's IndexedDatasetBuilder, one sequence per "
+            "Tokenize INPUTs into OUT/NAME.bin/.idx (Megatron-Core's indexed dataset format, one sequence per "
             "document, end-of-document token appended, uint16 when the vocabulary allows) and "
             "OUT/NAME.manifest.json, written last. Worker processes tokenize deterministic shards; each finished "
             "shard leaves a receipt, so a run that was killed resumes where it stopped, and an unchanged re-run does "

@@ -4,7 +4,7 @@ job instead of by processes on this machine, for a corpus one machine is too sma
 Three steps, the middle one anywhere: the shard plan is made here (frozen in the output directory); one job of the
 executor's nodes x processes-per-node ranks runs `run_shards(plan, rank, world)` on every rank
 (`executors/ranks.py`), each writing its shards and their receipts into the output directory, which every node must
-see (a shared file system); then the shards are merged here (`finalize`, `IndexedDatasetBuilder.add_index`). The
+see (a shared file system); then the shards are merged here (`finalize`: the bytes of Megatron's `add_index`). The
 result is byte-identical to a run on one machine. A job that does not finish (a node lost, a time limit) leaves the
 finished shards with their receipts: the same command again does only the rest.
 

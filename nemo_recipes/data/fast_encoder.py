@@ -174,21 +174,52 @@ def _trap_texts(specials: Iterable[str]) -> list[str]:
     return [*TRAPS, literal, "".join(TRAPS) + literal]
 
 
+def _on_threads(encoder: tokenizers.Encoder, texts: list[str], threads: int) -> list[list[int]]:
+    """`encoder.encode_batch(texts)`, the texts cut into `threads` runs of about equal characters, one thread each.
+    The check comes before the first shard, so it is the one step that no worker shares; the tokenizer libraries
+    encode without holding the GIL, so the cores of --workers share it this way (the order of the ids is kept)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if threads <= 1 or len(texts) < 2:
+        return encoder.encode_batch(texts)
+
+    share = sum(map(len, texts)) / threads
+    runs: list[list[str]] = [[]]
+    chars = 0
+    for text in texts:
+        if chars >= share * len(runs) and len(runs) < threads:
+            runs.append([])
+        runs[-1].append(text)
+        chars += len(text)
+    with ThreadPoolExecutor(len(runs)) as pool:
+        return [ids for run in pool.map(encoder.encode_batch, runs) for ids in run]
+
+
 def check(
-    reference: tokenizers.Encoder, candidate: tokenizers.Encoder, sample: list[str], specials: Iterable[str] = ()
+    reference: tokenizers.Encoder,
+    candidate: tokenizers.Encoder,
+    sample: list[str],
+    specials: Iterable[str] = (),
+    threads: int = 1,
 ) -> Optional[str]:
     """None when `candidate` gives the ids `reference` gives on every text of `sample` and the traps (with each of
-    `specials` written literally), else the first difference, in words."""
+    `specials` written literally), else the first difference, in words. The reference encodes on `threads`
+    threads."""
     if isinstance(candidate, TiktokenEncoder):
         specials = [*specials, *candidate._specials]
+    from concurrent.futures import ThreadPoolExecutor
+
     texts = list(sample) + _trap_texts(specials)
-    try:
-        got = candidate.encode_batch(texts)
-    except BaseException as error:  # noqa: BLE001  tiktoken's Rust panics are BaseExceptions; any is a difference
-        if isinstance(error, (KeyboardInterrupt, SystemExit)):
-            raise
-        return f"it failed: {type(error).__name__}: {str(error)[:120]}"
-    expected = reference.encode_batch(texts)
+    # The reference encodes (without the GIL) while this thread runs the candidate and what its first call loads.
+    with ThreadPoolExecutor(1) as background:
+        reference_ids = background.submit(_on_threads, reference, texts, threads)
+        try:
+            got = candidate.encode_batch(texts)
+        except BaseException as error:  # noqa: BLE001  tiktoken's Rust panics are BaseExceptions: a difference
+            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                raise
+            return f"it failed: {type(error).__name__}: {str(error)[:120]}"
+        expected = reference_ids.result()
     for number, (want, have) in enumerate(zip(expected, got, strict=True)):
         if want != have:
             pairs = enumerate(zip(want, have, strict=False))
@@ -216,9 +247,10 @@ def _build(name: str, path: str | Path, reference: tokenizers.Encoder) -> tokeni
     return gigatoken_encoder.build(path, reference) if name == GIGATOKEN else build(path, reference)
 
 
-def choose(path: str | Path, sample: list[str]) -> Choice:
+def choose(path: str | Path, sample: list[str], threads: int = 1) -> Choice:
     """The encoder `data prepare` uses for the tokenizer at `path`: the first of FASTER that passes `check` on
-    `sample`, else the tokenizer's own library; with the reasons, in one line."""
+    `sample` (the reference encoding on `threads` threads), else the tokenizer's own library; with the reasons, in
+    one line."""
     reference = tokenizers.load(path)
     reasons = []
     for name in FASTER:
@@ -226,7 +258,7 @@ def choose(path: str | Path, sample: list[str]) -> Choice:
         if isinstance(candidate, str):
             reasons.append(f"no {name}: {candidate}")
             continue
-        difference = check(reference, candidate, sample, added_tokens(path))
+        difference = check(reference, candidate, sample, added_tokens(path), threads)
         if difference is None:
             chars = sum(len(t) for t in sample)
             also = f" ({'; '.join(reasons)})" if reasons else ""

@@ -1,19 +1,18 @@
 """The merge of `data prepare`: once every shard has its receipt, each source's shards are merged in plan order into
-`out/NAME.bin/.idx` (IndexedDatasetBuilder.add_index), renamed into place, then its manifest is written, last; and
-the check that a plan's outputs are already there, complete and written by it. NumPy and Megatron-Core are imported
-inside `finalize`."""
+`out/NAME.bin/.idx` (indexed_writer's add_index: the bytes of Megatron's IndexedDatasetBuilder.add_index, without
+importing torch or Megatron-Core), renamed into place, then its manifest is written, last; and the check that a
+plan's outputs are already there, complete and written by it."""
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import os
 import shutil
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Optional
 
 from nemo_recipes._version import __version__
 from nemo_recipes.data import shard_plan
+from nemo_recipes.data.indexed_writer import IndexedWriter
 from nemo_recipes.data.manifest import (
     Manifest,
     fsync_directory,
@@ -23,7 +22,7 @@ from nemo_recipes.data.manifest import (
     write_manifest,
 )
 from nemo_recipes.data.shard_plan import ShardPlan
-from nemo_recipes.data.shard_work import local_files, pending
+from nemo_recipes.data.shard_work import pending
 from nemo_recipes.data.sources import bad
 from nemo_recipes.errors import InvalidInputError
 
@@ -44,22 +43,8 @@ def _source_manifest(plan: ShardPlan, source: dict, receipts: list[dict]) -> Man
     )
 
 
-@contextlib.contextmanager
-def _quick_gc() -> Iterator[None]:
-    """add_index runs gc.collect() after every shard, which walks every object of this process (torch's tens of
-    thousands: most of the merge's time); objects that exist already are frozen out of its way meanwhile."""
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-
-
 def finalize(plan_path: str | Path) -> list[Manifest]:
     """Merge each source's shards in plan order into `out/NAME.bin/.idx` and write its manifest (last)."""
-    import numpy as np
-    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
-
     plan = shard_plan.read_plan(plan_path)
     if plan is None:
         raise bad("plan", str(plan_path), "no shard plan there.", "run `nemo-recipes data prepare` to write one.")
@@ -90,11 +75,13 @@ def finalize(plan_path: str | Path) -> list[Manifest]:
                 "check --key and the files; with --skip-bad-lines every bad line is skipped.",
             )
         temporary = merge / source["name"]
-        with local_files(), _quick_gc():
-            builder = IndexedDatasetBuilder(f"{temporary}.bin", dtype=np.dtype(plan.dtype).type)
+        writer = IndexedWriter(f"{temporary}.bin", plan.dtype)
+        try:
             for shard in shards:
-                builder.add_index(str(plan.shard_prefix(shard.index)))
-            builder.finalize(f"{temporary}.idx")
+                writer.add_index(plan.shard_prefix(shard.index))
+            writer.finalize(f"{temporary}.idx")
+        finally:
+            writer.close()
         final = out / source["name"]
         # The old manifest goes first: from here until the new one is written the prefix reads as unfinished.
         manifest_path(final).unlink(missing_ok=True)

@@ -74,7 +74,7 @@ def run_local(plan: ShardPlan, todo: list[int], workers: int, progress: Progress
             for index in todo:
                 process_shard(plan, plan.shards[index], encoder, progress.update)
         return
-    # Forked: the workers inherit the imported Megatron-Core and NumPy (seconds per process otherwise).
+    # Forked: the workers inherit the imported NumPy and tokenizer libraries.
     context = multiprocessing.get_context("fork")
     queue = context.Queue()
     with one_thread_per_worker():

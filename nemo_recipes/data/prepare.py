@@ -2,9 +2,10 @@
 
 make_plan (resolve the inputs, hash them, find or train the tokenizer, cut the shards: plan.json) -> run_shards
 (each shard tokenized into its own small indexed dataset, then a receipt) -> finalize (the shards of each source
-merged in plan order with IndexedDatasetBuilder.add_index, renamed into place, then the manifest). Every file is
-written under a temporary name and renamed when complete; the manifest comes last, so a prefix with a manifest is
-complete. NumPy, Megatron-Core and the tokenizer libraries are imported inside the functions that need them.
+merged in plan order, renamed into place, then the manifest; the files are Megatron's, written by indexed_writer.py
+without Megatron-Core). Every file is written under a temporary name and renamed when complete; the manifest comes
+last, so a prefix with a manifest is complete. NumPy and the tokenizer libraries are imported inside the functions
+that need them.
 Here: the plan and the tokenizer's training, and `prepare` itself; one shard and `run_shards` are in shard_work.py,
 the local pool of workers in pool.py, the merge in merge.py.
 """
@@ -34,14 +35,13 @@ from nemo_recipes.data.pool import run_local
 from nemo_recipes.data.progress import Progress
 from nemo_recipes.data.shard_plan import Shard, ShardPlan
 from nemo_recipes.data.shard_work import (  # noqa: F401  (run_shards: the entry point data_executor names here)
-    local_files,
+    one_thread_per_worker,
     pending,
     run_shards,
     shard_documents,
 )
 from nemo_recipes.data.sources import InvalidDataError, bad
 from nemo_recipes.errors import InvalidInputError, Problem
-from nemo_recipes.quiet import library_notices_silenced
 
 #: Megatron-Core's DType.optimal_dtype: uint16 below this many vocabulary entries, else int32 (checked in tests).
 UINT16_VOCAB_LIMIT = 65500
@@ -325,8 +325,12 @@ def make_plan(
             f"(< {UINT16_VOCAB_LIMIT:,}): tokens are stored as int32, 4 bytes each, twice the disk of uint16."
         )
     shards = tuple(_cut(srcs, size))
-    # Before the first shard: the faster encoder only where it gives the same ids on these inputs (one line either way).
-    choice = fast_encoder.choose(tokenizer_path, _sample(shards, options))
+    # Before the first shard: the faster encoder only where it gives the same ids on these inputs (one line either way),
+    # the reference encoding on a thread per worker (the library's own thread pool stays off: the workers fork after).
+    with one_thread_per_worker():
+        choice = fast_encoder.choose(
+            tokenizer_path, _sample(shards, options), threads=min(workers, len(os.sched_getaffinity(0)))
+        )
     log(f"tokenizer: {choice.why}")
     plan = ShardPlan(
         id=identity,
@@ -365,10 +369,9 @@ def _sample(shards: tuple[Shard, ...], options: Options) -> list[str]:
 
 
 def _import_writer() -> None:
-    """Import Megatron-Core's indexed dataset before the clock starts (seconds: the rates are the tokenizing's, and
-    forked workers inherit it), without the notices its import prints about GPU libraries a CPU job does not use."""
-    with library_notices_silenced():
-        import megatron.core.datasets.indexed_dataset  # noqa: F401
+    """NumPy, the index writer's one library, imported before the clock starts and the workers fork (they inherit
+    it). Megatron-Core's own writer is not used: its module imports torch, seconds in every process."""
+    import numpy  # noqa: F401
 
 
 def _disk_full(error: OSError, out: Path) -> InvalidDataError:

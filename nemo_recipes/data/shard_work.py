@@ -1,7 +1,8 @@
 """One shard of `data prepare`: its bytes read (compressed streams kept open between a worker's shards), its
 documents tokenized in batches into its own small indexed dataset, written under a temporary name and renamed, then
 its receipt; `run_shards` runs a rank's share of a plan's shards (the entry point of a multi-node prepare).
-NumPy and Megatron-Core are imported inside the functions that need them."""
+NumPy is imported inside the functions that need it; the files are Megatron's, written by indexed_writer.py (no
+torch or Megatron-Core in a worker)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional
 
 from nemo_recipes.data import fast_encoder, shard_plan, sources, tokenizers
+from nemo_recipes.data.indexed_writer import IndexedWriter
 from nemo_recipes.data.manifest import write_atomic
 from nemo_recipes.data.shard_plan import Shard, ShardPlan
 from nemo_recipes.data.sources import bad
@@ -78,21 +80,6 @@ def _batches(documents: Iterator[str]) -> Iterator[list[str]]:
 Report = Callable[[int, int, int], None]
 
 
-@contextlib.contextmanager
-def local_files() -> Iterator[None]:
-    """Megatron-Core writes through its multi-storage client when that package is installed, which records metrics
-    on every write (a quarter of the time of a shard); our paths are local files, so plain `open` it is."""
-    from megatron.core.msc_utils import MultiStorageClientFeature
-
-    enabled = MultiStorageClientFeature.is_enabled()
-    MultiStorageClientFeature.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            MultiStorageClientFeature.enable()
-
-
 def _encoded(encoder: tokenizers.Encoder, batch: list[str], eod: int, dtype: Any) -> tuple[Any, Any]:
     """The batch's ids with the end-of-document id after each document, as one array of `dtype`, and each
     document's length (its end-of-document id included)."""
@@ -111,28 +98,11 @@ def _encoded(encoder: tokenizers.Encoder, batch: list[str], eod: int, dtype: Any
     return flat.astype(dtype), lengths
 
 
-def _add_batch(builder: Any, tokens: Any, lengths: Any) -> None:
-    """The batch's documents (one sequence each) into `builder` in one write: what `add_document` does for each,
-    with the builder's own fields (Megatron-Core 0.15's; its newer `add_documents` takes gigatoken's arrays)."""
-    fields = ("data_file", "sequence_lengths", "document_indices")
-    if getattr(builder, "multimodal", False) or not all(hasattr(builder, name) for name in fields):
-        position = 0  # a builder of another layout: document by document, through its public method
-        for length in lengths.tolist():
-            builder.add_document(tokens[position : position + length], [length])
-            position += length
-        return
-    builder.data_file.write(tokens.tobytes(order="C"))
-    first = len(builder.sequence_lengths)
-    builder.sequence_lengths.extend(lengths.tolist())
-    builder.document_indices.extend(range(first + 1, first + len(lengths) + 1))
-
-
 def process_shard(plan: ShardPlan, shard: Shard, encoder: tokenizers.Encoder, report: Report) -> dict:
     """Tokenize one shard into its own indexed dataset (temporary names, then renamed) and write its receipt."""
     import numpy as np
-    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
 
-    dtype = np.dtype(plan.dtype).type
+    dtype = np.dtype(plan.dtype)
     eod = encoder.eod_id
     final = plan.shard_prefix(shard.index)
     temporary = final.with_name(f"{final.name}.tmp-{os.getpid()}")
@@ -142,32 +112,30 @@ def process_shard(plan: ShardPlan, shard: Shard, encoder: tokenizers.Encoder, re
     counts = {"documents": 0, "tokens": 0, "text_bytes": 0, "max_token_id": 0}
     documents = shard_documents(shard, plan.read_options(), skipped)
     reported = 0
-    builder = None
+    writer = None
     try:
-        with local_files():
-            builder = IndexedDatasetBuilder(f"{temporary}.bin", dtype=dtype)
-            for batch in _batches(documents):
-                tokens, lengths = _encoded(encoder, batch, eod, dtype)
-                _add_batch(builder, tokens, lengths)
-                text_bytes = sum(len(text.encode("utf-8")) for text in batch)
-                counts["documents"] += len(batch)
-                counts["tokens"] += len(tokens)
-                counts["text_bytes"] += text_bytes
-                counts["max_token_id"] = max(counts["max_token_id"], int(tokens.max()))
-                # Progress in input bytes: the text's as it goes, the shard's exact size once it is done.
-                step = min(text_bytes, shard.end - shard.start - reported)
-                reported += step
-                report(len(batch), step, len(tokens))
-            builder.finalize(f"{temporary}.idx")
+        writer = IndexedWriter(f"{temporary}.bin", dtype)
+        for batch in _batches(documents):
+            tokens, lengths = _encoded(encoder, batch, eod, dtype)
+            writer.add_documents(tokens, lengths)
+            text_bytes = sum(len(text.encode("utf-8")) for text in batch)
+            counts["documents"] += len(batch)
+            counts["tokens"] += len(tokens)
+            counts["text_bytes"] += text_bytes
+            counts["max_token_id"] = max(counts["max_token_id"], int(tokens.max()))
+            # Progress in input bytes: the text's as it goes, the shard's exact size once it is done.
+            step = min(text_bytes, shard.end - shard.start - reported)
+            reported += step
+            report(len(batch), step, len(tokens))
+        writer.finalize(f"{temporary}.idx")
         for suffix in (".bin", ".idx"):
             with open(f"{temporary}{suffix}", "rb+") as stream:
                 os.fsync(stream.fileno())
         os.replace(f"{temporary}.bin", f"{final}.bin")
         os.replace(f"{temporary}.idx", f"{final}.idx")
     except BaseException:
-        if builder is not None:
-            with contextlib.suppress(OSError):  # closing flushes, which fails again on a full disk
-                builder.data_file.close()
+        if writer is not None:
+            writer.close()
         for suffix in (".bin", ".idx"):
             Path(f"{temporary}{suffix}").unlink(missing_ok=True)
         raise
