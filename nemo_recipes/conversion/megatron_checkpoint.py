@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.families.architecture import Architecture
-from nemo_recipes.families.megatron_names import GLOBAL_KEYS, LAYER_KEYS, PREFIX
+from nemo_recipes.families.megatron_names import GLOBAL_KEYS, LAYER_KEYS, PREFIX, short_files
 from nemo_recipes.quiet import library_notices_silenced
 
 _STEP = re.compile(r"step=(\d+)")
@@ -52,21 +52,6 @@ def find_weights(given: str) -> Path:
         return (int(match.group(1)) if match else -1, weights.parent.name)
 
     return max(found, key=step)
-
-
-def short_files(weights: Path, metadata: Any) -> list[tuple[Path, Optional[int], int]]:
-    """(file, its size or None where it is missing, the bytes the index needs in it) for each file of the
-    checkpoint at `weights` that does not hold every byte range its index (`metadata`) points to."""
-    ends: dict[str, int] = {}
-    for info in metadata.storage_data.values():
-        ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
-    short = []
-    for name, end in sorted(ends.items()):
-        file = weights / name
-        size = file.stat().st_size if file.is_file() else None
-        if size is None or size < end:
-            short.append((file, size, end))
-    return short
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Any, Optional
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import Problem
 from nemo_recipes.families.architecture import Architecture
-from nemo_recipes.families.megatron_names import GLOBAL_KEYS, LAYER_KEYS, PREFIX
+from nemo_recipes.families.megatron_names import GLOBAL_KEYS, LAYER_KEYS, PREFIX, short_files
 
 FIELD = "restore_from"
 WHAT = "the directory `hf import --out` wrote, or a training run's checkpoint (the directory holding weights/)"
@@ -107,19 +107,13 @@ def _no_checkpoint(given: str, path: Path) -> Problem:
 
 
 def _short_files(weights: Path, index: Any) -> list[Problem]:
-    ends: dict[str, int] = {}
-    for info in index.storage_data.values():
-        ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
     problems = []
-    for name, end in sorted(ends.items()):
-        file = weights / name
-        size = file.stat().st_size if file.is_file() else None
-        if size is None or size < end:
-            held = "is missing" if size is None else f"holds {size:,} bytes"
-            problems.append(
-                Problem(FIELD, str(file), f"{held}; the checkpoint's index needs {end:,} (a torn or truncated "
-                        "checkpoint).", "give an earlier checkpoint of the run, whose save completed.")
-            )  # fmt: skip
+    for file, size, end in short_files(weights, index):
+        held = "is missing" if size is None else f"holds {size:,} bytes"
+        problems.append(
+            Problem(FIELD, str(file), f"{held}; the checkpoint's index needs {end:,} (a torn or truncated "
+                    "checkpoint).", "give an earlier checkpoint of the run, whose save completed.")
+        )  # fmt: skip
     return problems
 
 
