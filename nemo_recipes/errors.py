@@ -18,12 +18,18 @@ Standard library only: the catalog, the planner and the fast CLI verbs raise the
 
 from __future__ import annotations
 
+import errno
 import math
 import re
 from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 
 from nemo_recipes.credentials import secret_key, secret_values, token_like
 from nemo_recipes.frozen_dataclass import frozen_dataclass
+
+#: A directory the user chose (--dir, --out) that has no room (a full disk, a quota, a file size limit) or cannot be
+#: written: the user's to fix, so exit 2 with the field, as any bad input.
+NO_ROOM_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+READ_ONLY_ERRNOS = frozenset({errno.EACCES, errno.EPERM, errno.EROFS})
 
 ERROR = "error"
 WARNING = "warning"

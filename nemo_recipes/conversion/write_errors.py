@@ -11,11 +11,7 @@ import shlex
 from pathlib import Path
 from typing import Optional
 
-from nemo_recipes.errors import InvalidInputError, Problem
-
-#: A file system with no room (a full disk, a quota, a file size limit), and one that refuses to be written.
-_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-_READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
+from nemo_recipes.errors import NO_ROOM_ERRNOS, READ_ONLY_ERRNOS, InvalidInputError, Problem
 
 
 class ExportWriteError(Exception):
@@ -46,7 +42,7 @@ def unwritable(target: Path, error: OSError, context: str) -> Exception:
     """What to raise when writing `target` (the --out of an export or an import) failed with `error`; the partial
     directory is already removed."""
     why = error.strerror or str(error)
-    if error.errno in _FULL:
+    if error.errno in NO_ROOM_ERRNOS:
         problem = Problem(
             "--out",
             str(target),
@@ -55,7 +51,7 @@ def unwritable(target: Path, error: OSError, context: str) -> Exception:
             "system.",
         )
         return InvalidInputError([problem], context=context)
-    if error.errno in _READ_ONLY:
+    if error.errno in READ_ONLY_ERRNOS:
         problem = Problem(
             "--out",
             str(target),

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import fcntl
 import json
 import os
@@ -41,7 +40,7 @@ from nemo_recipes.data.shard_work import (  # noqa: F401  (run_shards: the entry
     shard_documents,
 )
 from nemo_recipes.data.sources import InvalidDataError, bad
-from nemo_recipes.errors import InvalidInputError, Problem
+from nemo_recipes.errors import NO_ROOM_ERRNOS, InvalidInputError, Problem
 
 #: Megatron-Core's DType.optimal_dtype: uint16 below this many vocabulary entries, else int32 (checked in tests).
 UINT16_VOCAB_LIMIT = 65500
@@ -438,7 +437,7 @@ def prepare(
         with _locked(out):
             return _prepare_locked(inputs, out, options, workers, shard_bytes, progress, err, log, shard_runner)
     except OSError as error:
-        if error.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT):
+        if error.errno in NO_ROOM_ERRNOS:
             raise _disk_full(error, out) from None
         raise
 

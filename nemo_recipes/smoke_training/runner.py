@@ -7,7 +7,6 @@ process, under `torch.distributed.run` for several, or a NeMo-Run executor (loca
 
 from __future__ import annotations
 
-import errno
 import os
 import shlex
 import shutil
@@ -19,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional, TextIO, Union
 
 from nemo_recipes.catalog import RecipeSpec, get_recipe
-from nemo_recipes.errors import InvalidRecipeError, Problem, RunFailedError
+from nemo_recipes.errors import NO_ROOM_ERRNOS, READ_ONLY_ERRNOS, InvalidRecipeError, Problem, RunFailedError
 from nemo_recipes.smoke_training import cpu_compat, record
 from nemo_recipes.smoke_training.built_checks import built_checks
 from nemo_recipes.smoke_training.fed_checks import fed_checks
@@ -299,8 +298,6 @@ def machine_problems(
 
 #: Bytes of the write test: a file system with less room than this cannot hold the corpus either.
 _PROBE_BYTES = 64 * 1024
-_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-_READ_ONLY = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 def directory_problem(error: OSError, field: str, value: str) -> Problem:
@@ -312,14 +309,14 @@ def directory_problem(error: OSError, field: str, value: str) -> Problem:
         inside = _file_in(Path(value))
         stands = "is a file" if inside == str(Path(value)) else f"has a file in its path ({inside})"
         return Problem(field, value, f"{stands}, not a directory.", f"give {option} a new or empty directory.")
-    if error.errno in _FULL:
+    if error.errno in NO_ROOM_ERRNOS:
         return Problem(
             field,
             value,
             f"has no room: writing to it failed ({os.strerror(error.errno or 0)}).",
             f"free space there (df -h {shlex.quote(str(value))}) or give {option} a directory on another file system.",
         )
-    if error.errno in _READ_ONLY:
+    if error.errno in READ_ONLY_ERRNOS:
         return Problem(
             field,
             value,
