@@ -247,11 +247,20 @@ def _build(name: str, path: str | Path, reference: tokenizers.Encoder) -> tokeni
     return gigatoken_encoder.build(path, reference) if name == GIGATOKEN else build(path, reference)
 
 
+#: The encoder `choose` chose last, with its tokenizer's path and fingerprint: `load` hands this very object to the
+#: shards of the same run (and fork hands it to the workers), already loaded and warm from the check, instead of each
+#: worker loading the tokenizer again and encoding its first shard cold. One slot: a process that prepares with many
+#: tokenizers keeps only the last.
+_CHOSEN: dict[str, tuple[str, str, str, tokenizers.Encoder]] = {}
+
+
 def choose(path: str | Path, sample: list[str], threads: int = 1) -> Choice:
     """The encoder `data prepare` uses for the tokenizer at `path`: the first of FASTER that passes `check` on
     `sample` (the reference encoding on `threads` threads), else the tokenizer's own library; with the reasons, in
     one line."""
+    _CHOSEN.clear()
     reference = tokenizers.load(path)
+    fingerprint = tokenizers.fingerprint(path)
     reasons = []
     for name in FASTER:
         candidate = _build(name, path, reference)
@@ -260,15 +269,21 @@ def choose(path: str | Path, sample: list[str], threads: int = 1) -> Choice:
             continue
         difference = check(reference, candidate, sample, added_tokens(path), threads)
         if difference is None:
+            _CHOSEN["last"] = (str(path), name, fingerprint, candidate)
             chars = sum(len(t) for t in sample)
             also = f" ({'; '.join(reasons)})" if reasons else ""
             return Choice(name, f"encoding with {name}: the same ids as {reference.kind} on {chars:,} characters{also}")
         reasons.append(f"{name} gives other ids ({difference})")
+    _CHOSEN["last"] = (str(path), reference.kind, fingerprint, reference)
     return Choice(reference.kind, f"encoding with {reference.kind}: {'; '.join(reasons)}")
 
 
-def load(path: str | Path, encoder: str) -> tokenizers.Encoder:
-    """The encoder `choose` chose for the tokenizer at `path`."""
+def load(path: str | Path, encoder: str, fingerprint: Optional[str] = None) -> tokenizers.Encoder:
+    """The encoder `choose` chose for the tokenizer at `path`: the object `choose` checked when it was for this path,
+    encoder and `fingerprint` (the plan's), else a new one."""
+    chosen = _CHOSEN.get("last")
+    if chosen is not None and fingerprint is not None and chosen[:3] == (str(path), encoder, fingerprint):
+        return chosen[3]
     reference = tokenizers.load(path)
     if encoder not in FASTER:
         return reference

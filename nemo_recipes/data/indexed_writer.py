@@ -11,6 +11,8 @@ after each document)."""
 
 from __future__ import annotations
 
+import errno
+import os
 import shutil
 import struct
 from pathlib import Path
@@ -46,6 +48,26 @@ def index_arrays(prefix: str | Path) -> tuple[Any, Any, Any]:
     lengths = np.frombuffer(data, dtype="<i4", count=sequences, offset=HEAD.size)
     indices = np.frombuffer(data, dtype="<i8", count=documents, offset=HEAD.size + 12 * sequences)
     return np.dtype(DTYPES[code][0]), lengths, indices
+
+
+def _append(source: BinaryIO, target: BinaryIO) -> None:
+    """`source` copied to the end of `target` by the kernel (copy_file_range: no pass through Python's buffers, 0.035
+    s instead of 0.09 s for 120 MB here), or by reads and writes where the file systems cannot."""
+    target.flush()
+    size = left = os.fstat(source.fileno()).st_size
+    try:
+        while left > 0:
+            copied = os.copy_file_range(source.fileno(), target.fileno(), left)
+            if copied == 0:  # the source is shorter than its size said: the reads below say how it ends
+                break
+            left -= copied
+    except OSError as error:
+        if error.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
+            raise
+    # The buffered files' own positions, after the kernel moved the descriptors'.
+    source.seek(size - left)
+    target.seek(0, os.SEEK_END)
+    shutil.copyfileobj(source, target, 16 << 20)  # what is left: nothing, or all where the kernel could not
 
 
 class IndexedWriter:
@@ -85,7 +107,7 @@ class IndexedWriter:
         self._indices.append(indices[1:] + self._sequences)
         self._sequences += len(lengths)
         with open(f"{prefix}.bin", "rb") as source:
-            shutil.copyfileobj(source, self._bin, 16 << 20)
+            _append(source, self._bin)
 
     def finalize(self, idx_path: str | Path) -> None:
         """Close the `.bin` and write the `.idx`."""

@@ -47,7 +47,9 @@ def _worker_init(plan_path: str, queue: Any, parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING)
     _WORKER["plan"] = shard_plan.read_plan(plan_path)
-    _WORKER["encoder"] = fast_encoder.load(_WORKER["plan"].tokenizer.path, _WORKER["plan"].encoder)
+    _WORKER["encoder"] = fast_encoder.load(
+        _WORKER["plan"].tokenizer.path, _WORKER["plan"].encoder, _WORKER["plan"].tokenizer.fingerprint
+    )
     _WORKER["queue"] = queue
     _WORKER["parent"] = parent
 
@@ -69,7 +71,7 @@ def _worker_shard(index: int) -> Any:
 def run_local(plan: ShardPlan, todo: list[int], workers: int, progress: Progress) -> None:
     """The shards `todo` on a pool of `workers` processes (in this process when one is enough)."""
     if workers <= 1 or len(todo) <= 1:
-        encoder = fast_encoder.load(plan.tokenizer.path, plan.encoder)
+        encoder = fast_encoder.load(plan.tokenizer.path, plan.encoder, plan.tokenizer.fingerprint)
         with one_thread_per_worker():
             for index in todo:
                 process_shard(plan, plan.shards[index], encoder, progress.update)
@@ -84,7 +86,12 @@ def run_local(plan: ShardPlan, todo: list[int], workers: int, progress: Progress
             )
         finished = False
         try:
-            results = [pool.apply_async(_worker_shard, (index,)) for index in todo]
+            # A finished task puts a None on the progress queue, so that the loop below wakes when a result lands
+            # rather than at its next poll (it had slept up to 0.2 s after the last shard).
+            def wake(_: Any) -> None:
+                queue.put(None)
+
+            results = [pool.apply_async(_worker_shard, (index,), callback=wake, error_callback=wake) for index in todo]
             while True:
                 _drain(queue, progress, timeout=0.2)
                 for result in results:
@@ -110,7 +117,8 @@ def _drain(queue: Any, progress: Progress, timeout: float) -> None:
     try:
         item = queue.get(timeout=timeout) if timeout else queue.get_nowait()
         while True:
-            progress.update(*item)
+            if item is not None:  # None: a task finished (run_local's wake)
+                progress.update(*item)
             item = queue.get_nowait()
     except queues.Empty:
         pass

@@ -200,21 +200,52 @@ def _locked(out: Path) -> Iterator[None]:
         yield  # the kernel releases the lock when this process ends, killed or not
 
 
-def _digests(srcs: list[sources.Source]) -> list[dict]:
-    """Each source's {"name", "inputs"}; an empty input file is refused (all of them at once)."""
-    problems = []
-    result = []
-    for source in srcs:
-        inputs = []
-        for file in source.files:
-            digest = shard_plan.file_digest(file.path)
-            if digest["bytes"] == 0:
-                problems.append(Problem("inputs", file.path, "the file is empty.", "remove it from the inputs."))
-            inputs.append(digest)
-        result.append({"name": source.name, "inputs": inputs})
+def _refuse_empty(srcs: list[sources.Source]) -> None:
+    """An empty input file is refused (all of them at once), from its size, before any file is read."""
+    problems = [
+        Problem("inputs", file.path, "the file is empty.", "remove it from the inputs.")
+        for source in srcs
+        for file in source.files
+        if os.stat(file.path).st_size == 0
+    ]
     if problems:
         raise InvalidDataError(problems, context="data prepare")
-    return result
+
+
+class _Hashing:
+    """The inputs' sha256 computed on threads (hashlib and file reads release the GIL: the files hash on other cores
+    while this thread cuts the shards and checks the encoder, and many files hash side by side); `result()` gives
+    each source's {"name", "inputs"} in input order."""
+
+    def __init__(self, srcs: list[sources.Source], threads: int):
+        import threading
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._names = [source.name for source in srcs]
+        paths = [[file.path for file in source.files] for source in srcs]
+        self._stop = threading.Event()
+        self._pool = ThreadPoolExecutor(max(1, min(threads, sum(map(len, paths)))), thread_name_prefix="hash")
+        self._futures = [
+            [self._pool.submit(shard_plan.file_digest, path, self._stop) for path in files] for files in paths
+        ]
+
+    def result(self) -> list[dict]:
+        try:
+            return [
+                {"name": name, "inputs": [future.result() for future in futures]}
+                for name, futures in zip(self._names, self._futures, strict=True)
+            ]
+        finally:
+            self.stop()
+
+    def stop(self) -> None:
+        """No more hashing: a file being read is given up at its next block (within milliseconds)."""
+        self._stop.set()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _sizes(srcs: list[sources.Source]) -> list[tuple[str, int]]:
+    return [(file.path, os.stat(file.path).st_size) for source in srcs for file in source.files]
 
 
 def _cut(srcs: list[sources.Source], size: int) -> list[Shard]:
@@ -304,33 +335,51 @@ def make_plan(
     out = Path(out).absolute()
     _writable(out)
     srcs = _without_outputs(srcs, out, log)
-    described = _digests(srcs)
+    _refuse_empty(srcs)
+    sizes = _sizes(srcs)
     # The shard size follows the inputs' stored size (compressed files get larger shards; that is all).
-    size = shard_bytes or shard_plan.shard_size(sum(i["bytes"] for s in described for i in s["inputs"]), workers)
-    if options.train_tokenizer:
-        tokenizer_path = _train(srcs, described, out, options, log)
-    else:
-        tokenizer_path = Path(str(options.tokenizer_path))
-    info = tokenizers.describe(tokenizer_path)
-    arguments = options.arguments()
-    identity = shard_plan.plan_id(described, arguments, info.fingerprint)
-    existing = shard_plan.read_plan(out)
-    if existing is not None and existing.id == identity and existing.out == str(out):
-        return existing
-    dtype = "uint16" if info.vocab_size < UINT16_VOCAB_LIMIT else "int32"
-    if dtype == "int32":
-        log(
-            f"note: tokenizer_path={info.path}: its vocabulary of {info.vocab_size:,} entries does not fit uint16 "
-            f"(< {UINT16_VOCAB_LIMIT:,}): tokens are stored as int32, 4 bytes each, twice the disk of uint16."
+    size = shard_bytes or shard_plan.shard_size(sum(b for _, b in sizes), workers)
+    cores = min(workers, len(os.sched_getaffinity(0)))
+    hashing = _Hashing(srcs, cores)
+    try:
+        existing = shard_plan.read_plan(out)
+        # A plan of these very files (paths and sizes) may be reused: it is compared by the inputs' hashes before any
+        # other work. Otherwise no plan can be reused, and the files hash while the shards are cut and checked.
+        may_resume = (
+            existing is not None
+            and existing.out == str(out)
+            and [(i["path"], i["bytes"]) for s in existing.sources for i in s["inputs"]] == sizes
         )
-    shards = tuple(_cut(srcs, size))
-    # Before the first shard: the faster encoder only where it gives the same ids on these inputs (one line either way),
-    # the reference encoding on a thread per worker (the library's own thread pool stays off: the workers fork after).
-    with one_thread_per_worker():
-        choice = fast_encoder.choose(
-            tokenizer_path, _sample(shards, options), threads=min(workers, len(os.sched_getaffinity(0)))
-        )
-    log(f"tokenizer: {choice.why}")
+        described = hashing.result() if options.train_tokenizer or may_resume else None
+        if options.train_tokenizer:
+            tokenizer_path = _train(srcs, described or [], out, options, log)
+        else:
+            tokenizer_path = Path(str(options.tokenizer_path))
+        info = tokenizers.describe(tokenizer_path)
+        arguments = options.arguments()
+        if described is not None:
+            identity = shard_plan.plan_id(described, arguments, info.fingerprint)
+            if existing is not None and existing.id == identity and existing.out == str(out):
+                return existing
+        dtype = "uint16" if info.vocab_size < UINT16_VOCAB_LIMIT else "int32"
+        if dtype == "int32":
+            log(
+                f"note: tokenizer_path={info.path}: its vocabulary of {info.vocab_size:,} entries does not fit "
+                f"uint16 (< {UINT16_VOCAB_LIMIT:,}): tokens are stored as int32, 4 bytes each, twice the disk of "
+                "uint16."
+            )
+        shards = tuple(_cut(srcs, size))
+        # Before the first shard: the faster encoder only where it gives the same ids on these inputs (one line either
+        # way), the reference encoding on a thread per worker (the library's own thread pool stays off: the workers
+        # fork after).
+        with one_thread_per_worker():
+            choice = fast_encoder.choose(tokenizer_path, _sample(shards, options), threads=cores)
+        log(f"tokenizer: {choice.why}")
+        if described is None:
+            described = hashing.result()
+            identity = shard_plan.plan_id(described, arguments, info.fingerprint)
+    finally:
+        hashing.stop()
     plan = ShardPlan(
         id=identity,
         out=str(out),
@@ -367,10 +416,14 @@ def _sample(shards: tuple[Shard, ...], options: Options) -> list[str]:
 # ---- all of it ----
 
 
-def _import_writer() -> None:
-    """NumPy, the index writer's one library, imported before the clock starts and the workers fork (they inherit
-    it). Megatron-Core's own writer is not used: its module imports torch, seconds in every process."""
+def _import_libraries(encoder: str) -> None:
+    """NumPy, the index writer's one library, and awkward, the array library gigatoken's flat encoding returns,
+    imported once before the workers fork (they inherit them; awkward alone took 0.18 s in every worker).
+    Megatron-Core's own writer is not used: its module imports torch, seconds in every process."""
     import numpy  # noqa: F401
+
+    if encoder == fast_encoder.GIGATOKEN:
+        import awkward  # noqa: F401
 
 
 def _disk_full(error: OSError, out: Path) -> InvalidDataError:
@@ -470,7 +523,7 @@ def _prepare_locked(
         shard_runner(plan.work / "plan.json")
         todo = []  # tokenized elsewhere: no local rates to report
     else:
-        _import_writer()
+        _import_libraries(plan.encoder)
 
         bar = Progress(total, stream=err, mode=progress, label="tokenizing")
         try:

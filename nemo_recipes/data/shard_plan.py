@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -100,12 +101,19 @@ class ShardPlan:
         )
 
 
-def file_digest(path: str) -> dict[str, Any]:
-    """{"path", "bytes", "sha256"} of an input file (its bytes as stored, compressed or not)."""
+class Stopped(Exception):
+    """A digest given up because its caller stopped (an error elsewhere, Ctrl-C)."""
+
+
+def file_digest(path: str, stop: Optional[threading.Event] = None) -> dict[str, Any]:
+    """{"path", "bytes", "sha256"} of an input file (its bytes as stored, compressed or not); given up between two
+    blocks once `stop` is set."""
     digest = hashlib.sha256()
     size = 0
     with open(path, "rb") as stream:
         for block in iter(lambda: stream.read(8 << 20), b""):
+            if stop is not None and stop.is_set():
+                raise Stopped(path)
             digest.update(block)
             size += len(block)
     return {"path": path, "bytes": size, "sha256": digest.hexdigest()}
