@@ -109,6 +109,12 @@ class IndexedWriter:
         with open(f"{prefix}.bin", "rb") as source:
             _append(source, self._bin)
 
+    def sync(self) -> None:
+        """What is written so far to the disk (fdatasync), so that the last sync before the rename has only the tail
+        to write."""
+        self._bin.flush()
+        os.fdatasync(self._bin.fileno())
+
     def finalize(self, idx_path: str | Path) -> None:
         """Close the `.bin` and write the `.idx`."""
         import numpy as np

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 from pathlib import Path
-from typing import Optional
+from typing import Iterable, Optional
 
 from nemo_recipes._version import __version__
 from nemo_recipes.data import shard_plan
@@ -43,8 +44,68 @@ def _source_manifest(plan: ShardPlan, source: dict, receipts: list[dict]) -> Man
     )
 
 
-def finalize(plan_path: str | Path) -> list[Manifest]:
-    """Merge each source's shards in plan order into `out/NAME.bin/.idx` and write its manifest (last)."""
+class Merging:
+    """Each source's shards appended to its merged `.bin` in plan order as they finish, on a thread of this process
+    (the kernel copies: copy_file_range), and synced shard by shard: the merge of a corpus overlaps its tokenizing
+    instead of following it, and `finalize` is left with the indexes, the last sync and the renames. `done(index)`
+    says a shard has its receipt; `stop()` ends the thread (within one shard's copy) and closes the files."""
+
+    def __init__(self, plan: ShardPlan, finished: Iterable[int] = ()):
+        self._plan = plan
+        self._ready = set(finished)
+        self._stopped = False
+        self._error: Optional[BaseException] = None
+        self._writers: dict[str, IndexedWriter] = {}
+        self._condition = threading.Condition()
+        (plan.work / "merge").mkdir(parents=True, exist_ok=True)
+        self._thread = threading.Thread(target=self._run, name="merge", daemon=True)
+        self._thread.start()
+
+    def done(self, index: int) -> None:
+        with self._condition:
+            self._ready.add(index)
+            self._condition.notify()
+
+    def _run(self) -> None:
+        try:
+            for shard in self._plan.shards:
+                with self._condition:
+                    while shard.index not in self._ready and not self._stopped:
+                        self._condition.wait()
+                    if self._stopped:
+                        return
+                writer = self._writers.get(shard.source)
+                if writer is None:
+                    temporary = self._plan.work / "merge" / f"{shard.source}.bin"
+                    writer = self._writers[shard.source] = IndexedWriter(temporary, self._plan.dtype)
+                writer.add_index(self._plan.shard_prefix(shard.index))
+                writer.sync()
+        except BaseException as error:  # noqa: BLE001  handed to the caller of `merged` (a full disk, a lost file)
+            self._error = error
+
+    def merged(self) -> dict[str, IndexedWriter]:
+        """Each source's writer once every shard is appended; raises what the thread raised. Called once every shard
+        has its receipt (`finalize` checked): all are marked done, so the thread ends once it has copied the rest."""
+        for shard in self._plan.shards:
+            self.done(shard.index)
+        self._thread.join()
+        if self._error is not None:
+            self.stop()
+            raise self._error
+        return self._writers
+
+    def stop(self) -> None:
+        with self._condition:
+            self._stopped = True
+            self._condition.notify()
+        self._thread.join()
+        for writer in self._writers.values():
+            writer.close()
+
+
+def finalize(plan_path: str | Path, merging: Optional[Merging] = None) -> list[Manifest]:
+    """Merge each source's shards in plan order into `out/NAME.bin/.idx` and write its manifest (last). `merging`:
+    the shards were appended while they were tokenized; only the rest is done here."""
     plan = shard_plan.read_plan(plan_path)
     if plan is None:
         raise bad("plan", str(plan_path), "no shard plan there.", "run `nemo-recipes data prepare` to write one.")
@@ -59,6 +120,7 @@ def finalize(plan_path: str | Path) -> list[Manifest]:
     out = Path(plan.out)
     merge = plan.work / "merge"
     merge.mkdir(exist_ok=True)
+    merged = merging.merged() if merging is not None else {}
     manifests = []
     for source in plan.sources:
         shards = [s for s in plan.shards if s.source == source["name"]]
@@ -75,10 +137,12 @@ def finalize(plan_path: str | Path) -> list[Manifest]:
                 "check --key and the files; with --skip-bad-lines every bad line is skipped.",
             )
         temporary = merge / source["name"]
-        writer = IndexedWriter(f"{temporary}.bin", plan.dtype)
+        writer = merged.get(source["name"])
         try:
-            for shard in shards:
-                writer.add_index(plan.shard_prefix(shard.index))
+            if writer is None:
+                writer = IndexedWriter(f"{temporary}.bin", plan.dtype)
+                for shard in shards:
+                    writer.add_index(plan.shard_prefix(shard.index))
             writer.finalize(f"{temporary}.idx")
         finally:
             writer.close()

@@ -8,7 +8,7 @@ import contextlib
 import multiprocessing
 import os
 import signal
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from nemo_recipes.data import fast_encoder, shard_plan
 from nemo_recipes.data.progress import Progress
@@ -37,6 +37,10 @@ def _signals_blocked() -> Iterator[None]:
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def _nothing(_: int) -> None:
+    pass
 
 
 def _worker_init(plan_path: str, queue: Any, parent: int) -> None:
@@ -68,13 +72,17 @@ def _worker_shard(index: int) -> Any:
         return {"problems": [p.__dict__ for p in error.problems]}
 
 
-def run_local(plan: ShardPlan, todo: list[int], workers: int, progress: Progress) -> None:
-    """The shards `todo` on a pool of `workers` processes (in this process when one is enough)."""
+def run_local(
+    plan: ShardPlan, todo: list[int], workers: int, progress: Progress, on_done: Callable[[int], None] = _nothing
+) -> None:
+    """The shards `todo` on a pool of `workers` processes (in this process when one is enough); `on_done(index)` is
+    called (on another thread, with a pool) as each shard gets its receipt."""
     if workers <= 1 or len(todo) <= 1:
         encoder = fast_encoder.load(plan.tokenizer.path, plan.encoder, plan.tokenizer.fingerprint)
         with one_thread_per_worker():
             for index in todo:
                 process_shard(plan, plan.shards[index], encoder, progress.update)
+                on_done(index)
         return
     # Forked: the workers inherit the imported NumPy and tokenizer libraries.
     context = multiprocessing.get_context("fork")
@@ -88,7 +96,9 @@ def run_local(plan: ShardPlan, todo: list[int], workers: int, progress: Progress
         try:
             # A finished task puts a None on the progress queue, so that the loop below wakes when a result lands
             # rather than at its next poll (it had slept up to 0.2 s after the last shard).
-            def wake(_: Any) -> None:
+            def wake(outcome: Any) -> None:
+                if isinstance(outcome, dict) and "shard" in outcome:  # a receipt (not problems, not an exception)
+                    on_done(outcome["shard"])
                 queue.put(None)
 
             results = [pool.apply_async(_worker_shard, (index,), callback=wake, error_callback=wake) for index in todo]

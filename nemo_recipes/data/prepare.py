@@ -29,7 +29,7 @@ from nemo_recipes.data.manifest import (
     Manifest,
     write_atomic,
 )
-from nemo_recipes.data.merge import finalize, up_to_date
+from nemo_recipes.data.merge import Merging, finalize, up_to_date
 from nemo_recipes.data.pool import run_local
 from nemo_recipes.data.progress import Progress
 from nemo_recipes.data.shard_plan import Shard, ShardPlan
@@ -522,15 +522,19 @@ def _prepare_locked(
     if shard_runner is not None:
         shard_runner(plan.work / "plan.json")
         todo = []  # tokenized elsewhere: no local rates to report
+        manifests = finalize(plan.work / "plan.json")
     else:
         _import_libraries(plan.encoder)
-
         bar = Progress(total, stream=err, mode=progress, label="tokenizing")
+        merging = Merging(plan, finished=set(range(len(plan.shards))) - set(todo))
         try:
-            run_local(plan, todo, workers, bar)
+            try:
+                run_local(plan, todo, workers, bar, merging.done)
+            finally:
+                bar.close()
+            manifests = finalize(plan.work / "plan.json", merging)
         finally:
-            bar.close()
-    manifests = finalize(plan.work / "plan.json")
+            merging.stop()
     if progress != "none" and todo:
         rates = bar.rates()
         log(
