@@ -19,11 +19,12 @@ import json
 import os
 import sys
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, TextIO
 
-from nemo_recipes.data import fast_encoder, shard_plan, sources, tokenizers
+from nemo_recipes.data import check_sample, fast_encoder, shard_plan, sources, tokenizers
 from nemo_recipes.data.manifest import (
     MANIFEST_SUFFIX,
     Manifest,
@@ -248,13 +249,14 @@ def _sizes(srcs: list[sources.Source]) -> list[tuple[str, int]]:
     return [(file.path, os.stat(file.path).st_size) for source in srcs for file in source.files]
 
 
-def _cut(srcs: list[sources.Source], size: int) -> list[Shard]:
-    """The shards of every file, in plan order; a file with no document in it is refused."""
+def _cut(srcs: list[sources.Source], size: int, stop: Optional[threading.Event] = None) -> list[Shard]:
+    """The shards of every file, in plan order; a file with no document in it is refused. Given up once `stop` is
+    set (shard_plan.Stopped)."""
     problems = []
     cuts = []
     for source in srcs:
         for file in source.files:
-            ranges, _total, any_text = shard_plan.split_file(file, size)
+            ranges, _total, any_text = shard_plan.split_file(file, size, stop)
             if not any_text:
                 problems.append(
                     Problem(
@@ -268,6 +270,44 @@ def _cut(srcs: list[sources.Source], size: int) -> list[Shard]:
         Shard(i, name, file.path, file.format, file.compression, start, end, line)
         for i, (name, file, (start, end, line)) in enumerate(cuts)
     ]
+
+
+def _cut_and_check(
+    srcs: list[sources.Source], size: int, options: Options, tokenizer_path: Path, cores: int
+) -> tuple[tuple[Shard, ...], fast_encoder.Choice]:
+    """The shards, and the encoder chosen before the first of them: the faster one only where it gives the same ids
+    on these inputs, the reference encoding on a thread per core (the library's own thread pool stays off: the
+    workers fork after). Plain inputs are cut on a thread while the check runs (check_sample.py)."""
+    import threading
+
+    read = sources.ReadOptions(options.key, options.max_document_chars, options.skip_bad_lines)
+    files = [file for source in srcs for file in source.files]
+    if any(file.compression is not None for file in files):
+        shards = tuple(_cut(srcs, size))
+        with one_thread_per_worker():
+            return shards, fast_encoder.choose(tokenizer_path, check_sample.from_shards(shards, read), threads=cores)
+    stop = threading.Event()
+    outcome: dict[str, Any] = {}
+
+    def cut() -> None:
+        try:
+            outcome["shards"] = tuple(_cut(srcs, size, stop))
+        except BaseException as error:  # noqa: BLE001  raised on the caller's thread below
+            outcome["error"] = error
+
+    # A daemon thread: a Ctrl-C during the check stops it at its next line (`stop`) and never holds the exit.
+    cutter = threading.Thread(target=cut, name="cut", daemon=True)
+    cutter.start()
+    try:
+        sample = check_sample.at_points([(file, os.stat(file.path).st_size) for file in files], read)
+        with one_thread_per_worker():
+            choice = fast_encoder.choose(tokenizer_path, sample, threads=cores)
+        cutter.join()
+    finally:
+        stop.set()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["shards"], choice
 
 
 def _train(srcs: list[sources.Source], described: list[dict], out: Path, options: Options, log: Log) -> Path:
@@ -368,12 +408,7 @@ def make_plan(
                 f"uint16 (< {UINT16_VOCAB_LIMIT:,}): tokens are stored as int32, 4 bytes each, twice the disk of "
                 "uint16."
             )
-        shards = tuple(_cut(srcs, size))
-        # Before the first shard: the faster encoder only where it gives the same ids on these inputs (one line either
-        # way), the reference encoding on a thread per worker (the library's own thread pool stays off: the workers
-        # fork after).
-        with one_thread_per_worker():
-            choice = fast_encoder.choose(tokenizer_path, _sample(shards, options), threads=cores)
+        shards, choice = _cut_and_check(srcs, size, options, tokenizer_path, cores)
         log(f"tokenizer: {choice.why}")
         if described is None:
             described = hashing.result()
@@ -394,23 +429,6 @@ def make_plan(
         shard_plan.start_fresh(plan.work)
         shard_plan.write_plan(plan)
     return plan
-
-
-def _sample(shards: tuple[Shard, ...], options: Options) -> list[str]:
-    """The first documents of up to 16 shards spread over the inputs, about fast_encoder.SAMPLE_CHARS in all."""
-    count = len(shards)
-    picked = sorted({i * count // 16 for i in range(16)} if count > 16 else range(count))
-    per_shard = max(fast_encoder.SAMPLE_CHARS // max(len(picked), 1), 1 << 14)
-    read = sources.ReadOptions(options.key, options.max_document_chars, options.skip_bad_lines)
-    texts: list[str] = []
-    for index in picked:
-        taken = 0
-        for text in shard_documents(shards[index], read, sources.Skipped(), limit=per_shard):
-            texts.append(text)
-            taken += len(text)
-            if taken >= per_shard:
-                break
-    return texts
 
 
 # ---- all of it ----
