@@ -64,10 +64,12 @@ def _append(source: BinaryIO, target: BinaryIO) -> None:
     except OSError as error:
         if error.errno not in (errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL):
             raise
-    # The buffered files' own positions, after the kernel moved the descriptors'.
-    source.seek(size - left)
-    target.seek(0, os.SEEK_END)
-    shutil.copyfileobj(source, target, 16 << 20)  # what is left: nothing, or all where the kernel could not
+    if left:  # where the kernel could not: the rest by reads and writes, from the buffered files' own positions
+        source.seek(size - left)
+        target.seek(0, os.SEEK_END)
+        shutil.copyfileobj(source, target, 16 << 20)
+    else:
+        target.seek(0, os.SEEK_END)  # the buffered file's own position, after the kernel moved the descriptor's
 
 
 class IndexedWriter:

@@ -444,6 +444,16 @@ def _import_libraries(encoder: str) -> None:
         import awkward  # noqa: F401
 
 
+def _give_back_freed_memory() -> None:
+    """Return to the system what the plan freed (hash buffers, the cut, the check's reference encoding, all on threads
+    with malloc arenas of their own) before the shards start and the workers fork: left in the arenas, it raised the
+    peak RSS with the corpus's size (+30 MB at 200 MB over 20 MB, measured; with this, the same). glibc only."""
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):  # another C library: nothing to trim this way
+        ctypes.CDLL(None).malloc_trim(0)  # None: the symbols already loaded in this process (glibc's among them)
+
+
 def _disk_full(error: OSError, out: Path) -> InvalidDataError:
     return bad(
         "out",
@@ -543,6 +553,7 @@ def _prepare_locked(
         manifests = finalize(plan.work / "plan.json")
     else:
         _import_libraries(plan.encoder)
+        _give_back_freed_memory()
         bar = Progress(total, stream=err, mode=progress, label="tokenizing")
         merging = Merging(plan, finished=set(range(len(plan.shards))) - set(todo))
         try:

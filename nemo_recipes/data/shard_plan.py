@@ -107,15 +107,18 @@ class Stopped(Exception):
 
 def file_digest(path: str, stop: Optional[threading.Event] = None) -> dict[str, Any]:
     """{"path", "bytes", "sha256"} of an input file (its bytes as stored, compressed or not); given up between two
-    blocks once `stop` is set."""
+    blocks once `stop` is set. One buffer is read into again and again: a new 8 MB block per read, on a thread of
+    its own, left the freed blocks in that thread's malloc arena (peak RSS grew with the corpus: +40 MB at 200 MB)."""
     digest = hashlib.sha256()
     size = 0
-    with open(path, "rb") as stream:
-        for block in iter(lambda: stream.read(8 << 20), b""):
+    buffer = bytearray(8 << 20)
+    view = memoryview(buffer)
+    with open(path, "rb", buffering=0) as stream:
+        while read := stream.readinto(buffer):
             if stop is not None and stop.is_set():
                 raise Stopped(path)
-            digest.update(block)
-            size += len(block)
+            digest.update(view[:read])
+            size += read
     return {"path": path, "bytes": size, "sha256": digest.hexdigest()}
 
 
