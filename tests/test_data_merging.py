@@ -103,7 +103,9 @@ def test_a_local_prepare_gives_the_bytes_of_a_prepare_whose_shards_ran_elsewhere
 
 def test_stop_ends_the_merge_at_once_with_shards_still_missing(inputs, tokenizer, tmp_path):
     plan = _shards_done(inputs, tokenizer, tmp_path / "out")
-    merging = Merging(plan, finished={0})
+    merging = Merging(plan)
+    merging.done(0)  # the thread starts, appends shard 0 and waits for shard 1
+    assert merging._thread.is_alive()
     started = time.monotonic()
     merging.stop()
     assert time.monotonic() - started < 5

@@ -58,13 +58,15 @@ class Merging:
         self._writers: dict[str, IndexedWriter] = {}
         self._condition = threading.Condition()
         (plan.work / "merge").mkdir(parents=True, exist_ok=True)
+        # Started by the first `done`: after the pool has forked its workers, which then copy no running thread.
         self._thread = threading.Thread(target=self._run, name="merge", daemon=True)
-        self._thread.start()
 
     def done(self, index: int) -> None:
         with self._condition:
             self._ready.add(index)
             self._condition.notify()
+            if not self._thread.is_alive() and not self._stopped and self._thread.ident is None:
+                self._thread.start()
 
     def _run(self) -> None:
         try:
@@ -98,7 +100,8 @@ class Merging:
         with self._condition:
             self._stopped = True
             self._condition.notify()
-        self._thread.join()
+        if self._thread.ident is not None:
+            self._thread.join()
         for writer in self._writers.values():
             writer.close()
 
