@@ -140,10 +140,9 @@ def finalize(plan_path: str | Path, merging: Optional[Merging] = None) -> list[M
                 "check --key and the files; with --skip-bad-lines every bad line is skipped.",
             )
         temporary = merge / source["name"]
-        writer = merged.get(source["name"])
+        writer = merged.get(source["name"]) or IndexedWriter(f"{temporary}.bin", plan.dtype)
         try:
-            if writer is None:
-                writer = IndexedWriter(f"{temporary}.bin", plan.dtype)
+            if source["name"] not in merged:
                 for shard in shards:
                     writer.add_index(plan.shard_prefix(shard.index))
             writer.finalize(f"{temporary}.idx")

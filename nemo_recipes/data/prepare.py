@@ -219,7 +219,6 @@ class _Hashing:
     each source's {"name", "inputs"} in input order."""
 
     def __init__(self, srcs: list[sources.Source], threads: int):
-        import threading
         from concurrent.futures import ThreadPoolExecutor
 
         self._names = [source.name for source in srcs]
@@ -278,8 +277,6 @@ def _cut_and_check(
     """The shards, and the encoder chosen before the first of them: the faster one only where it gives the same ids
     on these inputs, the reference encoding on a thread per core (the library's own thread pool stays off: the
     workers fork after). Plain inputs are cut on a thread while the check runs (check_sample.py)."""
-    import threading
-
     read = sources.ReadOptions(options.key, options.max_document_chars, options.skip_bad_lines)
     files = [file for source in srcs for file in source.files]
     if any(file.compression is not None for file in files):
