@@ -5,7 +5,8 @@ The standard decorator compiles six functions from source for every frozen class
 half a millisecond a class, and the 29 classes that `plan` imports spent 19 ms of its start-up in the compiler.
 Here `dataclasses` still reads the fields (`dataclasses.fields`, `replace`, `asdict` work as before); `__init__` is
 compiled from a short source (the same parameters, defaults, default factories and `__post_init__` call, with the
-fields set through `object.__setattr__` as the standard frozen `__init__` sets them); the other five are shared
+fields written into the instance's `__dict__`, where the standard frozen `__init__` puts them through
+`object.__setattr__`, at half the cost); the other five are shared
 functions that read the field names from the class, with the standard ones' results: equality and hash of the same
 tuple of compared fields, `Name(field=value, ...)` with `...` for a recursive reference, and `FrozenInstanceError`
 on assigning or deleting an attribute. Not supported (a TypeError says so): `InitVar` fields, and a class that
@@ -78,6 +79,9 @@ def _init(cls: type, fields: tuple[dataclasses.Field, ...]) -> Callable[..., Non
     keyword: list[str] = []
     lines = []
     defaulted = False
+    # Into the instance's dict, as `object.__setattr__` would put them but at half the cost (a plan search lays out
+    # hundreds of objects); through `object.__setattr__` where the class has slots.
+    slotted = hasattr(cls, "__slots__")
     for i, f in enumerate(fields):
         value = f.name
         if f.default_factory is not MISSING:
@@ -97,7 +101,9 @@ def _init(cls: type, fields: tuple[dataclasses.Field, ...]) -> Callable[..., Non
         if f.init:
             (keyword if f.kw_only else positional).append(param)
             defaulted = defaulted or (param != f.name and not f.kw_only)
-        lines.append(f"_set(self, {f.name!r}, {value})")
+        lines.append(f"_set(self, {f.name!r}, {value})" if slotted else f"_values[{f.name!r}] = {value}")
+    if lines and not slotted:
+        lines.insert(0, "_values = self.__dict__")
     if hasattr(cls, "__post_init__"):
         lines.append("self.__post_init__()")
     signature = ", ".join(["self", *positional, *(["*", *keyword] if keyword else [])])
