@@ -30,11 +30,10 @@ Layout numbers (DP, micro-batches, layers per stage and chunk, parameters per GP
 
 from __future__ import annotations
 
-from dataclasses import field
 from typing import Any, Optional, Union
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.frozen_dataclass import frozen_dataclass
+from nemo_recipes.frozen_dataclass import field, frozen_dataclass
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.stack import FP32_BYTES, Program, program_for

@@ -46,12 +46,11 @@ attention, memory-bound kernels, recomputation, exposed communication, pipeline 
 
 from __future__ import annotations
 
-from dataclasses import asdict, field
 from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import InvalidInputError, Problem, known
-from nemo_recipes.frozen_dataclass import frozen_dataclass
+from nemo_recipes.frozen_dataclass import asdict, field, frozen_dataclass
 from nemo_recipes.plan import flops as _flops
 from nemo_recipes.plan import kernels as _kernels
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
