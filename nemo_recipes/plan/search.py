@@ -20,7 +20,7 @@ Both keep the global batch (unless `fit` scales it), precision, context parallel
 from __future__ import annotations
 
 import enum
-from typing import Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import ERROR, InvalidInputError
@@ -315,9 +315,11 @@ def evaluate(
     total: Optional[float],
     stack: Optional[str],
     layout_and_program: Optional[tuple[Layout, Program]] = None,
+    shared: Optional[dict[tuple, Any]] = None,
 ) -> Candidate:
-    """`spec` timed as a candidate; `layout_and_program`: its layout on `cluster` and its program, when at hand."""
-    step_time_s, breakdown = step_time(spec, cluster, stack=stack, known=layout_and_program)
+    """`spec` timed as a candidate; `layout_and_program`: its layout on `cluster` and its program, when at hand;
+    `shared`: one search's (`throughput.step_time`)."""
+    step_time_s, breakdown = step_time(spec, cluster, stack=stack, known=layout_and_program, shared=shared)
     return Candidate(
         spec=spec,
         step_time_s=step_time_s,
@@ -378,9 +380,10 @@ def _evaluated(
     plans: Iterable[tuple[RecipeSpec, float, Layout, Program]], cluster: Cluster, stack: Optional[str]
 ) -> list[Candidate]:
     candidates = []
+    shared: dict[tuple, Any] = {}
     for candidate, total, layout, program in plans:
         try:
-            candidates.append(evaluate(candidate, cluster, total, stack, (layout, program)))
+            candidates.append(evaluate(candidate, cluster, total, stack, (layout, program), shared))
         except InvalidInputError:  # a plan the throughput model refuses is not valid either
             continue
     return candidates
