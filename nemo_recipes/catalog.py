@@ -10,14 +10,14 @@ defaults) and `LLAMA_SOURCES` (the Llama rows) say where each comes from.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any, Literal, Optional
 
 from nemo_recipes import budget
 from nemo_recipes.errors import InvalidInputError, Problem, did_you_mean
 from nemo_recipes.families import REGISTRY, Architecture, family_of, get_family
-from nemo_recipes.frozen_dataclass import frozen_dataclass
+from nemo_recipes.frozen_dataclass import fields, frozen_dataclass
+from nemo_recipes.frozen_dataclass import replace as replace_fields
 from nemo_recipes.recipe_checks import (  # noqa: F401  (re-exported: the catalog's names for the checks and bounds)
     COUNT_MAX,
     DATASET_SUFFIXES,
@@ -244,7 +244,7 @@ class RecipeSpec:
         ]
         valid = {k: v for k, v in overrides.items() if k in known}
         try:
-            changed = dataclasses.replace(self, **valid)
+            changed = replace_fields(self, **valid)
         except InvalidInputError as error:
             problems += error.problems
         if problems:
@@ -252,7 +252,7 @@ class RecipeSpec:
         return changed
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 def _gated_linear_unit_retired(value: Any) -> Problem:
@@ -526,7 +526,7 @@ def not_a_spec(value: Any, field: str = "spec") -> list[Problem]:
 
 
 def field_names() -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(RecipeSpec))
+    return tuple(f.name for f in fields(RecipeSpec))
 
 
 def config_class_name(spec: RecipeSpec) -> str:

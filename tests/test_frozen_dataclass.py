@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import subprocess
+import sys
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any
 
 import pytest
 
+from nemo_recipes import frozen_dataclass as ours
 from nemo_recipes.catalog import RECIPES
 from nemo_recipes.errors import Problem
 from nemo_recipes.frozen_dataclass import frozen_dataclass
@@ -143,3 +146,37 @@ def test_the_package_classes_compare_and_hash_by_their_fields():
     assert repr(problem) == "Problem(field='f', value=1, message='why', fix='fix', severity='error')"
     with pytest.raises(TypeError, match="missing 2 required"):
         Problem("f", 1)
+
+
+def test_its_own_fields_replace_and_asdict_give_what_the_standard_ones_give():
+    standard_cls, ours_cls = _pair()
+    theirs, mine = standard_cls(a=1, b=(2, [3], {"k": [4]})), ours_cls(a=1, b=(2, [3], {"k": [4]}))
+
+    def described(f, missing):
+        return (f.name, f.type, f.default is missing, f.init, f.repr, f.hash, f.compare, f.kw_only)
+
+    assert [described(f, ours.MISSING) for f in ours.fields(mine)] == [
+        described(f, dataclasses.MISSING) for f in dataclasses.fields(theirs)
+    ]
+    assert repr(ours.replace(mine, extra=7, made=[1])) == repr(dataclasses.replace(theirs, extra=7, made=[1]))
+    assert ours.asdict(mine) == dataclasses.asdict(theirs)
+    assert ours.asdict(mine)["b"][1] is not mine.b[1]  # copied, as the standard one copies
+    for replace in (ours.replace, dataclasses.replace):
+        with pytest.raises(ValueError, match="init=False"):
+            replace(mine, fixed={})
+    with pytest.raises(TypeError, match="frozen_dataclass"):
+        ours.fields(object())
+
+
+def test_plan_imports_neither_dataclasses_nor_inspect():
+    # What the module is for: the standard records are made only when something reads them.
+    code = (
+        "import contextlib, io, sys\n"
+        "from nemo_recipes.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    main(['plan', 'gpt_70b'])\n"
+        "print(sorted({'dataclasses', 'inspect'} & set(sys.modules)))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\n")[-2] == "[]"

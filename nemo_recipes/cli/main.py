@@ -15,7 +15,7 @@ import importlib
 import os
 import re
 import sys
-from typing import NoReturn, Optional, Sequence
+from typing import Any, NoReturn, Optional, Sequence, cast
 
 from nemo_recipes._version import __version__
 from nemo_recipes.cli import _output, _signals
@@ -65,6 +65,24 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(self, message)
 
 
+class _Verbs(argparse._SubParsersAction):
+    """The verbs: a verb that is not the one chosen is listed by its name and line of help only, and its parser (a
+    bare one, as `add_parser` makes) is built if the command line picks it after all. Each parser built runs
+    argparse's message translations, a twentieth of `plan`'s start-up for the ten verbs not chosen."""
+
+    _UNBUILT = object()
+
+    def add_listed(self, name: str, help: str) -> None:
+        self._choices_actions.append(self._ChoicesPseudoAction(name, (), help))
+        self._name_parser_map[name] = self._UNBUILT
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Optional[str] = None) -> None:
+        name = values[0]
+        if self._name_parser_map.get(name) is self._UNBUILT:
+            self._name_parser_map[name] = self._parser_class(prog=f"{self._prog_prefix} {name}")
+        super().__call__(parser, namespace, values, option_string)
+
+
 def build_parser(verb: Optional[str] = None) -> argparse.ArgumentParser:
     """The command's parser: every verb's full parser, or with `verb` that verb's alone and the others as their name
     and one line of help (enough for the top-level `--help` and for "did you mean"), so that only the chosen verb's
@@ -79,13 +97,13 @@ def build_parser(verb: Optional[str] = None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--debug", action="store_true", help=f"show the Python traceback of an error (also: {DEBUG_ENV}=1)"
     )
-    verbs = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser)
+    verbs = cast(_Verbs, parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_Parser, action=_Verbs))
     verbs.required = True
     for name, entry in VERBS.items():
         if verb is None or name == verb:
             importlib.import_module(entry.module).register(verbs)
         else:
-            verbs.add_parser(name, help=entry.help)
+            verbs.add_listed(name, entry.help)
     return parser
 
 

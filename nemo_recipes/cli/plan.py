@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import os
 from typing import Any, Optional
 
@@ -15,6 +14,7 @@ from nemo_recipes.catalog import INT64_MAX, RECIPES, RecipeSpec, closest_recipe,
 from nemo_recipes.cli import _calibrate, _output
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidInputError, Problem, known
+from nemo_recipes.frozen_dataclass import replace
 from nemo_recipes.overrides import apply_overrides
 from nemo_recipes.plan.data import DataReport, read_data
 from nemo_recipes.plan.hardware import GPUS, Cluster, get_gpu
@@ -387,7 +387,7 @@ def _planned(
         report = validate(spec, cluster, stack=args.stack)
 
     report = with_estimates(report, tokens=tokens, stack=args.stack, advise=not args.best)
-    report = dataclasses.replace(report, problems=report.problems + list(data.problems))
+    report = replace(report, problems=report.problems + list(data.problems))
 
     plotted = None
     if args.plot:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import field
 from typing import Any, Mapping
 
 from nemo_recipes.errors import Problem
-from nemo_recipes.frozen_dataclass import frozen_dataclass
+from nemo_recipes.frozen_dataclass import field, frozen_dataclass
 
 
 @frozen_dataclass

@@ -18,13 +18,12 @@ import json
 import math
 import os
 import typing
-from dataclasses import fields
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from nemo_recipes.catalog import Precision, RecipeSpec
 from nemo_recipes.errors import InvalidConfigError, InvalidInputError, Problem, shown
-from nemo_recipes.frozen_dataclass import frozen_dataclass
+from nemo_recipes.frozen_dataclass import fields, frozen_dataclass
 from nemo_recipes.plan.calibration_path import ENV_VAR, default_calibration_path  # noqa: F401 (its names here too)
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.throughput import CONSTANTS, ModelConstants, Throughput, estimate_throughput

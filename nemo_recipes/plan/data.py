@@ -11,8 +11,6 @@ vocabulary to NeMo, which takes the tokenizer's at configure time).
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import field
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, Optional
@@ -20,7 +18,7 @@ from typing import Any, Optional
 from nemo_recipes import budget
 from nemo_recipes.catalog import RecipeSpec, data_problems
 from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem
-from nemo_recipes.frozen_dataclass import frozen_dataclass
+from nemo_recipes.frozen_dataclass import field, frozen_dataclass, replace
 
 #: Epochs of one source above which the plan warns. Muennighoff et al. 2023 ("Scaling Data-Constrained Language
 #: Models", Fig. 3-4): up to about 4 epochs, repeated tokens are worth almost as much as new ones; beyond that their
@@ -271,7 +269,7 @@ def _planned(spec: RecipeSpec, sources: tuple[Source, ...], asked: Any, problems
         wanted = [w * asked.asked_tokens for w in asked.weights]
     planned_sources = []
     for source, weight, asked_tokens in zip(sources, weights, wanted, strict=True):
-        source = dataclasses.replace(
+        source = replace(
             source,
             weight=weight / total,
             planned_tokens=spec.train_tokens * weight / total,

@@ -17,14 +17,12 @@ Policy, so results are predictable:
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from dataclasses import field
 from typing import Any, Literal, Optional
 
 from nemo_recipes.catalog import RecipeSpec, closest_recipe
 from nemo_recipes.errors import ERROR, InvalidInputError, Problem
-from nemo_recipes.frozen_dataclass import frozen_dataclass
+from nemo_recipes.frozen_dataclass import field, fields, frozen_dataclass
 from nemo_recipes.plan.hardware import GPUS, Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.report import Advice, Change, PlanReport, check_inputs
@@ -165,7 +163,7 @@ def _changes(
         "max_lr": (f"{lr_scaling} rule for global batch {original.global_batch_size} -> {fitted.global_batch_size}"),
     }
     out = []
-    for f in dataclasses.fields(RecipeSpec):
+    for f in fields(RecipeSpec):
         old, new = getattr(original, f.name), getattr(fitted, f.name)
         if old != new:
             out.append(Change(f.name, old, new, why.get(f.name, reason)))

@@ -263,3 +263,18 @@ class Cluster:
         if problems:
             raise InvalidInputError(problems, context="cluster")
         return cls(nodes=nodes, gpus_per_node=gpus_per_node, gpu=resolved)
+
+
+def group_bandwidth_gb_s(gpu: GPU, group: int, stride: int, gpus_per_node: int) -> float:
+    """Bus bandwidth per GPU of a collective over `group` ranks spaced `stride` ranks apart.
+
+    Inside one NVLink domain it is NVLink. Across nodes NCCL's rings leave every node once per ring, one ring per NIC
+    that the group owns on the node: the group's k GPUs per node bring k NICs, so the bus bandwidth is k times a
+    NIC's (capped by NVLink)."""
+    # An HGX/DGX baseboard links 8 GPUs; a larger NVLink domain (GB200 NVL72) is a rack that spans nodes, while a
+    # smaller node ends the domain at the node.
+    domain = gpu.nvlink_domain if gpu.nvlink_domain > 8 else min(gpu.nvlink_domain, gpus_per_node)
+    if group * stride <= domain:
+        return gpu.nvlink_gb_s
+    per_node = max(1, min(group, gpus_per_node // stride)) if stride < gpus_per_node else 1
+    return min(gpu.nvlink_gb_s, per_node * gpu.network_gb_s)

@@ -30,11 +30,10 @@ Layout numbers (DP, micro-batches, layers per stage and chunk, parameters per GP
 
 from __future__ import annotations
 
-from dataclasses import field
 from typing import Any, Optional, Union
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.frozen_dataclass import frozen_dataclass
+from nemo_recipes.frozen_dataclass import field, frozen_dataclass
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.stack import FP32_BYTES, Program, program_for
@@ -153,6 +152,10 @@ class ActivationBreakdown:
         return self.layers + self.recompute_working + self.embedding + self.output
 
 
+# (seq, micro batch, hidden, heads, ffn, query groups, head dim, gated, TP, SP) -> `LayoutActivations`' first four.
+_LAYER_TERMS: dict[tuple, tuple[float, float, float, float]] = {}
+
+
 @frozen_dataclass
 class LayoutActivations:
     """The activation bytes of `spec` on a layout whatever is recomputed (before CP divides them): computed once, a
@@ -170,18 +173,36 @@ class LayoutActivations:
     def of(cls, spec: RecipeSpec, layout: Layout) -> "LayoutActivations":
         s, b, h, t = spec.seq_length, layout.micro_batch, spec.hidden_size, layout.tp
         sp = layout.sequence_parallel
-        shape: dict[str, Any] = dict(
-            seq=s,
-            micro_batch=b,
-            hidden=h,
-            heads=spec.num_attention_heads,
-            ffn=spec.ffn_hidden_size,
-            kv_groups=spec.kv_groups,
-            head_dim=spec.head_dim,
-            gated=spec.gated_linear_unit,
-            tp=t,
-            sequence_parallel=sp,
+        heads, ffn, kv, d, gated = (
+            spec.num_attention_heads,
+            spec.ffn_hidden_size,
+            spec.kv_groups,
+            spec.head_dim,
+            spec.gated_linear_unit,
         )
+        # A search lays out one shape hundreds of times over a few (micro batch, TP) pairs: the per-layer terms are
+        # counted once per process for each (they read nothing else).
+        key = (s, b, h, heads, ffn, kv, d, gated, t, sp)
+        per_layer = _LAYER_TERMS.get(key)
+        if per_layer is None:
+            shape: dict[str, Any] = dict(
+                seq=s,
+                micro_batch=b,
+                hidden=h,
+                heads=heads,
+                ffn=ffn,
+                kv_groups=kv,
+                head_dim=d,
+                gated=gated,
+                tp=t,
+                sequence_parallel=sp,
+            )
+            per_layer = _LAYER_TERMS[key] = (
+                layer_activation_bytes(**shape, attention_core=True),
+                layer_activation_bytes(**shape, attention_core=False),
+                attention_core_bytes(seq=s, micro_batch=b, heads=heads, tp=t),
+                recomputed_layer_bytes(seq=s, micro_batch=b, hidden=h, tp=t, sequence_parallel=sp),
+            )
         # Embedding extras per micro-batch in flight (Korthikanti Sec. 4.3): int64 token ids 8sb and the embedding
         # dropout mask sbh (sharded by SP); scaled like the layers for the interleaved schedule.
         stage_microbatches = in_flight_chunks(layout.pp, layout.vp, layout.microbatches) / layout.vp
@@ -190,10 +211,10 @@ class LayoutActivations:
             # Output-layer input and fp32 logits for the cross-entropy: 4sbh + 4sbV, vocabulary-parallel over TP.
             output = 4.0 * s * b * h / (t if sp else 1) + 4.0 * s * b * spec.padded_vocab_size / t
         return cls(
-            layer_with_core=layer_activation_bytes(**shape, attention_core=True),
-            layer_without_core=layer_activation_bytes(**shape, attention_core=False),
-            core=attention_core_bytes(seq=s, micro_batch=b, heads=spec.num_attention_heads, tp=t),
-            checkpoint=recomputed_layer_bytes(seq=s, micro_batch=b, hidden=h, tp=t, sequence_parallel=sp),
+            layer_with_core=per_layer[0],
+            layer_without_core=per_layer[1],
+            core=per_layer[2],
+            checkpoint=per_layer[3],
             held=layers_in_flight(layout),
             embedding=stage_microbatches * (8.0 * s * b + s * b * h / (t if sp else 1)),
             output=output,
@@ -212,6 +233,17 @@ def activation_memory(
     `LayoutActivations.of(spec, layout)`, or of a spec that differs from `spec` only in what it recomputes."""
     layout = layout or Layout.of(spec)
     terms = terms or LayoutActivations.of(spec, layout)
+    layers, working = _stored_and_working(spec, layout, fused_attention, terms)
+    c = layout.cp
+    return ActivationBreakdown(
+        layers=layers / c, recompute_working=working / c, embedding=terms.embedding / c, output=terms.output / c
+    )
+
+
+def _stored_and_working(
+    spec: RecipeSpec, layout: Layout, fused_attention: bool, terms: LayoutActivations
+) -> tuple[float, float]:
+    """The bytes of the layers in flight and of one recomputed layer's working set, before CP divides them."""
     # Selective recompute drops the attention core of every layer; under full recompute the layers not recomputed
     # run as plain layers and keep it.
     core_stored = spec.recompute != "selective" and not fused_attention
@@ -227,10 +259,7 @@ def activation_memory(
         working = terms.core
     else:
         working = 0.0
-    c = layout.cp
-    return ActivationBreakdown(
-        layers=layers / c, recompute_working=working / c, embedding=terms.embedding / c, output=terms.output / c
-    )
+    return layers, working
 
 
 def tp_overlap_buffer_bytes(spec: RecipeSpec, layout: Layout, program: Program) -> float:
@@ -294,7 +323,13 @@ def total_gib(
     """`estimate_memory(spec, layout=layout, program=program).total` without the breakdown (what a plan search
     compares with the GPU's memory, hundreds of times); `terms` as `activation_memory` takes them, `state`:
     `model_state(...)` of a spec that differs from `spec` only in what it recomputes."""
-    weights, gradients, optimizer, activations, other = _parts(spec, layout, program, terms, state)[3]
+    _, weights, gradients, optimizer, buffers = state or model_state(spec, layout, program)
+    terms = terms or LayoutActivations.of(spec, layout)
+    layers, working = _stored_and_working(spec, layout, program.fused_attention, terms)
+    c = layout.cp
+    # `_parts` without the breakdown objects, in its order of operations: the same float, bit for bit.
+    activations = (layers / c + working / c + terms.embedding / c + terms.output / c) / GIB
+    other = OTHER_FIXED_GIB + buffers + FRAGMENTATION * (weights + gradients + optimizer + activations)
     return weights + gradients + optimizer + activations + other  # summed as `MemoryBreakdown.total` sums them
 
 
@@ -309,6 +344,16 @@ def model_state(spec: RecipeSpec, layout: Layout, program: Program) -> ModelStat
     w_bytes, g_bytes, o_bytes = per_param
     weights, gradients, optimizer = params * w_bytes / GIB, params * g_bytes / GIB, params * o_bytes / GIB
     return per_param, weights, gradients, optimizer, tp_overlap_buffer_bytes(spec, layout, program) / GIB
+
+
+def state_floor_gib(state: ModelState) -> float:
+    """The least total GiB of any recomputation on a layout whose model state is `state`: `total_gib` with no
+    activations. Each rounded addition and product of that sum only grows with the activations, so no plan of the
+    layout totals less, to the last bit."""
+    _, weights, gradients, optimizer, buffers = state
+    activations = 0.0
+    other = OTHER_FIXED_GIB + buffers + FRAGMENTATION * (weights + gradients + optimizer + activations)
+    return weights + gradients + optimizer + activations + other
 
 
 def _parts(

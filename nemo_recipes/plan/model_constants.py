@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import dataclasses
 from typing import Iterator
 
 from nemo_recipes.frozen_dataclass import frozen_dataclass
+from nemo_recipes.frozen_dataclass import replace as replace_fields
 
 
 @frozen_dataclass
@@ -51,7 +51,7 @@ class ModelConstants:
     step_overhead: float = 0.09
 
     def replace(self, **values: float) -> "ModelConstants":
-        return dataclasses.replace(self, **values)
+        return replace_fields(self, **values)
 
 
 CONSTANTS = ModelConstants()

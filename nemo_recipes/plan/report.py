@@ -7,13 +7,11 @@ interface: `valid`, `recipe`, `cluster`, `parallelism`, `problems`, `memory_gib`
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import field
 from typing import Any, Mapping, Optional
 
 from nemo_recipes.catalog import RecipeSpec, not_a_spec
 from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem, jsonable, known
-from nemo_recipes.frozen_dataclass import frozen_dataclass
+from nemo_recipes.frozen_dataclass import field, frozen_dataclass, replace
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.memory import MemoryBreakdown
@@ -131,16 +129,16 @@ class PlanReport:
         module's result); None removes it."""
         if throughput is not None and not isinstance(throughput, Mapping):
             throughput = throughput.to_dict()
-        return dataclasses.replace(self, throughput=None if throughput is None else dict(throughput))
+        return replace(self, throughput=None if throughput is None else dict(throughput))
 
     def with_time_to_train(self, timing: Optional[dict[str, float]]) -> "PlanReport":
-        return dataclasses.replace(self, time_to_train=None if timing is None else dict(timing))
+        return replace(self, time_to_train=None if timing is None else dict(timing))
 
     def with_changes(self, changes: list[Change]) -> "PlanReport":
-        return dataclasses.replace(self, changes=list(changes))
+        return replace(self, changes=list(changes))
 
     def with_advice(self, advice: list[Advice]) -> "PlanReport":
-        return dataclasses.replace(self, advice=list(advice))
+        return replace(self, advice=list(advice))
 
     def raise_if_invalid(self) -> "PlanReport":
         """Raise InvalidInputError carrying every problem (warnings too) when any error is present."""

@@ -20,14 +20,14 @@ Both keep the global batch (unless `fit` scales it), precision, context parallel
 from __future__ import annotations
 
 import enum
-from typing import Iterable, Iterator, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import ERROR, InvalidInputError
 from nemo_recipes.frozen_dataclass import frozen_dataclass
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout
-from nemo_recipes.plan.memory import LayoutActivations, ModelState, model_state, total_gib
+from nemo_recipes.plan.memory import LayoutActivations, ModelState, model_state, state_floor_gib, total_gib
 from nemo_recipes.plan.rules import LAYOUT_RULES, RECOMPUTE_RULES, Rule, program_problems
 from nemo_recipes.plan.stack import Program, program_for
 from nemo_recipes.plan.throughput import step_time
@@ -111,7 +111,11 @@ def _divisors(n: int) -> list[int]:
 
 
 def _errors(spec: RecipeSpec, layout: Layout, rules: tuple[Rule, ...]) -> bool:
-    return any(p.severity == ERROR for rule in rules for p in rule(spec, layout))
+    for rule in rules:  # loops, not a generator: the search asks this once per memory estimate
+        for problem in rule(spec, layout):
+            if problem.severity == ERROR:
+                return True
+    return False
 
 
 def scaled_batch(per_replica: float, dp: int, micro_batch: int) -> int:
@@ -170,12 +174,13 @@ def _laid_out(
     if spec.sequence_parallel is True:
         tps = [t for t in tps if t > 1]
     distributed = [True] if spec.distributed_optimizer else [False, True]
+    world = cluster.world_size
     for t in tps:
         for p in _pipelines(spec):
-            grid = Layout.of(_with(spec, tensor_parallel=t, pipeline_parallel=p, virtual_pipeline=None), cluster)
-            if not grid.world_divides:
+            model_parallel = t * p * spec.context_parallel
+            if world % model_parallel:  # `Layout.world_divides`
                 continue
-            dp = grid.dp
+            dp = world // model_parallel  # `Layout.dp` where the world divides
             fixed = None if per_replica is not None or spec.global_batch_size % dp else spec.global_batch_size // dp
             for b in _micro_batches(spec, fixed, space):
                 gbs = spec.global_batch_size if per_replica is None else scaled_batch(per_replica, dp, b)
@@ -222,18 +227,24 @@ def recompute_options(
     space: Space,
     stack: Optional[str],
     layout: Optional[Layout] = None,
+    programs: Optional[dict[tuple, Program]] = None,
 ) -> Iterator[tuple[RecipeSpec, float, Layout, Program]]:
     """Each recompute mode that fits `base`'s layout, with full covering the fewest layers per chunk that fit; with
-    its total GiB, and the layout and program it shares with `base`. `layout`: `base`'s on `cluster`, when at hand."""
+    its total GiB, and the layout and program it shares with `base`. `layout`: `base`'s on `cluster`, when at hand;
+    `programs`: the programs of one search so far (see `_program`)."""
     floor = "none" if space is Space.BEST or spec.recompute == "none" else "selective"
     # Recomputation changes neither the layout nor the program: both are computed once for every mode tried.
     layout = layout or Layout.of(base, cluster)
-    program = program_for(base, cluster.gpu, stack, layout.interleaved)
+    program = _program(base, cluster, stack, layout, programs)
+    state = model_state(base, layout, program)
+    # Where the model state alone overflows the GPU, no mode fits: most layouts of a large model end here, before
+    # their rules and activations are worked out.
+    if cluster.gpu is not None and state_floor_gib(state) > cluster.gpu.memory_gib:
+        return
     # Nor do they change what every other rule and the stack say: an error there rules out every mode.
     if _errors(base, layout, LAYOUT_RULES) or program_problems(base, program):
         return
     terms = LayoutActivations.of(base, layout)
-    state = model_state(base, layout, program)
     for mode in _RECOMPUTE_ORDER[_RECOMPUTE_ORDER.index(floor) :]:
         if mode != "full":
             candidate = _with(base, recompute=mode, recompute_num_layers=None)
@@ -262,6 +273,21 @@ def recompute_options(
         yield best, fitting, layout, program
 
 
+def _program(
+    base: RecipeSpec, cluster: Cluster, stack: Optional[str], layout: Layout, programs: Optional[dict[tuple, Program]]
+) -> Program:
+    """`program_for` of `base`, kept in `programs` for the rest of its search: the layouts of one search differ only
+    in `PLAN_FIELDS`, of which the program reads TP (through sequence parallelism), the distributed optimizer and
+    whether the schedule is interleaved."""
+    if programs is None:
+        return program_for(base, cluster.gpu, stack, layout.interleaved)
+    key = (base.tensor_parallel, base.distributed_optimizer, layout.interleaved)
+    program = programs.get(key)
+    if program is None:
+        program = programs[key] = program_for(base, cluster.gpu, stack, layout.interleaved)
+    return program
+
+
 def valid_plans(
     spec: RecipeSpec,
     cluster: Cluster,
@@ -278,8 +304,9 @@ def valid_plans(
 def _valid_plans(
     spec: RecipeSpec, cluster: Cluster, *, space: Space, stack: Optional[str], per_replica: Optional[float]
 ) -> Iterator[tuple[RecipeSpec, float, Layout, Program]]:
+    programs: dict[tuple, Program] = {}
     for base, layout in _laid_out(spec, cluster, space=space, per_replica=per_replica):
-        yield from recompute_options(spec, base, cluster, space=space, stack=stack, layout=layout)
+        yield from recompute_options(spec, base, cluster, space=space, stack=stack, layout=layout, programs=programs)
 
 
 def evaluate(
@@ -288,9 +315,11 @@ def evaluate(
     total: Optional[float],
     stack: Optional[str],
     layout_and_program: Optional[tuple[Layout, Program]] = None,
+    shared: Optional[dict[tuple, Any]] = None,
 ) -> Candidate:
-    """`spec` timed as a candidate; `layout_and_program`: its layout on `cluster` and its program, when at hand."""
-    step_time_s, breakdown = step_time(spec, cluster, stack=stack, known=layout_and_program)
+    """`spec` timed as a candidate; `layout_and_program`: its layout on `cluster` and its program, when at hand;
+    `shared`: one search's (`throughput.step_time`)."""
+    step_time_s, breakdown = step_time(spec, cluster, stack=stack, known=layout_and_program, shared=shared)
     return Candidate(
         spec=spec,
         step_time_s=step_time_s,
@@ -351,9 +380,10 @@ def _evaluated(
     plans: Iterable[tuple[RecipeSpec, float, Layout, Program]], cluster: Cluster, stack: Optional[str]
 ) -> list[Candidate]:
     candidates = []
+    shared: dict[tuple, Any] = {}
     for candidate, total, layout, program in plans:
         try:
-            candidates.append(evaluate(candidate, cluster, total, stack, (layout, program)))
+            candidates.append(evaluate(candidate, cluster, total, stack, (layout, program), shared))
         except InvalidInputError:  # a plan the throughput model refuses is not valid either
             continue
     return candidates

@@ -46,15 +46,14 @@ attention, memory-bound kernels, recomputation, exposed communication, pipeline 
 
 from __future__ import annotations
 
-from dataclasses import asdict, field
 from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import InvalidInputError, Problem, known
-from nemo_recipes.frozen_dataclass import frozen_dataclass
+from nemo_recipes.frozen_dataclass import asdict, field, frozen_dataclass
 from nemo_recipes.plan import flops as _flops
 from nemo_recipes.plan import kernels as _kernels
-from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
+from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu, group_bandwidth_gb_s
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.model_constants import (  # noqa: F401  (re-exported: throughput's names before the split)
     ACTIVATION_BYTES,
@@ -224,21 +223,6 @@ class _Rates:
         return nbytes / (link_gb_s * 1e9 * self.comm)
 
 
-def _group_bandwidth_gb_s(gpu: GPU, group: int, stride: int, gpus_per_node: int) -> float:
-    """Bus bandwidth per GPU of a collective over `group` ranks spaced `stride` ranks apart.
-
-    Inside one NVLink domain it is NVLink. Across nodes NCCL's rings leave every node once per ring, one ring per NIC
-    that the group owns on the node: the group's k GPUs per node bring k NICs, so the bus bandwidth is k times a
-    NIC's (capped by NVLink)."""
-    # An HGX/DGX baseboard links 8 GPUs; a larger NVLink domain (GB200 NVL72) is a rack that spans nodes, while a
-    # smaller node ends the domain at the node.
-    domain = gpu.nvlink_domain if gpu.nvlink_domain > 8 else min(gpu.nvlink_domain, gpus_per_node)
-    if group * stride <= domain:
-        return gpu.nvlink_gb_s
-    per_node = max(1, min(group, gpus_per_node // stride)) if stride < gpus_per_node else 1
-    return min(gpu.nvlink_gb_s, per_node * gpu.network_gb_s)
-
-
 @frozen_dataclass
 class _Layer:
     """One transformer layer and one micro-batch on one GPU: forward and backward seconds by kind of work."""
@@ -264,7 +248,38 @@ class _Layer:
         return self.dense_b + self.attention_b + self.memory_b + self.tp_b + self.cp_b + self.recompute
 
 
-def _layer(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates, k: ModelConstants) -> _Layer:
+def _layer(
+    spec: RecipeSpec,
+    layout: Layout,
+    program: Program,
+    gpu: GPU,
+    rates: _Rates,
+    k: ModelConstants,
+    shared: Optional[dict[tuple, Any]] = None,
+) -> _Layer:
+    """`shared`: see `step_time`; what a layer costs before recomputation depends on no other field of a plan."""
+    key = (
+        *(layout.tp, layout.cp, layout.tokens_per_rank, layout.micro_batch, layout.sequence_parallel),
+        *(program.fused_attention, program.stack.attention_kernel, program.tp_comm_overlap),
+    )
+    parts = None if shared is None else shared.get(key)
+    if parts is None:
+        parts = _layer_parts(spec, layout, program, gpu, rates, k)
+        if shared is not None:
+            shared[key] = parts
+    dense_f, dense_b, attention_f, attention_b, memory_f, memory_b, tp_f, cp_f, cp_b = parts
+    forward = dense_f + attention_f + memory_f + tp_f + cp_f
+    recompute = 0.0
+    if spec.recompute == "full":
+        recompute = layout.recomputed_fraction(spec) * forward
+    elif spec.recompute == "selective":
+        recompute = attention_f
+    return _Layer(dense_f, dense_b, attention_f, attention_b, memory_f, memory_b, tp_f, tp_f, cp_f, cp_b, recompute)
+
+
+def _layer_parts(
+    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates, k: ModelConstants
+) -> tuple[float, ...]:
     t, c, tokens, s, h = layout.tp, layout.cp, layout.tokens_per_rank, spec.seq_length, spec.hidden_size
     fp8 = spec.precision == "fp8"
     d_head = spec.head_dim
@@ -308,7 +323,7 @@ def _layer(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: 
 
     # Tensor parallelism: two all-reduces (or reduce-scatter + all-gather pairs) forward, two backward.
     tp_bytes = tokens * h * ACTIVATION_BYTES
-    tp_f = 2 * rates.allreduce_s(tp_bytes, t, _group_bandwidth_gb_s(gpu, t, 1, layout.gpus_per_node))
+    tp_f = 2 * rates.allreduce_s(tp_bytes, t, group_bandwidth_gb_s(gpu, t, 1, layout.gpus_per_node))
     tp_f *= 1.0 - (k.tp_overlap if program.tp_comm_overlap else 0.0)
 
     # Context parallelism: K and V chunks of s/c tokens go round the ring (c-1 hops) forward; the backward sends
@@ -316,17 +331,10 @@ def _layer(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: 
     cp_f = cp_b = 0.0
     if c > 1:
         kv_bytes = tokens * 2 * spec.kv_groups * d_head / t * ACTIVATION_BYTES
-        link = _group_bandwidth_gb_s(gpu, c, t, layout.gpus_per_node)
+        link = group_bandwidth_gb_s(gpu, c, t, layout.gpus_per_node)
         cp_f = max(0.0, (c - 1) * rates.send_s(kv_bytes, link) - attention_f)
         cp_b = max(0.0, 2 * (c - 1) * rates.send_s(kv_bytes, link) - attention_b)
-
-    forward = dense_f + attention_f + memory_f + tp_f + cp_f
-    recompute = 0.0
-    if spec.recompute == "full":
-        recompute = layout.recomputed_fraction(spec) * forward
-    elif spec.recompute == "selective":
-        recompute = attention_f
-    return _Layer(dense_f, dense_b, attention_f, attention_b, memory_f, memory_b, tp_f, tp_f, cp_f, cp_b, recompute)
+    return dense_f, dense_b, attention_f, attention_b, memory_f, memory_b, tp_f, cp_f, cp_b
 
 
 def _fused_attention_s(
@@ -375,7 +383,7 @@ def _p2p_s(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: 
     if layout.pp == 1:
         return 0.0
     nbytes = layout.tokens_per_rank * spec.hidden_size * ACTIVATION_BYTES / layout.tp
-    link = _group_bandwidth_gb_s(gpu, 2, layout.tp * layout.cp * layout.dp, layout.gpus_per_node)
+    link = group_bandwidth_gb_s(gpu, 2, layout.tp * layout.cp * layout.dp, layout.gpus_per_node)
     one = rates.send_s(nbytes, link)
     steady = 2 * layout.vp * layout.microbatches
     ramps = 2 * (layout.pp - 1)
@@ -397,7 +405,7 @@ def _data_parallel_s(
     later chunks also hide behind the backward of the earlier ones; the parameter gathers mirror this in the
     forward (`param_sync_func` launches the next chunk's gather at the first forward of the current one)."""
     params, d = layout.params_per_rank, layout.dp
-    link = _group_bandwidth_gb_s(gpu, d, layout.tp * layout.cp, layout.gpus_per_node)
+    link = group_bandwidth_gb_s(gpu, d, layout.tp * layout.cp, layout.gpus_per_node)
     if spec.distributed_optimizer:
         reduce = rates.gather_s(params * program.gradient_bytes, d, link)
         gather = rates.gather_s(params * program.param_gather_bytes, d, link)
@@ -438,15 +446,28 @@ def estimate_throughput(
 
 
 def step_time(
-    spec: RecipeSpec, cluster: Cluster, *, stack: Optional[str] = None, known: Optional[tuple[Layout, Program]] = None
+    spec: RecipeSpec,
+    cluster: Cluster,
+    *,
+    stack: Optional[str] = None,
+    known: Optional[tuple[Layout, Program]] = None,
+    shared: Optional[dict[tuple, Any]] = None,
 ) -> tuple[float, dict[str, float]]:
-    """`estimate_throughput`'s step seconds and breakdown (what a search ranks); `known`: its (layout, program)."""
+    """`estimate_throughput`'s step seconds and breakdown (what a search ranks); `known`: its (layout, program).
+    `shared`: a dict that one search (one shape and precision, cluster, stack and constants) passes to each plan it
+    times, in which a layer's times are kept for the plans with its TP, CP, micro batch and program."""
     notes: list[str] = []
-    return _timed(spec, *_checked_plan(spec, cluster, stack, notes, known), None, notes)
+    return _timed(spec, *_checked_plan(spec, cluster, stack, notes, known), None, notes, shared)
 
 
 def _timed(
-    spec: RecipeSpec, gpu: GPU, layout: Layout, program: Program, k: Optional[ModelConstants], notes: list[str]
+    spec: RecipeSpec,
+    gpu: GPU,
+    layout: Layout,
+    program: Program,
+    k: Optional[ModelConstants],
+    notes: list[str],
+    shared: Optional[dict[tuple, Any]] = None,
 ) -> tuple[float, dict[str, float]]:
     constants = k if k is not None else active_constants()
     rates = _Rates.of(gpu, spec.precision == "fp8", constants)
@@ -456,7 +477,7 @@ def _timed(
             f"{gpu.bf16_tflops:g} BF16 TFLOP/s, against the {POWER_REFERENCE.name}'s {POWER_REFERENCE.tdp_w:g} W for "
             f"{POWER_REFERENCE.bf16_tflops:g}: a power-limited clock)"
         )
-    layer = _layer(spec, layout, program, gpu, rates, constants)
+    layer = _layer(spec, layout, program, gpu, rates, constants, shared)
     return _step_s(spec, layout, program, gpu, rates, layer, constants)
 
 
