@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import random
 
 import numpy as np
@@ -193,3 +194,24 @@ def test_gigatoken_starts_a_fresh_cache_every_so_many_characters_with_the_same_i
     ids, _ = giga.encode_flat(batch)
     assert giga._backend is not first
     assert ids.tolist() == [i for e in expected for i in e]
+
+
+def test_what_holds_the_gil_runs_beside_the_reference_once_before_any_candidate(trained, tmp_path, monkeypatch):
+    """`choose(meanwhile=)` (the shards' cut) runs once, while the reference encodes and before a candidate encodes
+    (gigatoken beside a thread that holds the GIL ran 60x slower), even when the first candidate fails; the encoder it
+    checked is the object the shards then get."""
+    order: list[str] = []
+    build = fast_encoder._build
+    monkeypatch.setattr(fast_encoder, "_build", lambda name, *args: order.append(name) or build(name, *args))
+    path = _variant(trained, tmp_path, lambda data: data.update(normalizer={"type": "Lowercase"}))
+    choice = fast_encoder.choose(path, TEXTS[:50], threads=2, meanwhile=lambda: order.append("meanwhile"))
+    assert order == ["meanwhile", fast_encoder.GIGATOKEN, fast_encoder.TIKTOKEN]
+    assert choice.encoder == tokenizers.HUGGINGFACE
+    order.clear()
+    choice = fast_encoder.choose(trained, TEXTS[:50], meanwhile=lambda: order.append("meanwhile"))
+    assert order == ["meanwhile", fast_encoder.GIGATOKEN] and choice.encoder == fast_encoder.GIGATOKEN
+    fingerprint = tokenizers.fingerprint(trained)
+    relative = os.path.relpath(trained)
+    checked = fast_encoder.load(relative, choice.encoder, fingerprint)
+    assert fast_encoder.load(str(trained), choice.encoder, fingerprint) is checked  # the one slot, path made absolute
+    assert fast_encoder.load(str(trained), choice.encoder) is not checked  # no fingerprint: a new one

@@ -12,12 +12,16 @@ tokenizer that differs keeps its own library. tiktoken is imported inside the fu
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import TYPE_CHECKING, Callable, Iterable, Optional
 
 from nemo_recipes.data import gigatoken_encoder, tokenizers, unassigned
 from nemo_recipes.data.gigatoken_encoder import GIGATOKEN
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future
 
 TIKTOKEN = "tiktoken"
 #: GPT-2's split pattern, the one Hugging Face's ByteLevel pre-tokenizer applies (`use_regex=True`).
@@ -201,26 +205,29 @@ def check(
     sample: list[str],
     specials: Iterable[str] = (),
     threads: int = 1,
+    expected: Optional["Future[list[list[int]]]"] = None,
 ) -> Optional[str]:
     """None when `candidate` gives the ids `reference` gives on every text of `sample` and the traps (with each of
     `specials` written literally), else the first difference, in words. The reference encodes on `threads`
-    threads."""
+    threads; `expected`: its ids of `sample`, being encoded already (`choose` encodes them once for every candidate)."""
     if isinstance(candidate, TiktokenEncoder):
         specials = [*specials, *candidate._specials]
     from concurrent.futures import ThreadPoolExecutor
 
-    texts = list(sample) + _trap_texts(specials)
+    traps = _trap_texts(specials)
+    texts = list(sample) + traps
     # The reference encodes (without the GIL) while this thread runs the candidate and what its first call loads.
     with ThreadPoolExecutor(1) as background:
-        reference_ids = background.submit(_on_threads, reference, texts, threads)
+        if expected is None:
+            expected = background.submit(_on_threads, reference, list(sample), threads)
         try:
             got = candidate.encode_batch(texts)
         except BaseException as error:  # noqa: BLE001  tiktoken's Rust panics are BaseExceptions: a difference
             if isinstance(error, (KeyboardInterrupt, SystemExit)):
                 raise
             return f"it failed: {type(error).__name__}: {str(error)[:120]}"
-        expected = reference_ids.result()
-    for number, (want, have) in enumerate(zip(expected, got, strict=True)):
+        wanted = expected.result() + reference.encode_batch(traps)
+    for number, (want, have) in enumerate(zip(wanted, got, strict=True)):
         if want != have:
             pairs = enumerate(zip(want, have, strict=False))
             at = next((i for i, (a, b) in pairs if a != b), min(len(want), len(have)))
@@ -254,27 +261,39 @@ def _build(name: str, path: str | Path, reference: tokenizers.Encoder) -> tokeni
 _CHOSEN: dict[str, tuple[str, str, str, tokenizers.Encoder]] = {}
 
 
-def choose(path: str | Path, sample: list[str], threads: int = 1) -> Choice:
+def choose(
+    path: str | Path, sample: list[str], threads: int = 1, meanwhile: Optional[Callable[[], None]] = None
+) -> Choice:
     """The encoder `data prepare` uses for the tokenizer at `path`: the first of FASTER that passes `check` on
-    `sample` (the reference encoding on `threads` threads), else the tokenizer's own library; with the reasons, in
-    one line."""
+    `sample` (the reference encoding on `threads` threads, once for all), else the tokenizer's own library; with
+    the reasons, in one line. `meanwhile` runs on this thread while the reference encodes, before any candidate."""
+    from concurrent.futures import ThreadPoolExecutor
+
     _CHOSEN.clear()
     reference = tokenizers.load(path)
     fingerprint = tokenizers.fingerprint(path)
     reasons = []
-    for name in FASTER:
-        candidate = _build(name, path, reference)
-        if isinstance(candidate, str):
-            reasons.append(f"no {name}: {candidate}")
-            continue
-        difference = check(reference, candidate, sample, added_tokens(path), threads)
-        if difference is None:
-            _CHOSEN["last"] = (str(path), name, fingerprint, candidate)
-            chars = sum(len(t) for t in sample)
-            also = f" ({'; '.join(reasons)})" if reasons else ""
-            return Choice(name, f"encoding with {name}: the same ids as {reference.kind} on {chars:,} characters{also}")
-        reasons.append(f"{name} gives other ids ({difference})")
-    _CHOSEN["last"] = (str(path), reference.kind, fingerprint, reference)
+    with ThreadPoolExecutor(1) as background:
+        expected = background.submit(_on_threads, reference, list(sample), threads)
+        # What holds the GIL (the shards' cut) goes here, beside the reference (which encodes without it), and not
+        # beside a candidate: gigatoken takes the GIL back for every document, and next to a thread that held it,
+        # it encoded the sample 60x slower (0.3 s -> 19 s, measured).
+        if meanwhile is not None:
+            meanwhile()
+        for name in FASTER:
+            candidate = _build(name, path, reference)
+            if isinstance(candidate, str):
+                reasons.append(f"no {name}: {candidate}")
+                continue
+            difference = check(reference, candidate, sample, added_tokens(path), threads, expected)
+            if difference is None:
+                _CHOSEN["last"] = (os.path.abspath(path), name, fingerprint, candidate)
+                chars = sum(len(t) for t in sample)
+                also = f" ({'; '.join(reasons)})" if reasons else ""
+                why = f"encoding with {name}: the same ids as {reference.kind} on {chars:,} characters{also}"
+                return Choice(name, why)
+            reasons.append(f"{name} gives other ids ({difference})")
+    _CHOSEN["last"] = (os.path.abspath(path), reference.kind, fingerprint, reference)
     return Choice(reference.kind, f"encoding with {reference.kind}: {'; '.join(reasons)}")
 
 
@@ -282,7 +301,7 @@ def load(path: str | Path, encoder: str, fingerprint: Optional[str] = None) -> t
     """The encoder `choose` chose for the tokenizer at `path`: the object `choose` checked when it was for this path,
     encoder and `fingerprint` (the plan's), else a new one."""
     chosen = _CHOSEN.get("last")
-    if chosen is not None and fingerprint is not None and chosen[:3] == (str(path), encoder, fingerprint):
+    if chosen is not None and fingerprint is not None and chosen[:3] == (os.path.abspath(path), encoder, fingerprint):
         return chosen[3]
     reference = tokenizers.load(path)
     if encoder not in FASTER:

@@ -248,14 +248,13 @@ def _sizes(srcs: list[sources.Source]) -> list[tuple[str, int]]:
     return [(file.path, os.stat(file.path).st_size) for source in srcs for file in source.files]
 
 
-def _cut(srcs: list[sources.Source], size: int, stop: Optional[threading.Event] = None) -> list[Shard]:
-    """The shards of every file, in plan order; a file with no document in it is refused. Given up once `stop` is
-    set (shard_plan.Stopped)."""
+def _cut(srcs: list[sources.Source], size: int) -> list[Shard]:
+    """The shards of every file, in plan order; a file with no document in it is refused."""
     problems = []
     cuts = []
     for source in srcs:
         for file in source.files:
-            ranges, _total, any_text = shard_plan.split_file(file, size, stop)
+            ranges, _total, any_text = shard_plan.split_file(file, size)
             if not any_text:
                 problems.append(
                     Problem(
@@ -276,35 +275,20 @@ def _cut_and_check(
 ) -> tuple[tuple[Shard, ...], fast_encoder.Choice]:
     """The shards, and the encoder chosen before the first of them: the faster one only where it gives the same ids
     on these inputs, the reference encoding on a thread per core (the library's own thread pool stays off: the
-    workers fork after). Plain inputs are cut on a thread while the check runs (check_sample.py)."""
+    workers fork after). Plain inputs are cut while the reference encodes the sample (check_sample.py)."""
     read = sources.ReadOptions(options.key, options.max_document_chars, options.skip_bad_lines)
     files = [file for source in srcs for file in source.files]
     if any(file.compression is not None for file in files):
         shards = tuple(_cut(srcs, size))
         with one_thread_per_worker():
             return shards, fast_encoder.choose(tokenizer_path, check_sample.from_shards(shards, read), threads=cores)
-    stop = threading.Event()
-    outcome: dict[str, Any] = {}
-
-    def cut() -> None:
-        try:
-            outcome["shards"] = tuple(_cut(srcs, size, stop))
-        except BaseException as error:  # noqa: BLE001  raised on the caller's thread below
-            outcome["error"] = error
-
-    # A daemon thread: a Ctrl-C during the check stops it at its next line (`stop`) and never holds the exit.
-    cutter = threading.Thread(target=cut, name="cut", daemon=True)
-    cutter.start()
-    try:
-        sample = check_sample.at_points([(file, os.stat(file.path).st_size) for file in files], read)
-        with one_thread_per_worker():
-            choice = fast_encoder.choose(tokenizer_path, sample, threads=cores)
-        cutter.join()
-    finally:
-        stop.set()
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["shards"], choice
+    cut: list[Shard] = []
+    sample = check_sample.at_points([(file, os.stat(file.path).st_size) for file in files], read)
+    with one_thread_per_worker():
+        choice = fast_encoder.choose(
+            tokenizer_path, sample, threads=cores, meanwhile=lambda: cut.extend(_cut(srcs, size))
+        )
+    return tuple(cut), choice
 
 
 def _train(srcs: list[sources.Source], described: list[dict], out: Path, options: Options, log: Log) -> Path:

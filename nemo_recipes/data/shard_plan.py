@@ -127,16 +127,12 @@ def plan_id(inputs: list[dict], arguments: dict, tokenizer_fingerprint: str) -> 
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 
-def split_file(
-    file: InputFile, shard_bytes: int, stop: Optional[threading.Event] = None
-) -> tuple[list[tuple[int, int, int]], int, bool]:
+def split_file(file: InputFile, shard_bytes: int) -> tuple[list[tuple[int, int, int]], int, bool]:
     """(start, end, first line) ranges of about `shard_bytes` each, cut at document starts; the content's size;
     whether it holds any non-blank line. A compressed file that cannot be decompressed is refused here, before
-    any shard, with its name (sources.damaged). Given up (Stopped) once `stop` is set."""
+    any shard, with its name (sources.damaged)."""
     try:
-        return _split(file, shard_bytes, stop)
-    except Stopped:
-        raise
+        return _split(file, shard_bytes)
     except Exception as error:
         answer = damaged(file, error)
         if answer is None:
@@ -144,18 +140,13 @@ def split_file(
         raise answer from None
 
 
-def _split(
-    file: InputFile, shard_bytes: int, stop: Optional[threading.Event]
-) -> tuple[list[tuple[int, int, int]], int, bool]:
+def _split(file: InputFile, shard_bytes: int) -> tuple[list[tuple[int, int, int]], int, bool]:
     ranges: list[tuple[int, int, int]] = []
     start, start_line = 0, 1
     offset, line, any_text = 0, 1, False
     at_line_start, previous_blank = True, True
-    stopped = stop.is_set if stop is not None else lambda: False
     with open_binary(file) as stream:
         while piece := stream.readline(_READ_LIMIT):
-            if stopped():
-                raise Stopped(file.path)
             blank = at_line_start and not piece.strip() and piece.endswith(b"\n")
             # A cut goes before a line that starts a document: any line of JSON Lines, a paragraph's first line.
             if at_line_start and offset - start >= shard_bytes and not blank:
