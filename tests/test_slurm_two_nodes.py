@@ -508,9 +508,9 @@ def test_data_prepare_on_two_nodes_is_byte_identical_and_a_lost_node_is_survived
     command = [
         sys.executable, "-m", "nemo_recipes.cli.main", "data", "prepare", str(corpus), "--out", str(out),
         "--tokenizer", str(tokenizer), "--executor", "two_nodes", "--clusters", str(profiles),
-        # Many small shards (about 60), so that a node killed at the first receipt leaves some undone: with the
+        # Many small shards (about 180), so that a node killed at the first receipt leaves some undone: with the
         # default 6 shards both ranks finished theirs in the milliseconds before the kill.
-        "--shard-size", "96K",
+        "--shard-size", "32K",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)}
 
