@@ -16,7 +16,8 @@ from nemo_recipes.data.shard_work import shard_documents
 POINTS = 16
 
 
-def _first_documents(shard: Shard, read: sources.ReadOptions, chars: int) -> Iterator[str]:
+def first_documents(shard: Shard, read: sources.ReadOptions, chars: int) -> Iterator[str]:
+    """The shard's first documents, up to the one that brings them to `chars` characters."""
     taken = 0
     for text in shard_documents(shard, read, sources.Skipped(), limit=chars):
         yield text
@@ -30,7 +31,7 @@ def from_shards(shards: tuple[Shard, ...], read: sources.ReadOptions) -> list[st
     count = len(shards)
     picked = sorted({i * count // POINTS for i in range(POINTS)} if count > POINTS else range(count))
     chars = max(fast_encoder.SAMPLE_CHARS // max(len(picked), 1), 1 << 14)
-    return [text for index in picked for text in _first_documents(shards[index], read, chars)]
+    return [text for index in picked for text in first_documents(shards[index], read, chars)]
 
 
 def at_points(files: list[tuple[sources.InputFile, int]], read: sources.ReadOptions) -> list[str]:
@@ -49,7 +50,7 @@ def at_points(files: list[tuple[sources.InputFile, int]], read: sources.ReadOpti
             start = stream.tell() if point > 0 else 0
         shard = Shard(-1, "", file.path, file.format, None, start, size, 1)
         try:
-            texts += _first_documents(shard, lenient, chars)
+            texts += first_documents(shard, lenient, chars)
         except sources.InvalidDataError:  # a text file that is not UTF-8 there: its shard says where
             continue
     return texts

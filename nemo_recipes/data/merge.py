@@ -65,7 +65,7 @@ class Merging:
         with self._condition:
             self._ready.add(index)
             self._condition.notify()
-            if not self._thread.is_alive() and not self._stopped and self._thread.ident is None:
+            if self._thread.ident is None and not self._stopped:
                 self._thread.start()
 
     def _run(self) -> None:

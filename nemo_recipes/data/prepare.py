@@ -38,7 +38,6 @@ from nemo_recipes.data.shard_work import (  # noqa: F401  (run_shards: the entry
     one_thread_per_worker,
     pending,
     run_shards,
-    shard_documents,
 )
 from nemo_recipes.data.sources import InvalidDataError, bad
 from nemo_recipes.errors import NO_ROOM_ERRNOS, InvalidInputError, Problem
@@ -88,6 +87,9 @@ class Options:
         else:
             data["tokenizer_path"] = str(Path(str(self.tokenizer_path)).absolute())
         return data
+
+    def read_options(self) -> sources.ReadOptions:
+        return sources.ReadOptions(self.key, self.max_document_chars, self.skip_bad_lines)
 
     def check(self) -> None:
         problems = []
@@ -201,16 +203,15 @@ def _locked(out: Path) -> Iterator[None]:
         yield  # the kernel releases the lock when this process ends, killed or not
 
 
-def _refuse_empty(srcs: list[sources.Source]) -> None:
-    """An empty input file is refused (all of them at once), from its size, before any file is read."""
+def _sizes(srcs: list[sources.Source]) -> list[tuple[str, int]]:
+    """(path, bytes as stored) of every input file, in plan order; an empty one is refused (all of them at once)."""
+    sizes = [(file.path, os.stat(file.path).st_size) for source in srcs for file in source.files]
     problems = [
-        Problem("inputs", file.path, "the file is empty.", "remove it from the inputs.")
-        for source in srcs
-        for file in source.files
-        if os.stat(file.path).st_size == 0
+        Problem("inputs", path, "the file is empty.", "remove it from the inputs.") for path, size in sizes if not size
     ]
     if problems:
         raise InvalidDataError(problems, context="data prepare")
+    return sizes
 
 
 class _Hashing:
@@ -244,10 +245,6 @@ class _Hashing:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _sizes(srcs: list[sources.Source]) -> list[tuple[str, int]]:
-    return [(file.path, os.stat(file.path).st_size) for source in srcs for file in source.files]
-
-
 def _cut(srcs: list[sources.Source], size: int) -> list[Shard]:
     """The shards of every file, in plan order; a file with no document in it is refused."""
     problems = []
@@ -271,19 +268,24 @@ def _cut(srcs: list[sources.Source], size: int) -> list[Shard]:
 
 
 def _cut_and_check(
-    srcs: list[sources.Source], size: int, options: Options, tokenizer_path: Path, cores: int
+    srcs: list[sources.Source],
+    sizes: list[tuple[str, int]],
+    size: int,
+    options: Options,
+    tokenizer_path: Path,
+    cores: int,
 ) -> tuple[tuple[Shard, ...], fast_encoder.Choice]:
     """The shards, and the encoder chosen before the first of them: the faster one only where it gives the same ids
     on these inputs, the reference encoding on a thread per core (the library's own thread pool stays off: the
     workers fork after). Plain inputs are cut while the reference encodes the sample (check_sample.py)."""
-    read = sources.ReadOptions(options.key, options.max_document_chars, options.skip_bad_lines)
+    read = options.read_options()
     files = [file for source in srcs for file in source.files]
     if any(file.compression is not None for file in files):
         shards = tuple(_cut(srcs, size))
         with one_thread_per_worker():
             return shards, fast_encoder.choose(tokenizer_path, check_sample.from_shards(shards, read), threads=cores)
     cut: list[Shard] = []
-    sample = check_sample.at_points([(file, os.stat(file.path).st_size) for file in files], read)
+    sample = check_sample.at_points([(file, stored) for file, (_, stored) in zip(files, sizes, strict=True)], read)
     with one_thread_per_worker():
         choice = fast_encoder.choose(
             tokenizer_path, sample, threads=cores, meanwhile=lambda: cut.extend(_cut(srcs, size))
@@ -315,20 +317,11 @@ def _train(srcs: list[sources.Source], described: list[dict], out: Path, options
         )
     shards = _cut(srcs, SAMPLE_WINDOW)
     per_shard = max(options.tokenizer_sample_bytes // len(shards), 1 << 16)
-    read = sources.ReadOptions(options.key, options.max_document_chars, options.skip_bad_lines)
-
-    def sample() -> Iterator[str]:
-        for shard in shards:
-            taken = 0
-            for text in shard_documents(shard, read, sources.Skipped(), limit=per_shard):
-                yield text
-                taken += len(text)
-                if taken >= per_shard:
-                    break
-
+    read = options.read_options()
+    sample = (text for shard in shards for text in check_sample.first_documents(shard, read, per_shard))
     vocab = tokenizers.DEFAULT_VOCAB_SIZE if options.vocab_size is None else options.vocab_size
     log(f"tokenizer: training a {options.tokenizer_kind} BPE of {vocab:,} entries on a sample of the inputs")
-    path = tokenizers.train(sample(), out, vocab_size=vocab, kind=options.tokenizer_kind)
+    path = tokenizers.train(sample, out, vocab_size=vocab, kind=options.tokenizer_kind)
     got = tokenizers.load(path).vocab_size
     if got < vocab:
         log(f"note: vocab_size={vocab:,}: the sample gave {got:,} entries (no more pairs to merge); it is used as is.")
@@ -356,7 +349,6 @@ def make_plan(
     out = Path(out).absolute()
     _writable(out)
     srcs = _without_outputs(srcs, out, log)
-    _refuse_empty(srcs)
     sizes = _sizes(srcs)
     # The shard size follows the inputs' stored size (compressed files get larger shards; that is all).
     size = shard_bytes or shard_plan.shard_size(sum(b for _, b in sizes), workers)
@@ -389,7 +381,7 @@ def make_plan(
                 f"uint16 (< {UINT16_VOCAB_LIMIT:,}): tokens are stored as int32, 4 bytes each, twice the disk of "
                 "uint16."
             )
-        shards, choice = _cut_and_check(srcs, size, options, tokenizer_path, cores)
+        shards, choice = _cut_and_check(srcs, sizes, size, options, tokenizer_path, cores)
         log(f"tokenizer: {choice.why}")
         if described is None:
             described = hashing.result()
