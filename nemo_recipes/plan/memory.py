@@ -329,8 +329,18 @@ def total_gib(
     c = layout.cp
     # `_parts` without the breakdown objects, in its order of operations: the same float, bit for bit.
     activations = (layers / c + working / c + terms.embedding / c + terms.output / c) / GIB
-    other = OTHER_FIXED_GIB + buffers + FRAGMENTATION * (weights + gradients + optimizer + activations)
-    return weights + gradients + optimizer + activations + other  # summed as `MemoryBreakdown.total` sums them
+    return _total(weights, gradients, optimizer, activations, buffers)
+
+
+def _other(weights: float, gradients: float, optimizer: float, activations: float, buffers: float) -> float:
+    """GiB beyond the four parts: fixed, the TP overlap buffers and fragmentation."""
+    return OTHER_FIXED_GIB + buffers + FRAGMENTATION * (weights + gradients + optimizer + activations)
+
+
+def _total(weights: float, gradients: float, optimizer: float, activations: float, buffers: float) -> float:
+    """The total GiB, summed in the order `MemoryBreakdown.total` sums it (the same float, bit for bit)."""
+    other = _other(weights, gradients, optimizer, activations, buffers)
+    return weights + gradients + optimizer + activations + other
 
 
 #: Bytes per parameter (weights, gradients, optimizer), then GiB of weights, gradients, optimizer and TP overlap
@@ -351,9 +361,7 @@ def state_floor_gib(state: ModelState) -> float:
     activations. Each rounded addition and product of that sum only grows with the activations, so no plan of the
     layout totals less, to the last bit."""
     _, weights, gradients, optimizer, buffers = state
-    activations = 0.0
-    other = OTHER_FIXED_GIB + buffers + FRAGMENTATION * (weights + gradients + optimizer + activations)
-    return weights + gradients + optimizer + activations + other
+    return _total(weights, gradients, optimizer, 0.0, buffers)
 
 
 def _parts(
@@ -368,7 +376,7 @@ def _parts(
     per_param, weights, gradients, optimizer, buffers = state or model_state(spec, layout, program)
     acts = activation_memory(spec, layout, fused_attention=program.fused_attention, terms=terms)
     activations = acts.total / GIB
-    other = OTHER_FIXED_GIB + buffers + FRAGMENTATION * (weights + gradients + optimizer + activations)
+    other = _other(weights, gradients, optimizer, activations, buffers)
     return per_param, acts, buffers, (weights, gradients, optimizer, activations, other)
 
 

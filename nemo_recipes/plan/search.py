@@ -279,13 +279,11 @@ def _program(
     """`program_for` of `base`, kept in `programs` for the rest of its search: the layouts of one search differ only
     in `PLAN_FIELDS`, of which the program reads TP (through sequence parallelism), the distributed optimizer and
     whether the schedule is interleaved."""
-    if programs is None:
-        return program_for(base, cluster.gpu, stack, layout.interleaved)
+    programs = {} if programs is None else programs
     key = (base.tensor_parallel, base.distributed_optimizer, layout.interleaved)
-    program = programs.get(key)
-    if program is None:
-        program = programs[key] = program_for(base, cluster.gpu, stack, layout.interleaved)
-    return program
+    if key not in programs:
+        programs[key] = program_for(base, cluster.gpu, stack, layout.interleaved)
+    return programs[key]
 
 
 def valid_plans(

@@ -262,12 +262,10 @@ def _layer(
         *(layout.tp, layout.cp, layout.tokens_per_rank, layout.micro_batch, layout.sequence_parallel),
         *(program.fused_attention, program.stack.attention_kernel, program.tp_comm_overlap),
     )
-    parts = None if shared is None else shared.get(key)
-    if parts is None:
-        parts = _layer_parts(spec, layout, program, gpu, rates, k)
-        if shared is not None:
-            shared[key] = parts
-    dense_f, dense_b, attention_f, attention_b, memory_f, memory_b, tp_f, cp_f, cp_b = parts
+    shared = {} if shared is None else shared
+    if key not in shared:
+        shared[key] = _layer_parts(spec, layout, program, gpu, rates, k)
+    dense_f, dense_b, attention_f, attention_b, memory_f, memory_b, tp_f, cp_f, cp_b = shared[key]
     forward = dense_f + attention_f + memory_f + tp_f + cp_f
     recompute = 0.0
     if spec.recompute == "full":
