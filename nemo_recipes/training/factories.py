@@ -144,8 +144,10 @@ def _make_factory(recipe_name: str):
         ]
         + [
             # Unknown keys reach the factory, which answers with the closest field name instead of NeMo-Run's bare
-            # "No parameter named ..." (typos must not pass silently, and deserve a suggestion).
-            inspect.Parameter("unknown", inspect.Parameter.VAR_KEYWORD),
+            # "No parameter named ..." (typos must not pass silently, and deserve a suggestion). Annotated as text:
+            # NeMo-Run parses a key spelled like this parameter (`unknown=None`) by its annotation, and without one
+            # it failed with its own error.
+            inspect.Parameter("unknown", inspect.Parameter.VAR_KEYWORD, annotation=str),
         ]
     )
     # A function object takes the attribute at run time; mypy knows no `__signature__` on functions.
