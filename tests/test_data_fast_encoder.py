@@ -215,3 +215,16 @@ def test_what_holds_the_gil_runs_beside_the_reference_once_before_any_candidate(
     checked = fast_encoder.load(relative, choice.encoder, fingerprint)
     assert fast_encoder.load(str(trained), choice.encoder, fingerprint) is checked  # the one slot, path made absolute
     assert fast_encoder.load(str(trained), choice.encoder) is not checked  # no fingerprint: a new one
+
+
+def test_the_unassigned_table_marks_every_unassigned_code_point():
+    """The table skips looking up planes 4-13 (empty in every Unicode version to date) and marks them unassigned:
+    it must still mark every code point this Python calls unassigned, and, on this Python, nothing else."""
+    import unicodedata
+
+    from nemo_recipes.data import unassigned
+
+    full = np.fromiter((unicodedata.category(chr(c)) == "Cn" for c in range(0x110000)), dtype=bool, count=0x110000)
+    table = unassigned.table()
+    assert table.shape == full.shape and (table | ~full).all()  # every unassigned one marked: the safe side
+    assert (table == full).all(), np.flatnonzero(table != full)[:5]

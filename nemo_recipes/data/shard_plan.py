@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import shutil
 import threading
 from dataclasses import asdict, dataclass
@@ -32,6 +34,11 @@ MIN_SHARD_BYTES = 1 << 20
 SHARDS_PER_WORKER = 8
 # A line longer than this is read in pieces when planning, so that one gigantic line does not fill the memory.
 _READ_LIMIT = 16 << 20
+#: Blocks of a plain file read at once to count its lines, and to find a line's end near a cut.
+_BLOCK = 8 << 20
+_FIND_BLOCK = 64 << 10
+#: What bytes.strip() keeps: a line with one of these is not blank.
+_NOT_WHITESPACE = re.compile(rb"[^ \t\n\r\x0b\x0c]")
 
 
 @dataclass(frozen=True)
@@ -141,6 +148,99 @@ def split_file(file: InputFile, shard_bytes: int) -> tuple[list[tuple[int, int, 
 
 
 def _split(file: InputFile, shard_bytes: int) -> tuple[list[tuple[int, int, int]], int, bool]:
+    if file.compression is None:
+        with open(file.path, "rb", buffering=0) as stream:
+            return _split_plain(_Positional(stream.fileno()), file.format == JSONL, shard_bytes)
+    return _split_read(file, shard_bytes)
+
+
+class _Positional:
+    """A plain file read where asked (pread), without the GIL-held copy of every line that reading it line by line
+    costs: a fifth of the plan's time on one core. Read, not mapped: a file cut short under a mapping kills the
+    process (SIGBUS)."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self.size = os.fstat(fd).st_size
+        self._buffer = bytearray(_BLOCK)
+
+    def read(self, start: int, end: int) -> bytes:
+        return os.pread(self.fd, max(0, end - start), start)
+
+    def line_end(self, at: int) -> int:
+        """The end of the line at `at` (after its newline, or the file's end)."""
+        while at < self.size:
+            block = self.read(at, at + _FIND_BLOCK)
+            if not block:
+                break
+            newline = block.find(b"\n")
+            if newline >= 0:
+                return at + newline + 1
+            at += len(block)
+        return self.size
+
+    def line_start(self, at: int) -> int:
+        """The start of the line that ends at `at` (`at` just after its newline)."""
+        end = at - 1
+        while end > 0:
+            begin = max(0, end - _FIND_BLOCK)
+            newline = self.read(begin, end).rfind(b"\n")
+            if newline >= 0:
+                return begin + newline + 1
+            end = begin
+        return 0
+
+    def blank(self, start: int, end: int) -> bool:
+        """Whether the line [start, end) is blank as _split_read sees it: whitespace ending in a newline, read in one
+        piece."""
+        if end - start > _READ_LIMIT:
+            return False
+        line = self.read(start, end)
+        return line.endswith(b"\n") and not line.strip()
+
+    def scan(self, start: int, end: int) -> tuple[int, bool]:
+        """The newlines in [start, end), and whether a byte there is not whitespace."""
+        view = memoryview(self._buffer)
+        newlines, text = 0, False
+        while start < end:
+            read = os.preadv(self.fd, [view[: min(_BLOCK, end - start)]], start)
+            if not read:
+                break
+            newlines += self._buffer.count(b"\n", 0, read)
+            text = text or _NOT_WHITESPACE.search(self._buffer, 0, read) is not None
+            start += read
+        return newlines, text
+
+
+def _split_plain(file: _Positional, jsonl: bool, shard_bytes: int) -> tuple[list[tuple[int, int, int]], int, bool]:
+    """_split_read's ranges for an uncompressed file: the lines are walked only near each cut, and counted in blocks
+    between."""
+    ranges: list[tuple[int, int, int]] = []
+    size = file.size
+    start, start_line, any_text = 0, 1, False
+    while (at := start + shard_bytes) < size:
+        if file.read(at - 1, at) != b"\n":  # inside a line: the next line's start
+            at = file.line_end(at)
+        cut = None
+        while at < size:
+            end = file.line_end(at)
+            # JSON Lines: any line starts a document; text: a line after a blank one (a paragraph's first).
+            if not file.blank(at, end) and (jsonl or file.blank(file.line_start(at), at)):
+                cut = at
+                break
+            at = end
+        if cut is None:
+            break
+        newlines, text = file.scan(start, cut)
+        ranges.append((start, cut, start_line))
+        start, start_line, any_text = cut, start_line + newlines, any_text or text
+    _, text = file.scan(start, size)
+    if size > start or not ranges:
+        ranges.append((start, size, start_line))
+    return ranges, size, any_text or text
+
+
+def _split_read(file: InputFile, shard_bytes: int) -> tuple[list[tuple[int, int, int]], int, bool]:
     ranges: list[tuple[int, int, int]] = []
     start, start_line = 0, 1
     offset, line, any_text = 0, 1, False
