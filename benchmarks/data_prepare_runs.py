@@ -100,19 +100,29 @@ def measured(command: list[str], env: dict[str, str], log: Path, cores: int) -> 
 
 
 def run_ours(corpus: Path, tokenizer: Path, workers: int, out: Path, log: Path) -> tuple[dict, Path]:
+    """The installed console script, as a user runs it (start-up and exit included, like the other tools' scripts)."""
     shutil.rmtree(out, ignore_errors=True)  # receipts of an earlier run would make this one a no-op
-    code = (
-        "import sys, json; from nemo_recipes.data.prepare import prepare; a = json.loads(sys.argv[1]); "
-        "prepare([a['input']], a['out'], tokenizer_path=a['tokenizer'], workers=a['workers'])"
-    )
-    import json
-
-    args = {"input": str(corpus), "out": str(out), "tokenizer": str(tokenizer), "workers": workers}
-    figures = measured([sys.executable, "-c", code, json.dumps(args)], _env(workers, REPO), log, workers)
+    command = [
+        str(Path(sys.executable).with_name("nemo-recipes")),
+        *("data", "prepare", str(corpus), "--out", str(out), "--tokenizer", str(tokenizer)),
+        *("--workers", str(workers)),
+    ]
+    figures = measured(command, _env(workers, REPO), log, workers)
     lines = log.read_text(errors="replace").splitlines()
     said = [line for line in lines if line.startswith("tokenizer: encoding with")]
     figures["encoder"] = said[0].split()[3].rstrip(":") if said else "unknown"
     return figures, out / corpus.stem
+
+
+def run_ceiling(out: Path, processes: int, log: Path) -> dict:
+    """data_prepare_ceiling.py on the plan in `out` (the last `data prepare` run's) with `processes` processes: the
+    shard work alone; its wall time is the shards' (from the first fork to the last exit), not the command's."""
+    import json
+
+    command = [sys.executable, str(HERE / "data_prepare_ceiling.py"), str(out), str(processes)]
+    figures = measured(command, _env(processes, REPO), log, processes)
+    said = json.loads(log.read_text().strip().splitlines()[-1])
+    return {**figures, "wall_s": said["wall_s"], "shards": said["shards"]}
 
 
 def run_preprocess(megatron_lm: Path, corpus: Path, tokenizer: Path, workers: int, out: Path, log: Path):
