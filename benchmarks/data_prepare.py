@@ -247,6 +247,13 @@ def _row(tool: str, workers: int, figures: list[dict], tokens: int, size: int) -
 
 
 def summarize(args, runs, tokens, size, documents, identical, baseline) -> dict:
+    lo, hi = min(args.workers), max(args.workers)
+    # Each repetition's own 1 -> N ratio: how much the machine moved the figure from one repetition to the next.
+    per_repeat = {
+        tool: sorted(a["wall_s"] / b["wall_s"] for a, b in zip(runs[(tool, lo)], runs[(tool, hi)], strict=True))
+        for tool in ("ours", "ceiling")
+        if lo != hi and (tool, lo) in runs and (tool, hi) in runs
+    }
     ceiling = {w: statistics.median(f["wall_s"] for f in runs.pop(("ceiling", w), [])) for w in args.workers
                if ("ceiling", w) in runs}  # fmt: skip
     rows = [_row(tool, w, figures, tokens[tool], size) for (tool, w), figures in sorted(runs.items())]
@@ -288,6 +295,7 @@ def summarize(args, runs, tokens, size, documents, identical, baseline) -> dict:
         "scaling": scaling,
         "ceiling_s": {str(w): c for w, c in ceiling.items()},
         "ceiling_scaling": top,
+        "scaling_per_repeat": per_repeat,
         "rss_baseline": {
             str(w): {"mb": args.rss_baseline_mb, "peak_rss_mb": f["peak_rss_mb"], "growth": growth[w]}
             for w, f in baseline.items()
@@ -336,6 +344,10 @@ def report(result: dict) -> str:
         scaling += (
             f"; the ceiling (data prepare's shards alone, in processes that share nothing) {top:.2f}x: data "
             f"prepare {ours / top:.0%} of it, and {ours:.2f}x {'>=' if ours >= MIN_SCALING else '<'} {MIN_SCALING}x"
+        )
+        spread = result["scaling_per_repeat"]
+        scaling += "; repetition by repetition " + ", ".join(
+            f"{NAMES[t]} {min(r):.2f}-{max(r):.2f}x" for t, r in spread.items() if r
         )
     if goals["near_linear"] is None:
         scaling = "one worker count"
