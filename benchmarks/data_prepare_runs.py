@@ -10,6 +10,7 @@ processes' CPU seconds are sampled too, for children their parent never reaps.""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -117,8 +118,6 @@ def run_ours(corpus: Path, tokenizer: Path, workers: int, out: Path, log: Path) 
 def run_ceiling(out: Path, processes: int, log: Path) -> dict:
     """data_prepare_ceiling.py on the plan in `out` (the last `data prepare` run's) with `processes` processes: the
     shard work alone; its wall time is the shards' (from the first fork to the last exit), not the command's."""
-    import json
-
     command = [sys.executable, str(HERE / "data_prepare_ceiling.py"), str(out), str(processes)]
     figures = measured(command, _env(processes, REPO), log, processes)
     said = json.loads(log.read_text().strip().splitlines()[-1])
