@@ -6,7 +6,7 @@ documents concatenated in plan order, is the same whatever the shard size, the n
 order shards finish in. The plan is written once (`DIR/.nemo-recipes-work/plan.json`); a run with the same inputs
 and arguments reuses it and every shard whose receipt is there.
 
-Standard library only.
+The standard library, and NumPy to count a plain file's lines (imported by the function that counts).
 """
 
 from __future__ import annotations
@@ -164,6 +164,7 @@ class _Positional:
         self.size = os.fstat(fd).st_size
         # No larger than the file: an input of thousands of small files zeroed 8 MB for each of them.
         self._buffer = bytearray(max(1, min(_BLOCK, self.size)))
+        self._newlines: Any = None  # scan's array of "is a newline", one per byte of the buffer
 
     def read(self, start: int, end: int) -> bytes:
         return os.pread(self.fd, max(0, end - start), start)
@@ -201,13 +202,21 @@ class _Positional:
 
     def scan(self, start: int, end: int) -> tuple[int, bool]:
         """The newlines in [start, end), and whether a byte there is not whitespace."""
+        import numpy
+
         view = memoryview(self._buffer)
+        if self._newlines is None:
+            self._newlines = numpy.empty(len(view), dtype=bool)
         newlines, text = 0, False
         while start < end:
             read = os.preadv(self.fd, [view[: min(len(view), end - start)]], start)
             if not read:
                 break
-            newlines += self._buffer.count(b"\n", 0, read)
+            # NumPy's comparison runs without the GIL, and with the count takes a fifth of bytearray.count's time
+            # (0.09 against 0.33 CPU-s per GB here), which holds the GIL: the cut runs beside the check's threads.
+            found = self._newlines[:read]
+            numpy.equal(numpy.frombuffer(self._buffer, numpy.uint8, read), 10, out=found)
+            newlines += int(numpy.count_nonzero(found))
             text = text or _NOT_WHITESPACE.search(self._buffer, 0, read) is not None
             start += read
         return newlines, text
