@@ -246,6 +246,15 @@ def test_memory_fixes_are_computed_and_each_one_fits():
     assert "recompute='full'" in fix
 
 
+def test_a_pipeline_fix_counts_the_embedding_and_loss_slots():
+    # llama_405b splits 126 layers + embedding + loss = 128 slots over its stages: a larger pipeline must divide 128
+    # (16), and none that divides 126 alone (9, 14, 18, ...) can.
+    spec, cluster = RECIPES["llama_405b"].replace(recompute="none", num_nodes=64), Cluster.of(64, 8, "h100")
+    fix = problems_for(validate(spec, cluster), "memory")[0].fix
+    assert "pipeline_parallel=16" in fix
+    assert validate(spec.replace(pipeline_parallel=16, virtual_pipeline=None), cluster).valid
+
+
 def test_distributed_optimizer_is_named_as_a_memory_fix_when_off():
     spec = RECIPES["gpt_13b"].replace(distributed_optimizer=False)
     report = validate(spec, H100)

@@ -150,6 +150,16 @@ def _shape_params(spec: RecipeSpec) -> tuple[LayerParams, int, int]:
     return counted
 
 
+def pipeline_sizes(spec: RecipeSpec) -> list[int]:
+    """The pipeline sizes whose stages split the layers evenly: the divisors of `num_layers`, and with
+    `pipeline_counts_embedding_and_loss` also those (above 1) of the `num_layers + 2` slots it splits."""
+    layers = spec.num_layers
+    sizes = {d for d in range(1, layers + 1) if layers % d == 0}
+    if spec.pipeline_counts_embedding_and_loss:
+        sizes |= {d for d in range(2, layers + 3) if (layers + 2) % d == 0}
+    return sorted(sizes)
+
+
 def _params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
     """Parameters on one GPU of the most loaded stage (perf-model.md 2.1: `(transformer/p + embedding) / t` plus
     replicated norms and biases). The first stage holds the word embeddings (and learned positions, replicated over

@@ -26,7 +26,7 @@ from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import ERROR, InvalidInputError
 from nemo_recipes.frozen_dataclass import frozen_dataclass
 from nemo_recipes.plan.hardware import Cluster
-from nemo_recipes.plan.layout import Layout
+from nemo_recipes.plan.layout import Layout, pipeline_sizes
 from nemo_recipes.plan.memory import LayoutActivations, ModelState, model_state, state_floor_gib, total_gib
 from nemo_recipes.plan.rules import LAYOUT_RULES, RECOMPUTE_RULES, Rule, program_problems
 from nemo_recipes.plan.stack import Program, program_for
@@ -144,14 +144,6 @@ def _micro_batches(spec: RecipeSpec, per_replica_batch: Optional[int], space: Sp
     return [b for b in reversed(_divisors(per_replica_batch)) if b <= top]
 
 
-def _pipelines(spec: RecipeSpec) -> list[int]:
-    layers = spec.num_layers
-    sizes = set(_divisors(layers))
-    if spec.pipeline_counts_embedding_and_loss:
-        sizes |= {d for d in _divisors(layers + 2) if d > 1}
-    return sorted(sizes)
-
-
 def layouts(
     spec: RecipeSpec, cluster: Cluster, *, space: Space, per_replica: Optional[float] = None
 ) -> Iterator[RecipeSpec]:
@@ -176,7 +168,7 @@ def _laid_out(
     distributed = [True] if spec.distributed_optimizer else [False, True]
     world = cluster.world_size
     for t in tps:
-        for p in _pipelines(spec):
+        for p in pipeline_sizes(spec):
             model_parallel = t * p * spec.context_parallel
             if world % model_parallel:  # `Layout.world_divides`
                 continue

@@ -12,7 +12,7 @@ from typing import Iterable, Optional
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import ERROR, WARNING, Problem, known
 from nemo_recipes.plan.hardware import Cluster
-from nemo_recipes.plan.layout import Layout
+from nemo_recipes.plan.layout import Layout, pipeline_sizes
 from nemo_recipes.plan.memory import MemoryBreakdown, estimate_memory
 from nemo_recipes.plan.report import PlanReport, check_inputs
 from nemo_recipes.plan.rules import layout_problems, program_problems
@@ -68,7 +68,7 @@ def memory_fixes(spec: RecipeSpec, cluster: Cluster, *, stack: Optional[str] = N
             )
     tps = [t for t in range(spec.tensor_parallel + 1, cluster.gpus_per_node + 1) if cluster.gpus_per_node % t == 0]
     first(((f"tensor_parallel={t}", spec.replace(tensor_parallel=t)) for t in tps))
-    pps = [p for p in range(spec.pipeline_parallel + 1, spec.num_layers + 1) if spec.num_layers % p == 0]
+    pps = [p for p in pipeline_sizes(spec) if p > spec.pipeline_parallel]
     first(((f"pipeline_parallel={p}", spec.replace(pipeline_parallel=p, virtual_pipeline=None)) for p in pps))
     first(
         ((f"micro_batch_size={b}", spec.replace(micro_batch_size=b)) for b in range(spec.micro_batch_size - 1, 0, -1))
