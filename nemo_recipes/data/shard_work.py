@@ -98,6 +98,11 @@ def _encoded(encoder: tokenizers.Encoder, batch: list[str], eod: int, dtype: Any
     return flat.astype(dtype), lengths
 
 
+def _utf8_size(text: str) -> int:
+    # An ASCII str knows it is one (str.isascii reads a flag): its size needs no encoded copy.
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
 def process_shard(plan: ShardPlan, shard: Shard, encoder: tokenizers.Encoder, report: Report) -> dict:
     """Tokenize one shard into its own indexed dataset (temporary names, then renamed) and write its receipt."""
     import numpy as np
@@ -118,7 +123,7 @@ def process_shard(plan: ShardPlan, shard: Shard, encoder: tokenizers.Encoder, re
         for batch in _batches(documents):
             tokens, lengths = _encoded(encoder, batch, eod, dtype)
             writer.add_documents(tokens, lengths)
-            text_bytes = sum(len(text.encode("utf-8")) for text in batch)
+            text_bytes = sum(_utf8_size(text) for text in batch)
             counts["documents"] += len(batch)
             counts["tokens"] += len(tokens)
             counts["text_bytes"] += text_bytes
