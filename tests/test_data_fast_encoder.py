@@ -180,20 +180,58 @@ def test_prepare_keeps_the_slow_encoder_with_one_line_when_the_check_fails(tmp_p
     assert read_plan(tmp_path / "out").encoder == tokenizers.SENTENCEPIECE
 
 
-def test_gigatoken_starts_a_fresh_cache_every_so_many_characters_with_the_same_ids(trained, monkeypatch):
-    """Its cache of split words has no bound of its own: a fresh tokenizer object every FRESH_EVERY_CHARS keeps a
-    worker's memory flat, and the ids do not change across it."""
+def test_gigatoken_starts_a_fresh_cache_once_memory_has_grown_with_the_same_ids(trained, monkeypatch):
+    """Its cache of split words has no bound of its own: a fresh tokenizer object once the process's resident memory
+    has grown FRESH_AFTER_GROWTH_BYTES since its first encoding (every FRESH_EVERY_CHARS characters where it cannot be
+    read), and the ids do not change across it."""
     reference = tokenizers.load(trained)
-    giga = gigatoken_encoder.build(trained, reference)
-    assert isinstance(giga, gigatoken_encoder.GigatokenEncoder)
-    monkeypatch.setattr(gigatoken_encoder, "FRESH_EVERY_CHARS", 5_000)
-    first = giga._backend
     batch = TEXTS[:40]
     expected = reference.encode_batch(batch)
-    assert giga.encode_batch(batch) == expected
-    ids, _ = giga.encode_flat(batch)
-    assert giga._backend is not first
-    assert ids.tolist() == [i for e in expected for i in e]
+    always = -(1 << 50)  # grown, even where the resident memory went down between two calls
+    for limits in ({"FRESH_AFTER_GROWTH_BYTES": always}, {"FRESH_EVERY_CHARS": 5_000, "resident_bytes": lambda: None}):
+        giga = gigatoken_encoder.build(trained, reference)
+        assert isinstance(giga, gigatoken_encoder.GigatokenEncoder)
+        with monkeypatch.context() as patched:
+            for name, value in limits.items():
+                patched.setattr(gigatoken_encoder, name, value)
+            first = giga._backend
+            assert giga.encode_batch(batch) == expected
+            ids, _ = giga.encode_flat(batch)
+            assert giga._backend is not first, limits
+            assert ids.tolist() == [i for e in expected for i in e]
+
+
+def test_gigatoken_keeps_its_cache_on_words_that_repeat(trained):
+    giga = gigatoken_encoder.build(trained, tokenizers.load(trained))
+    assert isinstance(giga, gigatoken_encoder.GigatokenEncoder)
+    first = giga._backend
+    for _ in range(200):  # 200 x the same 40 documents: the cache holds their words once
+        giga.encode_flat(TEXTS[:40])
+    assert giga._backend is first
+
+
+def test_gigatoken_memory_stays_within_its_bound_on_words_that_never_repeat(trained, monkeypatch):
+    """Random words (the worst case: every word a new cache entry, about 14 MB a million characters here) with a
+    32 MB bound: fresh objects keep the growth near it (38-69 MB measured), where one object grows past 250 MB."""
+    monkeypatch.setattr(gigatoken_encoder, "FRESH_AFTER_GROWTH_BYTES", 32 << 20)
+    giga = gigatoken_encoder.build(trained, tokenizers.load(trained))
+    assert isinstance(giga, gigatoken_encoder.GigatokenEncoder)
+    rnd = random.Random(7)
+
+    def word() -> str:
+        return "".join(rnd.choices("abcdefghijklmnopqrstuvwxyz", k=rnd.randint(4, 12)))
+
+    loads, load = [], giga._load
+    giga._load = lambda: loads.append(1) or load()  # an object's id may be its freed predecessor's: count the loads
+    peak = 0
+    giga.encode_flat(["warm up"])
+    start = gigatoken_encoder.resident_bytes()
+    assert start is not None
+    for _ in range(24):  # 24 x about 0.8M characters: 19M, over 250 MB for one object
+        giga.encode_flat([" ".join(word() for _ in range(300)) for _ in range(300)])
+        peak = max(peak, (gigatoken_encoder.resident_bytes() or 0) - start)
+    assert loads  # it did start fresh objects
+    assert peak < 128 << 20, f"grew {peak >> 20} MB over a 32 MB bound"
 
 
 def test_what_holds_the_gil_runs_beside_the_reference_once_before_any_candidate(trained, tmp_path, monkeypatch):

@@ -12,8 +12,9 @@ why). gigatoken and awkward are imported inside the functions that need them.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Optional
 
 from nemo_recipes.data import tokenizers, unassigned
 
@@ -22,9 +23,23 @@ if TYPE_CHECKING:
 
 GIGATOKEN = "gigatoken"
 #: gigatoken's cache of split words belongs to its tokenizer object and has no bound: on text whose words never repeat
-#: a process grew from 147 MB to 580 MB in 41 MB (measured here). A fresh object every this many characters keeps a
-#: worker's memory flat in the corpus size; the cache warms again within a few MB of prose.
+#: a process grew from 147 MB to 580 MB in 41 MB (measured here). A fresh object once the process's resident memory
+#: has grown this much since its first encoding keeps a worker's memory flat in the corpus size (deleting the object
+#: gave the memory back: 466 -> 114 MB). On text whose words repeat, the cache stays small and is never thrown away:
+#: a fresh object costs its load (18 ms for 8,192 entries, 72 ms for 50,000) and a cold cache (a 50,000-entry
+#: tokenizer encoded 36M characters of plays in 0.45 s cold, 0.09 s warm).
+FRESH_AFTER_GROWTH_BYTES = 256 << 20
+#: Where the resident memory cannot be read (no /proc), a fresh object every this many characters instead.
 FRESH_EVERY_CHARS = 32_000_000
+
+
+def resident_bytes() -> Optional[int]:
+    """This process's resident memory now (Linux's /proc/self/statm), or None where it cannot be read."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class GigatokenEncoder(tokenizers.Encoder):
@@ -38,15 +53,27 @@ class GigatokenEncoder(tokenizers.Encoder):
         self._load = load
         self._backend = load()
         self._chars = 0
+        self._baseline: Optional[tuple[int, int]] = None  # (pid, resident bytes) at this process's first encoding
         self._reference = reference
         self.vocab_size = reference.vocab_size
         self.eod_id = reference.eod_id
 
     def _fresh(self, texts: list[str]) -> Any:
         self._chars += sum(map(len, texts))
-        if self._chars > FRESH_EVERY_CHARS:
+        resident = resident_bytes()
+        if resident is None:
+            grown = self._chars > FRESH_EVERY_CHARS
+        elif self._baseline is None or self._baseline[0] != os.getpid():  # a forked worker measures its own
+            self._baseline, grown = (os.getpid(), resident), False
+        else:
+            grown = resident - self._baseline[1] > FRESH_AFTER_GROWTH_BYTES
+        if grown:
             self._backend, self._chars = None, 0  # the old cache freed before the new object exists
             self._backend = self._load()
+            after = resident_bytes()
+            # Measured again after the swap: memory held by something else is not counted twice, so it cannot
+            # make every call start a fresh object.
+            self._baseline = None if after is None else (os.getpid(), after)
         return self._backend
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
