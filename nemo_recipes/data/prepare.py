@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, TextIO
 
-from nemo_recipes.data import check_sample, fast_encoder, shard_plan, sources, tokenizers
+from nemo_recipes.data import check_sample, fast_encoder, process_memory, shard_plan, sources, tokenizers
 from nemo_recipes.data.manifest import (
     MANIFEST_SUFFIX,
     Manifest,
@@ -417,16 +417,6 @@ def _import_libraries(encoder: str) -> None:
         import awkward  # noqa: F401
 
 
-def _give_back_freed_memory() -> None:
-    """Return to the system what the plan freed (hash buffers, the cut, the check's reference encoding, all on threads
-    with malloc arenas of their own) before the shards start and the workers fork: left in the arenas, it raised the
-    peak RSS with the corpus's size (+30 MB at 200 MB over 20 MB, measured; with this, the same). glibc only."""
-    import ctypes
-
-    with contextlib.suppress(OSError, AttributeError):  # another C library: nothing to trim this way
-        ctypes.CDLL(None).malloc_trim(0)  # None: the symbols already loaded in this process (glibc's among them)
-
-
 def _disk_full(error: OSError, out: Path) -> InvalidDataError:
     return bad(
         "out",
@@ -526,7 +516,10 @@ def _prepare_locked(
         manifests = finalize(plan.work / "plan.json")
     else:
         _import_libraries(plan.encoder)
-        _give_back_freed_memory()
+        # What the plan freed (hash buffers, the cut, the check's reference encoding, on threads with malloc arenas
+        # of their own) goes back before the shards start and the workers fork: left there, it raised the peak RSS
+        # with the corpus's size (+30 MB at 200 MB over 20 MB, measured; with this, the same).
+        process_memory.give_back_freed_memory()
         bar = Progress(total, stream=err, mode=progress, label="tokenizing")
         merging = Merging(plan, finished=set(range(len(plan.shards))) - set(todo))
         try:
