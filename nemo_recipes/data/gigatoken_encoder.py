@@ -65,10 +65,9 @@ class GigatokenEncoder(tokenizers.Encoder):
             # kept the freed caches resident (a test process grew 166 MB over a 32 MB bound without this).
             give_back_freed_memory()
             self._backend = self._load()
-            after = resident_bytes()
-            # Measured again after the swap: memory held by something else is not counted twice, so it cannot
+            # Measured again at the next call: memory held by something else is not counted twice, so it cannot
             # make every call start a fresh object.
-            self._baseline = None if after is None else (os.getpid(), after)
+            self._baseline = None
         return self._backend
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
