@@ -290,6 +290,17 @@ def _follow_requeued(job: Job, space, timeout: float = 400.0) -> tuple[dict[str,
         time.sleep(0.5)
 
 
+def ended(end: dict[str, str], job: Job, lines: int = 25) -> str:
+    """Why a followed job ended as it did: the fields that tell (pytest shortens a whole dict to its first few) and
+    the tail of each of its logs, the batch script's and one per run (a requeued run writes its own)."""
+    keys = ("JobState", "Reason", "ExitCode", "Restarts", "NodeList", "BatchHost", "seen")
+    report = [", ".join(f"{k}={end.get(k)}" for k in keys)]
+    for log in sorted(Path(job.exp._exp_dir).glob("*/*.out")):
+        tail = log.read_text(errors="replace").splitlines()[-lines:]
+        report += [f"--- {log.name} (last {len(tail)} lines)", *tail]
+    return "\n".join(report)
+
+
 def assert_resumed_without_loss(
     records: list[dict[str, Any]], *, steps: int, global_batch: int, checkpoint_step: int, interrupted_at: int
 ) -> dict[str, Any]:
@@ -333,6 +344,32 @@ def assert_resumed_without_loss(
     }
 
 
+def lose_node(node: str, reason: str, timeout: float = 10.0) -> None:
+    """The node dies: every process in its namespace (slurmd, the job step, the work) is killed, and the controller is
+    told the node is down rather than left to notice it after SlurmdTimeout. The namespace is read and killed again
+    until it is empty: a process forked while it was being read would otherwise live on, as nothing on a lost node
+    does, beside the requeued run. A training forks as it goes (checkpoint writers, data loader workers at each
+    validation); one such fork was seen to outlive a single kill, stuck, for minutes."""
+    deadline = time.monotonic() + timeout
+    while pids := _alive_in(node):
+        assert time.monotonic() < deadline, f"processes of {node} still alive {timeout:.0f} s after SIGKILL: {pids}"
+        subprocess.run(["kill", "-KILL", *pids], check=False)
+        time.sleep(0.02)
+    slurm("scontrol", "update", f"NodeName={node}", "State=DOWN", f"Reason={reason}")
+
+
+def _alive_in(node: str) -> list[str]:
+    """The processes in a node's namespace that have not exited (a zombie is listed until its parent reaps it)."""
+    listed = subprocess.run(["ip", "netns", "pids", node], capture_output=True, text=True, check=True).stdout.split()
+    alive = []
+    for pid in listed:
+        with contextlib.suppress(OSError):  # gone meanwhile
+            # The state follows the command name, which is in parentheses and may hold spaces.
+            if Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z":
+                alive.append(pid)
+    return alive
+
+
 def _restore_node(node: str) -> None:
     """The project's start script brings a killed node back (slurmd started again, the node resumed)."""
     subprocess.run(["bash", str(START_SCRIPT)], check=True, capture_output=True, timeout=180)
@@ -354,16 +391,12 @@ def test_a_node_lost_mid_job_requeues_it_to_finish_on_the_other_from_its_checkpo
         assert fields["Requeue"] == "1", fields  # Slurm will requeue it (JobRequeue=1 in the cluster's config)
         lost = fields["NodeList"]
         survivor = next(n for n in NODES if n != lost)
-        # The node dies: every process in its namespace (slurmd, the job step, the training) is killed at once;
-        # the controller is told the node is down rather than left to notice it after SlurmdTimeout.
-        pids = subprocess.run(["ip", "netns", "pids", lost], capture_output=True, text=True, check=True).stdout.split()
-        subprocess.run(["kill", "-KILL", *pids], check=False)
-        slurm("scontrol", "update", f"NodeName={lost}", "State=DOWN", "Reason=two-node-test-node-lost")
+        lose_node(lost, "two-node-test-node-lost")
         end, saved = _follow_requeued(job, space)
     finally:
         if lost:
             _restore_node(lost)
-    assert end["JobState"] == "COMPLETED" and end["Restarts"] == "1", end
+    assert end["JobState"] == "COMPLETED" and end["Restarts"] == "1", ended(end, job)
     assert end["NodeList"] == survivor, end  # the requeued run went to the node that was left
     assert saved, "no complete checkpoint when the job restarted"
     checkpoint = max(saved)
@@ -388,7 +421,7 @@ def test_a_preempted_two_node_job_is_requeued_and_resumes(cluster, tmp_path):
     first_saved, last = _wait_beyond_a_checkpoint(space, job)
     slurm("scontrol", "requeue", job.slurm_id)  # what a preempting scheduler does to a requeueable job
     end, saved = _follow_requeued(job, space)
-    assert end["JobState"] == "COMPLETED" and end["Restarts"] == "1", end
+    assert end["JobState"] == "COMPLETED" and end["Restarts"] == "1", ended(end, job)
     assert hosts_of(job.slurm_id) == list(NODES)
     assert saved, "no complete checkpoint when the job restarted"
     checkpoint = max(saved)
@@ -523,9 +556,7 @@ def test_data_prepare_on_two_nodes_is_byte_identical_and_a_lost_node_is_survived
             assert first.poll() is None, first.communicate()
             assert time.time() < deadline, "no shard finished in 300 s"
             time.sleep(0.05)
-        pids = subprocess.run(["ip", "netns", "pids", lost], capture_output=True, text=True, check=True).stdout.split()
-        subprocess.run(["kill", "-KILL", *pids], check=False)
-        slurm("scontrol", "update", f"NodeName={lost}", "State=DOWN", "Reason=data-prepare-node-lost")
+        lose_node(lost, "data-prepare-node-lost")
         # Slurm requeues the job, which then waits for a second node: the user (here the test) cancels it.
         time.sleep(2)
         for job in slurm("squeue", "-h", "-o", "%i").split():
