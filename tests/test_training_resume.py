@@ -1,18 +1,31 @@
 """Resuming after a job was stopped mid-save: NeMo's AutoResume refuses, the recipes' RecipeResume takes the newest
-finished checkpoint (or starts afresh when none is finished). Real NeMo classes on real checkpoint directories."""
+finished checkpoint (or starts afresh when none is finished); stopped while a superseded checkpoint was being
+deleted: AutoResume takes the half-deleted one, RecipeResume the whole one. Real NeMo classes on real checkpoint
+directories (weights written by torch.distributed.checkpoint, as Megatron's torch_dist format does)."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import time
+
 import pytest
+import torch
+import torch.distributed.checkpoint as dcp
 from nemo import lightning as nl
 from nemo.lightning.pytorch.callbacks.model_checkpoint import ModelCheckpoint
 
-from nemo_recipes.training.resume import RecipeResume, newest_finished
+from nemo_recipes.training.resume import RecipeResume, newest_finished, weights_whole
 
 
 def _checkpoint(directory, name, *, finished=True):
     path = directory / name
-    (path / "weights").mkdir(parents=True)
+    weights = path / "weights"
+    dcp.save({"w": torch.arange(4096.0), "b": torch.ones(8)}, checkpoint_id=str(weights), no_dist=True)
+    torch.save({"iteration": 1}, weights / "common.pt")
+    (weights / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist", "common_backend": "torch"}))
+    (path / "context").mkdir()
     if not finished:
         ModelCheckpoint.format_checkpoint_unfinished_marker_path(path).touch()
     return path
@@ -56,3 +69,42 @@ def test_newest_finished_orders_by_global_step_not_by_name(tmp_path):
     _checkpoint(tmp_path, "m--step=11-consumed_samples=48.0", finished=False)
     assert newest_finished(tmp_path) == ten
     assert newest_finished(tmp_path / "missing") is None
+
+
+def _half_deleted(path, keep_files: int):
+    """What a deletion thread leaves when the job dies in it: some files gone, no marker, the directory touched."""
+    files = sorted(f for f in path.rglob("*") if f.is_file())
+    for f in files[keep_files:]:
+        f.unlink()
+    os.utime(path, (time.time() + 5, time.time() + 5))  # removing entries touches the directory
+
+
+@pytest.mark.parametrize("keep_files", [0, 1, 2, 3])
+def test_a_checkpoint_half_deleted_when_the_job_died_is_not_resumed_from(tmp_path, keep_files):
+    whole = _checkpoint(tmp_path, "m--step=14-consumed_samples=60.0-last")
+    superseded = _checkpoint(tmp_path, "m--step=9-consumed_samples=40.0-last")
+    _half_deleted(superseded, keep_files)
+    assert not weights_whole(superseded / "weights") and weights_whole(whole / "weights")
+    # NeMo: two "-last" without a marker, the newest by modification time wins: the half-deleted one.
+    assert _resumes(nl.AutoResume, tmp_path) == superseded
+    assert _resumes(RecipeResume, tmp_path) == whole
+
+
+def test_a_checkpoint_whose_files_are_cut_short_is_not_whole(tmp_path):
+    path = _checkpoint(tmp_path, "m--step=4-consumed_samples=20.0-last")
+    assert weights_whole(path / "weights")
+    data = path / "weights" / "__0_0.distcp"
+    with open(data, "r+b") as file:
+        file.truncate(data.stat().st_size - 1)
+    assert not weights_whole(path / "weights")
+    (path / "weights" / ".metadata").write_bytes(b"\x80\x04")  # an index cut short
+    assert not weights_whole(path / "weights")
+
+
+def test_with_no_whole_checkpoint_left_a_run_starts_afresh_or_is_refused(tmp_path):
+    only = _checkpoint(tmp_path, "m--step=9-consumed_samples=40.0-last")
+    shutil.rmtree(only / "weights")
+    assert _resumes(RecipeResume, tmp_path) is None
+    strict = RecipeResume(resume_if_exists=True, resume_ignore_no_checkpoint=False, resume_from_directory=str(tmp_path))
+    with pytest.raises(ValueError, match="no finished checkpoint is left"):
+        strict._find_trainer_ckpt_path()

@@ -10,10 +10,19 @@ the two-node test cluster (tests/test_slurm_two_nodes.py).
 `RecipeResume` resumes from the newest finished checkpoint instead (by global step), and starts from scratch when
 none is finished, as AutoResume does when there is no checkpoint at all. NeMo's ModelCheckpoint removes the unfinished
 directories when training starts.
+
+A checkpoint without the marker is not always whole either. With asynchronous saves ModelCheckpoint deletes a
+superseded "-last" checkpoint in a thread and takes the marker off as soon as that thread has started, so a job that
+dies during the deletion leaves a half-deleted directory that looks finished; and since deleting touches the
+directory, it is also the newest by modification time, which is how AutoResume chooses among several "-last"
+checkpoints. So among the checkpoints without a marker, RecipeResume takes the one of the highest global step whose
+weights are whole: the index (`.metadata`), `common.pt` and `metadata.json` present, and every file holding the
+bytes the index points to.
 """
 
 from __future__ import annotations
 
+import pickle
 import re
 from pathlib import Path
 from typing import Optional
@@ -28,12 +37,23 @@ _STEP = re.compile(r"step=(\d+)")
 class RecipeResume(nl.AutoResume):
     def _find_trainer_ckpt_path(self) -> Optional[Path]:
         try:
-            return super()._find_trainer_ckpt_path()
+            found = super()._find_trainer_ckpt_path()
         except ValueError as error:
             if "is unfinished" not in str(error):
                 raise
-            reason = str(error).split(".")[0]
-        found = newest_finished(self._checkpoint_dir())
+            return self._newest_whole(str(error).split(".")[0])
+        if found is not None and Path(found).name.endswith("-last"):
+            return self._newest_whole(None, instead_of=Path(found))
+        return found  # an "-end" checkpoint, or none: NeMo's answer
+
+    def _newest_whole(self, reason: Optional[str], instead_of: Optional[Path] = None) -> Optional[Path]:
+        directory = instead_of.parent if instead_of is not None else self._checkpoint_dir()
+        found = newest_finished(directory)
+        if found is not None and found == instead_of:  # NeMo's choice was the right one
+            return found
+        reason = (
+            reason or f"{instead_of} is the newest by modification time but not a whole checkpoint of the highest step"
+        )
         if found is None and not self.resume_ignore_no_checkpoint:
             raise ValueError(f"{reason}, and no finished checkpoint is left to resume from.")
         logging.warning(
@@ -54,7 +74,7 @@ class RecipeResume(nl.AutoResume):
 
 def newest_finished(directory: Optional[Path]) -> Optional[Path]:
     """The finished checkpoint directory with the highest global step in `directory` (modification time breaks a
-    tie), or None."""
+    tie): no unfinished marker, and its weights whole. None when there is none."""
     if directory is None or not directory.is_dir():
         return None
     finished = [
@@ -63,6 +83,7 @@ def newest_finished(directory: Optional[Path]) -> Optional[Path]:
         if path.is_dir()
         and not path.name.endswith(ModelCheckpoint.UNFINISHED_CHECKPOINT_SUFFIX)
         and not ModelCheckpoint.is_checkpoint_unfinished(path)
+        and weights_whole(path / "weights")
     ]
 
     def order(path: Path) -> tuple[int, float]:
@@ -70,3 +91,17 @@ def newest_finished(directory: Optional[Path]) -> Optional[Path]:
         return (int(step.group(1)) if step else -1, path.stat().st_mtime)
 
     return max(finished, key=order, default=None)
+
+
+def weights_whole(weights: Path) -> bool:
+    """Whether a distributed checkpoint's `weights` directory holds everything a resume reads."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    from nemo_recipes.families.megatron_names import short_files
+
+    if not all((weights / name).is_file() for name in (".metadata", "common.pt", "metadata.json")):
+        return False
+    try:
+        return not short_files(weights, FileSystemReader(str(weights)).read_metadata())
+    except (OSError, ValueError, EOFError, RuntimeError, pickle.UnpicklingError):  # an index cut short or removed
+        return False
