@@ -182,12 +182,9 @@ def inspect_checkpoints(root: Path) -> list[dict[str, Any]]:
 
     found = []
     for weights in sorted(root.glob("**/checkpoints/*/weights")):
-        entry: dict[str, Any] = {
-            "path": str(weights.parent),
-            "step": _step_of(weights.parent.name),
-            "bytes": sum(f.stat().st_size for f in weights.parent.rglob("*") if f.is_file()),
-        }
+        entry: dict[str, Any] = {"path": str(weights.parent), "step": _step_of(weights.parent.name)}
         try:
+            entry["bytes"] = sum(f.stat().st_size for f in weights.parent.rglob("*") if f.is_file())
             metadata = dist_checkpointing.load_tensors_metadata(str(weights))
             entry["tensors"] = len(metadata)
             entry["optimizer"] = any(key.startswith("optimizer") for key in metadata)
