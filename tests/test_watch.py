@@ -330,9 +330,9 @@ def test_absurd_step_times_are_flagged_and_left_out_and_json_stays_strict(tmp_pa
 @pytest.mark.parametrize(
     "case, expected",
     [
-        # Each was a traceback, a hang or a false figure: a total of 0 steps (a negative ETA), a total past what a
-        # date can hold (OverflowError), a step number of 1e300 (a loop over every step to it), no valid step time
-        # (told "every logged step is a first step or near a checkpoint save").
+        # Each was a traceback or a false figure: a total of 0 steps (a negative ETA), a total past what a date can
+        # hold (OverflowError), a step number of 1e300 past the total (a negative ETA past what a date can hold), no
+        # valid step time (told "every logged step is a first step or near a checkpoint save").
         ("no steps", "! the log's total is 0 steps"),
         ("endless", "days ("),
         ("step 1e300", "is past the log's total of 20 steps: no ETA"),

@@ -79,10 +79,7 @@ def _near_checkpoint(step: int, interval_steps: int, every: Optional[int]) -> bo
     next (the kept smoke run in tests/data/watch: steps 6 and 16 took 1.6x and 3x the steps around them)."""
     if not every:
         return False
-    first = max(step - interval_steps + 1, 2)  # step 1 follows no save
-    # A multiple of `every` in [first - 1, step] is a save in the interval or just before its first step; counted,
-    # not looped over: a log's absurd step numbers (1e300) would make the loop endless.
-    return first <= step and (step // every) * every >= first - 1
+    return any(s % every in (0, 1) and s > 1 for s in range(step - interval_steps + 1, step + 1))
 
 
 def _flags(runs: list[list[ProgressLine]]) -> list[str]:
