@@ -617,3 +617,15 @@ def test_a_checkpoint_whose_files_were_not_read_whole_is_not_resumable():
         failed = [c for c in judge(records, steps=20, stop_step=10, global_batch_size=4).checks if not c.passed]
         assert [c.name for c in failed] == ["last checkpoint resumable"], failed
         assert ("holds 0 bytes" if "error" in broken else "its files were not read") in failed[0].detail
+
+
+def test_the_learned_line_names_the_steps_its_mean_is_over(tmp_path):
+    # A run shorter than LAST_STEPS: its mean is over every step it trained, and the line says how many.
+    from nemo_recipes.catalog import RECIPES
+    from nemo_recipes.smoke_training.learned import LAST_STEPS, learned
+
+    losses = [(1, 7.0), (2, 6.0), (3, 5.0), (4, 4.0)]
+    assert len(losses) < LAST_STEPS
+    found = learned(RECIPES["gpt_1_3b"], losses, tmp_path, None, sample=False, entropy=6.0)
+    assert found.final_loss == 5.5 and found.to_dict()["final_loss_steps"] == 4
+    assert "mean loss of the last 4 steps 5.500 nats" in found.format()[0]

@@ -7,6 +7,7 @@ The parser is pinned against NeMo's own lines there, not a hand-written string. 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import statistics
 from pathlib import Path
@@ -139,9 +140,10 @@ def test_beside_the_plan_each_figure_has_the_planners_prediction_and_the_deviati
     assert rows["tokens_per_s_per_gpu"]["planned"] == pytest.approx(plan.tokens_per_s_per_gpu, rel=1e-12)
     measured = report["figures"]["step_time_s"]
     assert rows["step_time_s"]["deviation"] == pytest.approx(measured / plan.step_time_s - 1, rel=1e-12)
-    (warning,) = report["plan"]["warnings"]
+    warning, device = report["plan"]["warnings"]
     dominant = plan.dominant_term
     assert warning.startswith("step time +") and f"{dominant} is " in warning
+    assert report["device"]["name"] == "cpu" and device.startswith("the run trained on the cpu, not on h100-80gb")
 
 
 def test_against_the_plan_needs_the_recipe_and_a_known_gpu():
@@ -155,23 +157,45 @@ def test_against_the_plan_needs_the_recipe_and_a_known_gpu():
     assert problem["field"] == "gpu" and problem["value"] == "h1000"
 
 
+def _as_on_a_gpu(tmp_path: Path) -> Path:
+    """The kept run as a GPU run records itself: Lightning's device line in each phase's log and the smoke launch
+    records say `cuda` (there is no GPU here to train one on); the step times are left as they are, since what the
+    card tests check is what watch does with a run that trained on the GPU it names."""
+    run = tmp_path / "gpu_run"
+    shutil.copytree(RUN, run)
+    for name in ("train.log", "resume.log"):
+        text = (run / name).read_text()
+        (run / name).write_text(text.replace(CPU_LINE, "GPU available: True (cuda), used: True"))
+    metrics = run / "metrics.jsonl"
+    metrics.write_text(metrics.read_text().replace('"device": "cpu"', '"device": "cuda"'))
+    return run
+
+
+CPU_LINE = "GPU available: False, used: False"
+
+
 def test_the_card_records_the_run_and_the_plan_and_calibrate_reads_it(tmp_path):
     import yaml
 
     from nemo_recipes.plan.calibration import case_from_card
 
     path = tmp_path / "run.yaml"
-    result = cli("watch", str(RUN), "--gpu", "h100", "--card", str(path))
+    gpu_run = _as_on_a_gpu(tmp_path)
+    result = cli("watch", str(gpu_run), "--gpu", "h100", "--card", str(path))
     assert result.returncode == 0, result.stderr
     text = path.read_text()
     assert text.startswith("# Run card written by `nemo-recipes watch RUN --card FILE`")
     card = yaml.safe_load(text)
-    report = _watch_json(RUN, "--gpu", "h100")
+    report = _watch_json(gpu_run, "--gpu", "h100")
     spec = json.loads((RUN / "train.json").read_text())["spec"]
     assert card["recipe"]["name"] == "gpt_1_3b"
     assert card["recipe"]["overrides"]["num_layers"] == spec["num_layers"] == 2  # the scaled-down shape
     assert card["layout"]["data_parallel"] == 1 and card["layout"]["grad_accumulation"] == 2
-    assert card["cluster"] == {"gpu": "h100-80gb", "nodes": 1, "gpus_per_node": 1}
+    recorded = card["cluster"].pop("device_recorded")
+    assert card["cluster"] == {"gpu": "h100-80gb", "nodes": 1, "gpus_per_node": 1, "device": "cuda"}
+    assert any("train.log:11: GPU available: True (cuda)" in r for r in recorded), recorded
+    assert any("metrics.jsonl:1: launch device cuda" in r for r in recorded), recorded
+    assert len(card["run_id"]) == 16
     assert set(card["verification_environment"]["software"]) >= {"nemo-toolkit", "megatron-core", "torch"}
     metrics, figures = card["metrics"], report["figures"]
     assert metrics["step_time_s"] == figures["step_time_s"] and metrics["final_loss"] == figures["loss"]
@@ -219,13 +243,134 @@ def test_the_card_records_the_stack_the_plan_was_timed_for(tmp_path):
     from nemo_recipes.plan.throughput import estimate_throughput
 
     path = tmp_path / "run.yaml"
-    result = cli("watch", str(RUN), "--gpu", "h100", "--stack", "megatron-core", "--card", str(path))
+    result = cli("watch", str(_as_on_a_gpu(tmp_path)), "--gpu", "h100", "--stack", "megatron-core", "--card", str(path))
     assert result.returncode == 0, result.stderr
     card = yaml.safe_load(path.read_text())
     spec = RecipeSpec(**json.loads((RUN / "train.json").read_text())["spec"])
     plan = estimate_throughput(spec, Cluster.of(1, 1, "h100"), stack="megatron-core")
     assert card["stack"] == card["plan"]["stack"] == "megatron-core"
     assert card["plan"]["step_time_s"] == pytest.approx(plan.step_time_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("record", ["smoke run", "lightning's line alone", "metrics.jsonl alone"])
+def test_a_card_that_names_a_gpu_for_a_run_timed_on_the_cpu_is_refused(record, tmp_path):
+    # The kept smoke run trained on the CPU, and says so twice: Lightning's line in each log, the smoke launch records.
+    # Each record alone is enough: a job directory without the smoke record, a log without Lightning's line.
+    run = RUN
+    if record != "smoke run":
+        run = tmp_path / "run"
+        shutil.copytree(RUN, run)
+        if record == "lightning's line alone":
+            (run / "metrics.jsonl").unlink()
+        else:
+            for name in ("train.log", "resume.log"):
+                (run / name).write_text((run / name).read_text().replace(CPU_LINE, ""))
+    card = tmp_path / "h100.yaml"
+    result = cli("watch", str(run), "--gpu", "h100", "--card", str(card), "--json")
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    (problem,) = json.loads(result.stdout)["problems"]
+    assert problem["field"] == "--gpu" and problem["value"] == "h100"
+    where = "metrics.jsonl:1: launch device cpu" if record == "metrics.jsonl alone" else f"train.log:11: {CPU_LINE}"
+    assert (
+        problem["message"].startswith("is not where the run trained: it recorded device cpu")
+        and where in (problem["message"])
+    ), problem
+    assert "leave out --card" in problem["fix"]
+    assert not card.exists()
+
+
+def _absurd(tmp_path: Path, change) -> Path:
+    """A run directory (the kept recipe) whose train.log has each progress line passed through `change`."""
+    run = tmp_path / "absurd"
+    run.mkdir()
+    shutil.copy(RUN / "train.json", run / "train.json")
+    lines = (RUN / "train.log").read_text().splitlines(keepends=True)
+    (run / "train.log").write_text("".join(change(line) if "Training epoch" in line else line for line in lines))
+    return run
+
+
+def _step_time(at: dict):
+    """A change that writes the step time of the lines of `at` (global_step: text) as the text given."""
+
+    def change(line: str) -> str:
+        for step, text in at.items():
+            if f"global_step: {step} |" in line:
+                return re.sub(r"(train_step_timing in s: )\S+", rf"\g<1>{text}", line)
+        return line
+
+    return change
+
+
+def _strict(text: str) -> dict:
+    def refuse(constant: str):
+        raise AssertionError(f"not strict JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_absurd_step_times_are_flagged_and_left_out_and_json_stays_strict(tmp_path):
+    run = _absurd(tmp_path, _step_time({3: "inf", 4: "1e400", 5: "-0.5", 6: "0", 8: "nan"}))
+    result = cli("watch", str(run), "--json")
+    assert result.returncode == 0, result.stderr
+    report = _strict(result.stdout)
+    figures = report["figures"]
+    invalid = [f for f in figures["flags"] if f.startswith("invalid step time")]
+    assert [f.split(":")[0] for f in invalid] == [f"invalid step time at step {s}" for s in (4, 5, 6, 7, 9)]
+    assert figures["left_out_steps"]["invalid step time"] == 5
+    assert not set(figures["window_steps"]) & {4, 5, 6, 7, 9}
+    assert 0 < figures["step_time_s"] < 1 and figures["tokens_per_s"] > 0
+    assert figures["logged"][3]["step_time_s"] is None  # inf, written as null and named
+    assert "figures.logged[3].step_time_s: inf" in report["non_finite_as_null"]
+    assert "figures.logged[8].step_time_s: nan" in report["non_finite_as_null"]
+    text = cli("watch", str(run))
+    assert text.returncode == 0 and "Traceback" not in text.stderr, text.stderr
+    assert "! invalid step time at step 6: -0.5 (not a positive finite number of seconds)" in text.stdout
+
+
+@pytest.mark.parametrize(
+    "case, expected",
+    [
+        # Each was a traceback or a false figure: a total of 0 steps (a negative ETA), a total past what a date can
+        # hold (OverflowError), a step number of 1e300 past the total (a negative ETA past what a date can hold), no
+        # valid step time (told "every logged step is a first step or near a checkpoint save").
+        ("no steps", "! the log's total is 0 steps"),
+        ("endless", "days ("),
+        ("step 1e300", "is past the log's total of 20 steps: no ETA"),
+        ("all invalid", "(no step time: none of the 10 logged steps counts: 10 invalid step time)"),
+    ],
+)
+def test_absurd_totals_and_steps_give_a_true_report(case, expected, tmp_path):
+    change = {
+        "no steps": lambda line: line.replace("/19 |", "/-1 |"),
+        "endless": lambda line: line.replace("/19 |", "/99999999999999999999999 |"),
+        "step 1e300": lambda line: line.replace("global_step: 9 |", "global_step: 1e300 |"),
+        "all invalid": _step_time({step: "-1" for step in range(10)}),
+    }[case]
+    result = cli("watch", str(_absurd(tmp_path, change)), timeout=30)
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    assert expected in result.stdout, result.stdout
+    if case in ("no steps", "step 1e300"):
+        assert "  ETA " not in result.stdout
+
+
+def test_every_json_output_is_strict_even_through_to_dict():
+    # The one writer of every verb's --json: a non-finite number anywhere (here inside an object written through its
+    # to_dict, as plans and reports are) is null, and named with its value.
+    import io
+
+    from nemo_recipes.cli._output import NON_FINITE_KEY, print_json
+
+    class Report:
+        def to_dict(self) -> dict:
+            return {"rate": float("-inf"), "rows": (1.5, float("nan"))}
+
+    out = io.StringIO()
+    print_json({"report": Report(), "ok": 2.0}, out)
+    assert _strict(out.getvalue()) == {
+        "report": {"rate": None, "rows": [1.5, None]},
+        "ok": 2.0,
+        NON_FINITE_KEY: ["report.rate: -inf", "report.rows[1]: nan"],
+    }
 
 
 def _svg_points(svg, gid: str) -> int:

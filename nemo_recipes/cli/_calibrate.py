@@ -38,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
         calibrate,
         case_from_card,
         default_calibration_path,
+        replaced_error,
+        run_identities,
         write_calibration,
     )
     from nemo_recipes.plan.stack import DEFAULT_STACK
@@ -54,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     ]
     stack = args.stack or DEFAULT_STACK
     cases = []
-    for path in dict.fromkeys(args.calibrate):
+    seen: dict[str, str] = {}  # what makes a card one run (run_identities) -> the first card found with it
+    for path in args.calibrate:
         if "\0" in path:  # no file has this name; `open` would raise ValueError, not OSError
             problems.append(Problem("calibrate", path, "is not a file name (it holds a NUL byte).", "give a card."))
             continue
@@ -65,6 +68,13 @@ def run(args: argparse.Namespace) -> int:
         except InvalidConfigError as error:
             problems += error.problems
             continue
+        same = next((seen[key] for key in run_identities(card) if key in seen), None)
+        if same is not None:
+            twice = "is given twice" if same == path else f"records the same run as {same}"
+            why = f"{twice}: fitted twice, one run would weigh as two."
+            problems.append(Problem("calibrate", path, why, "give each run's card once."))
+            continue
+        seen.update(dict.fromkeys(run_identities(card), path))
         found, wrong = case_from_card(card, path, stack)
         problems += wrong
         if found is not None:
@@ -83,6 +93,9 @@ def run(args: argparse.Namespace) -> int:
 
     calibration, held_out = calibrate(cases, stack=stack)
     path = args.calibration or str(default_calibration_path())
+    replaced, what = _in_use(path)
+    baseline = replaced_error(cases, replaced)
+    _refuse_if_no_better(calibration.errors["held_out"] or 0.0, baseline, what, list(args.calibrate))
     try:
         written = write_calibration(path, calibration)
     except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path
@@ -93,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
         payload = calibration.to_dict()
         payload["file"] = str(written)
         payload["held_out_error_pct"] = held_out
+        payload["replaced"] = {"what": what, "mean_abs_error_pct": baseline}
         _output.print_json(payload)
         return _output.EXIT_OK
     from nemo_recipes.plan.throughput import CONSTANTS
@@ -102,6 +116,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"  mean |error| of the step time on them: {errors['before']:.1f} % with the shipped constants")
     print(f"  {'':38s}{errors['after']:.1f} % refitted")
     print(f"  {'':38s}{errors['held_out']:.1f} % left out ({folds}: the honest figure)")
+    print(f"  {'':38s}{baseline:.1f} % with {what}, which it replaces")
     changed = [
         f"{f.name} {getattr(CONSTANTS, f.name):g} -> {getattr(calibration.constants, f.name):g}"
         for f in fields(CONSTANTS)
@@ -119,6 +134,42 @@ def run(args: argparse.Namespace) -> int:
             f"varied runs, or plan without it (--no-calibration, or remove {written})"
         )
     return _output.EXIT_OK
+
+
+def _in_use(path: str) -> tuple[Any, str]:
+    """The calibration the file `path` holds now, which a new one would replace (None when there is none or it
+    does not read: plans use the shipped constants then), and its name in messages."""
+    from pathlib import Path
+
+    from nemo_recipes.plan.calibration import read_calibration
+
+    if Path(path).is_file():
+        try:
+            return read_calibration(path, field="calibration"), f"the calibration in {path}"
+        except InvalidConfigError:
+            pass
+    return None, "the shipped constants"
+
+
+def _refuse_if_no_better(held_out: float, baseline: float, what: str, cards: list[str]) -> None:
+    """A refit that does no better, on runs it did not see, than what plans use now would make the plans worse:
+    refused (exit 2) and nothing written, so what is in use stays in use. The in-sample error always improves;
+    only the left-out one says whether the refit holds for a run it was not fitted on."""
+    if held_out < baseline:
+        return
+    raise InvalidConfigError(
+        [
+            Problem(
+                "calibrate",
+                cards,
+                f"gives a refit that, left out, is off by {held_out:.1f} % on these runs against {baseline:.1f} % "
+                f"for {what}: it would make plans worse, so nothing is written and plans keep {what}.",
+                "add cards of more, and more varied, runs (other sizes, layouts, node counts), so that the refit "
+                "holds on runs it was not fitted on.",
+            )
+        ],
+        context="plan --calibrate",
+    )
 
 
 def chosen(args: argparse.Namespace) -> Any:

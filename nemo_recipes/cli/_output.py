@@ -9,6 +9,7 @@ import argparse
 import codecs
 import errno
 import io
+import math
 import os
 import sys
 from typing import Any, Callable, Iterable, Optional, TextIO
@@ -63,12 +64,38 @@ def epilog(examples: str) -> str:
     return f"examples:\n{examples.rstrip()}\n\n{EXIT_CODES_EPILOG}"
 
 
+#: The key a JSON object gains when a non-finite number in it was written as null: where each was, and what it was.
+NON_FINITE_KEY = "non_finite_as_null"
+
+
 def print_json(payload: Any, stream: Optional[TextIO] = None) -> None:
+    """Every verb's --json: strict JSON (RFC 8259 has no NaN or Infinity, which `jq` and most parsers refuse), a
+    non-finite number written as null and named, with its value, under NON_FINITE_KEY of the top object."""
     import json  # only for --json: the verbs start without it
 
+    notes: list[str] = []
+    strict = _strict(payload, "", notes)
+    if notes:
+        strict = {**strict, NON_FINITE_KEY: notes} if isinstance(strict, dict) else strict
     # Keys keep insertion order (stable by construction); non-JSON values such as tuples become lists.
-    json.dump(payload, stream or sys.stdout, indent=2, default=_default)
+    json.dump(strict, stream or sys.stdout, indent=2, allow_nan=False)
     (stream or sys.stdout).write("\n")
+
+
+def _strict(value: Any, where: str, notes: list[str]) -> Any:
+    """`value` as plain JSON data (`_default` for other types), each non-finite float replaced by None and noted."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            notes.append(f"{where or '.'}: {value}")
+            return None
+        return value
+    if value is None or isinstance(value, (str, int)):
+        return value
+    if isinstance(value, dict):
+        return {key: _strict(item, f"{where}.{key}" if where else str(key), notes) for key, item in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_strict(item, f"{where}[{index}]", notes) for index, item in enumerate(value)]
+    return _strict(_default(value), where, notes)
 
 
 def _default(value: Any) -> Any:

@@ -80,7 +80,7 @@ def follow_run(
                 if text not in shown:
                     shown.add(text)
                     print(f"  ! {text}", file=out, flush=True)
-            if result.step >= result.max_steps:
+            if result.step >= result.max_steps >= 1:  # a total of no steps (flagged) ends by a stall, not "finished"
                 return _ended(target, tails, spec, result, "finished", own_flags)
         if job_alive is False:  # Slurm's word on the end, read after the job's last lines
             where = f"after step {result.step}/{result.max_steps}" if result else "before the first step"

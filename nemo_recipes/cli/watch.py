@@ -8,6 +8,7 @@ import argparse
 import datetime
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from nemo_recipes.cli import _output
@@ -147,6 +148,7 @@ def _check_follow(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     from nemo_recipes.cli._watch_follow import follow_run, stream
     from nemo_recipes.cli._watch_slurm import job_of
+    from nemo_recipes.watching.device import recorded_device
     from nemo_recipes.watching.figures import figures
     from nemo_recipes.watching.sources import read_run
 
@@ -161,8 +163,11 @@ def run(args: argparse.Namespace) -> int:
         found = read_run(str(job.stdout) if job else args.target)
         result = figures(found.lines, found.spec, skip)
     code = _output.EXIT_OK if followed is None or followed["state"] == "finished" else 1
-    compared = _against_plan(args.gpu, result, found, args.stack)
-    card = _write_card(args.card, found, result, compared, args.stack or DEFAULT_STACK) if args.card else None
+    device = recorded_device(found.logs, Path(found.run) if Path(found.run).is_dir() else None)
+    compared = _against_plan(args.gpu, result, found, args.stack, device)
+    if args.card:
+        _check_card_device(args.gpu, compared, device)
+    card = _write_card(args.card, found, result, compared, args.stack or DEFAULT_STACK, device) if args.card else None
     plot = _plot(args.plot, found, result, compared) if args.plot else None
     if args.json:
         _output.print_json(
@@ -171,6 +176,7 @@ def run(args: argparse.Namespace) -> int:
                 "logs": [str(p) for p in found.logs],
                 "recipe": found.spec.name if found.spec else None,
                 "figures": result.to_dict(),
+                "device": {"name": device.name, "recorded": device.evidence},
                 "plan": compared,
                 "card": card,
                 "follow": followed,
@@ -185,17 +191,28 @@ def run(args: argparse.Namespace) -> int:
     window = f" (median over {len(result.window_steps)} logged steps)" if result.window_steps else ""
     rows.append(("step time", _fmt(result.step_time_s, ".4g", " s") + window))
     if result.tokens_per_s is not None:
-        rows.append(("tokens/s", f"{result.tokens_per_s:,.0f} ({result.tokens_per_s_per_gpu:,.0f} per GPU)"))
+        rows.append(
+            (
+                "tokens/s",
+                f"{result.tokens_per_s:,.0f} ({result.tokens_per_s_per_gpu:,.0f} per GPU; the recipe's "
+                f"{result.tokens_per_step:,} tokens per step over the step time)",
+            )
+        )
     if result.model_tflops_per_gpu is not None:
         rows.append(("TFLOP/s/GPU", f"{result.model_tflops_per_gpu:.4g} (model FLOPs, from the recipe)"))
     if result.peak_memory_reserved_bytes is not None:
-        rows.append(("peak memory", f"{result.peak_memory_reserved_bytes / 2**30:.2f} GiB reserved on rank 0's GPU"))
+        reserved = result.peak_memory_reserved_bytes / 2**30
+        rows.append(("peak memory", f"{reserved:.2f} GiB reserved (max_memory_reserved, logged by rank 0)"))
     if result.eta_s is not None:
-        rows.append(("ETA", str(datetime.timedelta(seconds=round(result.eta_s)))))
+        left = result.max_steps - result.step
+        rows.append(("ETA", f"{_duration(result.eta_s)} ({left:,} steps left at the step time)"))
+    if device.name is not None:
+        rows.append(("device", f"{device.name} (as the run recorded it: {device.evidence[0]})"))
     for label, value in rows:
         print(f"  {label:<12}{value}")
     if not result.window_steps:
-        print("  (no step time yet: every logged step is a first step or near a checkpoint save)")
+        why = ", ".join(f"{count} {reason}" for reason, count in result.left_out_steps.items())
+        print(f"  (no step time: none of the {len(result.logged)} logged steps counts: {why})")
     if compared is not None:
         print(f"  against the plan on {compared['gpu']}:")
         for name, row in compared["figures"].items():
@@ -253,10 +270,10 @@ def _check_card_path(path: "str | None", overwrite: bool) -> None:
         )
 
 
-def _write_card(path: str, found: Any, result: Any, compared: "dict | None", stack: str) -> str:
+def _write_card(path: str, found: Any, result: Any, compared: "dict | None", stack: str, device: Any) -> str:
     """Write the run's card to `path` (atomically); a path that cannot be written is a failure (exit 1) with the
     reason, not a traceback."""
-    from nemo_recipes.watching.card import build_card, write_card
+    from nemo_recipes.watching.card import build_card, run_identity, write_card
 
     card = build_card(
         found.run,
@@ -267,6 +284,8 @@ def _write_card(path: str, found: Any, result: Any, compared: "dict | None", sta
         gpu=compared["gpu"] if compared else None,
         stack=stack,  # the program `against_plan` timed, which `plan --calibrate` fits for
         written_by=["nemo-recipes", *sys.argv[1:]],
+        device=device,
+        run_id=run_identity(found.logs, found.lines),
     )
     try:
         return str(write_card(path, card))
@@ -275,8 +294,31 @@ def _write_card(path: str, found: Any, result: Any, compared: "dict | None", sta
         raise _output.CLIError(f"cannot write the card {path}: {reason}") from None
 
 
-def _against_plan(gpu: object, result: object, found: object, stack: "str | None") -> "dict | None":
+def _check_card_device(gpu: object, compared: "dict | None", device: Any) -> None:
+    """Refuse (exit 2) a card that names a GPU the run did not train on: the run recorded another device (the CPU
+    of a smoke run), so its step times would calibrate that GPU with another device's."""
+    from nemo_recipes.watching.device import GPU
+
+    if compared is None or device.name in (None, GPU):
+        return
+    raise InvalidConfigError(
+        [
+            Problem(
+                "--gpu",
+                gpu,
+                f"is not where the run trained: it recorded device {device.name} ({device.evidence[0]}), so a card "
+                f"of it would calibrate {compared['gpu']} with step times of the {device.name}.",
+                "write cards only of runs trained on the GPU they name; leave out --card to see this run beside "
+                "the plan.",
+            )
+        ],
+        context="watch",
+    )
+
+
+def _against_plan(gpu: object, result: object, found: object, stack: "str | None", device: Any) -> "dict | None":
     from nemo_recipes.watching.against_plan import against_plan
+    from nemo_recipes.watching.device import GPU
 
     if gpu is None:
         return None
@@ -293,7 +335,26 @@ def _against_plan(gpu: object, result: object, found: object, stack: "str | None
             ],
             context="watch",
         )
-    return against_plan(result, spec, str(gpu), stack)  # type: ignore[arg-type]
+    compared = against_plan(result, spec, str(gpu), stack)  # type: ignore[arg-type]
+    if device.name not in (None, GPU):
+        compared["warnings"].append(
+            f"the run trained on the {device.name}, not on {compared['gpu']} ({device.evidence[0]}): the deviations "
+            "measure the device, not the plan"
+        )
+    elif device.name is None:
+        compared["warnings"].append(
+            "the run's logs do not say which device it trained on (no Lightning 'GPU available: ..., used: ...' "
+            "line, no smoke metrics.jsonl): a card of it is refused by `plan --calibrate`"
+        )
+    return compared
+
+
+def _duration(seconds: float) -> str:
+    """`seconds` as days and h:mm:ss, or in days alone beyond what datetime.timedelta holds (a log's absurd
+    step count or step time would make it raise OverflowError)."""
+    if seconds < datetime.timedelta.max.total_seconds():
+        return str(datetime.timedelta(seconds=round(seconds)))
+    return f"{seconds / 86400:.3g} days"
 
 
 def _fmt(value: object, spec: str, unit: str = "") -> str:

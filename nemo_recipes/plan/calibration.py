@@ -303,6 +303,8 @@ MIN_WINDOW_STEPS = 5
 #: folds (each fold is one refit, so the cost stays bounded).
 LEAVE_ONE_OUT_UP_TO = 12
 CARD_FORMAT = "nemo-recipes run card 1"
+#: The device a card's run must have trained on to calibrate a GPU (watching/device.py's name for one).
+DEVICE_GPU = "cuda"
 
 
 def case_from_card(given: Any, where: str, stack: str) -> tuple[Optional[Case], list[Problem]]:
@@ -372,14 +374,44 @@ def case_from_card(given: Any, where: str, stack: str) -> tuple[Optional[Case], 
             gpu = get_gpu(str(gpu_name))
         except InvalidInputError as error:
             problem("cluster.gpu", gpu_name, f"is not a GPU the planner knows ({_first_message(error)}).", rewrite)
+    device = cluster_data.get("device")
+    if device is None:
+        problem(
+            "cluster.device",
+            None,
+            "is unknown: the card does not say the run trained on a GPU (cards older than this check, or a run whose "
+            "logs lack Lightning's 'GPU available: ..., used: ...' line).",
+            "write the card again from the run's whole log: `nemo-recipes watch RUN --gpu GPU --card FILE`.",
+        )
+    elif device != DEVICE_GPU and gpu_name is not None:  # without a GPU named, cluster.gpu's problem says it
+        problem(
+            "cluster.device",
+            device,
+            f"is not the GPU the card names ({gpu_name}): the run's step times are the {device}'s, and would move "
+            f"the plans of {gpu_name} off that GPU.",
+            "calibrate only on cards of runs trained on the GPU they name; leave this card out.",
+        )
     metrics = _mapping(card.get("metrics"))
+    peak = metrics.get("peak_memory_reserved_gib")
+    if gpu is not None and _number(peak) and peak > gpu.memory_gib:
+        problem(
+            "metrics.peak_memory_reserved_gib",
+            peak,
+            f"is more than a {gpu.name} holds ({gpu.memory_gib:g} GiB): the run trained on another GPU.",
+            "give the GPU the run trained on (watch RUN --gpu GPU --card FILE), or leave this card out.",
+        )
     step_time = metrics.get("step_time_s")
-    if not isinstance(step_time, (int, float)) or isinstance(step_time, bool) or not 0 < step_time < math.inf:
+    if not _number(step_time) or not 0 < step_time < math.inf:
         problem(
             "metrics.step_time_s",
             step_time,
-            "is missing: the run has no measured step time (every logged step was a first step or near a save).",
-            "watch the run again once it has logged more steps, with --card.",
+            "is missing: the run has no measured step time (watch names why: every logged step was a first step, "
+            "near a save, or without a valid step time)."
+            if step_time is None
+            else "is not a positive finite number of seconds, which no run's step time is.",
+            "watch the run again once it has logged more steps, with --card."
+            if step_time is None
+            else "write the card again with `nemo-recipes watch RUN --gpu GPU --card FILE`, or leave it out.",
         )
         step_time = None
     window = metrics.get("step_time_window_steps")
@@ -408,9 +440,47 @@ def case_from_card(given: Any, where: str, stack: str) -> tuple[Optional[Case], 
     return found, []
 
 
+#: Fields of a card that say when and how it was written, not what was measured: two cards that differ only there
+#: are one run's.
+_WRITING_FIELDS = ("written_by", "last_verified")
+
+
+def run_identities(card: Any) -> list[str]:
+    """The keys under which two cards are the same run: the `run_id` watch records (the run's first log and line,
+    however far it had got) and the card's content apart from `_WRITING_FIELDS` (a copy, a card without run_id)."""
+    import hashlib
+
+    if not isinstance(card, dict):
+        return []
+    content = {key: value for key, value in card.items() if key not in _WRITING_FIELDS}
+    try:
+        text = json.dumps(content, sort_keys=True, default=str)
+    except TypeError:  # YAML keys of mixed types (1 and "a") do not sort
+        text = repr(content)
+    digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+    run_id = card.get("run_id")
+    return [f"content {digest}"] + ([f"run {run_id}"] if isinstance(run_id, str) and run_id else [])
+
+
+def _number(value: Any) -> "typing.TypeGuard[float]":
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _mapping(value: Any) -> dict[str, Any]:
     """`value` when it is a mapping, else an empty one (whose missing keys are then reported one by one)."""
     return value if isinstance(value, dict) else {}
+
+
+def replaced_error(cases: list[Case], replaced: Optional[Calibration]) -> float:
+    """The mean |error| (%) on `cases` of what plans use now: `replaced` where it applies to a case (its GPU,
+    precision and stack), the shipped constants elsewhere; a refit must beat it on runs it did not see."""
+
+    def constants(case: Case) -> ModelConstants:
+        gpu = case.cluster.gpu.name if case.cluster.gpu is not None else None
+        applies = replaced is not None and replaced.applies_to(gpu) and case.spec.precision in replaced.precisions
+        return replaced.constants if applies and replaced.stack == case.stack else CONSTANTS  # type: ignore[union-attr]
+
+    return sum(abs(c.error_pct(constants(c))) for c in cases) / len(cases)
 
 
 def calibrate(

@@ -29,7 +29,8 @@ LAST_STEPS = 10
 @dataclass
 class Learned:
     unigram_entropy: float
-    final_loss: float  # mean of the last LAST_STEPS steps
+    final_loss: float  # mean of the last `final_steps` steps
+    final_steps: int  # LAST_STEPS, or every step of a shorter run
     samples: list[dict[str, Any]] = field(default_factory=list)
     sample_error: Optional[str] = None
 
@@ -41,6 +42,7 @@ class Learned:
         return {
             "unigram_entropy": self.unigram_entropy,
             "final_loss": self.final_loss,
+            "final_loss_steps": self.final_steps,
             "below_unigram_entropy": self.below,
             "samples": self.samples,
             "sample_error": self.sample_error,
@@ -53,8 +55,8 @@ class Learned:
             else "not below it: train more steps (or a higher max_lr) to learn more than token frequencies"
         )
         lines = [
-            f"  learned     mean loss of the last {LAST_STEPS} steps {self.final_loss:.3f} nats; the data's unigram "
-            f"entropy {self.unigram_entropy:.3f} nats; {verdict}"
+            f"  learned     mean loss of the last {self.final_steps} steps {self.final_loss:.3f} nats; the data's "
+            f"unigram entropy {self.unigram_entropy:.3f} nats; {verdict}"
         ]
         for sample in self.samples:
             how = "greedy" if not sample["temperature"] else f"temperature {sample['temperature']}"
@@ -101,7 +103,9 @@ def learned(
     data's unigram entropy where the caller has it already."""
     last = [loss for _, loss in losses[-LAST_STEPS:]]
     result = Learned(
-        unigram_entropy=unigram_entropy(spec) if entropy is None else entropy, final_loss=sum(last) / len(last)
+        unigram_entropy=unigram_entropy(spec) if entropy is None else entropy,
+        final_loss=sum(last) / len(last),
+        final_steps=len(last),
     )
     if sample and checkpoint and spec.tokenizer_path:
         try:

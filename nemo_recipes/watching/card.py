@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from nemo_recipes.catalog import RECIPES, RecipeSpec
+from nemo_recipes.watching.device import Device
 from nemo_recipes.watching.figures import Figures
+from nemo_recipes.watching.progress_log import ProgressLine
 
 CARD_FORMAT = "nemo-recipes run card 1"
 #: The distributions whose versions a card records (importlib.metadata: read from the installed metadata, without
@@ -103,9 +105,12 @@ def build_card(
     gpu: Optional[str],
     stack: str,
     written_by: Sequence[str],
+    device: Optional[Device] = None,
+    run_id: Optional[str] = None,
     today: Optional[datetime.date] = None,
 ) -> dict[str, Any]:
-    """The card of a watched run: plain data, in the order it is written."""
+    """The card of a watched run: plain data, in the order it is written. `device`: where the run recorded it
+    trained (`plan --calibrate` fits only on runs that trained on a GPU); `run_id`: `run_identity`."""
     name, changed = overrides_of(spec) if spec is not None else (None, {})
     figures = (compared or {}).get("figures", {})
     measured_mfu = figures.get("mfu", {}).get("measured") if figures else None
@@ -114,6 +119,7 @@ def build_card(
         "title": name or Path(run).name,
         "last_verified": (today or datetime.datetime.now(datetime.timezone.utc).date()).isoformat(),
         "run": run,
+        "run_id": run_id,
         "logs": [str(p) for p in logs],
         "recipe": {"name": name, "overrides": changed} if spec is not None else None,
         "precision": spec.precision if spec is not None else None,
@@ -123,6 +129,8 @@ def build_card(
             "gpu": gpu,
             "nodes": spec.num_nodes if spec is not None else None,
             "gpus_per_node": spec.num_gpus_per_node if spec is not None else None,
+            "device": device.name if device is not None else None,
+            "device_recorded": list(device.evidence) if device is not None else [],
         },
         "verification_environment": {
             "software": versions(),
@@ -157,6 +165,19 @@ def build_card(
         "flags": list(result.flags),
     }
     return card
+
+
+def run_identity(logs: Sequence[Path], lines: Sequence[Sequence[ProgressLine]]) -> str:
+    """What makes two cards the same run for `plan --calibrate`, whatever their file names and however far the run
+    had got when each was written: the first log (the oldest process's, resolved) and the first progress line in it,
+    hashed."""
+    import hashlib
+    import json
+
+    log, first = next(((log, found[0]) for log, found in zip(logs, lines, strict=False) if found), (None, None))
+    where = str(Path(log).resolve()) if log is not None else None
+    key = [where, first.step if first else None, first.metrics if first else None]
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
 
 def _quoted(part: str) -> str:

@@ -20,6 +20,8 @@ SKIP_FIRST_STEPS = 1
 SPIKE_MADS = 6.0
 #: Steps the spike test looks back over (and needs before it judges).
 SPIKE_WINDOW = 20
+#: Why a logged step is not in the step time's window, in the order they are tested.
+LEFT_OUT = ("no step time logged", "invalid step time", "first steps of a process", "near a checkpoint save")
 
 
 @dataclass
@@ -39,6 +41,7 @@ class Figures:
     initial_loss: Optional[float]
     step_time_s: Optional[float]  # median over `window_steps`
     window_steps: list[int]
+    left_out_steps: dict[str, int]  # logged steps not in the window, by reason (LEFT_OUT)
     tokens_per_step: Optional[int]
     tokens_per_s: Optional[float]
     tokens_per_s_per_gpu: Optional[float]
@@ -112,27 +115,44 @@ def _flags(runs: list[list[ProgressLine]]) -> list[str]:
     return flags
 
 
+def _positive(value: Optional[float]) -> bool:
+    return value is not None and math.isfinite(value) and value > 0
+
+
 def figures(
     logs: list[list[ProgressLine]], spec: Optional[RecipeSpec] = None, skip_first: int = SKIP_FIRST_STEPS
 ) -> Figures:
     """The figures of a run from the progress lines of each of its logs (oldest log first) and, where known, its
-    recipe (tokens per step, GPUs, FLOPs per token, checkpoint interval). Needs at least one line."""
+    recipe (tokens per step, GPUs, FLOPs per token, checkpoint interval). Needs at least one line. A value no run
+    can have (a step time or memory that is not a positive finite number, a total of no steps) is flagged and left
+    out of every figure, never computed with."""
     runs = _segments(logs)
     lines = [line for run in runs for line in run]
     last = lines[-1]
     every = spec.checkpoint_every_steps if spec is not None else None
     window: list[tuple[int, float]] = []
+    left_out = dict.fromkeys(LEFT_OUT, 0)
+    flags = _flags(runs)
     for run in runs:
         previous = run[0].step - 1
         for line in run:
             interval = line.step - previous
             previous = line.step
             seconds = line.get(STEP_TIME)
-            if seconds is None or line.step - run[0].step < skip_first:
-                continue
-            if _near_checkpoint(line.step, interval, every):
-                continue
-            window.append((line.step, seconds))
+            if seconds is None:
+                left_out["no step time logged"] += 1
+            elif not _positive(seconds):
+                left_out["invalid step time"] += 1
+                flags.append(
+                    f"invalid step time at step {line.step}: {seconds:g} (not a positive finite number of seconds); "
+                    "left out of every figure"
+                )
+            elif line.step - run[0].step < skip_first:
+                left_out["first steps of a process"] += 1
+            elif _near_checkpoint(line.step, interval, every):
+                left_out["near a checkpoint save"] += 1
+            else:
+                window.append((line.step, seconds))
     step_time = statistics.median(s for _, s in window) if window else None
     losses = [line.get(LOSS) for line in lines if line.get(LOSS) is not None]
     tokens = spec.global_batch_size * spec.seq_length if spec is not None else None
@@ -140,8 +160,29 @@ def figures(
     tokens_per_s = tokens / step_time if tokens and step_time else None
     per_gpu = tokens_per_s / gpus if tokens_per_s is not None and gpus else None
     tflops = per_gpu * model_flops_per_token(spec) / 1e12 if per_gpu is not None and spec is not None else None
-    reserved = [x for line in lines if (x := line.get(MEMORY_RESERVED)) is not None]
-    allocated = [x for line in lines if (x := line.get(MEMORY_ALLOCATED)) is not None]
+    memory = {}
+    for key in (MEMORY_RESERVED, MEMORY_ALLOCATED):
+        values = []
+        for line in lines:
+            value = line.get(key)
+            if value is not None and not (math.isfinite(value) and value >= 0):
+                flags.append(f"invalid {key} at step {line.step}: {value:g} (not a number of bytes); left out")
+            elif value is not None:
+                values.append(value)
+        memory[key] = max(values) if values else None
+    eta = None
+    if last.max_steps < 1:
+        flags.append(
+            f"the log's total is {last.max_steps} steps ('iteration I/N' with N = {last.max_steps - 1}), which no run "
+            "trains: no ETA"
+        )
+    elif last.step > last.max_steps:
+        flags.append(f"the last logged step, {last.step}, is past the log's total of {last.max_steps} steps: no ETA")
+    elif step_time is not None:
+        eta = (last.max_steps - last.step) * step_time
+        if not math.isfinite(eta):
+            flags.append(f"ETA of {last.max_steps - last.step} steps of {step_time:g} s overflows: no ETA")
+            eta = None
     return Figures(
         step=last.step,
         max_steps=last.max_steps,
@@ -149,15 +190,16 @@ def figures(
         initial_loss=losses[0] if losses else None,
         step_time_s=step_time,
         window_steps=[s for s, _ in window],
+        left_out_steps={reason: count for reason, count in left_out.items() if count},
         tokens_per_step=tokens,
         tokens_per_s=tokens_per_s,
         tokens_per_s_per_gpu=per_gpu,
         model_tflops_per_gpu=tflops,
         num_gpus=gpus,
-        peak_memory_reserved_bytes=max(reserved) if reserved else None,
-        peak_memory_allocated_bytes=max(allocated) if allocated else None,
-        eta_s=(last.max_steps - last.step) * step_time if step_time is not None else None,
+        peak_memory_reserved_bytes=memory[MEMORY_RESERVED],
+        peak_memory_allocated_bytes=memory[MEMORY_ALLOCATED],
+        eta_s=eta,
         segments=[Segment(run[0].step, run[-1].step, len(run)) for run in runs],
         logged=[{"step": line.step, "loss": line.get(LOSS), "step_time_s": line.get(STEP_TIME)} for line in lines],
-        flags=_flags(runs),
+        flags=flags,
     )
