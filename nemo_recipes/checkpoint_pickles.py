@@ -150,17 +150,17 @@ def read_index(weights: Path, real: bool = False) -> Any:
             raise
 
 
-def check_torch_file(data: bytes) -> None:
-    """Every pickle of a `torch.save` file (a zip archive, or the legacy format: a run of pickles) through the
-    allow-list, as inert records; raises UnsafePickle. Damage is not this check's: a file that does not parse is
-    left to the loader, which refuses it without running anything."""
-    stream = io.BytesIO(data)
+def check_torch_file(stream: IO[bytes]) -> None:
+    """Every pickle of a `torch.save` file (a zip archive, or the legacy format: a run of pickles), given as a
+    seekable binary stream, through the allow-list, as inert records, streamed (a huge or compressed member is not
+    held in memory); raises UnsafePickle. Damage is not this check's: a file that does not parse is left to the
+    loader, which refuses it without running anything."""
     if zipfile.is_zipfile(stream):
         with zipfile.ZipFile(stream) as archive:
             for member in archive.namelist():
                 if member.endswith(".pkl"):
                     with archive.open(member) as pickled:
-                        _parsed(io.BytesIO(pickled.read()))
+                        _parsed(pickled)
         return
     stream.seek(0)
     for _ in range(5):  # magic number, protocol, system info, the data, its storage keys
@@ -186,7 +186,8 @@ def unsafe_pickle(weights: Path, index: Any = None) -> Optional[UnsafePickle]:
         index = index if index is not None else read_index(weights)
         common = weights / "common.pt"
         if common.is_file():
-            _check_file(common, common.read_bytes())
+            with open(common, "rb") as stream:
+                _check_file(common, stream)
         objects: dict[str, list[Any]] = {}
         for key, info in index.storage_data.items():
             if type(index.state_dict_metadata.get(key.fqn)).__name__ == "BytesStorageMetadata":
@@ -195,7 +196,7 @@ def unsafe_pickle(weights: Path, index: Any = None) -> Optional[UnsafePickle]:
             with open(weights / name, "rb") as file:
                 for info in items:
                     file.seek(info.offset)
-                    _check_file(weights / name, file.read(info.length))
+                    _check_file(weights / name, io.BytesIO(file.read(info.length)))
     except UnsafePickle as error:
         return error
     except Exception:  # noqa: BLE001  (a file missing or damaged: the readers refuse it, without running it)
@@ -211,9 +212,9 @@ def refuse_unsafe(weights: Path, field: str, fix: str) -> None:
         raise InvalidInputError([unsafe.problem(field, fix)], context=f"checkpoint {weights.parent}")
 
 
-def _check_file(path: Path, data: bytes) -> None:
+def _check_file(path: Path, stream: IO[bytes]) -> None:
     try:
-        check_torch_file(data)
+        check_torch_file(stream)
     except UnsafePickle as error:
         error.file = path
         raise

@@ -31,11 +31,11 @@ def test_a_torch_file_that_would_run_code_is_refused_in_its_archive(tmp_path):
     blob = io.BytesIO()
     torch.save({"weight": torch.ones(2), "extra": RunsCode(marker, "subprocess.call")}, blob)
     with pytest.raises(UnsafePickle, match="subprocess"):
-        check_torch_file(blob.getvalue())
+        check_torch_file(blob)
     assert not marker.exists()
     blob = io.BytesIO()
     torch.save({"weight": torch.ones(2), "step": 3}, blob)
-    check_torch_file(blob.getvalue())  # an ordinary one passes
+    check_torch_file(blob)  # an ordinary one passes
 
 
 def test_a_real_index_reads_as_records_and_as_torchs_classes(tmp_path):
