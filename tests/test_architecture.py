@@ -14,6 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "nemo_recipes"
 #: Each unit (a top-level module or sub-package) and what it may import, lowest layer first. ARCHITECTURE.md holds
 #: the same table with the reasons.
 CORE = {"errors", "credentials", "counts", "yaml_files", "quiet", "text_table", "frozen_dataclass"}
+CORE |= {"checkpoint_pickles"}  # the one reader of pickles: the planner's, the exporter's, the resume's
 ALLOWED: dict[str, set[str]] = {
     "_version": set(),
     "credentials": set(),
@@ -23,6 +24,7 @@ ALLOWED: dict[str, set[str]] = {
     "frozen_dataclass": set(),
     "errors": {"credentials", "frozen_dataclass"},
     "yaml_files": {"errors", "credentials"},
+    "checkpoint_pickles": {"errors"},
     "families": CORE,
     # A blend by budget: the catalog's checks need no file; epochs read the sources' manifests (data.manifest,
     # standard library only), where plan and the plugin resolve them.
@@ -69,6 +71,7 @@ LIGHT = {
     "text_table",
     "errors",
     "yaml_files",
+    "checkpoint_pickles",
     "families",
     "budget",
     "recipe_checks",

@@ -6,6 +6,7 @@ checkpoint); the --force case shows that the undamaged checkpoint exports, so ea
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -91,6 +92,41 @@ def test_export_of_a_checkpoint_with_a_file_cut_short_is_refused(made, tmp_path)
     part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
     error = _refused(tmp_path, "export", str(weights.parent), *recipe, out=tmp_path / "hf")
     assert f"CHECKPOINT={str(part)!r}" in error and "torn or truncated" in error
+    _nothing_at(tmp_path / "hf")
+
+
+def test_export_of_a_checkpoint_whose_index_would_run_code_is_refused_and_runs_nothing(made, tmp_path):
+    """Issue 47: the index is a pickle; one that names a callable no index holds is refused before it is called."""
+    from _pickles import plant_index
+
+    _, ckpt, recipe = made
+    weights = _copy(ckpt, tmp_path) / "weights"
+    index = plant_index(weights, tmp_path / "ran", "pathlib.Path.touch")
+    error = _refused(tmp_path, "export", str(weights.parent), *recipe, out=tmp_path / "hf")
+    assert f"CHECKPOINT={str(index)!r}" in error and "names pathlib.Path.touch, which no checkpoint holds" in error
+    assert not (tmp_path / "ran").exists()
+    _nothing_at(tmp_path / "hf")
+
+
+def test_export_of_a_checkpoint_whose_tensor_would_run_code_is_refused_and_runs_nothing(made, tmp_path):
+    """The tensors are read by torch's weights-only loader, which refuses a pickle that runs code: said as a refusal
+    of the checkpoint (in-process: the CLI's exit 2 for the same error is the test above)."""
+    from _pickles import plant_tensor
+
+    from nemo_recipes.catalog import get_recipe
+    from nemo_recipes.conversion.hf_export import export_hf
+    from nemo_recipes.errors import InvalidConfigError
+
+    _, ckpt, _ = made
+    weights = _copy(ckpt, tmp_path) / "weights"
+    part = plant_tensor(weights, tmp_path / "ran", "builtins.exec")
+    overrides = json.loads((ckpt / "hf_import.json").read_text())["overrides"]  # the shape `recipe` gives
+    spec = get_recipe("gpt_1_3b").replace(**overrides)
+    with pytest.raises(InvalidConfigError) as refused:
+        export_hf(str(weights.parent), str(tmp_path / "hf"), spec)
+    [problem] = refused.value.problems
+    assert problem.value == str(part) and "(names exec, which no tensor holds)" in problem.message
+    assert not (tmp_path / "ran").exists()
     _nothing_at(tmp_path / "hf")
 
 

@@ -87,6 +87,23 @@ def test_a_torn_checkpoint_is_refused(imported, tmp_path):
     _refused(_plan(*shape, f"restore_from={tmp_path / 'ckpt'}"), part.name, "torn or truncated")
 
 
+@pytest.mark.parametrize("where", ["index", "common.pt", "object"])
+def test_a_checkpoint_whose_pickles_would_run_code_is_refused_and_runs_nothing(where, imported, tmp_path):
+    """Issue 47: each pickle NeMo's restore would load (the index, common.pt, an object among the tensors) is read
+    through the restricted reader first: one that names a callable no checkpoint holds is refused, and not run."""
+    import shutil
+
+    from _pickles import PLANTS
+
+    ckpt, shape = imported
+    shutil.copytree(ckpt, tmp_path / "ckpt")
+    planted = PLANTS[where](tmp_path / "ckpt" / "weights", tmp_path / "ran", "subprocess.call")
+    result = _plan(*shape, f"restore_from={tmp_path / 'ckpt'}")
+    fix = _refused(result, str(planted), "names subprocess.call, which no checkpoint holds")
+    assert "a checkpoint you trust" in fix and "Traceback" not in result.stderr
+    assert not (tmp_path / "ran").exists()
+
+
 def test_a_checkpoint_of_another_shape_is_refused_with_the_shape_it_needs(imported):
     ckpt, shape = imported
     fix = _refused(_plan(f"restore_from={ckpt}"), str(ckpt), "another shape than the recipe's")

@@ -1,7 +1,9 @@
 """Resuming after a job was stopped mid-save: NeMo's AutoResume refuses, the recipes' RecipeResume takes the newest
 finished checkpoint (or starts afresh when none is finished); stopped while a superseded checkpoint was being
 deleted: AutoResume takes the half-deleted one, RecipeResume the whole one. Real NeMo classes on real checkpoint
-directories (weights written by torch.distributed.checkpoint, as Megatron's torch_dist format does)."""
+directories (weights written by torch.distributed.checkpoint, as Megatron's torch_dist format does). A checkpoint
+whose pickles would run code (issue 47) is refused, whether NeMo's choice, ours, or `restore_from`'s, before NeMo
+unpickles it."""
 
 from __future__ import annotations
 
@@ -13,16 +15,20 @@ import time
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
+from _pickles import PLANTS, plant_index
 from nemo import lightning as nl
 from nemo.lightning.pytorch.callbacks.model_checkpoint import ModelCheckpoint
 
+from nemo_recipes.errors import InvalidInputError
 from nemo_recipes.training.resume import RecipeResume, newest_finished, weights_whole
 
 
 def _checkpoint(directory, name, *, finished=True):
     path = directory / name
     weights = path / "weights"
-    dcp.save({"w": torch.arange(4096.0), "b": torch.ones(8)}, checkpoint_id=str(weights), no_dist=True)
+    # (and an object, as Megatron saves its layers' extra state: pickled among the tensors)
+    dcp.save({"w": torch.arange(4096.0), "b": torch.ones(8), "extra": {"fp8": None}}, checkpoint_id=str(weights),
+             no_dist=True)  # fmt: skip
     torch.save({"iteration": 1}, weights / "common.pt")
     (weights / "metadata.json").write_text(json.dumps({"sharded_backend": "torch_dist", "common_backend": "torch"}))
     (path / "context").mkdir()
@@ -108,3 +114,37 @@ def test_with_no_whole_checkpoint_left_a_run_starts_afresh_or_is_refused(tmp_pat
     strict = RecipeResume(resume_if_exists=True, resume_ignore_no_checkpoint=False, resume_from_directory=str(tmp_path))
     with pytest.raises(ValueError, match="no finished checkpoint is left"):
         strict._find_trainer_ckpt_path()
+
+
+@pytest.mark.parametrize("where", ["index", "common.pt", "object"])
+def test_a_checkpoint_whose_pickles_would_run_code_is_not_resumed_from_and_runs_nothing(where, tmp_path):
+    directory = tmp_path / "checkpoints"
+    _checkpoint(directory, "m--step=4-consumed_samples=20.0")
+    newest = _checkpoint(directory, "m--step=9-consumed_samples=40.0-last")
+    planted = PLANTS[where](newest / "weights", tmp_path / "ran", "builtins.exec")
+    with pytest.raises(InvalidInputError) as refused:
+        _resumes(RecipeResume, directory)
+    [problem] = refused.value.problems
+    assert (problem.field, problem.value) == ("resume", str(planted)) and "names builtins.exec" in problem.message
+    assert not (tmp_path / "ran").exists()
+
+
+def test_a_restore_from_whose_pickles_would_run_code_is_refused_before_nemo_loads_it(tmp_path):
+    imported = _checkpoint(tmp_path / "checkpoints", "imported")
+    planted = PLANTS["object"](imported / "weights", tmp_path / "ran", "pathlib.Path.touch")
+    resume = RecipeResume(restore_config=nl.RestoreConfig(path=str(imported)))
+    with pytest.raises(InvalidInputError, match="restore_from=") as refused:
+        resume.setup(trainer=None)  # refused before NeMo's setup reads the trainer
+    assert refused.value.problems[0].value == str(planted) and not (tmp_path / "ran").exists()
+
+
+def test_the_smoke_judge_reads_checkpoint_indexes_without_running_them(tmp_path):
+    from nemo_recipes.smoke_training.worker import inspect_checkpoints
+
+    directory = tmp_path / "smoke" / "checkpoints"
+    _checkpoint(directory, "m--step=4-consumed_samples=20.0")
+    plant_index(_checkpoint(directory, "m--step=9-consumed_samples=40.0") / "weights", tmp_path / "ran", "os.system")
+    whole, planted = inspect_checkpoints(tmp_path)
+    assert whole["tensors"] == 2 and whole["read"]["items"] == 3, whole
+    assert "UnsafePickle" in planted["error"] and "system" in planted["error"], planted
+    assert not (tmp_path / "ran").exists()

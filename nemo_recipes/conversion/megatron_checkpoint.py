@@ -6,24 +6,29 @@ are chunks at their offsets, and the layers of every pipeline stage and virtual 
 layer axis. So one reader serves TP, PP, VP and DP checkpoints alike, and reading layer `i` reads only the chunks
 that overlap it (torch.distributed.checkpoint's read planner), which keeps memory at one layer.
 
-Checked before it is trusted: the index (`.metadata`) must exist (a save killed in the middle writes none), every
+Checked before it is trusted: the index (`.metadata`), a pickle, is read through the package's one reader of pickles
+(`checkpoint_pickles`), which refuses any name an index does not hold (a file made to run code), and the tensors by
+torch's `weights_only` loader; the index must exist (a save killed in the middle writes none), every
 file it names must hold the bytes it points to, and the tensors must have the shapes the recipe's architecture
 gives (a checkpoint of another shape is named tensor by tensor).
 """
 
 from __future__ import annotations
 
+import pickle
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from nemo_recipes.checkpoint_pickles import UnsafePickle, read_index
 from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.families.architecture import Architecture
 from nemo_recipes.families.megatron_names import GLOBAL_KEYS, LAYER_KEYS, PREFIX, short_files
 from nemo_recipes.quiet import library_notices_silenced
 
 _STEP = re.compile(r"step=(\d+)")
+_GLOBAL = re.compile(r"GLOBAL (\S+)")  # how torch's weights-only loader names what it refused
 
 
 def _problem(path: str, message: str, fix: str) -> InvalidConfigError:
@@ -69,7 +74,7 @@ class MegatronCheckpoint:
 
     @classmethod
     def _open(cls, weights: Path) -> "MegatronCheckpoint":
-        from torch.distributed.checkpoint import FileSystemReader
+        from torch.distributed.checkpoint.metadata import Metadata
 
         if not (weights / ".metadata").is_file():
             raise _problem(
@@ -78,7 +83,12 @@ class MegatronCheckpoint:
                 "export an earlier checkpoint of the run, whose save completed.",
             )
         try:
-            metadata = FileSystemReader(str(weights)).read_metadata()
+            metadata = read_index(weights, real=True)
+            if not isinstance(metadata, Metadata):
+                raise TypeError(type(metadata).__name__)
+        except UnsafePickle as error:
+            fix = "export a checkpoint you trust (one your runs saved, or `hf import` of a model you trust)."
+            raise InvalidConfigError([error.problem("CHECKPOINT", fix)], context="hf export") from None
         except Exception as error:  # noqa: BLE001  (a damaged index: any unpickling error means the same)
             raise _problem(
                 str(weights),
@@ -153,8 +163,23 @@ class MegatronCheckpoint:
             reader = dcp.FileSystemReader(str(self.path))
             # The index read once, by open(): unpickled again for every read it cost a third of an export's time.
             reader.read_metadata = lambda *args, **kwargs: self.metadata
-            dcp.load({key: target}, storage_reader=reader, planner=_region_planner(offsets))
+            try:
+                dcp.load({key: target}, storage_reader=reader, planner=_region_planner(offsets))
+            except (pickle.UnpicklingError, dcp.api.CheckpointException) as error:
+                raise self._unloadable(key, error) from None
         return target[0] if layer is not None else target
+
+    def _unloadable(self, key: str, error: Exception) -> InvalidConfigError:
+        """A tensor item that torch's weights-only loader refused (nothing of it ran): damaged, or made to run code."""
+        files = sorted({str(self.path / info.relative_path) for index, info in self.metadata.storage_data.items()
+                        if index.fqn == key})  # fmt: skip
+        named = _GLOBAL.search(str(error))
+        why = f"names {named.group(1)}, which no tensor holds" if named else type(error).__name__
+        return _problem(
+            ", ".join(files),
+            f"holds an item of {key.removeprefix(PREFIX)} that does not load as a tensor ({why}); nothing of it ran.",
+            "export a checkpoint you trust; this one is damaged, or made to run code on whoever loads it.",
+        )
 
 
 def _region_planner(offsets: tuple[int, ...]) -> Any:

@@ -3,17 +3,18 @@ the path must be a checkpoint NeMo's RestoreConfig loads (a directory holding `w
 save finished (its index, `.metadata`, and every byte the index points to), and whose tensors have the shapes of the
 model the recipe builds. Otherwise the run would start its processes and fail while loading, minutes later.
 
-Standard library only: the index is a pickle of torch's checkpoint metadata, read here with every class it names
-replaced by an inert record (no code of the file runs, and torch is not imported), which is all a shape needs.
+Standard library only: the index is a pickle of torch's checkpoint metadata, read through the package's one reader
+of pickles (`checkpoint_pickles`) as inert records (no code of the file runs, and torch is not imported), which is all
+a shape needs; the pickles the run would load with it (`common.pt`, the objects among the tensors) are checked too.
 """
 
 from __future__ import annotations
 
-import pickle
 from pathlib import Path
 from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.checkpoint_pickles import UnsafePickle, read_index, unsafe_pickle
 from nemo_recipes.errors import Problem
 from nemo_recipes.families.architecture import Architecture
 from nemo_recipes.families.megatron_names import GLOBAL_KEYS, LAYER_KEYS, PREFIX, short_files
@@ -22,43 +23,8 @@ FIELD = "restore_from"
 WHAT = "the directory `hf import --out` wrote, or a training run's checkpoint (the directory holding weights/)"
 #: Tensors of another shape named one by one, up to this many (the rest counted): one is enough to see the cause.
 SHOWN = 3
+UNSAFE_FIX = "restore from a checkpoint you trust (one your runs saved, or `hf import` of a model you trust)."
 RECORD = "hf_import.json"  # conversion.hf_import's record: the recipe fields the imported shape needs
-
-
-class _Inert:
-    """Whatever class the index names: its state kept as attributes, nothing run."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.args = args
-
-    def __setstate__(self, state: Any) -> None:
-        for part in state if isinstance(state, tuple) else (state,):
-            if isinstance(part, dict):
-                self.__dict__.update(part)
-
-
-_SAFE = {
-    "builtins": {"set", "frozenset", "tuple", "list", "dict", "int", "float", "str", "bytes", "bool", "slice"},
-    "copyreg": {"_reconstructor", "__newobj__"},
-    "collections": {"OrderedDict", "defaultdict"},
-    "_codecs": {"encode"},
-}
-
-
-class _IndexReader(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        if name in _SAFE.get(module, ()):
-            return super().find_class(module, name)
-        if (module, name) == ("torch", "Size"):
-            return lambda dims=(): tuple(dims)
-        return type(name, (_Inert,), {})
-
-
-def read_index(weights: Path) -> Any:
-    """The checkpoint index (`weights/.metadata`) as inert records: `.state_dict_metadata[key].size`,
-    `.storage_data` values' `relative_path`, `offset`, `length`."""
-    with open(weights / ".metadata", "rb") as file:
-        return _IndexReader(file).load()
 
 
 def weights_of(path: Path) -> Optional[Path]:
@@ -89,7 +55,12 @@ def restore_problems(spec: RecipeSpec) -> list[Problem]:
         torn = _short_files(weights, index)
         if torn:
             return torn
+        unsafe = unsafe_pickle(weights, index)  # what NeMo's restore would unpickle, plainly
+        if unsafe is not None:
+            return [unsafe.problem(FIELD, UNSAFE_FIX)]
         return _shape_problems(spec, given, path, index)
+    except UnsafePickle as error:
+        return [error.problem(FIELD, UNSAFE_FIX)]
     except OSError as error:
         return [Problem(FIELD, given, f"cannot be read ({error.strerror or error}).", f"give {WHAT}.")]
     except Exception as error:  # noqa: BLE001  (a damaged index: any unpickling error means the same)

@@ -24,10 +24,13 @@ def load_model(spec: RecipeSpec, weights: str) -> tuple[Any, Any]:
     import torch.distributed as dist
     from megatron.core import dist_checkpointing, parallel_state
 
+    from nemo_recipes.checkpoint_pickles import refuse_unsafe
     from nemo_recipes.smoke_training import cpu_compat
     from nemo_recipes.training import parts
     from nemo_recipes.training.model import model
 
+    # Megatron's load unpickles the index and the objects among the tensors plainly.
+    refuse_unsafe(Path(weights), "weights", "sample from a checkpoint you trust; nothing of this one was loaded.")
     cpu = not cpu_compat.cuda_available()
     if not dist.is_initialized():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

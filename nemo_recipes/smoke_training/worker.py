@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.checkpoint_pickles import read_index
 from nemo_recipes.errors import InvalidRecipeError, known
 
 #: Validation batches per validation (the recipe's 32 are scaled down with the batch).
@@ -178,24 +179,24 @@ def removals_finished(timeout: float = REMOVALS_TIMEOUT) -> None:
 def inspect_checkpoints(root: Path) -> list[dict[str, Any]]:
     """Each checkpoint under `root`: its step, size, tensor count, and whether it holds the optimizer state that
     AutoResume needs (read from the distributed checkpoint's own metadata)."""
-    from megatron.core import dist_checkpointing
-
     found = []
     for weights in sorted(root.glob("**/checkpoints/*/weights")):
         entry: dict[str, Any] = {"path": str(weights.parent), "step": _step_of(weights.parent.name)}
         try:
             entry["bytes"] = sum(f.stat().st_size for f in weights.parent.rglob("*") if f.is_file())
-            metadata = dist_checkpointing.load_tensors_metadata(str(weights))
-            entry["tensors"] = len(metadata)
-            entry["optimizer"] = any(key.startswith("optimizer") for key in metadata)
-            entry["read"] = read_every_item(weights)
+            # The tensors as Megatron's load_tensors_metadata lists them, from the index read without running it.
+            index = read_index(weights)
+            tensors = [k for k, v in index.state_dict_metadata.items() if type(v).__name__ == "TensorStorageMetadata"]
+            entry["tensors"] = len(tensors)
+            entry["optimizer"] = any(key.startswith("optimizer") for key in tensors)
+            entry["read"] = read_every_item(weights, index)
         except Exception as error:  # an unreadable checkpoint is a finding, not a crash of the report
             entry["error"] = f"{type(error).__name__}: {error}"
         found.append(entry)
     return found
 
 
-def read_every_item(weights: Path) -> dict[str, int]:
+def read_every_item(weights: Path, index: Any = None) -> dict[str, int]:
     """Reads the whole distributed checkpoint at `weights`, as a resume would, on the CPU: every file the metadata
     names must hold the byte range of each of its items, and each item must load (torch.load, weights only). The
     metadata alone reads fine from a checkpoint whose tensor files are torn or truncated. Raises on the first item
@@ -203,11 +204,10 @@ def read_every_item(weights: Path) -> dict[str, int]:
     import io
 
     import torch
-    from torch.distributed.checkpoint import FileSystemReader
 
     from nemo_recipes.conversion.megatron_checkpoint import short_files
 
-    metadata = FileSystemReader(str(weights)).read_metadata()
+    metadata = index if index is not None else read_index(weights)
     short = short_files(weights, metadata)  # the byte-range check `hf export` trusts a checkpoint by
     if short:
         path, size, needed = short[0]

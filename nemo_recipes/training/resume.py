@@ -18,23 +18,44 @@ directory, it is also the newest by modification time, which is how AutoResume c
 checkpoints. So among the checkpoints without a marker, RecipeResume takes the one of the highest global step whose
 weights are whole: the index (`.metadata`), `common.pt` and `metadata.json` present, and every file holding the
 bytes the index points to.
+
+NeMo loads the checkpoint it is handed with plain pickle (its index, and the objects among its tensors), so the one
+chosen to resume from, and the one `restore_from` names, are first read through the package's reader of pickles
+(`checkpoint_pickles`): one that names anything a checkpoint does not hold (a file made to run code) is refused.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from nemo import lightning as nl
 from nemo.lightning.pytorch.callbacks.model_checkpoint import ModelCheckpoint
 from nemo.utils import logging
 
+from nemo_recipes.checkpoint_pickles import UnsafePickle, read_index, refuse_unsafe
+from nemo_recipes.errors import InvalidInputError
+from nemo_recipes.families.megatron_names import short_files
+from nemo_recipes.plan.restore import weights_of
+
 _STEP = re.compile(r"step=(\d+)")
+UNSAFE_FIX = "remove that checkpoint, or give one you trust; nothing of it was loaded."
 
 
 class RecipeResume(nl.AutoResume):
+    def setup(self, trainer: Any, model: Any = None) -> None:
+        if self.restore_config is not None:
+            _refuse_unsafe(Path(self.restore_config.path).expanduser(), "restore_from")
+        super().setup(trainer, model)
+
     def _find_trainer_ckpt_path(self) -> Optional[Path]:
+        found = self._choice()
+        if found is not None:
+            _refuse_unsafe(Path(found), "resume")
+        return found
+
+    def _choice(self) -> Optional[Path]:
         try:
             found = super()._find_trainer_ckpt_path()
         except ValueError as error:
@@ -66,6 +87,12 @@ class RecipeResume(nl.AutoResume):
         return Path(log_dir) / "checkpoints" if log_dir is not None else None
 
 
+def _refuse_unsafe(checkpoint: Path, field: str) -> None:
+    weights = weights_of(checkpoint)
+    if weights is not None:
+        refuse_unsafe(weights, field, UNSAFE_FIX)
+
+
 def newest_finished(directory: Optional[Path]) -> Optional[Path]:
     """The finished checkpoint directory with the highest global step in `directory` (modification time breaks a
     tie): no unfinished marker, and its weights whole. None when there is none."""
@@ -88,14 +115,13 @@ def newest_finished(directory: Optional[Path]) -> Optional[Path]:
 
 
 def weights_whole(weights: Path) -> bool:
-    """Whether a distributed checkpoint's `weights` directory holds everything a resume reads."""
-    from torch.distributed.checkpoint import FileSystemReader
-
-    from nemo_recipes.families.megatron_names import short_files
-
+    """Whether a distributed checkpoint's `weights` directory holds everything a resume reads. An index that names
+    what no checkpoint holds is refused (InvalidInputError): that is no damage to resume past in silence."""
     if not all((weights / name).is_file() for name in (".metadata", "common.pt", "metadata.json")):
         return False
     try:
-        return not short_files(weights, FileSystemReader(str(weights)).read_metadata())
+        return not short_files(weights, read_index(weights))
+    except UnsafePickle as error:
+        raise InvalidInputError([error.problem("resume", UNSAFE_FIX)], context=f"checkpoint {weights.parent}") from None
     except Exception:  # noqa: BLE001  (an index cut short or damaged: any unpickling error means the same, as in hf export)
         return False
