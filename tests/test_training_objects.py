@@ -328,3 +328,49 @@ def test_an_activation_override_survives_export_in_every_format(name, activation
         assert spec_from_partial(back) == RECIPES[name].replace(**overrides)
     # and Megatron-Core accepts it (it refuses fused bias-GeLU without biases, which gelu on a Llama row has)
     fdl.build(cpu_compat.cpu_model_settings(recipe.model.config))
+
+
+@pytest.mark.parametrize(
+    "target, call, why",
+    [
+        ("os.system", True, "not a class of the packages"),  # outside the packages: refused before any import
+        ("shutil.rmtree", False, "not an object of the packages"),  # not even as a reference
+        ("planted_on_import.Anything", True, "not a class of the packages"),  # importing it would run its code
+        ("nemo_recipes.yaml_files.write_atomic", True, "is a function, not a class"),  # inside, but it writes files
+        ("torch.hub.load", True, "not a class of the packages"),  # torch only as a value (dtypes, activations)
+        ("nemo.lightning.io.load_context", True, "is a function, not a class"),
+        ("os.system; x", True, "not a class of the packages"),
+    ],
+)
+def test_a_loaded_file_names_only_classes_of_the_recipe_packages(tmp_path, monkeypatch, target, call, why):
+    """A recipe file is untrusted: a `_target_` outside NeMo, Megatron-Core, Lightning, nemo-recipes and datetime
+    (or a function inside them, which building the recipe would call) is refused before anything is imported."""
+    from nemo_recipes.errors import InvalidInputError
+    from nemo_recipes.training.serialization import dumps, load
+
+    marker = tmp_path / "ran"
+    (tmp_path / "planted_on_import.py").write_text(f"open({str(marker)!r}, 'w').close()\nclass Anything: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import yaml
+
+    document = yaml.safe_load(dumps(FACTORIES["gpt_1_3b"](), "yaml"))
+    document["trainer"]["planted"] = {"_target_": target, "_call_": call, "command": f"touch {marker}"}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(document))
+    with pytest.raises(InvalidInputError) as refused:
+        load(str(path))
+    assert f"_target_={target!r}" in str(refused.value) and why in str(refused.value), str(refused.value)
+    assert not marker.exists()
+
+
+def test_a_loaded_file_is_read_by_the_bounded_reader(tmp_path):
+    """Nested aliases (a few hundred bytes that expand to billions of values) are refused, not expanded."""
+    from nemo_recipes.errors import InvalidInputError
+    from nemo_recipes.training.serialization import load
+
+    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    path = tmp_path / "recipe.yaml"
+    path.write_text("\n".join(lines) + "\n_target_: nemo.collections.llm.api.pretrain\n")
+    with pytest.raises(InvalidInputError, match="file="):
+        load(str(path))
