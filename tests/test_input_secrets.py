@@ -216,10 +216,21 @@ def test_a_profile_passes_secrets_by_reference_and_never_writes_them(capsys, pla
         assert code == 2, output
         assert all(f"{field}=" in output for field in fields) and "env.PLAIN" not in output, output
         assert_nowhere(output, home)
+    # Refused where the profile becomes an executor, for every verb (smoke and data prepare run no recipe plugin).
+    from nemo_recipes.executors.profiles import executor_for
+
+    with pytest.raises(InvalidRecipeError) as info:
+        executor_for("inline", clusters)
+    assert [p.field for p in info.value.problems] == ["setup_lines"]
     # By reference: the job script names the secrets and holds no value; sbatch copies them into the job.
     code, output = run_cli(capsys, *launch, "byref")
     assert code == 0, output
     assert "#SBATCH --export=ALL,DB_PASS,MY_SERVICE_APIKEY" in output and "export PLAIN=ok" in output, output
+    assert_nowhere(output, home)
+    options = ["-E", "account=a", "-E", "container_image=null", "-E", "secrets=[MY_SERVICE_APIKEY, DB_PASS]"]
+    code, output = run_cli(capsys, *launch, "slurm", *options)  # the same, as executor options
+    assert code == 0, output
+    assert "#SBATCH --export=ALL,DB_PASS,MY_SERVICE_APIKEY" in output, output
     assert_nowhere(output, home)
 
 

@@ -8,7 +8,8 @@ Two problems of NeMo-Run 0.11 this module works around:
   `setup_lines` (rendered verbatim after NeMo-Run's exports) with `shlex.quote`, keeping the name's case. Values
   that need no quoting stay in `env_vars`, where NeMo-Run renders them correctly.
 * Anything in `env_vars` is written to disk (sbatch script, `*_executor.yaml`, TrainJob manifest). Secrets
-  (`WANDB_API_KEY`, `HF_TOKEN`, ... and any name the user marks) therefore pass *by reference*: on Slurm the name is
+  (`WANDB_API_KEY`, `HF_TOKEN`, ..., any name the user marks, and whatever `secret_reason` recognises by
+  credentials.py's rules) therefore pass *by reference*: on Slurm the name is
   listed in `#SBATCH --export=ALL,NAME` and the value comes from the environment of the process that runs `sbatch`;
   on Kubernetes the container reads it from a Secret through `valueFrom.secretKeyRef`.
 """
