@@ -31,7 +31,10 @@ DEFAULT_SECRETS = frozenset(
 )
 #: Words that make a key name a secret's (MY_SERVICE_TOKEN, db_password, WANDB_API_KEY): its value is never quoted.
 #: Whole words only: `tokens`, `tokenizer_path` or a toleration's `key` are no secrets.
-_SECRET_WORDS = frozenset({"token", "secret", "password", "passwd", "credential", "credentials", "apikey"})
+#: `pass` and `passphrase` too (DB_PASS, SMTP_PASS): an abbreviation is as secret as the word.
+_SECRET_WORDS = frozenset(
+    {"token", "secret", "password", "passwd", "pass", "passphrase", "credential", "credentials", "apikey"}
+)
 _SECRET_PAIRS = frozenset({("api", "key"), ("access", "key"), ("private", "key"), ("secret", "key")})
 #: Shorter values of secret environment variables are not searched for in messages ("1", "x" would match anything).
 _MIN_SECRET_CHARS = 6
@@ -47,12 +50,23 @@ def secret_key(name: str) -> bool:
     )
 
 
+def secret_environment(environ: Optional[Iterable[tuple[str, str]]] = None) -> dict[str, str]:
+    """{name: value} of this process's secret environment variables (by secret_key), longest value first."""
+    items = os.environ.items() if environ is None else environ
+    found = {name: value for name, value in items if secret_key(name) and len(value) >= _MIN_SECRET_CHARS}
+    return dict(sorted(found.items(), key=lambda item: len(item[1]), reverse=True))
+
+
 def secret_values(environ: Optional[Iterable[tuple[str, str]]] = None) -> list[str]:
     """The values of this process's secret environment variables (by secret_key), longest first: a message that
     holds one of them, under whatever field, quotes a secret."""
-    items = os.environ.items() if environ is None else environ
-    found = {value for name, value in items if secret_key(name) and len(value) >= _MIN_SECRET_CHARS}
-    return sorted(found, key=len, reverse=True)
+    return sorted(set(secret_environment(environ).values()), key=len, reverse=True)
+
+
+def held_secret(text: str, environ: Optional[Iterable[tuple[str, str]]] = None) -> Optional[str]:
+    """The name of the secret environment variable whose value `text` holds (a value given under another name, in a
+    field or a path), or None. The name, never the value: it may be quoted in a message."""
+    return next((name for name, value in secret_environment(environ).items() if value in text), None)
 
 
 #: Prefixes that start API tokens and no Secret name or key: {prefix: whose token}. Errors name the prefix only.

@@ -18,12 +18,13 @@ Standard library only: the catalog, the planner and the fast CLI verbs raise the
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import math
 import re
 from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 
-from nemo_recipes.credentials import secret_key, secret_values, token_like
+from nemo_recipes.credentials import secret_environment, secret_key, secret_values, token_like
 from nemo_recipes.frozen_dataclass import frozen_dataclass
 
 #: A directory the user chose (--dir, --out) that has no room (a full disk, a quota, a file size limit) or cannot be
@@ -107,6 +108,57 @@ def redacted(value: Any, field: str = "") -> tuple[Any, Callable[[str], str]]:
         return text
 
     return shown_value, hide
+
+
+def secret_value_problems(field: str, value: Any) -> list[Problem]:
+    """`value` (a field that can only carry values: an account, a mount, setup lines, a path, a command-line
+    argument) holding the value of one of this process's secret environment variables, as problems: such a value
+    would be written (a job script, a configuration, a card, a log) and printed, and there is no way to pass it
+    by reference from a value field. Mappings, lists, dataclasses (a tunnel) and NeMo-Run configurations (a task's
+    `__arguments__`) are searched; the value is never echoed, only the name of the variable that holds it."""
+    held = secret_environment()
+    if not held:
+        return []
+    problems: list[Problem] = []
+    _search_secrets(field, value, held, problems, depth=0)
+    return problems
+
+
+#: How deep secret_value_problems looks into nested values: a recipe's configuration is about 6 levels deep.
+_SEARCH_DEPTH = 12
+
+
+def _search_secrets(field: str, value: Any, held: Mapping[str, str], problems: list[Problem], depth: int) -> None:
+    if depth > _SEARCH_DEPTH:
+        return
+    if isinstance(value, str):
+        holder = next((name for name, secret in held.items() if secret in value), None)
+        if holder:
+            problems.append(
+                Problem(
+                    field,
+                    REDACTED_VALUE,
+                    f"holds the value of the secret environment variable {holder}: given here it would be written "
+                    "into job scripts, configurations, cards or logs, and printed.",
+                    "pass secrets by reference, never by value: name the variable (secrets=[NAME] of a Slurm or "
+                    "local executor, a Kubernetes Secret in secrets={NAME: 'secret-name/key'}) and read "
+                    f"{holder} from the job's environment instead of writing its value into {field}.",
+                )
+            )
+        return
+    items: Iterable[tuple[str, Any]]
+    if isinstance(value, Mapping):
+        items = ((f"{field}.{key}", item) for key, item in value.items())
+    elif isinstance(value, (list, tuple)):
+        items = ((field, item) for item in value)
+    elif hasattr(value, "__arguments__"):  # a NeMo-Run (fiddle) configuration: run.Partial, run.Config
+        items = ((f"{field}.{key}", item) for key, item in value.__arguments__.items())
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        items = ((f"{field}.{f.name}", getattr(value, f.name, None)) for f in dataclasses.fields(value))
+    else:
+        return
+    for name, item in items:
+        _search_secrets(name, item, held, problems, depth + 1)
 
 
 class NemoRecipesError(Exception):

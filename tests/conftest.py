@@ -32,13 +32,15 @@ CANARY_NAMES = ("WANDB_API_KEY", "HF_TOKEN")
 os.environ.update(dict.fromkeys(CANARY_NAMES, SECRET_CANARY))
 
 
-def _files_with_canary(roots) -> list[str]:
+def files_holding(roots, values=(SECRET_CANARY,)) -> list[str]:
+    """The files under `roots` (directories; None is skipped) that hold any of `values`."""
     found = []
     for root in roots:
         for path in Path(root).rglob("*") if root and Path(root).is_dir() else ():
             try:
                 if path.is_file() and not path.is_symlink() and path.stat().st_size < 64 * 2**20:
-                    if SECRET_CANARY.encode() in path.read_bytes():
+                    data = path.read_bytes()
+                    if any(value.encode() in data for value in values):
                         found.append(str(path))
             except OSError:
                 continue
@@ -48,7 +50,7 @@ def _files_with_canary(roots) -> list[str]:
 def pytest_sessionfinish(session, exitstatus):
     factory = getattr(session.config, "_tmp_path_factory", None)
     roots = [_NEMORUN_HOME, factory.getbasetemp() if factory is not None and factory._basetemp else None]
-    leaked = _files_with_canary(roots)
+    leaked = files_holding(roots)
     if leaked:
         print(f"\nSECRET CANARY written to {len(leaked)} file(s): {leaked[:10]}", file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -20,7 +20,15 @@ from typing import Any, NoReturn, Optional, Sequence, cast
 from nemo_recipes._version import __version__
 from nemo_recipes.cli import _output, _signals
 from nemo_recipes.cli.verbs import VERBS
-from nemo_recipes.errors import InputError, InvalidInputError, RunFailedError, did_you_mean, redact_text
+from nemo_recipes.errors import (
+    InputError,
+    InvalidInputError,
+    Problem,
+    RunFailedError,
+    did_you_mean,
+    redact_text,
+    secret_value_problems,
+)
 
 DEBUG_ENV = "NEMO_RECIPES_DEBUG"
 # Verbs that print and end: run as the command, their objects are frozen out of the interpreter's garbage collections
@@ -161,6 +169,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         with _signals.stop_on_signals():
             try:
+                secrets = _secret_arguments(argv)
+                if secrets:
+                    raise InvalidInputError(secrets, context="the command line")
                 code = args.run(args)
                 sys.stdout.flush()  # a closed pipe or a full disk shows up here, inside the try, not at exit
                 if as_command and args.verb in _FREEZE_AT_EXIT:
@@ -175,6 +186,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 return _failed(error, args, debug)
     except _signals.Stopped as error:  # a signal while the first was being reported: the same exit code
         return error.exit_code
+
+
+def _secret_arguments(argv: Sequence[str]) -> list[Problem]:
+    """Every argument of any verb (an override, -E, --name, --dir, a path) that holds the value of a secret
+    environment variable: a command line's values reach job scripts, exported configurations, manifests, cards
+    and logs, and are printed, so a secret there is refused before anything runs. Each is named by its key
+    (`account` of `-E account=...`) or by the option before it."""
+    problems = []
+    for index, word in enumerate(argv):
+        key, sep, _ = word.partition("=")
+        if sep and key:
+            field = key
+        elif index and argv[index - 1].startswith("-"):
+            field = argv[index - 1]
+        else:
+            field = "argument"
+        problems += secret_value_problems(field, word)
+    return problems
 
 
 def _failed(error: BaseException, args: argparse.Namespace, debug: bool) -> int:

@@ -20,6 +20,7 @@ from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem
 from nemo_recipes.executors import registry
 from nemo_recipes.executors._common import GPU_ENV
 from nemo_recipes.executors.kubernetes_executor.trainer import mixed_pod_settings
+from nemo_recipes.executors.secrets import executor_value_problems
 from nemo_recipes.plan.hardware import get_gpu
 
 #: GPUs of compute capability 10 (Blackwell) use 32 hardware queues with TP/CP overlap, older ones 1
@@ -82,6 +83,7 @@ class RecipePlugin(run.Plugin):
                 for name, value in plan_env(spec, nodes, gpu).items():
                     executor.env_vars.setdefault(name, value)
         problems += self._secure(task, executor)
+        problems += executor_value_problems(executor, task)
         problems += gpu_problems(task, executor)
         if isinstance(executor, run.KubeflowExecutor):
             problems += mixed_pod_settings(executor)

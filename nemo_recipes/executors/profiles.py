@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
 from nemo_recipes import yaml_files
-from nemo_recipes.errors import InvalidConfigError, InvalidInputError, Problem, did_you_mean
+from nemo_recipes.errors import InvalidConfigError, InvalidInputError, Problem, did_you_mean, secret_value_problems
 from nemo_recipes.executors import registry
 from nemo_recipes.executors.kubernetes_executor.trainer import normalise_version
 
@@ -102,10 +102,16 @@ def call_preset(preset: str, args: dict[str, Any], *, context: str) -> Any:
     ]
     if problems:
         raise InvalidInputError(problems, context=context)
+    # The environment is the preset's to check (a secret there passes by reference); any other argument can only
+    # carry its value into the job's files, so the value of a secret environment variable there is refused.
+    secret = [p for key, value in args.items() if key != "env" for p in secret_value_problems(str(key), value)]
     try:
-        return function(**args)
+        executor = function(**args)
     except InvalidInputError as error:  # keeps the class: a kubeconfig problem stays a configuration problem
-        raise type(error)(error.problems, context=context) from None
+        raise type(error)([*secret, *error.problems], context=context) from None
+    if secret:
+        raise InvalidConfigError(secret, context=context)
+    return executor
 
 
 def _required(parameters: Mapping[str, inspect.Parameter]) -> list[str]:

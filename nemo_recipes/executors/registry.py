@@ -23,7 +23,6 @@ Standard library only: cluster profiles and the CLI's listing read the names wit
 from __future__ import annotations
 
 import importlib
-import os
 from types import ModuleType
 from typing import Any, Callable, Iterable, Optional, Protocol
 
@@ -104,20 +103,7 @@ def render(request: Any, executor: Any) -> str:
 def generic_secure(executor: Any, task_env: Optional[dict[str, str]], secrets: Iterable[str]) -> list[Problem]:
     """Secrets leave the executor's and the task's env (which NeMo-Run writes to disk); the job inherits them from
     the environment that starts it. A value that differs from that environment would be lost: a problem."""
-    from nemo_recipes.executors.secrets import REDACTED, secret_names
+    from nemo_recipes.executors.secrets import secret_names, take_secrets
 
-    marked = secret_names(list(secrets))
-    problems = []
-    for source in (getattr(executor, "env_vars", None) or {}, task_env or {}):
-        for name in [n for n in source if n in marked]:
-            value = source.pop(name)
-            if os.environ.get(name) != value:
-                problems.append(
-                    Problem(
-                        f"env.{name}",
-                        REDACTED,
-                        "is a secret: it is not written into job files.",
-                        f"export {name}=... in the environment that starts the job.",
-                    )
-                )
-    return problems
+    sources = [getattr(executor, "env_vars", None) or {}, task_env or {}]
+    return take_secrets(sources, secret_names(list(secrets)))[1]

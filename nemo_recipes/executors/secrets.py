@@ -8,21 +8,27 @@ Two problems of NeMo-Run 0.11 this module works around:
   `setup_lines` (rendered verbatim after NeMo-Run's exports) with `shlex.quote`, keeping the name's case. Values
   that need no quoting stay in `env_vars`, where NeMo-Run renders them correctly.
 * Anything in `env_vars` is written to disk (sbatch script, `*_executor.yaml`, TrainJob manifest). Secrets
-  (`WANDB_API_KEY`, `HF_TOKEN`, ... and any name the user marks) therefore pass *by reference*: on Slurm the name is
+  (`WANDB_API_KEY`, `HF_TOKEN`, ..., any name the user marks, and whatever `secret_reason` recognises by
+  credentials.py's rules) therefore pass *by reference*: on Slurm the name is
   listed in `#SBATCH --export=ALL,NAME` and the value comes from the environment of the process that runs `sbatch`;
   on Kubernetes the container reads it from a Secret through `valueFrom.secretKeyRef`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shlex
 from typing import Any, Iterable, Mapping, Optional
 
 from nemo_recipes.credentials import DEFAULT_SECRETS as DEFAULT_SECRETS  # one list, in credentials.py
-from nemo_recipes.credentials import token_like  # noqa: F401  (part of this module's interface)
-from nemo_recipes.errors import Problem
+from nemo_recipes.credentials import (
+    held_secret,
+    secret_key,
+    token_like,  # noqa: F401  (part of this module's interface)
+)
+from nemo_recipes.errors import Problem, secret_value_problems
 
 REDACTED = "<redacted>"
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch: "$" would let a final newline through
@@ -32,6 +38,41 @@ END = "# <<< nemo-recipes environment"
 
 def secret_names(extra: Iterable[str] = ()) -> frozenset[str]:
     return DEFAULT_SECRETS | frozenset(extra)
+
+
+def secret_reason(name: Any, value: Any, marked: Iterable[str] = ()) -> Optional[str]:
+    """Why the environment entry `name=value` is a secret, or None: the rules of credentials.py (the same that
+    redact messages), applied to every environment a job gets. A name marked secret (`secrets=[...]`, WANDB_API_KEY,
+    ...), a name that says it is one (`*_TOKEN`, `DB_PASS`, `MY_SERVICE_APIKEY`), or a value of one of this
+    process's secret environment variables under any name."""
+    if not isinstance(name, str):
+        return None
+    if name in marked or name.upper() in marked or name in DEFAULT_SECRETS:
+        return "marked as one"
+    if secret_key(name):
+        return "by its name"
+    holder = held_secret(value) if isinstance(value, str) else None
+    if holder:
+        return f"the value of the secret environment variable {holder}"
+    return None
+
+
+def executor_value_problems(executor: Any, task: Any) -> list[Problem]:
+    """Every field of a built executor and its task that would carry a secret's value into the job's files: what
+    Python callers set directly and plugins add, past the checks of the presets. Their environments are left to
+    the secret policy (secure), which passes secrets by reference."""
+    problems = []
+    if dataclasses.is_dataclass(executor):
+        for f in dataclasses.fields(executor):
+            if f.name not in ("env_vars", "env_list"):
+                problems += secret_value_problems(f.name, getattr(executor, f.name, None))
+    arguments = getattr(task, "__arguments__", None)
+    if arguments is not None:  # a recipe (run.Partial): its configuration is written as it is
+        problems += secret_value_problems("task", arguments)
+    else:  # a run.Script: its text and arguments
+        for name in ("inline", "path", "args", "entrypoint"):
+            problems += secret_value_problems(f"task.{name}", getattr(task, name, None))
+    return problems
 
 
 def name_problems(field: str, names: Iterable[Any]) -> list[Problem]:
@@ -79,14 +120,16 @@ def env_problems(env: Mapping[str, Any], secrets: Iterable[str], how: str, field
     if not isinstance(env, Mapping):
         return [Problem(field, env, "must be a mapping of names to values.", f"give {field} as a dict.")]
     problems = name_problems(field, env)
-    secret = secret_names(s for s in secrets if isinstance(s, str))
+    marked = secret_names(s for s in secrets if isinstance(s, str))
     for name, value in env.items():
-        if name in secret:
+        reason = secret_reason(name, value, marked)
+        if reason:
             problems.append(
                 Problem(
                     f"{field}.{name}",
                     REDACTED,
-                    "is a secret: its value would be written into the job script, exported configs and logs.",
+                    f"is a secret ({reason}): its value would be written into the job script, exported configs "
+                    "and logs.",
                     f"do not put it in {field}; {how}",
                 )
             )
@@ -160,21 +203,18 @@ def secure_slurm(
     NeMo-Run would mangle move into a quoted block of `setup_lines`. Returns problems (a secret missing from the
     submitting environment) instead of raising, so that the caller reports everything at once.
     """
-    problems: list[Problem] = []
     marked = secret_names([*secrets, *exported_secrets(executor.additional_parameters)])
-    by_reference: set[str] = set()
-    for source in (executor.env_vars, task_env if task_env is not None else {}):
-        for name in [n for n in source if n in marked or n.upper() in marked]:
-            del source[name]
-            by_reference.add(name)
+    check = check_submit_env and _is_local_tunnel(executor)
+    taken, problems = take_secrets([executor.env_vars, task_env or {}], marked, check_values=check)
+    by_reference = set(taken)
     by_reference |= set(exported_secrets(executor.additional_parameters))
     by_reference |= {s for s in secrets}
     if by_reference:
         params = dict(executor.additional_parameters or {})
         params["export"] = export_names(params.get("export"), by_reference)
         executor.additional_parameters = params
-        if check_submit_env and _is_local_tunnel(executor):
-            for name in sorted(by_reference):
+        if check:
+            for name in sorted(by_reference - {p.field.partition(".")[2] for p in problems}):
                 if name not in os.environ:
                     problems.append(
                         Problem(
@@ -193,6 +233,44 @@ def secure_slurm(
         moved.update(quoted)
     executor.setup_lines = add_setup_exports(executor.setup_lines, moved)
     return problems
+
+
+def take_secrets(
+    sources: Iterable[dict[str, Any]], marked: Iterable[str], *, check_values: bool = True
+) -> tuple[list[str], list[Problem]]:
+    """Remove every secret (secret_reason) from `sources` (an executor's and a task's env, which NeMo-Run writes to
+    disk), for the job to read it from the environment that starts it. Returns the names taken and, with
+    `check_values`, a problem for each value that this environment does not hold under its name: the job would get
+    another value, or none."""
+    marked = frozenset(marked)
+    taken: list[str] = []
+    problems: list[Problem] = []
+    for source in sources:
+        for name in [n for n in source if secret_reason(n, source[n], marked)]:
+            value = source.pop(name)
+            taken.append(name)
+            if check_values and name in os.environ and os.environ[name] != value:
+                problems.append(
+                    Problem(
+                        f"env.{name}",
+                        REDACTED,
+                        f"is a secret ({secret_reason(name, value, marked)}), passed by reference from the "
+                        "environment that starts the job, which holds another value under that name.",
+                        f"export {name}=... with the value the job needs in the environment that starts it, and "
+                        "leave it out of env.",
+                    )
+                )
+            elif check_values and name not in os.environ:
+                problems.append(
+                    Problem(
+                        f"env.{name}",
+                        REDACTED,
+                        f"is a secret ({secret_reason(name, value, marked)}): it is not written into job files, and "
+                        "the environment that starts the job does not hold it.",
+                        f"export {name}=... in the environment that starts the job.",
+                    )
+                )
+    return taken, problems
 
 
 #: A Kubernetes Secret's name (a DNS subdomain).

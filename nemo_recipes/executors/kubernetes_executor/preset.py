@@ -43,6 +43,7 @@ from nemo_recipes.executors.secrets import (
     env_problems,
     kubernetes_secret_refs,
     secret_names,
+    secret_reason,
     token_like,
     token_problem,
 )
@@ -442,13 +443,14 @@ def secure(executor: Any, task_env: Optional[dict[str, str]], secrets: Iterable[
         Problem(
             f"env.{name}",
             REDACTED,
-            "is a secret and would be written into the TrainJob manifest.",
+            f"is a secret ({reason}) and would be written into the TrainJob manifest.",
             f"create a Kubernetes Secret and pass secrets={{'{name}': 'secret-name/key'}} to the "
             "kubernetes preset (secretKeyRef).",
         )
         for source in (executor.env_vars, task_env or {})
-        for name in source
-        if name in marked
+        for name, value in source.items()
+        for reason in [secret_reason(name, value, marked)]
+        if reason
     ]
 
 
