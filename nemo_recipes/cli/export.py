@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import Any, Optional
 
 from nemo_recipes.catalog import get_recipe, plain_name_problems
 from nemo_recipes.cli import _output
@@ -70,6 +70,19 @@ def _loads_back_equal(text: str, fmt: str, partial: Any) -> bool:
             return False
 
 
+def _unwritable(output: str, why: str) -> Problem:
+    return Problem("output", output, f"cannot be written ({why}).", "give -o a file in a directory you can write.")
+
+
+def _refuse_unwritable(output: Optional[str]) -> None:
+    """An -o that cannot be written, refused before NeMo is imported (seconds): its directory missing or not one."""
+    if output is None:
+        return
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder):
+        raise InvalidInputError([_unwritable(output, f"{folder} is not a directory")], context="export")
+
+
 def run(args: argparse.Namespace) -> int:
     fmt = args.format
     if args.output:
@@ -104,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
     if args.name is not None:
         raise_if_any(plain_name_problems("name", args.name), context="export")
     spec, overrides = apply_overrides(get_recipe(args.recipe), args.overrides)
+    _refuse_unwritable(args.output)
     partial = build_partial(spec, name=args.name, dir=args.dir)
     with quiet_stdout():
         text = serialize(partial, fmt)
@@ -124,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
             with open(args.output, "w") as handle:
                 handle.write(text)
         except OSError as error:
-            raise _output.CLIError(f"cannot write {args.output}: {error.strerror or error}") from None
+            problem = _unwritable(args.output, error.strerror or str(error))
+            raise InvalidInputError([problem], context="export") from None
     if args.json:
         payload = {
             "recipe": spec.name,

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -24,7 +23,7 @@ from nemo_recipes.conversion.hf_config import layout_problems, read_config, shap
 from nemo_recipes.conversion.hf_export import _out_problems, _replace
 from nemo_recipes.conversion.megatron_checkpoint import GLOBAL_KEYS, LAYER_KEYS, PREFIX
 from nemo_recipes.conversion.safetensors_files import Entry, HeaderError, Lie, read_header, read_tensor
-from nemo_recipes.conversion.write_errors import unwritable, write_failure
+from nemo_recipes.conversion.write_errors import staged, unwritable, write_failure
 from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem
 from nemo_recipes.families import Architecture, family_of, get_family
 
@@ -205,9 +204,8 @@ def import_hf(
     problems = _out_problems(target, force, "importing") + _tensor_problems(weights, _expected(arch, mapping), hf_dir)
     if problems:
         raise InvalidConfigError(problems, context=f"hf import {hf_dir}: nothing written")
-    stage = target.parent / f".{target.name}.partial-{os.getpid()}"
+    stage = staged(target, context="hf import")
     try:
-        stage.mkdir(parents=True)
         parameters = _write_checkpoint(weights, arch, mapping, stage / "weights", _params_dtype(shaped))
         record = {"source": str(Path(hf_dir).resolve()), "recipe": spec.name, "overrides": changed}
         (stage / RECORD).write_text(json.dumps(record, indent=2), encoding="utf-8")
