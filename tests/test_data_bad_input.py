@@ -321,3 +321,17 @@ def test_a_whole_zst_of_several_frames_reads_as_before(tmp_path):
     path.write_bytes(compressor.compress(first) + compressor.compress(second))
     with open_binary(InputFile(str(path), "text", "zstd")) as stream:
         assert stream.read() == first + second
+
+
+def test_a_lone_surrogate_is_a_bad_line_not_an_internal_error(tmp_path, tokenizer):
+    """Valid JSON but no character: the tokenizer failed on it (an internal error, exit 1), and --skip-bad-lines did
+    not skip it."""
+    lines = jsonl(tmp_path / "s.jsonl", GOOD, {4: b'{"text": "a high surrogate \\udbff alone"}'})
+    out = tmp_path / "out"
+    code, _, err = run(str(lines), "--out", str(out), "--tokenizer", str(tokenizer))
+    expect(code, err, "inputs", f"{lines}:4", "line 4 holds a lone surrogate (U+DBFF", "--skip-bad-lines")
+    assert "Traceback" not in err
+    nothing_final(out)
+    code, _, err = run(str(lines), "--out", str(out), "--tokenizer", str(tokenizer), "--skip-bad-lines")
+    assert code == 0, err
+    assert read_manifest(out / "s").documents == len(GOOD) and read_manifest(out / "s").skipped_lines == 1

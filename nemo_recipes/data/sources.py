@@ -365,6 +365,10 @@ def jsonl_documents(
                 problem = ("key", key, f"the record {missing}.", _KEY_FIX)
             elif not isinstance(text, str):
                 problem = ("key", key, f"the record's {key!r} is {type(text).__name__}, not a string.", _KEY_FIX)
+            elif not text.isascii() and (surrogate := _SURROGATE.search(text)):
+                at = f"U+{ord(surrogate.group()):04X} at character {surrogate.start() + 1} of the text"
+                why = f"holds a lone surrogate ({at}): not a character, no tokenizer encodes it."
+                problem = ("inputs", None, why, f"write the character it stood for, or drop the line, {_SKIP}")
             elif len(text) > limit:
                 chars = f"{len(text):,} characters, more than --max-document-chars {limit:,}"
                 problem = ("max_document_chars", limit, f"the document has {chars}.", _LONG_FIX)
@@ -380,6 +384,10 @@ def jsonl_documents(
         raise bad(field, where if value is None else value, f"{where}: line {number} {why}", fix)
 
 
+#: A UTF-16 surrogate alone in a decoded text: JSON's escapes may write one ("\\ud800"), and json.loads passes one
+#: written as bytes ("\xed\xa0\x80", decoded with surrogatepass); valid JSON, but no Unicode character, so no
+#: tokenizer (nor UTF-8) takes it. A pair of escapes is decoded to the one character it stands for.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _SKIP = "or pass --skip-bad-lines to skip such lines and count them"
 _KEY_FIX = f"name the text's field with --key (a dotted path for nested fields: --key meta.text), {_SKIP}."
 _LONG_FIX = f"raise --max-document-chars if documents that long are intended, {_SKIP}."
