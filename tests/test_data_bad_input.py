@@ -335,3 +335,22 @@ def test_a_lone_surrogate_is_a_bad_line_not_an_internal_error(tmp_path, tokenize
     code, _, err = run(str(lines), "--out", str(out), "--tokenizer", str(tokenizer), "--skip-bad-lines")
     assert code == 0, err
     assert read_manifest(out / "s").documents == len(GOOD) and read_manifest(out / "s").skipped_lines == 1
+
+
+def test_hidden_directories_and_another_prepares_output_are_not_read_as_input(tmp_path, tokenizer):
+    """A directory's hidden directories (.git, .cache) are left out as its hidden files are; a prepared dataset in it
+    (its manifests, trained tokenizer and work files are JSON) is left out with a note. Before: the manifest was
+    read as JSON Lines and refused as invalid JSON, and the hidden files were tokenized."""
+    import shutil
+
+    corpus = tmp_path / "corpus"
+    (corpus / ".cache" / "deep").mkdir(parents=True)
+    jsonl(corpus / "a.jsonl", GOOD)
+    (corpus / ".cache" / "deep" / "junk.jsonl").write_bytes(b"{not json\n")
+    first = run(str(jsonl(tmp_path / "b.jsonl", GOOD[:5])), "--out", str(corpus / "old"), "--tokenizer", str(tokenizer))
+    assert first[0] == 0, first[2]
+    shutil.copytree(tokenizer, corpus / "old" / "tokenizer")  # as --train-tokenizer leaves it
+    code, _, err = run(str(corpus), "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer))
+    assert code == 0, err
+    assert [i["path"] for i in read_manifest(tmp_path / "out" / "corpus").inputs] == [str(corpus / "a.jsonl")]
+    assert f"file(s) that data prepare wrote in {corpus / 'old'} left out (another prepare's output" in err, err

@@ -17,6 +17,7 @@ import glob
 import gzip
 import io
 import json
+import os
 import re
 import stat
 from dataclasses import dataclass
@@ -112,6 +113,17 @@ def _kind(path: Path) -> str:
     return "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
 
 
+def _visible_files(directory: Path) -> list[Path]:
+    """The files under `directory`, recursively, in sorted order, less hidden ones and everything in a hidden
+    directory (.git, .cache, a `data prepare`'s work directory): not text the user means as the directory's, as a
+    hidden file is not. Hidden directories are not even walked (a .git of many objects)."""
+    found = []
+    for root, directories, names in os.walk(directory):
+        directories[:] = [d for d in directories if not d.startswith(".")]
+        found += [Path(root, name) for name in names if not name.startswith(".")]
+    return sorted(p for p in found if p.is_file())
+
+
 def resolve(arguments: list[str]) -> list[Source]:
     """Sources of the INPUT arguments: a file is a source; a directory (its files, recursively) or a glob is one
     source of its files in sorted order. `NAME=INPUT` names the source; otherwise the input's stem does
@@ -136,7 +148,7 @@ def resolve(arguments: list[str]) -> list[Source]:
             problems.append(Problem("inputs", given, f"the system refuses to look it up: {kind}.", "check the path."))
             continue
         elif kind == "dir":
-            matched = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+            matched = _visible_files(path)
             default_name = path.absolute().name
         elif kind == "file":
             matched = [path]
