@@ -354,3 +354,21 @@ def test_hidden_directories_and_another_prepares_output_are_not_read_as_input(tm
     assert code == 0, err
     assert [i["path"] for i in read_manifest(tmp_path / "out" / "corpus").inputs] == [str(corpus / "a.jsonl")]
     assert f"file(s) that data prepare wrote in {corpus / 'old'} left out (another prepare's output" in err, err
+
+
+def test_a_source_name_ending_in_a_dataset_suffix_is_refused(tmp_path, tokenizer):
+    """`NAME=` is the output prefix: `wiki.bin` would write wiki.bin.bin and print a prefix no recipe can name. The
+    same from a file's stem (`notes.idx.jsonl`)."""
+    good = jsonl(tmp_path / "good.jsonl", GOOD)
+    named = jsonl(tmp_path / "notes.idx.jsonl", GOOD)
+    code, _, err = run(f"wiki.bin={good}", str(named), "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer))
+    expect(
+        code,
+        err,
+        "inputs",
+        "the source's name 'wiki.bin' ends in '.bin'",
+        f"Fix: name it without the suffix: wiki={good}",
+    )
+    assert f"inputs={str(named)!r}: the source's name 'notes.idx' ends in '.idx'" in err
+    assert f"Fix: name it without the suffix: notes={named}" in err
+    assert not (tmp_path / "out").exists()

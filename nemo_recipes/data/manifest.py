@@ -20,6 +20,8 @@ from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.yaml_files import fsync_directory, umask, write_atomic  # noqa: F401
 
 MANIFEST_SUFFIX = ".manifest.json"
+#: What a dataset's files add to its prefix: a prefix (or a source's NAME) ending in one of them names a file.
+PREFIX_SUFFIXES = (".bin", ".idx", MANIFEST_SUFFIX)
 FORMAT = "nemo-recipes-dataset/1"
 
 #: The field every error about a prefix names: the recipe field that carries prefixes.
@@ -120,7 +122,7 @@ def check_prefix(prefix: str | Path) -> Path:
     text = str(prefix)
     if "\x00" in text:
         raise _problem(prefix, "holds a NUL character, which no file name can.", "give the PREFIX without it.")
-    for suffix in (".bin", ".idx", MANIFEST_SUFFIX):
+    for suffix in PREFIX_SUFFIXES:
         if text.endswith(suffix):
             raise _problem(
                 prefix,

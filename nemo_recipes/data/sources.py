@@ -8,7 +8,7 @@ guard, train/validation split or worker split could cut; one line per document w
 mid-thought. Paragraphs are how plain-text corpora (Project Gutenberg, Shakespeare) mark their units, and a shard
 boundary can always fall between two of them.
 
-Standard library only (zstandard inside the function that opens a .zst file).
+Standard library only (zstandard inside the function that opens a .zst file), and `manifest`'s names.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator, Optional
 
+from nemo_recipes.data.manifest import MANIFEST_SUFFIX, PREFIX_SUFFIXES
 from nemo_recipes.errors import InvalidInputError, Problem, did_you_mean
 
 JSONL = "jsonl"
@@ -176,6 +177,18 @@ def resolve(arguments: list[str]) -> list[Source]:
                     argument,
                     f"the source's name {name!r} cannot be a prefix (letters, digits, '.', '_', '-').",
                     "name it: NAME=INPUT, e.g. wiki=data/wiki/",
+                )
+            )
+            continue
+        suffix = next((s for s in PREFIX_SUFFIXES if name.endswith(s)), None)
+        if suffix is not None:
+            problems.append(
+                Problem(
+                    "inputs",
+                    argument,
+                    f"the source's name {name!r} ends in {suffix!r}, which the dataset's files add to it: it would "
+                    f"be written as {name}.bin, {name}.idx and {name}{MANIFEST_SUFFIX}, a prefix no recipe can name.",
+                    f"name it without the suffix: {name[: -len(suffix)] or 'NAME'}={given}",
                 )
             )
             continue
