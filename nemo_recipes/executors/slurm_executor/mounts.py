@@ -43,7 +43,7 @@ def unmounted(executor: Any, paths: Sequence[tuple[str, str]]) -> list[Problem]:
         absolute = os.path.normpath(os.path.abspath(os.path.expanduser(path)))
         if any(_under(absolute, directory) for directory in covered):
             continue
-        folder = os.path.dirname(absolute) if field == "data_paths" else absolute
+        folder = absolute if os.path.isdir(absolute) else os.path.dirname(absolute)  # a prefix or file: its folder
         problems.append(
             Problem(
                 field,
