@@ -841,10 +841,10 @@ def test_a_shard_job_whose_container_does_not_mount_the_inputs_is_warned_of(tmp_
     (tmp_path / "corpus").mkdir()
     (tmp_path / "corpus" / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
     tokenizer = tokenizers.train(texts, tmp_path / "tok", vocab_size=300)
-    out = tmp_path / "shared" / "out"
+    out = tmp_path / "cluster" / "out"
     prepare([str(tmp_path / "corpus")], out, tokenizer_path=str(tokenizer), progress="none")
     plan = out / WORK_DIR / "plan.json"
-    mounted = slurm(account="a", gpus_per_node=0, container_mounts=[f"{tmp_path / 'shared'}:{tmp_path / 'shared'}"])
+    mounted = slurm(account="a", gpus_per_node=0, container_mounts=[f"{tmp_path / 'cluster'}:{tmp_path / 'cluster'}"])
     problems = unmounted_plan_paths(mounted, plan)
     assert [(p.field, p.value, p.severity) for p in problems] == [
         ("inputs", str(tmp_path / "corpus" / "a.jsonl"), "warning"),
