@@ -45,6 +45,19 @@ def test_export_input_errors(args, message, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_an_output_whose_directory_is_missing_is_refused_before_nemo(tmp_path):
+    """Exit 2 with field, value and fix (before: NeMo imported for seconds, then exit 1 without a fix)."""
+    for output in ("missing/out.yaml", "a-file/out.yaml"):
+        (tmp_path / "a-file").write_text("a file, not a directory")
+        result = cli("export", "gpt_70b", "-o", output, cwd=tmp_path)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        folder = tmp_path / output.split("/")[0]
+        assert result.stderr == (
+            f"nemo-recipes export: error: output={output!r}: cannot be written ({folder} is not a directory). "
+            "Fix: give -o a file in a directory you can write.\n"
+        )
+
+
 def test_launch_needs_an_executor():
     result = cli("launch", "gpt_1_3b", "--dryrun")
     assert result.returncode == 2

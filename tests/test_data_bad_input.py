@@ -321,3 +321,54 @@ def test_a_whole_zst_of_several_frames_reads_as_before(tmp_path):
     path.write_bytes(compressor.compress(first) + compressor.compress(second))
     with open_binary(InputFile(str(path), "text", "zstd")) as stream:
         assert stream.read() == first + second
+
+
+def test_a_lone_surrogate_is_a_bad_line_not_an_internal_error(tmp_path, tokenizer):
+    """Valid JSON but no character: the tokenizer failed on it (an internal error, exit 1), and --skip-bad-lines did
+    not skip it."""
+    lines = jsonl(tmp_path / "s.jsonl", GOOD, {4: b'{"text": "a high surrogate \\udbff alone"}'})
+    out = tmp_path / "out"
+    code, _, err = run(str(lines), "--out", str(out), "--tokenizer", str(tokenizer))
+    expect(code, err, "inputs", f"{lines}:4", "line 4 holds a lone surrogate (U+DBFF", "--skip-bad-lines")
+    assert "Traceback" not in err
+    nothing_final(out)
+    code, _, err = run(str(lines), "--out", str(out), "--tokenizer", str(tokenizer), "--skip-bad-lines")
+    assert code == 0, err
+    assert read_manifest(out / "s").documents == len(GOOD) and read_manifest(out / "s").skipped_lines == 1
+
+
+def test_hidden_directories_and_another_prepares_output_are_not_read_as_input(tmp_path, tokenizer):
+    """A directory's hidden directories (.git, .cache) are left out as its hidden files are; a prepared dataset in it
+    (its manifests, trained tokenizer and work files are JSON) is left out with a note. Before: the manifest was
+    read as JSON Lines and refused as invalid JSON, and the hidden files were tokenized."""
+    import shutil
+
+    corpus = tmp_path / "corpus"
+    (corpus / ".cache" / "deep").mkdir(parents=True)
+    jsonl(corpus / "a.jsonl", GOOD)
+    (corpus / ".cache" / "deep" / "junk.jsonl").write_bytes(b"{not json\n")
+    first = run(str(jsonl(tmp_path / "b.jsonl", GOOD[:5])), "--out", str(corpus / "old"), "--tokenizer", str(tokenizer))
+    assert first[0] == 0, first[2]
+    shutil.copytree(tokenizer, corpus / "old" / "tokenizer")  # as --train-tokenizer leaves it
+    code, _, err = run(str(corpus), "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer))
+    assert code == 0, err
+    assert [i["path"] for i in read_manifest(tmp_path / "out" / "corpus").inputs] == [str(corpus / "a.jsonl")]
+    assert f"file(s) that data prepare wrote in {corpus / 'old'} left out (another prepare's output" in err, err
+
+
+def test_a_source_name_ending_in_a_dataset_suffix_is_refused(tmp_path, tokenizer):
+    """`NAME=` is the output prefix: `wiki.bin` would write wiki.bin.bin and print a prefix no recipe can name. The
+    same from a file's stem (`notes.idx.jsonl`)."""
+    good = jsonl(tmp_path / "good.jsonl", GOOD)
+    named = jsonl(tmp_path / "notes.idx.jsonl", GOOD)
+    code, _, err = run(f"wiki.bin={good}", str(named), "--out", str(tmp_path / "out"), "--tokenizer", str(tokenizer))
+    expect(
+        code,
+        err,
+        "inputs",
+        "the source's name 'wiki.bin' ends in '.bin'",
+        f"Fix: name it without the suffix: wiki={good}",
+    )
+    assert f"inputs={str(named)!r}: the source's name 'notes.idx' ends in '.idx'" in err
+    assert f"Fix: name it without the suffix: notes={named}" in err
+    assert not (tmp_path / "out").exists()

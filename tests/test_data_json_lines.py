@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -73,12 +74,33 @@ def test_a_json_line_is_read_as_json_loads_reads_it(line: bytes) -> None:
 
 
 def test_the_documents_of_a_shard_are_json_loads_s_and_a_bad_line_is_named_as_before(tmp_path) -> None:
-    lines = [b'{"text": "one"}', b'{"text": "t\\u0077o"}\r', b"", b'{"text": "\xed\xa0\x80x"}', b'{"text": 3}']
+    lines = [b'{"text": "one"}', b'{"text": "t\\u0077o"}\r', b"", b'{"text": "\\ud83d\\ude00"}', b'{"text": 3}']
     data = b"\n".join(lines) + b"\n"
     file = sources.InputFile(str(tmp_path / "a.jsonl"), sources.JSONL, None)
     skipped = sources.Skipped()
     read = sources.ReadOptions("text", 100, skip_bad_lines=True)
     got = list(sources.jsonl_documents(data, file, 1, read, skipped))
-    assert got == ["one", "two", json.loads(lines[3])["text"]]
+    assert got == ["one", "two", "\U0001f600"]  # a pair of escaped surrogates is one character
     assert skipped.count == 1 and skipped.examples[0].startswith(f"{file.path}:5: ")
     assert "int, not a string" in skipped.examples[0]
+
+
+def test_a_lone_surrogate_is_a_bad_line_whichever_way_it_is_read(tmp_path) -> None:
+    """Valid JSON, but no character: escaped (read by the direct scan) or written as bytes (strict UTF-8 refuses
+    them, json.loads decodes them with surrogatepass), a lone surrogate reached the tokenizer (an internal error).
+    It is a bad line: skipped and counted with --skip-bad-lines, refused with its line otherwise."""
+    lines = [b'{"text": "low \\udfff alone"}', b'{"text": "ok"}', b'{"text": "bytes \xed\xb0\x80"}']
+    assert "\udfff" in sources._record(lines[0])["text"] and "\udc00" in sources._record(lines[2])["text"]
+    data = b"\n".join(lines)
+    file = sources.InputFile(str(tmp_path / "a.jsonl"), sources.JSONL, None)
+    skipped = sources.Skipped()
+    read = sources.ReadOptions("text", 100, skip_bad_lines=True)
+    assert list(sources.jsonl_documents(data, file, 1, read, skipped)) == ["ok"]
+    assert [e.split(": ", 1)[0] for e in skipped.examples] == [f"{file.path}:1", f"{file.path}:3"]
+    assert "holds a lone surrogate (U+DFFF at character 5 of the text)" in skipped.examples[0]
+    assert "U+DC00 at character 7" in skipped.examples[1]
+    with pytest.raises(sources.InvalidDataError) as refused:
+        list(sources.jsonl_documents(data, file, 1, sources.ReadOptions("text", 100), sources.Skipped()))
+    (problem,) = refused.value.problems
+    assert (problem.field, problem.value) == ("inputs", f"{file.path}:1")
+    assert "line 1 holds a lone surrogate" in problem.message and "--skip-bad-lines" in problem.fix

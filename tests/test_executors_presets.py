@@ -781,3 +781,74 @@ def test_a_gpu_recipe_on_a_slurm_executor_without_gpus_is_refused(recipes):
     by_gres = slurm(account="a", gpus_per_node=0, processes_per_node=8)
     by_gres.gres = "gpu:8"
     RecipePlugin().setup(recipes.gpt_1_3b(), by_gres)
+
+
+def test_paths_a_slurm_container_does_not_mount_are_warned_of(recipes, tmp_path):
+    """A data prefix, tokenizer or checkpoint outside every container mount (and the job directory NeMo-Run mounts)
+    is a file the job will not find after its wait in the queue: a warning each, with field, value and fix; none for
+    a path under a mount, nor without a container (the node's own file system)."""
+    import warnings
+
+    from nemo_recipes.executors import RecipePlugin, slurm
+    from nemo_recipes.executors.plugin import DataNotMountedWarning
+
+    recipe = recipes.gpt_1_3b(
+        data_paths=["/lustre/data/wiki", "/scratch/web/crawl"], tokenizer_path="/home/me/tok", restore_from="ckpt/a"
+    )
+    executor = slurm(account="a", container_mounts=["/lustre/data:/lustre/data:ro", "/home"], job_dir=str(tmp_path))
+    with pytest.warns(DataNotMountedWarning) as record:
+        RecipePlugin(validate=False).setup(recipe, executor)
+    said = sorted(str(w.message) for w in record if w.category is DataNotMountedWarning)
+    assert [m.split(":")[1].split("=")[0] for m in said] == [" data_paths", " restore_from"], said
+    crawl, ckpt = said
+    assert crawl.startswith("warning: data_paths='/scratch/web/crawl': lies outside every container mount")
+    assert "(/lustre/data, /home, " in crawl and "Fix: mount it: container_mounts: [/scratch/web:/scratch/web]" in crawl
+    assert ckpt.startswith("warning: restore_from='ckpt/a':")  # relative: the mount to add is its absolute folder
+    assert f"container_mounts: [{os.path.abspath('ckpt')}:{os.path.abspath('ckpt')}]" in ckpt
+    without_container = slurm(account="a", container_image=None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DataNotMountedWarning)
+        RecipePlugin(validate=False).setup(recipes.gpt_1_3b(data_paths=["/scratch/web/crawl"]), without_container)
+
+
+def test_export_warns_of_each_relative_path_it_keeps(recipes, tmp_path, capsys, monkeypatch):
+    """A relative data path, tokenizer, checkpoint or --dir in an exported configuration names another file where the
+    job runs: a warning each on stderr, the configuration still written; absolute ones pass without a word."""
+    from nemo_recipes.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    given = ["data_paths=[corpus/wiki,/abs/web]", "tokenizer_path=tok", "restore_from=/abs/ckpt", "--dir", "runs"]
+    assert main(["export", "gpt_1_3b", *given, "--no-check", "-o", "x.yaml"]) == 0
+    warned = [line for line in capsys.readouterr().err.splitlines() if "warning:" in line]
+    assert [line.split(": ")[2].split("=")[0] for line in warned] == ["data_paths", "tokenizer_path", "dir"], warned
+    assert warned[0].startswith("nemo-recipes export: warning: data_paths='corpus/wiki': is relative")
+    assert f"Fix: give it as an absolute path (data_paths={tmp_path / 'corpus' / 'wiki'})." in warned[0]
+    assert f"(--dir={tmp_path / 'runs'})" in warned[2] and (tmp_path / "x.yaml").is_file()
+
+
+def test_a_shard_job_whose_container_does_not_mount_the_inputs_is_warned_of(tmp_path):
+    """`data prepare --executor`: the ranks read the inputs and the tokenizer and write --out, in the job's container;
+    each path no mount covers is warned of (field, value, the mount to add) before the job is submitted."""
+    import json
+
+    from nemo_recipes.cli.data_executor import unmounted_plan_paths
+    from nemo_recipes.data import tokenizers
+    from nemo_recipes.data.prepare import prepare
+    from nemo_recipes.data.shard_plan import WORK_DIR
+    from nemo_recipes.executors import slurm
+
+    texts = [f"Line {i}: the quick brown fox jumps over the lazy dog." for i in range(50)]
+    (tmp_path / "corpus").mkdir()
+    (tmp_path / "corpus" / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
+    tokenizer = tokenizers.train(texts, tmp_path / "tok", vocab_size=300)
+    out = tmp_path / "cluster" / "out"
+    prepare([str(tmp_path / "corpus")], out, tokenizer_path=str(tokenizer), progress="none")
+    plan = out / WORK_DIR / "plan.json"
+    mounted = slurm(account="a", gpus_per_node=0, container_mounts=[f"{tmp_path / 'cluster'}:{tmp_path / 'cluster'}"])
+    problems = unmounted_plan_paths(mounted, plan)
+    assert [(p.field, p.value, p.severity) for p in problems] == [
+        ("inputs", str(tmp_path / "corpus" / "a.jsonl"), "warning"),
+        ("tokenizer_path", str(tokenizer), "warning"),
+    ]
+    assert f"Fix: mount it: container_mounts: [{tmp_path / 'corpus'}:{tmp_path / 'corpus'}]" in str(problems[0])
+    assert unmounted_plan_paths(slurm(account="a", gpus_per_node=0, container_image=None), plan) == []

@@ -185,3 +185,19 @@ def test_import_into_a_directory_that_is_not_empty_leaves_it_as_it_was(made, tmp
     error = _refused(tmp_path, "import", str(hf), "gpt_1_3b", out=out)
     assert f"--out={str(out)!r}" in error and "exists and is not empty" in error and "--force" in error
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+def test_an_out_where_no_directory_can_be_made_is_refused_by_both_verbs(made, tmp_path, capsys):
+    """/proc answers ENOENT, a path below a file ENOTDIR, /sys EPERM: each an --out the user must change (exit 2,
+    field, value, fix), not a failure of the run (exit 1 without a fix, before)."""
+    from nemo_recipes.cli.main import main
+
+    hf, ckpt, recipe = made
+    (tmp_path / "a-file").write_text("not a directory")
+    for verb, given in (("import", [str(hf), "gpt_1_3b"]), ("export", [str(ckpt), *recipe])):
+        for out in ("/proc/nemo-recipes-test", str(tmp_path / "a-file" / "out"), "/sys/nemo-recipes-test"):
+            code = main(["hf", verb, *given, "--out", out])
+            error = capsys.readouterr().err
+            assert code == 2, (verb, out, error)
+            assert f"--out={out!r}" in error and "Fix: give --out" in error and "Traceback" not in error
+    assert not list(tmp_path.glob("**/.*.partial-*"))

@@ -259,3 +259,53 @@ def test_a_truncated_weights_file_is_refused(hf_models, tmp_path):
     (directory / "model.safetensors").write_bytes(whole[:-100])
     error = _refused(tmp_path, str(directory), "llama_8b")
     assert "HF_DIR" in error and "fewer than its header points to (a truncated file)" in error
+
+
+def _safetensors(path: Path, header: object, data: bytes = b"") -> None:
+    """A safetensors file as its format lays it out (8-byte header length, JSON header, data), header as given."""
+    raw = json.dumps(header).encode()
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + data)
+
+
+def test_every_lie_of_the_safetensors_headers_is_refused_at_once(hf_models, tmp_path):
+    """Headers that do not describe their bytes, each kind planted in one directory: one report with the tensor, its
+    entry and the fix for each, no traceback, nothing written (before: a KeyError or a torch error mid-write)."""
+    directory = tmp_path / "lying"
+    directory.mkdir()
+    (directory / "config.json").write_text((hf_models / "gpt" / "config.json").read_text())
+
+    def entry(dtype: str, shape: object, start: int, end: int) -> dict:
+        return {"dtype": dtype, "shape": shape, "data_offsets": [start, end]}
+
+    lies = {
+        "h.0.ln_1.weight": entry("F32", [64], 0, 128),  # 64 F32 are 256 bytes: a dtype that lies about the bytes
+        "h.0.ln_1.bias": entry("F12", [64], 128, 256),  # no such dtype
+        "h.0.ln_2.weight": entry("BF16", [-64], 256, 384),  # a negative dimension
+        "h.0.ln_2.bias": entry("BF16", [64.0], 384, 512),  # a dimension that is not a whole number
+        "h.1.ln_1.weight": entry("BF16", [64], 600, 472),  # offsets that end before they start
+        "h.1.ln_1.bias": "BF16",  # not an entry at all
+        "wpe.weight": entry("BF16", [64], 512, 640),  # whole, but the next one starts inside it
+        "h.1.ln_2.weight": entry("BF16", [32], 576, 640),
+        "h.1.ln_2.bias": entry("BF16", [64], 700, 828),  # a gap before it
+    }
+    _safetensors(directory / "a.safetensors", lies, bytes(828))
+    for name in ("b", "d"):  # two whole files that both hold one tensor
+        _safetensors(directory / f"{name}.safetensors", {"wpe.weight": entry("BF16", [64], 0, 128)}, bytes(128))
+    _safetensors(directory / "c.safetensors", {"wte.weight": entry("BF16", [1000, 64], 0, 128000)}, bytes(100))
+    error = _refused(tmp_path, str(directory), "gpt_1_3b")
+    said = {
+        "h.0.ln_1.weight": "has 128 bytes (data_offsets), but F32 x [64] is 256 bytes",
+        "h.0.ln_1.bias": "has dtype 'F12', which is not one this import reads",
+        "h.0.ln_2.weight": "has a shape that is not a list of whole numbers",
+        "h.0.ln_2.bias": "has a shape that is not a list of whole numbers",
+        "h.1.ln_1.weight": "has data_offsets that end before they start",
+        "h.1.ln_1.bias": "is not an entry of dtype, shape, data_offsets",
+        "h.1.ln_2.weight": "has data_offsets inside wpe.weight's",
+        "h.1.ln_2.bias": "starts 60 bytes after h.1.ln_2.weight ends",
+    }
+    for name, why in said.items():
+        value = json.dumps(lies[name]).replace('"', "'")
+        assert f"error: {name}={value}: in a.safetensors, {why}" in error, (name, error)
+    assert "error: wpe.weight=['b.safetensors', 'd.safetensors']: is in two files" in error
+    assert "HF_DIR" in error and "in c.safetensors, holds 191 bytes, fewer than its header points to" in error
+    assert error.count("Fix: save the model again") == len(said) + 2  # and no other lie

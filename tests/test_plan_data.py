@@ -264,6 +264,9 @@ def test_files_changed_behind_an_intact_manifest_are_refused(data, tmp_path, dam
     (problem,) = report.errors
     assert problem.field == "data_paths" and problem.value == str(tmp_path / "plays"), problem
     assert "prepare the data again" in problem.fix
+    if damage.startswith("bin"):  # each file's own size: the `.idx` still ends where the `.bin` ended when written
+        size = (data / "out" / "plays.bin").stat().st_size
+        assert f"ending at byte {size}, and plays.bin has {bin_.stat().st_size} bytes" in problem.message, problem
 
 
 def test_an_idx_of_the_same_counts_but_other_offsets_is_refused(data, tmp_path):

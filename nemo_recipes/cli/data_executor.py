@@ -63,6 +63,8 @@ def run_plan(executor: Any, plan: Path, log: Callable[[str], None] = lambda line
     from nemo_recipes.executors.ranks import run_ranked, world_of
 
     log(f"data prepare: the shards of {plan} on {world_of(executor)} rank(s) ({type(executor).__name__})")
+    for problem in unmounted_plan_paths(executor, plan):
+        log(f"data prepare: {problem}")
     # NeMo-Run prints its progress on stdout, which belongs to the result (--json).
     with contextlib.redirect_stdout(sys.stderr):
         outcome = run_ranked(executor, SHARDS, name="data-prepare", report=log, plan_path=str(plan))
@@ -72,3 +74,17 @@ def run_plan(executor: Any, plan: Path, log: Callable[[str], None] = lambda line
             + f" (logs: {outcome.job_dir}). Finished shards keep their receipts: run the same command again "
             "to do only the rest."
         )
+
+
+def unmounted_plan_paths(executor: Any, plan: Path) -> list[Any]:
+    """A warning (field, value, the mount to add) for each path the ranks read or write that the executor's
+    container does not mount: the inputs, the tokenizer and --out (see executors/slurm_executor/mounts.py)."""
+    from nemo_recipes.data.shard_plan import read_plan
+    from nemo_recipes.executors.slurm_executor.mounts import unmounted
+
+    planned = read_plan(plan)
+    if planned is None:
+        return []
+    paths = [("inputs", str(i["path"])) for source in planned.sources for i in source["inputs"]]
+    paths += [("tokenizer_path", planned.tokenizer.path), ("out", planned.out)]
+    return unmounted(executor, paths)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+from typing import Any, Optional
 
 from nemo_recipes.catalog import get_recipe, plain_name_problems
 from nemo_recipes.cli import _output
 from nemo_recipes.cli._recipe_config import build_partial, load, quiet_stdout, serialize
 from nemo_recipes.cli.verbs import VERBS
-from nemo_recipes.errors import InvalidInputError, Problem, raise_if_any
+from nemo_recipes.errors import WARNING, InvalidInputError, Problem, raise_if_any
 from nemo_recipes.overrides import apply_overrides
 
 HELP = VERBS["export"].help
@@ -70,6 +70,40 @@ def _loads_back_equal(text: str, fmt: str, partial: Any) -> bool:
             return False
 
 
+def relative_paths(spec: Any, log_dir: Optional[str]) -> list[Problem]:
+    """A warning for each relative path the exported configuration carries: NeMo-Run writes it as given, and the job
+    reads it against its own working directory (a Slurm job's experiment directory, a pod's image), where it names
+    another file or none. `launch` makes them absolute; an export is run elsewhere."""
+    from nemo_recipes.plan.data import job_paths
+
+    found = job_paths(spec) + ([("dir", log_dir)] if log_dir else [])
+    return [
+        Problem(
+            field,
+            path,
+            "is relative: the configuration keeps it as given, and a job reads it from its own working directory (a "
+            "Slurm job's experiment directory, a pod's image), where it names another file or none.",
+            f"give it as an absolute path ({'--dir' if field == 'dir' else field}={os.path.abspath(path)}).",
+            WARNING,
+        )
+        for field, path in found
+        if not os.path.isabs(os.path.expanduser(path))
+    ]
+
+
+def _unwritable(output: str, why: str) -> Problem:
+    return Problem("output", output, f"cannot be written ({why}).", "give -o a file in a directory you can write.")
+
+
+def _refuse_unwritable(output: Optional[str]) -> None:
+    """An -o that cannot be written, refused before NeMo is imported (seconds): its directory missing or not one."""
+    if output is None:
+        return
+    folder = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(folder):
+        raise InvalidInputError([_unwritable(output, f"{folder} is not a directory")], context="export")
+
+
 def run(args: argparse.Namespace) -> int:
     fmt = args.format
     if args.output:
@@ -104,6 +138,9 @@ def run(args: argparse.Namespace) -> int:
     if args.name is not None:
         raise_if_any(plain_name_problems("name", args.name), context="export")
     spec, overrides = apply_overrides(get_recipe(args.recipe), args.overrides)
+    _refuse_unwritable(args.output)
+    for problem in relative_paths(spec, args.dir):
+        print(f"{_output.PROG} export: {problem}", file=sys.stderr)
     partial = build_partial(spec, name=args.name, dir=args.dir)
     with quiet_stdout():
         text = serialize(partial, fmt)
@@ -124,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
             with open(args.output, "w") as handle:
                 handle.write(text)
         except OSError as error:
-            raise _output.CLIError(f"cannot write {args.output}: {error.strerror or error}") from None
+            problem = _unwritable(args.output, error.strerror or str(error))
+            raise InvalidInputError([problem], context="export") from None
     if args.json:
         payload = {
             "recipe": spec.name,

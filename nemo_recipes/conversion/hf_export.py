@@ -19,7 +19,7 @@ from typing import Any, Callable, Iterator, Optional
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.conversion.megatron_checkpoint import MegatronCheckpoint
 from nemo_recipes.conversion.safetensors_writer import Planned, StreamingFile, plan_files
-from nemo_recipes.conversion.write_errors import unwritable
+from nemo_recipes.conversion.write_errors import staged, unwritable
 from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.families import Architecture, family_of, get_family
 
@@ -136,9 +136,8 @@ def export_hf(
         raise InvalidConfigError(problems, context=f"hf export {checkpoint}: nothing written")
     tokenizer, notes = _tokenizer(spec)
     say = progress or (lambda _line: None)
-    stage = target.parent / f".{target.name}.partial-{os.getpid()}"
+    stage = staged(target, context="hf export")
     try:
-        stage.mkdir(parents=True)
         arch = Architecture.of(spec)
         files, parameters, dtype = _write_weights(ckpt, arch, mapping, spec.vocab_size, stage, shard_bytes, say)
         _write_config(mapping, spec, tokenizer, dtype, stage)

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -23,8 +22,8 @@ from nemo_recipes.conversion.checkpoint_writer import Chunk, save_streaming
 from nemo_recipes.conversion.hf_config import layout_problems, read_config, shape_of
 from nemo_recipes.conversion.hf_export import _out_problems, _replace
 from nemo_recipes.conversion.megatron_checkpoint import GLOBAL_KEYS, LAYER_KEYS, PREFIX
-from nemo_recipes.conversion.safetensors_files import Entry, HeaderError, read_header, read_tensor
-from nemo_recipes.conversion.write_errors import unwritable, write_failure
+from nemo_recipes.conversion.safetensors_files import Entry, HeaderError, Lie, read_header, read_tensor
+from nemo_recipes.conversion.write_errors import staged, unwritable, write_failure
 from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem
 from nemo_recipes.families import Architecture, family_of, get_family
 
@@ -80,9 +79,22 @@ class HFWeights:
     """The safetensors of a Hugging Face directory: their headers read, each tensor read when asked for."""
 
     def __init__(self, hf_dir: str):
+        """HeaderError with the lies of every file, a tensor given by two files among them."""
         self.where: dict[str, Entry] = {}
+        lies: list[Lie] = []
         for file in sorted(Path(hf_dir).glob("*.safetensors")):
-            self.where.update(read_header(file))
+            try:
+                entries = read_header(file)
+            except HeaderError as error:
+                lies += [replace(lie, why=f"in {file.name}, {lie.why}") for lie in error.lies]
+                continue
+            for key, entry in entries.items():
+                if key in self.where:
+                    files = [self.where[key].file.name, file.name]
+                    lies.append(Lie(key, files, "is in two files: which of them is the model's is not said"))
+                self.where[key] = entry
+        if lies:
+            raise HeaderError(Path(hf_dir), lies)
 
     def shape(self, key: str) -> tuple[int, ...]:
         return self.where[key].shape
@@ -145,6 +157,20 @@ def _tensor_problems(weights: HFWeights, expected: Mapping[str, tuple[int, ...]]
     return problems
 
 
+def _header_problems(hf_dir: str, error: HeaderError) -> list[Problem]:
+    """A Problem per lie of the safetensors' headers: the tensor and its entry, or the directory and the file."""
+    fix = (
+        "save the model again (save_pretrained, or safetensors' save_file, writes a header that matches its data); "
+        "a header edited by hand or a file copied in part cannot be converted."
+    )
+    return [
+        Problem(lie.tensor, lie.value, f"{lie.why}.", fix)
+        if lie.tensor is not None
+        else Problem("HF_DIR", hf_dir, f"has weights that cannot be read: {lie.why}.", fix)
+        for lie in error.lies
+    ]
+
+
 def _normalise_gpt2_keys(weights: HFWeights) -> None:
     """The GPT-2 checkpoints on the Hub name their tensors without the `transformer.` prefix."""
     for key in list(weights.where):
@@ -170,17 +196,16 @@ def import_hf(
     try:
         weights = HFWeights(hf_dir)
     except HeaderError as error:
-        problem = Problem("HF_DIR", hf_dir, f"has weights that cannot be read: {error}.", "save the model again.")
-        raise InvalidConfigError([problem], context=f"hf import {hf_dir}: nothing written") from None
+        problems = _header_problems(hf_dir, error)
+        raise InvalidConfigError(problems, context=f"hf import {hf_dir}: nothing written") from None
     if mapping.model_type == "gpt2":
         _normalise_gpt2_keys(weights)
     target = Path(out)
     problems = _out_problems(target, force, "importing") + _tensor_problems(weights, _expected(arch, mapping), hf_dir)
     if problems:
         raise InvalidConfigError(problems, context=f"hf import {hf_dir}: nothing written")
-    stage = target.parent / f".{target.name}.partial-{os.getpid()}"
+    stage = staged(target, context="hf import")
     try:
-        stage.mkdir(parents=True)
         parameters = _write_checkpoint(weights, arch, mapping, stage / "weights", _params_dtype(shaped))
         record = {"source": str(Path(hf_dir).resolve()), "recipe": spec.name, "overrides": changed}
         (stage / RECORD).write_text(json.dumps(record, indent=2), encoding="utf-8")

@@ -7,6 +7,7 @@ with no room or no write permission is the user's to fix (exit 2, field, value a
 from __future__ import annotations
 
 import errno
+import os
 import shlex
 from pathlib import Path
 from typing import Optional
@@ -60,3 +61,23 @@ def unwritable(target: Path, error: OSError, context: str) -> Exception:
         )
         return InvalidInputError([problem], context=context)
     return ExportWriteError(f"cannot write {target}: {why}; nothing was written there.")
+
+
+def staged(target: Path, context: str) -> Path:
+    """The directory beside `target` (an --out) that the output is written into and then renamed, made. An --out
+    where no directory can be made (under /proc, below a file, on a read-only disk) is the user's to fix, as a full
+    one is: exit 2 with the field, whatever the system's reason (/proc answers ENOENT)."""
+    stage = target.parent / f".{target.name}.partial-{os.getpid()}"
+    try:
+        stage.mkdir(parents=True)
+    except OSError as error:
+        if error.errno in NO_ROOM_ERRNOS or error.errno in READ_ONLY_ERRNOS:
+            raise unwritable(target, error, context) from None
+        problem = Problem(
+            "--out",
+            str(target),
+            f"cannot be made: creating {stage} failed ({error.strerror or error}); nothing was written.",
+            "give --out a new directory's path on a disk you can write (not under /proc or /sys, nor below a file).",
+        )
+        raise InvalidInputError([problem], context=context) from None
+    return stage

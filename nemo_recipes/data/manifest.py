@@ -20,6 +20,8 @@ from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.yaml_files import fsync_directory, umask, write_atomic  # noqa: F401
 
 MANIFEST_SUFFIX = ".manifest.json"
+#: What a dataset's files add to its prefix: a prefix (or a source's NAME) ending in one of them names a file.
+PREFIX_SUFFIXES = (".bin", ".idx", MANIFEST_SUFFIX)
 FORMAT = "nemo-recipes-dataset/1"
 
 #: The field every error about a prefix names: the recipe field that carries prefixes.
@@ -120,7 +122,7 @@ def check_prefix(prefix: str | Path) -> Path:
     text = str(prefix)
     if "\x00" in text:
         raise _problem(prefix, "holds a NUL character, which no file name can.", "give the PREFIX without it.")
-    for suffix in (".bin", ".idx", MANIFEST_SUFFIX):
+    for suffix in PREFIX_SUFFIXES:
         if text.endswith(suffix):
             raise _problem(
                 prefix,
@@ -207,25 +209,32 @@ def check_files(prefix: str | Path, manifest: Manifest) -> None:
     ends. InvalidConfigError naming the first difference: a `.bin` cut short or grown, an `.idx` of another dataset.
     `data inspect` reads the whole index and every token."""
     head = _read_head(prefix)
+    ends = _last_end(head)
     said = (manifest.dtype, manifest.documents, manifest.documents + 1, manifest.tokens * head.itemsize)
     found = (head.dtype, head.sequences, head.documents, head.bin_size)
-    if said == found and head.sequences:
-        with open(head.idx, "rb") as stream:
-            stream.seek(_IDX_HEAD.size + 4 * (head.sequences - 1))
-            (last_length,) = struct.unpack("<i", stream.read(4))
-            stream.seek(_IDX_HEAD.size + 4 * head.sequences + 8 * (head.sequences - 1))
-            (last_pointer,) = struct.unpack("<q", stream.read(8))
-        found = (*found[:3], last_pointer + last_length * head.itemsize)
-    if said != found:
+    if said != found or ends != head.bin_size:
         raise _problem(
             prefix,
             f"the files are not the ones its manifest describes: the manifest says {manifest.documents} documents of "
             f"{manifest.tokens} {manifest.dtype} tokens ({said[3]} bytes of .bin); {head.idx.name} says "
-            f"{head.sequences} sequences of {head.dtype} ending at byte {found[3]}, and {head.bin.name} has "
+            f"{head.sequences} sequences of {head.dtype} ending at byte {ends}, and {head.bin.name} has "
             f"{head.bin_size} bytes: cut short, grown, or replaced by another dataset's after it was written.",
             "prepare the data again with `nemo-recipes data prepare` (into a new --out, or after removing these "
             "files), and do not edit a prepared dataset in place.",
         )
+
+
+def _last_end(head: "_Head") -> int:
+    """Where the `.idx` says its last sequence ends in the `.bin` (bytes): its pointer plus its length; 0 without
+    sequences. Two reads, whatever the size (the header's counts are checked against the file's size already)."""
+    if not head.sequences:
+        return 0
+    with open(head.idx, "rb") as stream:
+        stream.seek(_IDX_HEAD.size + 4 * (head.sequences - 1))
+        (last_length,) = struct.unpack("<i", stream.read(4))
+        stream.seek(_IDX_HEAD.size + 4 * head.sequences + 8 * (head.sequences - 1))
+        (last_pointer,) = struct.unpack("<q", stream.read(8))
+    return last_pointer + last_length * head.itemsize
 
 
 _AGAIN = "prepare the data again with `nemo-recipes data prepare` (it resumes and rewrites what is incomplete)."

@@ -158,28 +158,47 @@ def _ours(path: Path, out: Path) -> bool:
     )
 
 
+def _prepared_dir(path: Path) -> Optional[Path]:
+    """The output directory of an earlier `data prepare` (one that holds a manifest or a work directory) of which
+    `path` is one of the files it wrote, or None."""
+    for directory in path.parents:
+        if _ours(path, directory) and (
+            (directory / shard_plan.WORK_DIR).is_dir() or any(directory.glob(f"*{MANIFEST_SUFFIX}"))
+        ):
+            return directory
+    return None
+
+
 def _without_outputs(srcs: list[sources.Source], out: Path, log: Log) -> list[sources.Source]:
-    """The sources less what an earlier run wrote to `out` (an --out inside an input directory): read as input, the
-    plan, receipts and manifests change the plan at every run, which then never ends."""
+    """The sources less what a prepare wrote: this one's in `out` (an --out inside an input directory: read as
+    input, the plan, receipts and manifests change the plan at every run, which then never ends), and another's
+    among the inputs (its manifests and trained tokenizer are JSON, not text to train on)."""
     result = []
     problems = []
     for source in srcs:
-        files = tuple(f for f in source.files if not _ours(Path(f.path), out))
-        if len(files) < len(source.files):
-            log(
-                f"note: {source.argument}: {len(source.files) - len(files)} file(s) that data prepare wrote in "
-                f"{out} left out"
-            )
+        files = []
+        left: dict[Path, int] = {}
+        for file in source.files:
+            path = Path(file.path)
+            written = out if _ours(path, out) else _prepared_dir(path)
+            if written is None:
+                files.append(file)
+            else:
+                left[written] = left.get(written, 0) + 1
+        for directory, count in left.items():
+            whose = "" if directory == out else " (another prepare's output: its manifests and tokenizer)"
+            log(f"note: {source.argument}: {count} file(s) that data prepare wrote in {directory} left out{whose}")
         if not files:
+            places = ", ".join(str(d) for d in left)
             problems.append(
                 Problem(
                     "inputs",
                     source.argument,
-                    f"holds only what data prepare wrote in {out}.",
+                    f"holds only what data prepare wrote in {places}.",
                     "give the input files, or an --out outside the inputs.",
                 )
             )
-        result.append(dataclasses.replace(source, files=files))
+        result.append(dataclasses.replace(source, files=tuple(files)))
     if problems:
         raise InvalidDataError(problems, context="data prepare")
     return result

@@ -8,7 +8,7 @@ guard, train/validation split or worker split could cut; one line per document w
 mid-thought. Paragraphs are how plain-text corpora (Project Gutenberg, Shakespeare) mark their units, and a shard
 boundary can always fall between two of them.
 
-Standard library only (zstandard inside the function that opens a .zst file).
+Standard library only (zstandard inside the function that opens a .zst file), and `manifest`'s names.
 """
 
 from __future__ import annotations
@@ -17,12 +17,14 @@ import glob
 import gzip
 import io
 import json
+import os
 import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator, Optional
 
+from nemo_recipes.data.manifest import MANIFEST_SUFFIX, PREFIX_SUFFIXES
 from nemo_recipes.errors import InvalidInputError, Problem, did_you_mean
 
 JSONL = "jsonl"
@@ -112,6 +114,17 @@ def _kind(path: Path) -> str:
     return "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
 
 
+def _visible_files(directory: Path) -> list[Path]:
+    """The files under `directory`, recursively, in sorted order, less hidden ones and everything in a hidden
+    directory (.git, .cache, a `data prepare`'s work directory): not text the user means as the directory's, as a
+    hidden file is not. Hidden directories are not even walked (a .git of many objects)."""
+    found = []
+    for root, directories, names in os.walk(directory):
+        directories[:] = [d for d in directories if not d.startswith(".")]
+        found += [Path(root, name) for name in names if not name.startswith(".")]
+    return sorted(p for p in found if p.is_file())
+
+
 def resolve(arguments: list[str]) -> list[Source]:
     """Sources of the INPUT arguments: a file is a source; a directory (its files, recursively) or a glob is one
     source of its files in sorted order. `NAME=INPUT` names the source; otherwise the input's stem does
@@ -136,7 +149,7 @@ def resolve(arguments: list[str]) -> list[Source]:
             problems.append(Problem("inputs", given, f"the system refuses to look it up: {kind}.", "check the path."))
             continue
         elif kind == "dir":
-            matched = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+            matched = _visible_files(path)
             default_name = path.absolute().name
         elif kind == "file":
             matched = [path]
@@ -164,6 +177,18 @@ def resolve(arguments: list[str]) -> list[Source]:
                     argument,
                     f"the source's name {name!r} cannot be a prefix (letters, digits, '.', '_', '-').",
                     "name it: NAME=INPUT, e.g. wiki=data/wiki/",
+                )
+            )
+            continue
+        suffix = next((s for s in PREFIX_SUFFIXES if name.endswith(s)), None)
+        if suffix is not None:
+            problems.append(
+                Problem(
+                    "inputs",
+                    argument,
+                    f"the source's name {name!r} ends in {suffix!r}, which the dataset's files add to it: it would "
+                    f"be written as {name}.bin, {name}.idx and {name}{MANIFEST_SUFFIX}, a prefix no recipe can name.",
+                    f"name it without the suffix: {name[: -len(suffix)] or 'NAME'}={given}",
                 )
             )
             continue
@@ -365,6 +390,10 @@ def jsonl_documents(
                 problem = ("key", key, f"the record {missing}.", _KEY_FIX)
             elif not isinstance(text, str):
                 problem = ("key", key, f"the record's {key!r} is {type(text).__name__}, not a string.", _KEY_FIX)
+            elif not text.isascii() and (surrogate := _SURROGATE.search(text)):
+                at = f"U+{ord(surrogate.group()):04X} at character {surrogate.start() + 1} of the text"
+                why = f"holds a lone surrogate ({at}): not a character, no tokenizer encodes it."
+                problem = ("inputs", None, why, f"write the character it stood for, or drop the line, {_SKIP}")
             elif len(text) > limit:
                 chars = f"{len(text):,} characters, more than --max-document-chars {limit:,}"
                 problem = ("max_document_chars", limit, f"the document has {chars}.", _LONG_FIX)
@@ -380,6 +409,10 @@ def jsonl_documents(
         raise bad(field, where if value is None else value, f"{where}: line {number} {why}", fix)
 
 
+#: A UTF-16 surrogate alone in a decoded text: JSON's escapes may write one ("\\ud800"), and json.loads passes one
+#: written as bytes ("\xed\xa0\x80", decoded with surrogatepass); valid JSON, but no Unicode character, so no
+#: tokenizer (nor UTF-8) takes it. A pair of escapes is decoded to the one character it stands for.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _SKIP = "or pass --skip-bad-lines to skip such lines and count them"
 _KEY_FIX = f"name the text's field with --key (a dotted path for nested fields: --key meta.text), {_SKIP}."
 _LONG_FIX = f"raise --max-document-chars if documents that long are intended, {_SKIP}."

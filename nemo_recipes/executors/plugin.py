@@ -34,6 +34,10 @@ class ConfigNotSharedWarning(UserWarning):
     """A TrainJob's pods would not find the config file NeMo-Run writes on the submitting machine."""
 
 
+class DataNotMountedWarning(UserWarning):
+    """A Slurm job's container would not see a data path: no container mount covers it."""
+
+
 @dataclass(kw_only=True)
 class RecipePlugin(run.Plugin):
     """Sets the trainer's `num_nodes`/`devices` from the executor, validates the recipe on that hardware, and sets
@@ -72,6 +76,8 @@ class RecipePlugin(run.Plugin):
             if unresolved:  # reported above; the rest is checked as an equal blend, not reported twice
                 spec = spec.replace(data_epochs=())
             _set_data_paths(task, spec)
+            if isinstance(executor, run.SlurmExecutor):
+                _warn_if_not_mounted(executor, spec)
             if self.validate:
                 # The data files, before any GPU hour: prefixes that exist, ids that fit the tokenizer, the
                 # tokenizer that wrote them; and the plan with the tokenizer's vocabulary.
@@ -199,6 +205,16 @@ def _set_data_paths(task: run.Partial, spec: Any) -> None:
         for name in ("model_path", "pretrained_model_name"):
             if getattr(tokenizer, name, None):
                 setattr(tokenizer, name, spec.tokenizer_path)
+
+
+def _warn_if_not_mounted(executor: run.SlurmExecutor, spec: Any) -> None:
+    """A warning (field, value, fix) for each path the job reads that its container does not mount. Warned, not
+    refused, for the same reason as `_warn_if_config_unreadable`, and because the image may hold the path."""
+    from nemo_recipes.executors.slurm_executor.mounts import unmounted
+    from nemo_recipes.plan.data import job_paths
+
+    for problem in unmounted(executor, job_paths(spec)):
+        warnings.warn(str(problem), DataNotMountedWarning, stacklevel=3)
 
 
 def _warn_if_config_unreadable(executor: run.KubeflowExecutor) -> None:

@@ -217,6 +217,17 @@ def resolved_paths(spec: RecipeSpec) -> RecipeSpec:
     return spec.replace(data_paths=paths, tokenizer_path=tokenizer)
 
 
+def job_paths(spec: RecipeSpec) -> list[tuple[str, str]]:
+    """(field, path) of every file or prefix a job of `spec` reads: its data prefixes, tokenizer and the checkpoint
+    it starts from, as the spec holds them."""
+    found = [("data_paths", str(p)) for p in spec.data_paths if str(p).strip()]
+    for name in ("tokenizer_path", "restore_from"):
+        value = getattr(spec, name)
+        if value is not None and str(value).strip():
+            found.append((name, str(value)))
+    return found
+
+
 def checked_data(spec: RecipeSpec, *, vocab_given: bool = False, context: str = "") -> tuple[RecipeSpec, DataReport]:
     """`read_data`, raising one InvalidInputError (errors and warnings) when any error is found."""
     spec, report = read_data(spec, vocab_given=vocab_given)
