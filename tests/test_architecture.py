@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "nemo_recipes"
 
 #: Each unit (a top-level module or sub-package) and what it may import, lowest layer first. ARCHITECTURE.md holds
 #: the same table with the reasons.
-CORE = {"errors", "credentials", "counts", "yaml_files", "quiet", "text_table", "frozen_dataclass"}
+CORE = {"errors", "credentials", "counts", "yaml_files", "quiet", "text_table", "frozen_dataclass", "user_paths"}
 ALLOWED: dict[str, set[str]] = {
     "_version": set(),
     "credentials": set(),
@@ -22,7 +22,8 @@ ALLOWED: dict[str, set[str]] = {
     "text_table": set(),
     "frozen_dataclass": set(),
     "errors": {"credentials", "frozen_dataclass"},
-    "yaml_files": {"errors", "credentials"},
+    "user_paths": {"errors"},
+    "yaml_files": {"errors", "credentials", "user_paths"},
     "families": CORE,
     # A blend by budget: the catalog's checks need no file; epochs read the sources' manifests (data.manifest,
     # standard library only), where plan and the plugin resolve them.
@@ -69,6 +70,7 @@ LIGHT = {
     "text_table",
     "errors",
     "yaml_files",
+    "user_paths",
     "families",
     "budget",
     "recipe_checks",

@@ -6,6 +6,9 @@ checkpoint); the --force case shows that the undamaged checkpoint exports, so ea
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -105,6 +108,7 @@ def test_export_into_a_directory_that_is_not_empty_is_refused_unless_forced(made
     result = cli("hf", "export", str(ckpt), *recipe, "--out", str(out), "--force", timeout=300)
     assert result.returncode == 0, result.stderr
     assert not (out / "notes.txt").exists() and (out / "config.json").is_file()
+    assert not list(tmp_path.glob(".*.lock"))  # the lock beside --out goes with the export that held it
 
 
 def _on_a_full_disk(*args: str) -> subprocess.CompletedProcess:
@@ -149,3 +153,66 @@ def test_import_into_a_directory_that_is_not_empty_leaves_it_as_it_was(made, tmp
     error = _refused(tmp_path, "import", str(hf), "gpt_1_3b", out=out)
     assert f"--out={str(out)!r}" in error and "exists and is not empty" in error and "--force" in error
     assert [p.name for p in out.iterdir()] == ["notes.txt"]
+
+
+# --- issue 47: no input destroyed, no output lost to a second writer, no weight changed silently, no wait for ever --
+
+
+def _main(capsys, *argv: str) -> tuple[int, str]:
+    """`nemo-recipes hf ARGV` in this process (torch is imported already): (exit code, what it printed)."""
+    from nemo_recipes.cli.main import main
+
+    code = main(["hf", *argv])
+    said = capsys.readouterr()
+    return code, said.out + said.err
+
+
+def _contents(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()
+    }
+
+
+def test_an_out_that_is_contains_or_lies_inside_an_input_is_refused_and_the_input_kept(made, tmp_path, capsys):
+    hf_made, ckpt_made, recipe = made
+    hf, ckpt = tmp_path / "models" / "hf", tmp_path / "ckpt"
+    shutil.copytree(hf_made, hf)
+    shutil.copytree(ckpt_made, ckpt)
+    (tmp_path / "alias").symlink_to(ckpt)
+    before = {hf: _contents(hf), ckpt: _contents(ckpt)}
+    cases = [
+        (["export", str(ckpt), *recipe, "--out", str(ckpt)], "is the input CHECKPOINT"),
+        (["import", str(hf), "gpt_1_3b", "--out", str(hf)], "is the input HF_DIR"),
+        (["import", str(hf), "gpt_1_3b", "--out", str(hf.parent)], "contains the input HF_DIR"),
+        (["export", str(ckpt), *recipe, "--out", str(ckpt / "weights" / "hf")], "lies inside the input CHECKPOINT"),
+        (["export", str(ckpt), *recipe, "--out", str(tmp_path / "alias")], "is the input CHECKPOINT"),  # a link
+    ]
+    for args, why in cases:
+        code, error = _main(capsys, *args, "--force")
+        assert code == 2 and why in error and "Fix: give an output path outside every input" in error, error
+        assert {hf: _contents(hf), ckpt: _contents(ckpt)} == before, args
+    assert not (ckpt / "weights" / "hf").exists() and not list(tmp_path.glob("**/.*.partial-*"))
+
+
+def test_a_second_export_or_import_to_one_out_is_refused_while_the_first_writes(made, tmp_path, capsys):
+    hf, ckpt, recipe = made
+    out = tmp_path / "out"
+    with open(tmp_path / ".out.lock", "a") as held:  # what a running export or import holds
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        for args, verb in (([str(ckpt), *recipe], "export"), ([str(hf), "gpt_1_3b"], "import")):
+            code, error = _main(capsys, verb, *args, "--out", str(out))
+            assert code == 2 and f"another `hf {verb}` is writing there now" in error, error
+    _nothing_at(out)
+
+
+def test_a_pipe_among_the_models_files_is_refused_at_once(made, tmp_path):
+    """config.json or a safetensors file that is a named pipe: refused (exit 2) within the timeout, never opened."""
+    hf, _, _ = made
+    for name in ("config.json", "model.safetensors"):
+        model = tmp_path / name
+        shutil.copytree(hf, model)
+        (model / name).unlink()
+        os.mkfifo(model / name)
+        result = cli("hf", "import", str(model), "gpt_1_3b", "--out", str(tmp_path / "out"), timeout=60)
+        assert result.returncode == 2 and "is a named pipe (FIFO), not a regular file" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr

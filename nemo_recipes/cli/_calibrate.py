@@ -14,6 +14,7 @@ from typing import Any, Optional
 from nemo_recipes.cli import _output
 from nemo_recipes.errors import InvalidConfigError, InvalidInputError, Problem
 from nemo_recipes.frozen_dataclass import fields
+from nemo_recipes.user_paths import output_problems
 
 #: Options that plan a recipe: meaningless while calibrating, so refused rather than ignored.
 _PLAN_OPTIONS = (
@@ -53,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name, None) not in (None, False, [])
     ]
     stack = args.stack or DEFAULT_STACK
+    target = args.calibration or str(default_calibration_path())
+    # The calibration written must not replace a card it is fitted on, nor be a pipe that blocks the write.
+    problems += output_problems(target, [("calibrate", card) for card in args.calibrate], "calibration")
     cases = []
     for path in dict.fromkeys(args.calibrate):
         if "\0" in path:  # no file has this name; `open` would raise ValueError, not OSError
@@ -82,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidConfigError(problems, context="plan --calibrate")
 
     calibration, held_out = calibrate(cases, stack=stack)
-    path = args.calibration or str(default_calibration_path())
+    path = target
     try:
         written = write_calibration(path, calibration)
     except (OSError, ValueError) as error:  # ValueError: a NUL byte in the path

@@ -18,6 +18,7 @@ from nemo_recipes.cli._recipe_config import build_partial, load, quiet_stdout, s
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidInputError, Problem, raise_if_any
 from nemo_recipes.overrides import apply_overrides
+from nemo_recipes.user_paths import output_problems
 
 HELP = VERBS["export"].help
 EXAMPLES = """\
@@ -104,6 +105,8 @@ def run(args: argparse.Namespace) -> int:
     if args.name is not None:
         raise_if_any(plain_name_problems("name", args.name), context="export")
     spec, overrides = apply_overrides(get_recipe(args.recipe), args.overrides)
+    if args.output:  # a pipe would block the write; the recipe's own files are not overwritten
+        raise_if_any(output_problems(args.output, spec.input_paths, "output"), context="export")
     partial = build_partial(spec, name=args.name, dir=args.dir)
     with quiet_stdout():
         text = serialize(partial, fmt)

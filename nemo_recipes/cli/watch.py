@@ -8,12 +8,13 @@ import argparse
 import datetime
 import os
 import sys
-from typing import Any
+from typing import Any, Iterable
 
 from nemo_recipes.cli import _output
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.plan.stack import DEFAULT_STACK, STACK_CHOICES
+from nemo_recipes.user_paths import not_regular, output_problems
 
 HELP = VERBS["watch"].help
 EXAMPLES = """\
@@ -153,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
     skip = _skip_first(args.skip_first)
     _check_follow(args)
     _check_card_path(args.card, args.overwrite)
+    _check_outputs(args, [])  # before a run is followed for hours; its logs are known once it is read
     followed = None
     job = job_of(args.target)
     if args.follow:
@@ -161,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
         found = read_run(str(job.stdout) if job else args.target)
         result = figures(found.lines, found.spec, skip)
     code = _output.EXIT_OK if followed is None or followed["state"] == "finished" else 1
+    _check_outputs(args, found.logs)
     compared = _against_plan(args.gpu, result, found, args.stack)
     card = _write_card(args.card, found, result, compared, args.stack or DEFAULT_STACK) if args.card else None
     plot = _plot(args.plot, found, result, compared) if args.plot else None
@@ -246,11 +249,22 @@ def _check_card_path(path: "str | None", overwrite: bool) -> None:
             ],
             context="watch",
         )
-    if os.path.isdir(path):
-        raise InvalidConfigError(
-            [Problem("--card", path, "is a directory.", "give the path of a file, e.g. cards/run1.yaml.")],
-            context="watch",
-        )
+    problem = not_regular(path, "--card", "give the path of a file, e.g. cards/run1.yaml.", output=True)
+    if problem is not None:  # a directory, or a pipe that would block the write
+        raise InvalidConfigError([problem], context="watch")
+
+
+def _check_outputs(args: argparse.Namespace, logs: Iterable[Any]) -> None:
+    """--card and --plot: regular files (or new), and none of them one of the run's logs."""
+    inputs = [("run", str(log)) for log in logs]
+    problems = [
+        p
+        for field, path in (("--card", args.card), ("--plot", args.plot))
+        if path is not None
+        for p in output_problems(path, inputs, field)
+    ]
+    if problems:
+        raise InvalidConfigError(problems, context="watch")
 
 
 def _write_card(path: str, found: Any, result: Any, compared: "dict | None", stack: str) -> str:

@@ -9,6 +9,7 @@ failure (a full disk, a signal) leaves no half-written model where one is expect
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ from nemo_recipes.conversion.safetensors_writer import Planned, StreamingFile, p
 from nemo_recipes.conversion.write_errors import unwritable
 from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.families import Architecture, family_of, get_family
+from nemo_recipes.user_paths import exclusive, output_problems
 
 #: Above this many bytes the weights are split into several safetensors files (transformers' own default size).
 DEFAULT_SHARD_BYTES = 5 * 10**9
@@ -59,9 +61,12 @@ def spec_of_run(checkpoint: str) -> Optional[RecipeSpec]:
     return None
 
 
-def _out_problems(out: Path, force: bool, doing: str = "exporting") -> list[Problem]:
-    if out.exists() and not out.is_dir():
-        return [Problem("--out", str(out), "exists and is not a directory.", "give a new directory's path.")]
+def _out_problems(out: Path, force: bool, inputs: list[tuple[str, Any]], doing: str = "exporting") -> list[Problem]:
+    """--out checked before anything is written: a directory (or nothing yet), no input in it, around it or it,
+    empty unless --force."""
+    problems = output_problems(out, inputs, "--out", directory=True)
+    if problems:
+        return problems
     if out.is_dir() and any(out.iterdir()) and not force:
         return [
             Problem(
@@ -128,12 +133,52 @@ def export_hf(
     if spec is not None and mapping is not None:
         problems += mapping.problems(spec)
     target = Path(out)
-    problems += _out_problems(target, force)
+    inputs = [("CHECKPOINT", checkpoint), *(spec.input_paths if spec is not None else [])]
     ckpt = MegatronCheckpoint.open(checkpoint)
-    if spec is not None:
-        problems += ckpt.shape_problems(Architecture.of(spec))
-    if problems or spec is None or mapping is None:  # (a missing spec is among the problems)
-        raise InvalidConfigError(problems, context=f"hf export {checkpoint}: nothing written")
+    shape = ckpt.shape_problems(Architecture.of(spec)) if spec is not None else []
+    with writing(target, "hf export"):
+        problems += _out_problems(target, force, [*inputs, ("CHECKPOINT", str(ckpt.path))]) + shape
+        if problems or spec is None or mapping is None:  # (a missing spec is among the problems)
+            raise InvalidConfigError(problems, context=f"hf export {checkpoint}: nothing written")
+        return _export(ckpt, spec, mapping, target, shard_bytes, progress)
+
+
+@contextlib.contextmanager
+def writing(target: Path, verb: str) -> Iterator[None]:
+    """One `verb` at a time into `target`: a second one, started while the first writes, is refused at once
+    (exit 2) instead of both renaming into place and one model being lost. The lock is a hidden file beside
+    `target`, which is renamed into place at the end and so cannot hold it."""
+
+    def refusal() -> Exception:
+        return InvalidConfigError(
+            [
+                Problem(
+                    "--out",
+                    str(target),
+                    f"another `{verb}` is writing there now.",
+                    "wait for it to finish, or choose another --out.",
+                )
+            ],
+            context=f"{verb}: nothing written",
+        )
+
+    with contextlib.ExitStack() as stack:
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(exclusive(target.parent / f".{target.name}.lock", refusal, remove=True))
+        except OSError as error:
+            raise unwritable(target, error, context=verb) from None
+        yield
+
+
+def _export(
+    ckpt: MegatronCheckpoint,
+    spec: RecipeSpec,
+    mapping: Any,
+    target: Path,
+    shard_bytes: int,
+    progress: Optional[Callable[[str], None]],
+) -> ExportReport:
     tokenizer, notes = _tokenizer(spec)
     say = progress or (lambda _line: None)
     stage = target.parent / f".{target.name}.partial-{os.getpid()}"

@@ -21,12 +21,13 @@ from typing import Any, Mapping, Optional
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.conversion.checkpoint_writer import Chunk, save_streaming
 from nemo_recipes.conversion.hf_config import layout_problems, read_config, shape_of
-from nemo_recipes.conversion.hf_export import _out_problems, _replace
+from nemo_recipes.conversion.hf_export import _out_problems, _replace, writing
 from nemo_recipes.conversion.megatron_checkpoint import GLOBAL_KEYS, LAYER_KEYS, PREFIX
 from nemo_recipes.conversion.safetensors_files import Entry, HeaderError, read_header, read_tensor
 from nemo_recipes.conversion.write_errors import unwritable, write_failure
 from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem
 from nemo_recipes.families import Architecture, family_of, get_family
+from nemo_recipes.user_paths import not_regular
 
 RECORD = "hf_import.json"  # beside weights/: where the checkpoint came from and the recipe fields it sets
 #: Linear layers whose (empty) extra state Megatron saves per layer; its loader expects each of them.
@@ -82,6 +83,9 @@ class HFWeights:
     def __init__(self, hf_dir: str):
         self.where: dict[str, Entry] = {}
         for file in sorted(Path(hf_dir).glob("*.safetensors")):
+            problem = not_regular(file, "HF_DIR", "save the model with save_pretrained(DIR).")
+            if problem is not None:  # a pipe or a device: opening it would wait for ever
+                raise HeaderError(f"{file} {problem.message.removesuffix('.')}")
             self.where.update(read_header(file))
 
     def shape(self, key: str) -> tuple[int, ...]:
@@ -175,9 +179,25 @@ def import_hf(
     if mapping.model_type == "gpt2":
         _normalise_gpt2_keys(weights)
     target = Path(out)
-    problems = _out_problems(target, force, "importing") + _tensor_problems(weights, _expected(arch, mapping), hf_dir)
-    if problems:
-        raise InvalidConfigError(problems, context=f"hf import {hf_dir}: nothing written")
+    problems = _tensor_problems(weights, _expected(arch, mapping), hf_dir)
+    with writing(target, "hf import"):
+        problems = _out_problems(target, force, [("HF_DIR", hf_dir)], "importing") + problems
+        if problems:
+            raise InvalidConfigError(problems, context=f"hf import {hf_dir}: nothing written")
+        return _import(weights, hf_dir, spec, shaped, changed, arch, mapping, target, given)
+
+
+def _import(
+    weights: HFWeights,
+    hf_dir: str,
+    spec: RecipeSpec,
+    shaped: RecipeSpec,
+    changed: dict[str, Any],
+    arch: Architecture,
+    mapping: Any,
+    target: Path,
+    given: Optional[Mapping[str, Any]],
+) -> ImportReport:
     stage = target.parent / f".{target.name}.partial-{os.getpid()}"
     try:
         stage.mkdir(parents=True)
