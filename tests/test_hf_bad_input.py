@@ -205,6 +205,36 @@ def test_a_second_export_or_import_to_one_out_is_refused_while_the_first_writes(
     _nothing_at(out)
 
 
+def test_an_import_records_its_recipe_and_tokenizer_and_says_what_it_rounds(tmp_path, capsys):
+    """An FP32 model with a tokenizer: the import says it stores the weights as bf16, and its export back needs no
+    --recipe and keeps the tokenizer. A tensor with an infinity (a new member of "non-finite weights") is refused."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from nemo_recipes.data import tokenizers
+
+    torch.manual_seed(0)
+    model = tmp_path / "fp32"
+    GPT2LMHeadModel(GPT2Config(**GPT2)).save_pretrained(model)  # float32, transformers' default
+    trained = tokenizers.train([f"line {i}: the quick brown fox" for i in range(200)], tmp_path / "tok", vocab_size=300)
+    for file in trained.iterdir():
+        shutil.copy(file, model / file.name)
+    code, said = _main(capsys, "import", str(model), "gpt_1_3b", "--out", str(tmp_path / "ckpt"))
+    assert code == 0 and "the model's weights are float32; stored as bfloat16" in said, said
+    code, error = _main(capsys, "export", str(tmp_path / "ckpt"), "--out", str(tmp_path / "back"))
+    assert code == 0, error
+    assert (tmp_path / "back" / "tokenizer.json").is_file()
+
+    tensors = load_file(str(model / "model.safetensors"))
+    tensors["transformer.h.1.mlp.c_fc.weight"][0, 0] = float("inf")
+    save_file(tensors, str(model / "model.safetensors"), metadata={"format": "pt"})
+    code, error = _main(capsys, "import", str(model), "gpt_1_3b", "--out", str(tmp_path / "bad"))
+    assert code == 2 and "transformer.h.1.mlp.c_fc.weight" in error and "NaN or infinite" in error, error
+    _nothing_at(tmp_path / "bad")
+    assert not list(tmp_path.glob(".*.partial-*"))
+
+
 def test_a_pipe_among_the_models_files_is_refused_at_once(made, tmp_path):
     """config.json or a safetensors file that is a named pipe: refused (exit 2) within the timeout, never opened."""
     hf, _, _ = made

@@ -27,7 +27,8 @@ from nemo_recipes.user_paths import exclusive, output_problems
 
 #: Above this many bytes the weights are split into several safetensors files (transformers' own default size).
 DEFAULT_SHARD_BYTES = 5 * 10**9
-RUN_RECORDS = ("train.json", "resume.json")  # what a `smoke --dir` run writes: the spec it trained
+IMPORT_RECORD = "hf_import.json"  # what `hf import` writes beside the checkpoint: the spec, as a smoke run does
+RUN_RECORDS = ("train.json", "resume.json", IMPORT_RECORD)  # what a `smoke --dir` run writes: the spec it trained
 
 
 @dataclass
@@ -125,7 +126,7 @@ def export_hf(
             Problem(
                 "--recipe",
                 None,
-                "the checkpoint's recipe is not recorded beside it (only a `smoke --dir` run records it).",
+                "the checkpoint's recipe is not recorded beside it (a `smoke --dir` run and `hf import` record it).",
                 "name the recipe and the overrides it trained with: hf export CKPT --recipe gpt_1_3b key=value ...",
             )
         )
