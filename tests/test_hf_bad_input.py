@@ -192,6 +192,10 @@ def test_an_out_that_is_contains_or_lies_inside_an_input_is_refused_and_the_inpu
         assert code == 2 and why in error and "Fix: give an output path outside every input" in error, error
         assert {hf: _contents(hf), ckpt: _contents(ckpt)} == before, args
     assert not (ckpt / "weights" / "hf").exists() and not list(tmp_path.glob("**/.*.partial-*"))
+    # Another verb that writes a directory: a smoke run's --dir inside the checkpoint it starts from.
+    smoke = cli("smoke", "gpt_1_3b", *recipe[2:], f"restore_from={ckpt}", "--dir", str(ckpt / "run"), timeout=120)
+    assert smoke.returncode == 2 and "lies inside the input restore_from" in smoke.stderr, smoke.stderr
+    assert _contents(ckpt) == before[ckpt] and not (ckpt / "run").exists()
 
 
 def test_a_second_export_or_import_to_one_out_is_refused_while_the_first_writes(made, tmp_path, capsys):
