@@ -250,3 +250,31 @@ def test_a_pipe_among_the_models_files_is_refused_at_once(made, tmp_path):
         result = cli("hf", "import", str(model), "gpt_1_3b", "--out", str(tmp_path / "out"), timeout=60)
         assert result.returncode == 2 and "is a named pipe (FIFO), not a regular file" in result.stderr, result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_an_export_of_weights_holding_nan_says_which(made, tmp_path, capsys):
+    """A checkpoint whose training diverged (a NaN in layer 1's FC1, written as the import writes a checkpoint): the
+    export is the checkpoint as trained (exit 0), and says which tensors hold NaN or infinity."""
+    import torch
+
+    from nemo_recipes.catalog import get_recipe
+    from nemo_recipes.conversion import hf_import
+    from nemo_recipes.families import Architecture, family_of, get_family
+    from nemo_recipes.overrides import apply_overrides
+
+    hf, _, recipe = made
+    spec, _ = apply_overrides(get_recipe("gpt_1_3b"), recipe[2:])
+
+    class Diverged(hf_import._Converter):
+        def __call__(self, chunk):
+            tensor = super().__call__(chunk)
+            if chunk.layer == 1 and chunk.key.endswith("mlp.linear_fc1.weight"):
+                tensor = tensor.contiguous().clone()
+                tensor.view(-1)[0] = float("nan")
+            return tensor
+
+    converter = Diverged(hf_import.HFWeights(str(hf)), Architecture.of(spec), get_family(family_of(spec.name)).hf)
+    hf_import._write_checkpoint(converter, tmp_path / "ckpt" / "weights", torch.bfloat16)
+    code, said = _main(capsys, "export", str(tmp_path / "ckpt"), *recipe, "--out", str(tmp_path / "hf"))
+    assert code == 0 and "NaN or infinite weights in transformer.h.1.mlp.c_fc.weight:" in said, said
+    assert "transformer.h.0." not in said.split("NaN or infinite weights in")[1].split(":")[0]

@@ -186,7 +186,17 @@ def _export(
     try:
         stage.mkdir(parents=True)
         arch = Architecture.of(spec)
-        files, parameters, dtype = _write_weights(ckpt, arch, mapping, spec.vocab_size, stage, shard_bytes, say)
+        files, parameters, dtype, non_finite = _write_weights(
+            ckpt, arch, mapping, spec.vocab_size, stage, shard_bytes, say
+        )
+        if non_finite:
+            # Written all the same: the export is the checkpoint as trained, and a diverged run's weights are worth
+            # reading; but a model that computes NaN is never handed over without a word.
+            shown = ", ".join(non_finite[:5]) + (f" and {len(non_finite) - 5} more" if len(non_finite) > 5 else "")
+            notes.append(
+                f"NaN or infinite weights in {shown}: the model computes NaN or infinity; the training diverged "
+                "before this checkpoint (export an earlier one)."
+            )
         _write_config(mapping, spec, tokenizer, dtype, stage)
         for name in files:  # safetensors writes 0600: the weights are shared as the config is
             shutil.copymode(stage / "config.json", stage / name)
@@ -262,21 +272,27 @@ def _write_weights(
     stage: Path,
     shard_bytes: int,
     say: Callable[[str], None],
-) -> tuple[list[str], int, Any]:
+) -> tuple[list[str], int, Any, list[str]]:
     """The weights as safetensors files, each tensor written as it is converted (the headers first, from the
-    shapes): memory holds the layer being converted, not a file's worth of them."""
+    shapes): memory holds the layer being converted, not a file's worth of them; and the keys of the tensors that
+    hold NaN or infinity."""
     groups = plan_files(_planned(ckpt, arch, mapping, vocab), shard_bytes)
     if len(groups) == 1:
         names = ["model.safetensors"]
     else:
         names = [f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
+    import torch
+
     tensors = hf_tensors(ckpt, arch, mapping, vocab)
     parameters = 0
+    non_finite = []
     for name, group in zip(names, groups, strict=True):
         out = StreamingFile(stage / name, group)
         try:
             for _planned_tensor in group:
                 key, tensor = next(tensors)
+                if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                    non_finite.append(key)
                 out.write(key, tensor)
                 parameters += tensor.numel()
         finally:
@@ -285,12 +301,12 @@ def _write_weights(
         say(f"hf export: wrote {name}")
     dtype = groups[0][0].dtype
     if len(names) == 1:
-        return names, parameters, dtype
+        return names, parameters, dtype, non_finite
     weight_map = {t.key: name for name, group in zip(names, groups, strict=True) for t in group}
     total = sum((stage / name).stat().st_size for name in names)
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (stage / "model.safetensors.index.json").write_text(json.dumps(index, indent=2), encoding="utf-8")
-    return [*names, "model.safetensors.index.json"], parameters, dtype
+    return [*names, "model.safetensors.index.json"], parameters, dtype, non_finite
 
 
 def _write_config(mapping: Any, spec: RecipeSpec, tokenizer: Any, dtype: Any, stage: Path) -> None:
