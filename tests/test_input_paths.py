@@ -65,6 +65,16 @@ def test_a_device_that_never_ends_or_a_directory_is_refused_as_well(case, comman
         _refused_at_once([word.replace("{bad}", str(bad)) for word in command], field, bad, why)
 
 
+def test_a_pipe_inside_a_tokenizer_directory_is_refused_at_once(tmp_path):
+    """The file that is the pipe is not the one given: tokenizer.json in the tokenizer_path directory."""
+    (tmp_path / "tokenizer_config.json").write_text("{}")
+    os.mkfifo(tmp_path / "tokenizer.json")
+    why = "is a named pipe (FIFO), not a regular file"
+    _refused_at_once(
+        ["plan", "gpt_1_3b", f"tokenizer_path={tmp_path}"], "tokenizer_path", tmp_path / "tokenizer.json", why
+    )
+
+
 def test_the_cluster_profiles_and_kubeconfig_readers_refuse_a_pipe(tmp_path):
     """--clusters and a kubeconfig are read by the verbs that import NeMo-Run (tens of seconds to start): their
     readers, run alone in a subprocess that would hang on the pipe."""
