@@ -184,14 +184,15 @@ def test_an_out_that_is_contains_or_lies_inside_an_input_is_refused_and_the_inpu
         (["export", str(ckpt), *recipe, "--out", str(ckpt)], "is the input CHECKPOINT"),
         (["import", str(hf), "gpt_1_3b", "--out", str(hf)], "is the input HF_DIR"),
         (["import", str(hf), "gpt_1_3b", "--out", str(hf.parent)], "contains the input HF_DIR"),
-        (["export", str(ckpt), *recipe, "--out", str(ckpt / "weights" / "hf")], "lies inside the input CHECKPOINT"),
+        (["export", str(ckpt), *recipe, "--out", str(ckpt / "new" / "hf")], "lies inside the input CHECKPOINT"),
         (["export", str(ckpt), *recipe, "--out", str(tmp_path / "alias")], "is the input CHECKPOINT"),  # a link
     ]
     for args, why in cases:
         code, error = _main(capsys, *args, "--force")
         assert code == 2 and why in error and "Fix: give an output path outside every input" in error, error
         assert {hf: _contents(hf), ckpt: _contents(ckpt)} == before, args
-    assert not (ckpt / "weights" / "hf").exists() and not list(tmp_path.glob("**/.*.partial-*"))
+    # Not even the directory made for the lock beside --out is left.
+    assert not (ckpt / "new").exists() and not list(tmp_path.glob("**/.*.partial-*"))
     # Another verb that writes a directory: a smoke run's --dir inside the checkpoint it starts from.
     smoke = cli("smoke", "gpt_1_3b", *recipe[2:], f"restore_from={ckpt}", "--dir", str(ckpt / "run"), timeout=120)
     assert smoke.returncode == 2 and "lies inside the input restore_from" in smoke.stderr, smoke.stderr

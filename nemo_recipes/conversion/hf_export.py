@@ -163,13 +163,21 @@ def writing(target: Path, verb: str) -> Iterator[None]:
             context=f"{verb}: nothing written",
         )
 
-    with contextlib.ExitStack() as stack:
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            stack.enter_context(exclusive(target.parent / f".{target.name}.lock", refusal, remove=True))
-        except OSError as error:
-            raise unwritable(target, error, context=verb) from None
-        yield
+    # The lock needs the parent; the directories made for it are removed again when nothing is written.
+    made = [p for p in (target.parent, *target.parent.parents) if not p.exists()]
+    try:
+        with contextlib.ExitStack() as stack:
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                stack.enter_context(exclusive(target.parent / f".{target.name}.lock", refusal, remove=True))
+            except OSError as error:
+                raise unwritable(target, error, context=verb) from None
+            yield
+    except BaseException:
+        for directory in made:  # deepest first; one that holds anything stays
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        raise
 
 
 def _export(
