@@ -65,6 +65,15 @@ def test_a_device_that_never_ends_or_a_directory_is_refused_as_well(case, comman
         _refused_at_once([word.replace("{bad}", str(bad)) for word in command], field, bad, why)
 
 
+def test_a_pipe_as_the_default_calibration_is_refused_at_once(tmp_path):
+    """The calibration `plan` reads without being asked (NEMO_RECIPES_CALIBRATION): a pipe there is refused, where
+    it was passed over as if there were none."""
+    pipe = tmp_path / "calibration.json"
+    os.mkfifo(pipe)
+    result = cli("plan", "gpt_1_3b", timeout=WITHIN, NEMO_RECIPES_CALIBRATION=str(pipe))
+    assert result.returncode == 2 and "is a named pipe (FIFO), not a regular file" in result.stderr, result.stderr
+
+
 def test_a_pipe_inside_a_tokenizer_directory_is_refused_at_once(tmp_path):
     """The file that is the pipe is not the one given: tokenizer.json in the tokenizer_path directory."""
     (tmp_path / "tokenizer_config.json").write_text("{}")

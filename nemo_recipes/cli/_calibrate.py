@@ -146,7 +146,7 @@ def chosen(args: argparse.Namespace) -> Any:
     path = args.calibration
     if path is None:
         path = default_calibration_path()
-        if not path.is_file():
+        if not path.exists():  # anything else there (a pipe, a directory) is refused by the reader, never opened
             return None
     from nemo_recipes.plan.calibration import read_calibration  # json and the fitted constants: only with a file
 
