@@ -14,7 +14,7 @@ from nemo_recipes.cli import _output
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.plan.stack import DEFAULT_STACK, STACK_CHOICES
-from nemo_recipes.user_paths import not_regular, output_problems
+from nemo_recipes.user_paths import output_problems
 
 HELP = VERBS["watch"].help
 EXAMPLES = """\
@@ -249,13 +249,11 @@ def _check_card_path(path: "str | None", overwrite: bool) -> None:
             ],
             context="watch",
         )
-    problem = not_regular(path, "--card", "give the path of a file, e.g. cards/run1.yaml.", output=True)
-    if problem is not None:  # a directory, or a pipe that would block the write
-        raise InvalidConfigError([problem], context="watch")
 
 
 def _check_outputs(args: argparse.Namespace, logs: Iterable[Any]) -> None:
-    """--card and --plot: regular files (or new), and none of them one of the run's logs."""
+    """--card and --plot: regular files (or new: never a directory, or a pipe that would block the write), and
+    none of them one of the run's logs."""
     inputs = [("run", str(log)) for log in logs]
     problems = [
         p

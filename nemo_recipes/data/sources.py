@@ -143,7 +143,7 @@ def resolve(arguments: list[str]) -> list[Source]:
             matched = [path]
             default_name = _stem(path)
         elif kind == "other":  # a FIFO, a device (/dev/null), a socket: no size to cut into shards, no second read
-            problems.append(known(not_regular(path, "inputs", "save the text to a file first."), "not a file"))
+            problems.append(known(not_regular(path, "inputs", "save the text to a file first."), "_kind saw no file"))
             continue
         else:
             problems.append(Problem("inputs", given, "no such file or directory.", "check the path."))
