@@ -157,6 +157,14 @@ class RecipeSpec:
         return wanted and self.tensor_parallel > 1 and self.sequence_parallel_enabled
 
     @property
+    def input_paths(self) -> list[tuple[str, str]]:
+        """(field, path) of every file or directory the recipe reads: each data prefix's .bin and .idx, the
+        tokenizer, the checkpoint it restores from; what no verb may write over (`user_paths.output_problems`)."""
+        found = [("data_paths", f"{p}{suffix}") for p in self.data_paths for suffix in (".bin", ".idx")]
+        found += [(name, path) for name in ("tokenizer_path", "restore_from") if (path := getattr(self, name))]
+        return found
+
+    @property
     def kv_groups(self) -> int:
         return self.num_query_groups or self.num_attention_heads
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from nemo_recipes.errors import InvalidConfigError, Problem
+from nemo_recipes.user_paths import not_regular
 
 #: Largest file read (bytes): an export of the largest recipe is about 10 KB, a kubeconfig a few KB.
 MAX_BYTES = 4 * 1024 * 1024
@@ -84,6 +85,9 @@ def read_file(path: "str | os.PathLike[str]", *, field: str, fix: str) -> Any:
     def refuse(message: str, fix: str = fix) -> InvalidConfigError:
         return InvalidConfigError([Problem(field, str(path), message, fix)])
 
+    problem = not_regular(path, field, fix)
+    if problem is not None:  # a pipe or a device would block open() or never end
+        raise InvalidConfigError([problem])
     try:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_BYTES + 1)

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "nemo_recipes"
 
 #: Each unit (a top-level module or sub-package) and what it may import, lowest layer first. ARCHITECTURE.md holds
 #: the same table with the reasons.
-CORE = {"errors", "credentials", "counts", "yaml_files", "quiet", "text_table", "frozen_dataclass"}
+CORE = {"errors", "credentials", "counts", "yaml_files", "quiet", "text_table", "frozen_dataclass", "user_paths"}
 CORE |= {"checkpoint_pickles"}  # the one reader of pickles: the planner's, the exporter's, the resume's
 ALLOWED: dict[str, set[str]] = {
     "_version": set(),
@@ -23,8 +23,9 @@ ALLOWED: dict[str, set[str]] = {
     "text_table": set(),
     "frozen_dataclass": set(),
     "errors": {"credentials", "frozen_dataclass"},
-    "yaml_files": {"errors", "credentials"},
     "checkpoint_pickles": {"errors"},
+    "user_paths": {"errors"},
+    "yaml_files": {"errors", "credentials", "user_paths"},
     "families": CORE,
     # A blend by budget: the catalog's checks need no file; epochs read the sources' manifests (data.manifest,
     # standard library only), where plan and the plugin resolve them.
@@ -72,6 +73,7 @@ LIGHT = {
     "errors",
     "yaml_files",
     "checkpoint_pickles",
+    "user_paths",
     "families",
     "budget",
     "recipe_checks",

@@ -6,7 +6,10 @@ checkpoint); the --force case shows that the undamaged checkpoint exports, so ea
 
 from __future__ import annotations
 
+import fcntl
+import hashlib
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -141,6 +144,7 @@ def test_export_into_a_directory_that_is_not_empty_is_refused_unless_forced(made
     result = cli("hf", "export", str(ckpt), *recipe, "--out", str(out), "--force", timeout=300)
     assert result.returncode == 0, result.stderr
     assert not (out / "notes.txt").exists() and (out / "config.json").is_file()
+    assert not list(tmp_path.glob(".*.lock"))  # the lock beside --out goes with the export that held it
 
 
 def _on_a_full_disk(*args: str) -> subprocess.CompletedProcess:
@@ -201,3 +205,129 @@ def test_an_out_where_no_directory_can_be_made_is_refused_by_both_verbs(made, tm
             assert code == 2, (verb, out, error)
             assert f"--out={out!r}" in error and "Fix: give --out" in error and "Traceback" not in error
     assert not list(tmp_path.glob("**/.*.partial-*"))
+
+
+# --- issue 47: no input destroyed, no output lost to a second writer, no weight changed silently, no wait for ever --
+
+
+def _main(capsys, *argv: str) -> tuple[int, str]:
+    """`nemo-recipes hf ARGV` in this process (torch is imported already): (exit code, what it printed)."""
+    from nemo_recipes.cli.main import main
+
+    code = main(["hf", *argv])
+    said = capsys.readouterr()
+    return code, said.out + said.err
+
+
+def _contents(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()
+    }
+
+
+def test_an_out_that_is_contains_or_lies_inside_an_input_is_refused_and_the_input_kept(made, tmp_path, capsys):
+    hf_made, ckpt_made, recipe = made
+    hf, ckpt = tmp_path / "models" / "hf", tmp_path / "ckpt"
+    shutil.copytree(hf_made, hf)
+    shutil.copytree(ckpt_made, ckpt)
+    (tmp_path / "alias").symlink_to(ckpt)
+    before = {hf: _contents(hf), ckpt: _contents(ckpt)}
+    cases = [
+        (["export", str(ckpt), *recipe, "--out", str(ckpt)], "is the input CHECKPOINT"),
+        (["import", str(hf), "gpt_1_3b", "--out", str(hf)], "is the input HF_DIR"),
+        (["import", str(hf), "gpt_1_3b", "--out", str(hf.parent)], "contains the input HF_DIR"),
+        (["export", str(ckpt), *recipe, "--out", str(ckpt / "new" / "hf")], "lies inside the input CHECKPOINT"),
+        (["export", str(ckpt), *recipe, "--out", str(tmp_path / "alias")], "is the input CHECKPOINT"),  # a link
+    ]
+    for args, why in cases:
+        code, error = _main(capsys, *args, "--force")
+        assert code == 2 and why in error and "Fix: give an output path outside every input" in error, error
+        assert {hf: _contents(hf), ckpt: _contents(ckpt)} == before, args
+    # Not even the directory made for the lock beside --out is left.
+    assert not (ckpt / "new").exists() and not list(tmp_path.glob("**/.*.partial-*"))
+    # Another verb that writes a directory: a smoke run's --dir inside the checkpoint it starts from.
+    smoke = cli("smoke", "gpt_1_3b", *recipe[2:], f"restore_from={ckpt}", "--dir", str(ckpt / "run"), timeout=120)
+    assert smoke.returncode == 2 and "lies inside the input restore_from" in smoke.stderr, smoke.stderr
+    assert _contents(ckpt) == before[ckpt] and not (ckpt / "run").exists()
+
+
+def test_a_second_export_or_import_to_one_out_is_refused_while_the_first_writes(made, tmp_path, capsys):
+    hf, ckpt, recipe = made
+    out = tmp_path / "out"
+    with open(tmp_path / ".out.lock", "a") as held:  # what a running export or import holds
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        for args, verb in (([str(ckpt), *recipe], "export"), ([str(hf), "gpt_1_3b"], "import")):
+            code, error = _main(capsys, verb, *args, "--out", str(out))
+            assert code == 2 and f"another `hf {verb}` is writing there now" in error, error
+    _nothing_at(out)
+
+
+def test_an_import_records_its_recipe_and_tokenizer_and_says_what_it_rounds(tmp_path, capsys):
+    """An FP32 model with a tokenizer: the import says it stores the weights as bf16, and its export back needs no
+    --recipe and keeps the tokenizer. A tensor with an infinity (a new member of "non-finite weights") is refused."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from nemo_recipes.data import tokenizers
+
+    torch.manual_seed(0)
+    model = tmp_path / "fp32"
+    GPT2LMHeadModel(GPT2Config(**GPT2)).save_pretrained(model)  # float32, transformers' default
+    trained = tokenizers.train([f"line {i}: the quick brown fox" for i in range(200)], tmp_path / "tok", vocab_size=300)
+    for file in trained.iterdir():
+        shutil.copy(file, model / file.name)
+    code, said = _main(capsys, "import", str(model), "gpt_1_3b", "--out", str(tmp_path / "ckpt"))
+    assert code == 0 and "the model's weights are float32; stored as bfloat16" in said, said
+    code, error = _main(capsys, "export", str(tmp_path / "ckpt"), "--out", str(tmp_path / "back"))
+    assert code == 0, error
+    assert (tmp_path / "back" / "tokenizer.json").is_file()
+
+    tensors = load_file(str(model / "model.safetensors"))
+    tensors["transformer.h.1.mlp.c_fc.weight"][0, 0] = float("inf")
+    save_file(tensors, str(model / "model.safetensors"), metadata={"format": "pt"})
+    code, error = _main(capsys, "import", str(model), "gpt_1_3b", "--out", str(tmp_path / "bad"))
+    assert code == 2 and "transformer.h.1.mlp.c_fc.weight" in error and "NaN or infinite" in error, error
+    _nothing_at(tmp_path / "bad")
+    assert not list(tmp_path.glob(".*.partial-*"))
+
+
+def test_a_pipe_among_the_models_files_is_refused_at_once(made, tmp_path):
+    """config.json or a safetensors file that is a named pipe: refused (exit 2) within the timeout, never opened."""
+    hf, _, _ = made
+    for name in ("config.json", "model.safetensors"):
+        model = tmp_path / name
+        shutil.copytree(hf, model)
+        (model / name).unlink()
+        os.mkfifo(model / name)
+        result = cli("hf", "import", str(model), "gpt_1_3b", "--out", str(tmp_path / "out"), timeout=60)
+        assert result.returncode == 2 and "is a named pipe (FIFO), not a regular file" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+
+
+def test_an_export_of_weights_holding_nan_says_which(made, tmp_path, capsys):
+    """A checkpoint whose training diverged (a NaN in layer 1's FC1, written as the import writes a checkpoint): the
+    export is the checkpoint as trained (exit 0), and says which tensors hold NaN or infinity."""
+    import torch
+
+    from nemo_recipes.catalog import get_recipe
+    from nemo_recipes.conversion import hf_import
+    from nemo_recipes.families import Architecture, family_of, get_family
+    from nemo_recipes.overrides import apply_overrides
+
+    hf, _, recipe = made
+    spec, _ = apply_overrides(get_recipe("gpt_1_3b"), recipe[2:])
+
+    class Diverged(hf_import._Converter):
+        def __call__(self, chunk):
+            tensor = super().__call__(chunk)
+            if chunk.layer == 1 and chunk.key.endswith("mlp.linear_fc1.weight"):
+                tensor = tensor.contiguous().clone()
+                tensor.view(-1)[0] = float("nan")
+            return tensor
+
+    converter = Diverged(hf_import.HFWeights(str(hf)), Architecture.of(spec), get_family(family_of(spec.name)).hf)
+    hf_import._write_checkpoint(converter, tmp_path / "ckpt" / "weights", torch.bfloat16)
+    code, said = _main(capsys, "export", str(tmp_path / "ckpt"), *recipe, "--out", str(tmp_path / "hf"))
+    assert code == 0 and "NaN or infinite weights in transformer.h.1.mlp.c_fc.weight:" in said, said
+    assert "transformer.h.0." not in said.split("NaN or infinite weights in")[1].split(":")[0]

@@ -14,6 +14,7 @@ from typing import Any, Optional
 from nemo_recipes.cli import _output
 from nemo_recipes.errors import InvalidConfigError, InvalidInputError, Problem
 from nemo_recipes.frozen_dataclass import fields
+from nemo_recipes.user_paths import output_problems
 
 #: Options that plan a recipe: meaningless while calibrating, so refused rather than ignored.
 _PLAN_OPTIONS = (
@@ -55,6 +56,9 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, name, None) not in (None, False, [])
     ]
     stack = args.stack or DEFAULT_STACK
+    target = args.calibration or str(default_calibration_path())
+    # The calibration written must not replace a card it is fitted on, nor be a pipe that blocks the write.
+    problems += output_problems(target, [("calibrate", card) for card in args.calibrate], "calibration")
     cases = []
     seen: dict[str, str] = {}  # what makes a card one run (run_identities) -> the first card found with it
     for path in args.calibrate:
@@ -92,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidConfigError(problems, context="plan --calibrate")
 
     calibration, held_out = calibrate(cases, stack=stack)
-    path = args.calibration or str(default_calibration_path())
+    path = target
     replaced, what = _in_use(path)
     baseline = replaced_error(cases, replaced)
     _refuse_if_no_better(calibration.errors["held_out"] or 0.0, baseline, what, list(args.calibrate))
@@ -193,7 +197,7 @@ def chosen(args: argparse.Namespace) -> Any:
     path = args.calibration
     if path is None:
         path = default_calibration_path()
-        if not path.is_file():
+        if not path.exists():  # anything else there (a pipe, a directory) is refused by the reader, never opened
             return None
     from nemo_recipes.plan.calibration import read_calibration  # json and the fitted constants: only with a file
 

@@ -102,7 +102,7 @@ def _recipe_config_values(name: str) -> dict[str, Any]:
 
 def load_config_file(path: str) -> dict[str, Any]:
     """The plain data of an exported file (YAML through PyYAML, TOML through tomllib, JSON); no NeMo needed."""
-    if not os.path.isfile(path):
+    if not os.path.exists(path):  # anything else there (a pipe, a directory) is refused by read_file, never opened
         raise InvalidInputError(
             [
                 Problem(

@@ -18,6 +18,7 @@ from nemo_recipes.cli._recipe_config import build_partial, load, quiet_stdout, s
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import WARNING, InvalidInputError, Problem, raise_if_any
 from nemo_recipes.overrides import apply_overrides
+from nemo_recipes.user_paths import output_problems
 
 HELP = VERBS["export"].help
 EXAMPLES = """\
@@ -138,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
     if args.name is not None:
         raise_if_any(plain_name_problems("name", args.name), context="export")
     spec, overrides = apply_overrides(get_recipe(args.recipe), args.overrides)
+    if args.output:  # a pipe would block the write; the recipe's own files are not overwritten
+        raise_if_any(output_problems(args.output, spec.input_paths, "output"), context="export")
     _refuse_unwritable(args.output)
     for problem in relative_paths(spec, args.dir):
         print(f"{_output.PROG} export: {problem}", file=sys.stderr)

@@ -54,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--recipe",
         metavar="NAME",
         default=None,
-        help="the recipe the checkpoint trained (default: the one a `smoke --dir` run records)",
+        help="the recipe the checkpoint trained (default: the one a `smoke --dir` run or `hf import` records)",
     )
     export.add_argument(
         "overrides",

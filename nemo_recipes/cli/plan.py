@@ -13,7 +13,7 @@ from typing import Any, Optional
 from nemo_recipes.catalog import INT64_MAX, RECIPES, RecipeSpec, closest_recipe, get_recipe
 from nemo_recipes.cli import _calibrate, _output
 from nemo_recipes.cli.verbs import VERBS
-from nemo_recipes.errors import InvalidInputError, Problem, known
+from nemo_recipes.errors import InvalidInputError, Problem, known, raise_if_any
 from nemo_recipes.frozen_dataclass import replace
 from nemo_recipes.overrides import apply_overrides
 from nemo_recipes.plan.data import DataReport, read_data
@@ -21,6 +21,7 @@ from nemo_recipes.plan.hardware import GPUS, Cluster, get_gpu
 from nemo_recipes.plan.rendering import plan_text
 from nemo_recipes.plan.stack import DEFAULT_STACK, STACK_CHOICES
 from nemo_recipes.plan.throughput import using_constants
+from nemo_recipes.user_paths import output_problems
 
 HELP = VERBS["plan"].help
 EXAMPLES = """\
@@ -354,6 +355,9 @@ def _plan(args: argparse.Namespace, calibration: Any) -> int:
     if alone:
         raise InvalidInputError(alone)
     spec, cluster, tokens, data = _spec_and_cluster(args)
+    if args.plot:  # a pipe would block the drawing; the recipe's files and the calibration are not overwritten
+        used = [("calibration", calibration.source)] if calibration is not None else []
+        raise_if_any(output_problems(args.plot, [*spec.input_paths, *used], "plot"), context="plan")
     calibrated = _calibrate.applied(calibration, spec, cluster, args.stack)
     applies = calibrated is not None and calibrated["applied"]
     with using_constants(calibration.constants) if applies else contextlib.nullcontext():

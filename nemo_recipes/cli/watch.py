@@ -9,12 +9,13 @@ import datetime
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from nemo_recipes.cli import _output
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.plan.stack import DEFAULT_STACK, STACK_CHOICES
+from nemo_recipes.user_paths import output_problems
 
 HELP = VERBS["watch"].help
 EXAMPLES = """\
@@ -155,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
     skip = _skip_first(args.skip_first)
     _check_follow(args)
     _check_card_path(args.card, args.overwrite)
+    _check_outputs(args, [])  # before a run is followed for hours; its logs are known once it is read
     followed = None
     job = job_of(args.target)
     if args.follow:
@@ -163,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
         found = read_run(str(job.stdout) if job else args.target)
         result = figures(found.lines, found.spec, skip)
     code = _output.EXIT_OK if followed is None or followed["state"] == "finished" else 1
+    _check_outputs(args, found.logs)
     device = recorded_device(found.logs, Path(found.run) if Path(found.run).is_dir() else None)
     compared = _against_plan(args.gpu, result, found, args.stack, device)
     if args.card:
@@ -263,11 +266,20 @@ def _check_card_path(path: "str | None", overwrite: bool) -> None:
             ],
             context="watch",
         )
-    if os.path.isdir(path):
-        raise InvalidConfigError(
-            [Problem("--card", path, "is a directory.", "give the path of a file, e.g. cards/run1.yaml.")],
-            context="watch",
-        )
+
+
+def _check_outputs(args: argparse.Namespace, logs: Iterable[Any]) -> None:
+    """--card and --plot: regular files (or new: never a directory, or a pipe that would block the write), and
+    none of them one of the run's logs."""
+    inputs = [("run", str(log)) for log in logs]
+    problems = [
+        p
+        for field, path in (("--card", args.card), ("--plot", args.plot))
+        if path is not None
+        for p in output_problems(path, inputs, field)
+    ]
+    if problems:
+        raise InvalidConfigError(problems, context="watch")
 
 
 def _write_card(path: str, found: Any, result: Any, compared: "dict | None", stack: str, device: Any) -> str:

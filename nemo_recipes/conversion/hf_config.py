@@ -64,7 +64,7 @@ def read_config(hf_dir: str) -> tuple[dict[str, Any], list[Problem]]:
     if not path.is_dir():
         return {}, [_problem("HF_DIR", hf_dir, "is not a directory.", "give a Hugging Face model directory.")]
     config = path / "config.json"
-    if not config.is_file():
+    if not config.exists():  # anything else there (a pipe, a directory) is refused by read_file, never opened
         return {}, [
             _problem(
                 "HF_DIR",

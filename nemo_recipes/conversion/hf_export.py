@@ -9,6 +9,7 @@ failure (a full disk, a signal) leaves no half-written model where one is expect
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -19,13 +20,15 @@ from typing import Any, Callable, Iterator, Optional
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.conversion.megatron_checkpoint import MegatronCheckpoint
 from nemo_recipes.conversion.safetensors_writer import Planned, StreamingFile, plan_files
-from nemo_recipes.conversion.write_errors import staged, unwritable
+from nemo_recipes.conversion.write_errors import not_made, staged, unwritable
 from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.families import Architecture, family_of, get_family
+from nemo_recipes.user_paths import exclusive, output_problems
 
 #: Above this many bytes the weights are split into several safetensors files (transformers' own default size).
 DEFAULT_SHARD_BYTES = 5 * 10**9
-RUN_RECORDS = ("train.json", "resume.json")  # what a `smoke --dir` run writes: the spec it trained
+IMPORT_RECORD = "hf_import.json"  # what `hf import` writes beside the checkpoint: the spec, as a smoke run does
+RUN_RECORDS = ("train.json", "resume.json", IMPORT_RECORD)  # what a `smoke --dir` run writes: the spec it trained
 
 
 @dataclass
@@ -59,9 +62,12 @@ def spec_of_run(checkpoint: str) -> Optional[RecipeSpec]:
     return None
 
 
-def _out_problems(out: Path, force: bool, doing: str = "exporting") -> list[Problem]:
-    if out.exists() and not out.is_dir():
-        return [Problem("--out", str(out), "exists and is not a directory.", "give a new directory's path.")]
+def _out_problems(out: Path, force: bool, inputs: list[tuple[str, Any]], doing: str = "exporting") -> list[Problem]:
+    """--out checked before anything is written: a directory (or nothing yet), no input in it, around it or it,
+    empty unless --force."""
+    problems = output_problems(out, inputs, "--out", directory=True)
+    if problems:
+        return problems
     if out.is_dir() and any(out.iterdir()) and not force:
         return [
             Problem(
@@ -120,7 +126,7 @@ def export_hf(
             Problem(
                 "--recipe",
                 None,
-                "the checkpoint's recipe is not recorded beside it (only a `smoke --dir` run records it).",
+                "the checkpoint's recipe is not recorded beside it (a `smoke --dir` run and `hf import` record it).",
                 "name the recipe and the overrides it trained with: hf export CKPT --recipe gpt_1_3b key=value ...",
             )
         )
@@ -128,18 +134,76 @@ def export_hf(
     if spec is not None and mapping is not None:
         problems += mapping.problems(spec)
     target = Path(out)
-    problems += _out_problems(target, force)
+    inputs = [("CHECKPOINT", checkpoint), *(spec.input_paths if spec is not None else [])]
     ckpt = MegatronCheckpoint.open(checkpoint)
-    if spec is not None:
-        problems += ckpt.shape_problems(Architecture.of(spec))
-    if problems or spec is None or mapping is None:  # (a missing spec is among the problems)
-        raise InvalidConfigError(problems, context=f"hf export {checkpoint}: nothing written")
+    shape = ckpt.shape_problems(Architecture.of(spec)) if spec is not None else []
+    with writing(target, "hf export"):
+        problems += _out_problems(target, force, [*inputs, ("CHECKPOINT", str(ckpt.path))]) + shape
+        if problems or spec is None or mapping is None:  # (a missing spec is among the problems)
+            raise InvalidConfigError(problems, context=f"hf export {checkpoint}: nothing written")
+        return _export(ckpt, spec, mapping, target, shard_bytes, progress)
+
+
+@contextlib.contextmanager
+def writing(target: Path, verb: str) -> Iterator[None]:
+    """One `verb` at a time into `target`: a second one, started while the first writes, is refused at once
+    (exit 2) instead of both renaming into place and one model being lost. The lock is a hidden file beside
+    `target`, which is renamed into place at the end and so cannot hold it."""
+
+    def refusal() -> Exception:
+        return InvalidConfigError(
+            [
+                Problem(
+                    "--out",
+                    str(target),
+                    f"another `{verb}` is writing there now.",
+                    "wait for it to finish, or choose another --out.",
+                )
+            ],
+            context=f"{verb}: nothing written",
+        )
+
+    # The lock needs the parent; the directories made for it are removed again when nothing is written.
+    made = [p for p in (target.parent, *target.parent.parents) if not p.exists()]
+    try:
+        with contextlib.ExitStack() as stack:
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                stack.enter_context(exclusive(target.parent / f".{target.name}.lock", refusal, remove=True))
+            except OSError as error:
+                raise not_made(target, target.parent, error, context=verb) from None
+            yield
+    except BaseException:
+        for directory in made:  # deepest first; one that holds anything stays
+            with contextlib.suppress(OSError):
+                directory.rmdir()
+        raise
+
+
+def _export(
+    ckpt: MegatronCheckpoint,
+    spec: RecipeSpec,
+    mapping: Any,
+    target: Path,
+    shard_bytes: int,
+    progress: Optional[Callable[[str], None]],
+) -> ExportReport:
     tokenizer, notes = _tokenizer(spec)
     say = progress or (lambda _line: None)
     stage = staged(target, context="hf export")
     try:
         arch = Architecture.of(spec)
-        files, parameters, dtype = _write_weights(ckpt, arch, mapping, spec.vocab_size, stage, shard_bytes, say)
+        files, parameters, dtype, non_finite = _write_weights(
+            ckpt, arch, mapping, spec.vocab_size, stage, shard_bytes, say
+        )
+        if non_finite:
+            # Written all the same: the export is the checkpoint as trained, and a diverged run's weights are worth
+            # reading; but a model that computes NaN is never handed over without a word.
+            shown = ", ".join(non_finite[:5]) + (f" and {len(non_finite) - 5} more" if len(non_finite) > 5 else "")
+            notes.append(
+                f"NaN or infinite weights in {shown}: the model computes NaN or infinity; the training diverged "
+                "before this checkpoint (export an earlier one)."
+            )
         _write_config(mapping, spec, tokenizer, dtype, stage)
         for name in files:  # safetensors writes 0600: the weights are shared as the config is
             shutil.copymode(stage / "config.json", stage / name)
@@ -215,21 +279,27 @@ def _write_weights(
     stage: Path,
     shard_bytes: int,
     say: Callable[[str], None],
-) -> tuple[list[str], int, Any]:
+) -> tuple[list[str], int, Any, list[str]]:
     """The weights as safetensors files, each tensor written as it is converted (the headers first, from the
-    shapes): memory holds the layer being converted, not a file's worth of them."""
+    shapes): memory holds the layer being converted, not a file's worth of them; and the keys of the tensors that
+    hold NaN or infinity."""
     groups = plan_files(_planned(ckpt, arch, mapping, vocab), shard_bytes)
     if len(groups) == 1:
         names = ["model.safetensors"]
     else:
         names = [f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors" for i in range(len(groups))]
+    import torch
+
     tensors = hf_tensors(ckpt, arch, mapping, vocab)
     parameters = 0
+    non_finite = []
     for name, group in zip(names, groups, strict=True):
         out = StreamingFile(stage / name, group)
         try:
             for _planned_tensor in group:
                 key, tensor = next(tensors)
+                if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+                    non_finite.append(key)
                 out.write(key, tensor)
                 parameters += tensor.numel()
         finally:
@@ -238,12 +308,12 @@ def _write_weights(
         say(f"hf export: wrote {name}")
     dtype = groups[0][0].dtype
     if len(names) == 1:
-        return names, parameters, dtype
+        return names, parameters, dtype, non_finite
     weight_map = {t.key: name for name, group in zip(names, groups, strict=True) for t in group}
     total = sum((stage / name).stat().st_size for name in names)
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (stage / "model.safetensors.index.json").write_text(json.dumps(index, indent=2), encoding="utf-8")
-    return [*names, "model.safetensors.index.json"], parameters, dtype
+    return [*names, "model.safetensors.index.json"], parameters, dtype, non_finite
 
 
 def _write_config(mapping: Any, spec: RecipeSpec, tokenizer: Any, dtype: Any, stage: Path) -> None:

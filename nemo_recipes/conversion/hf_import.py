@@ -20,14 +20,16 @@ from typing import Any, Mapping, Optional
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.conversion.checkpoint_writer import Chunk, save_streaming
 from nemo_recipes.conversion.hf_config import layout_problems, read_config, shape_of
-from nemo_recipes.conversion.hf_export import _out_problems, _replace
+from nemo_recipes.conversion.hf_export import IMPORT_RECORD, _out_problems, _replace, writing
 from nemo_recipes.conversion.megatron_checkpoint import GLOBAL_KEYS, LAYER_KEYS, PREFIX
 from nemo_recipes.conversion.safetensors_files import Entry, HeaderError, Lie, read_header, read_tensor
 from nemo_recipes.conversion.write_errors import staged, unwritable, write_failure
 from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem
 from nemo_recipes.families import Architecture, family_of, get_family
+from nemo_recipes.user_paths import not_regular
 
-RECORD = "hf_import.json"  # beside weights/: where the checkpoint came from and the recipe fields it sets
+RECORD = IMPORT_RECORD  # beside weights/: where the checkpoint came from, the recipe fields it sets, the spec
+TOKENIZER_DIR = "tokenizer"  # beside weights/: the model's tokenizer, which `hf export` writes back
 #: Linear layers whose (empty) extra state Megatron saves per layer; its loader expects each of them.
 EXTRA_STATE = ("self_attention.linear_proj", "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2")
 #: Buffers older GPT-2 checkpoints carry (the causal mask), not weights: skipped.
@@ -83,6 +85,10 @@ class HFWeights:
         self.where: dict[str, Entry] = {}
         lies: list[Lie] = []
         for file in sorted(Path(hf_dir).glob("*.safetensors")):
+            problem = not_regular(file, "HF_DIR", "save the model with save_pretrained(DIR).")
+            if problem is not None:  # a pipe or a device: opening it would wait for ever
+                lies.append(Lie(None, file.name, f"{file.name} {problem.message.removesuffix('.')}"))
+                continue
             try:
                 entries = read_header(file)
             except HeaderError as error:
@@ -201,13 +207,39 @@ def import_hf(
     if mapping.model_type == "gpt2":
         _normalise_gpt2_keys(weights)
     target = Path(out)
-    problems = _out_problems(target, force, "importing") + _tensor_problems(weights, _expected(arch, mapping), hf_dir)
-    if problems:
-        raise InvalidConfigError(problems, context=f"hf import {hf_dir}: nothing written")
+    problems = _tensor_problems(weights, _expected(arch, mapping), hf_dir)
+    with writing(target, "hf import"):
+        problems = _out_problems(target, force, [("HF_DIR", hf_dir)], "importing") + problems
+        if problems:
+            raise InvalidConfigError(problems, context=f"hf import {hf_dir}: nothing written")
+        return _import(weights, hf_dir, spec, shaped, changed, arch, mapping, target, given)
+
+
+def _import(
+    weights: HFWeights,
+    hf_dir: str,
+    spec: RecipeSpec,
+    shaped: RecipeSpec,
+    changed: dict[str, Any],
+    arch: Architecture,
+    mapping: Any,
+    target: Path,
+    given: Optional[Mapping[str, Any]],
+) -> ImportReport:
+    dtype = _params_dtype(shaped)
+    converter = _Converter(weights, arch, mapping)
     stage = staged(target, context="hf import")
     try:
-        parameters = _write_checkpoint(weights, arch, mapping, stage / "weights", _params_dtype(shaped))
-        record = {"source": str(Path(hf_dir).resolve()), "recipe": spec.name, "overrides": changed}
+        parameters = _write_checkpoint(converter, stage / "weights", dtype)
+        if converter.non_finite:  # found only by reading every tensor: the partial write is removed below
+            raise InvalidConfigError(
+                [_non_finite_problem(converter.non_finite)], context=f"hf import {hf_dir}: nothing written"
+            )
+        tokenizer = _copy_tokenizer(hf_dir, stage / TOKENIZER_DIR)
+        # The spec as a `smoke --dir` run records it (what `hf export` reads back: no --recipe needed), with the
+        # model's tokenizer kept beside the weights.
+        recorded = {**shaped.to_dict(), "tokenizer_path": str(target.absolute() / TOKENIZER_DIR) if tokenizer else None}
+        record = {"source": str(Path(hf_dir).resolve()), "recipe": spec.name, "overrides": changed, "spec": recorded}
         (stage / RECORD).write_text(json.dumps(record, indent=2), encoding="utf-8")
         _replace(stage, target)
     except BaseException as error:
@@ -217,6 +249,15 @@ def import_hf(
             raise
         raise unwritable(target, failed, context="hf import") from None
     notes = []
+    narrowed = sorted(str(d).removeprefix("torch.") for d in converter.dtypes if d.itemsize > dtype.itemsize)
+    if narrowed:
+        notes.append(
+            f"the model's weights are {', '.join(narrowed)}; stored as {str(dtype).removeprefix('torch.')}, the "
+            f"parameters of {shaped.precision} training (rounded to its precision; the optimizer's FP32 copy starts "
+            "from the rounded values)."
+        )
+    if not tokenizer:
+        notes.append(f"no tokenizer: {hf_dir} holds none of a tokenizer's files; `hf export` will write none either.")
     if shaped.padded_vocab_size != shaped.vocab_size:
         notes.append(
             f"the vocabulary ({shaped.vocab_size:,}) is padded to {shaped.padded_vocab_size:,} rows with zeros, as "
@@ -251,26 +292,62 @@ class _Converter:
         self.roles.update({PREFIX + "decoder.layers." + keys[0]: role for role, keys in LAYER_KEYS.items()})
         self.layer: Optional[int] = None
         self.converted: dict[str, Any] = {}
+        self.dtypes: set[Any] = set()  # of the model's tensors, as stored
+        self.non_finite: list[str] = []  # keys of the tensors holding NaN or infinity
+
+    def _read(self, key: str) -> Any:
+        import torch
+
+        tensor = self.weights.get(key)
+        self.dtypes.add(tensor.dtype)
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            self.non_finite.append(key)
+        return tensor
 
     def __call__(self, chunk: Chunk) -> Any:
         import torch
 
         role = self.roles[chunk.key]
         if chunk.layer is None:
-            tensor = self.weights.get(self.mapping.GLOBALS[role])
+            tensor = self._read(self.mapping.GLOBALS[role])
             if role in ("embedding.weight", "output.weight"):
                 padded = torch.zeros(chunk.size, dtype=tensor.dtype)
                 padded[: tensor.shape[0]] = tensor
                 tensor = padded
             return tensor
         if chunk.layer != self.layer:
-            hf = {key: self.weights.get(key) for key in self.mapping.layer_keys(chunk.layer)}
+            hf = {key: self._read(key) for key in self.mapping.layer_keys(chunk.layer)}
             self.converted = self.mapping.layer_from_hf(self.arch, chunk.layer, hf)
             self.layer = chunk.layer
         return self.converted.pop(role)
 
 
-def _write_checkpoint(weights: HFWeights, arch: Architecture, mapping: Any, directory: Path, dtype: Any) -> int:
+def _non_finite_problem(keys: list[str]) -> Problem:
+    shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+    return Problem(
+        "HF_DIR",
+        shown,
+        "hold NaN or infinite values: training from them gives a NaN loss from the first step.",
+        "import a model whose weights are finite (save it again from a run that had not diverged).",
+    )
+
+
+def _copy_tokenizer(hf_dir: str, directory: Path) -> bool:
+    """The model's tokenizer files (a Hugging Face tokenizer: tokenizers.TOKENIZER_FILES) copied into `directory`;
+    False when it has none."""
+    from nemo_recipes.data.tokenizers import TOKENIZER_FILES
+
+    files = [Path(hf_dir) / name for name in TOKENIZER_FILES if (Path(hf_dir) / name).is_file()]
+    if not any(f.name in ("tokenizer.json", "tokenizer.model", "spiece.model", "vocab.json") for f in files):
+        return False
+    directory.mkdir()
+    for file in files:
+        shutil.copyfile(file, directory / file.name)
+    return True
+
+
+def _write_checkpoint(converter: "_Converter", directory: Path, dtype: Any) -> int:
+    arch, mapping = converter.arch, converter.mapping
     chunks = megatron_chunks(arch, mapping)
     layers = arch.spec.num_layers
     # Megatron saves a list of each layer's extra state (None without FP8): torch.distributed.checkpoint serialises
@@ -280,5 +357,5 @@ def _write_checkpoint(weights: HFWeights, arch: Architecture, mapping: Any, dire
         for name in EXTRA_STATE
         for index in range(layers)
     }
-    save_streaming(directory, chunks, _Converter(weights, arch, mapping), dtype, objects)
+    save_streaming(directory, chunks, converter, dtype, objects)
     return sum(math.prod(c.size) for c in chunks if c.layer in (None, 0))

@@ -64,20 +64,25 @@ def unwritable(target: Path, error: OSError, context: str) -> Exception:
 
 
 def staged(target: Path, context: str) -> Path:
-    """The directory beside `target` (an --out) that the output is written into and then renamed, made. An --out
-    where no directory can be made (under /proc, below a file, on a read-only disk) is the user's to fix, as a full
-    one is: exit 2 with the field, whatever the system's reason (/proc answers ENOENT)."""
+    """The directory beside `target` (an --out) that the output is written into and then renamed, made."""
     stage = target.parent / f".{target.name}.partial-{os.getpid()}"
     try:
         stage.mkdir(parents=True)
     except OSError as error:
-        if error.errno in NO_ROOM_ERRNOS or error.errno in READ_ONLY_ERRNOS:
-            raise unwritable(target, error, context) from None
-        problem = Problem(
-            "--out",
-            str(target),
-            f"cannot be made: creating {stage} failed ({error.strerror or error}); nothing was written.",
-            "give --out a new directory's path on a disk you can write (not under /proc or /sys, nor below a file).",
-        )
-        raise InvalidInputError([problem], context=context) from None
+        raise not_made(target, stage, error, context) from None
     return stage
+
+
+def not_made(target: Path, made: Path, error: OSError, context: str) -> Exception:
+    """The error of an --out where `made` (the output's stage or its parent) could not be created. An --out where no
+    directory can be made (under /proc, below a file, on a read-only disk) is the user's to fix, as a full one is:
+    exit 2 with the field, whatever the system's reason (/proc answers ENOENT)."""
+    if error.errno in NO_ROOM_ERRNOS or error.errno in READ_ONLY_ERRNOS:
+        return unwritable(target, error, context)
+    problem = Problem(
+        "--out",
+        str(target),
+        f"cannot be made: creating {made} failed ({error.strerror or error}); nothing was written.",
+        "give --out a new directory's path on a disk you can write (not under /proc or /sys, nor below a file).",
+    )
+    return InvalidInputError([problem], context=context)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
+import functools
 import json
 import os
 import sys
@@ -41,6 +41,7 @@ from nemo_recipes.data.shard_work import (  # noqa: F401  (run_shards: the entry
 )
 from nemo_recipes.data.sources import InvalidDataError, bad
 from nemo_recipes.errors import NO_ROOM_ERRNOS, InvalidInputError, Problem
+from nemo_recipes.user_paths import exclusive, output_problems
 
 #: Megatron-Core's DType.optimal_dtype: uint16 below this many vocabulary entries, else int32 (checked in tests).
 UINT16_VOCAB_LIMIT = 65500
@@ -209,17 +210,15 @@ def _locked(out: Path) -> Iterator[None]:
     """One prepare at a time per --out: a second one would tokenize everything again and fail at its merge."""
     work = out / shard_plan.WORK_DIR
     work.mkdir(parents=True, exist_ok=True)
-    with open(work / "lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise bad(
-                "out",
-                str(out),
-                "another `data prepare` is writing there now.",
-                "wait for it to finish (then run again: it resumes or finds nothing to do), or choose another --out.",
-            ) from None
-        yield  # the kernel releases the lock when this process ends, killed or not
+    refusal = functools.partial(
+        bad,
+        "out",
+        str(out),
+        "another `data prepare` is writing there now.",
+        "wait for it to finish (then run again: it resumes or finds nothing to do), or choose another --out.",
+    )
+    with exclusive(work / "lock", refusal):
+        yield
 
 
 def _sizes(srcs: list[sources.Source]) -> list[tuple[str, int]]:
@@ -495,6 +494,11 @@ def prepare(
     # The arguments and inputs are checked before the lock creates `out`: a refused command leaves nothing behind.
     options.check()
     sources.resolve(list(inputs))
+    # Only the kind of --out: prepare adds its own named files there and removes nothing else, and an --out inside
+    # an input directory is supported (its outputs are never read back as inputs: `_without_outputs`).
+    wrong = output_problems(out, [], "out", directory=True)
+    if wrong:
+        raise InvalidDataError(wrong, context="data prepare")
     _writable(out)
     try:
         with _locked(out):

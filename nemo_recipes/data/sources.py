@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import IO, Any, Iterator, Optional
 
 from nemo_recipes.data.manifest import MANIFEST_SUFFIX, PREFIX_SUFFIXES
-from nemo_recipes.errors import InvalidInputError, Problem, did_you_mean
+from nemo_recipes.errors import InvalidInputError, Problem, did_you_mean, known
+from nemo_recipes.user_paths import not_regular
 
 JSONL = "jsonl"
 TEXT = "text"
@@ -155,9 +156,7 @@ def resolve(arguments: list[str]) -> list[Source]:
             matched = [path]
             default_name = _stem(path)
         elif kind == "other":  # a FIFO, a device (/dev/null), a socket: no size to cut into shards, no second read
-            problems.append(
-                Problem("inputs", given, "not a regular file (a pipe or a device).", "save the text to a file first.")
-            )
+            problems.append(known(not_regular(path, "inputs", "save the text to a file first."), "_kind saw no file"))
             continue
         else:
             problems.append(Problem("inputs", given, "no such file or directory.", "check the path."))

@@ -18,6 +18,7 @@ from typing import Any, Iterable, Optional
 
 from nemo_recipes.data.manifest import TokenizerInfo, umask
 from nemo_recipes.errors import InvalidConfigError, Problem
+from nemo_recipes.user_paths import not_regular
 
 FIELD = "tokenizer_path"
 HUGGINGFACE = "huggingface"
@@ -75,6 +76,12 @@ def tokenizer_files(path: str | Path) -> list[Path]:
         return [path]
     if not path.exists():
         raise _error(path, "no such file or directory.")
+    problem = None if path.is_dir() else not_regular(path, FIELD, _HF_FIX)
+    if problem is not None:  # a pipe, a socket, a device: never opened
+        raise InvalidConfigError([problem], context="tokenizer")
+    wrong = [p for p in (not_regular(path / name, FIELD, _HF_FIX) for name in TOKENIZER_FILES) if p is not None]
+    if wrong:  # a pipe named tokenizer.json would block the tokenizer library's open()
+        raise InvalidConfigError(wrong, context="tokenizer")
     files = [path / name for name in TOKENIZER_FILES if (path / name).is_file()]
     if not files:
         raise _error(path, f"the directory holds none of a tokenizer's files ({', '.join(TOKENIZER_FILES)}).")

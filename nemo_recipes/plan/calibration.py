@@ -27,6 +27,7 @@ from nemo_recipes.frozen_dataclass import fields, frozen_dataclass
 from nemo_recipes.plan.calibration_path import ENV_VAR, default_calibration_path  # noqa: F401 (its names here too)
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.throughput import CONSTANTS, ModelConstants, Throughput, estimate_throughput
+from nemo_recipes.user_paths import not_regular
 
 # The grid each efficiency is refitted on (coordinate descent visits every value of one constant at a time).
 GRID: dict[str, tuple[float, ...]] = {
@@ -192,6 +193,9 @@ def read_calibration(path: "str | os.PathLike[str]", *, field: str = "calibratio
     def refuse(message: str, fix: str = _FIX) -> InvalidConfigError:
         return InvalidConfigError([Problem(field, str(path), message, fix)], context="calibration")
 
+    wrong = not_regular(path, field, "give the path of a calibration file.")
+    if wrong is not None:  # a pipe or a device would block open() or never end
+        raise InvalidConfigError([wrong], context="calibration")
     try:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_BYTES + 1)

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any, Optional, TextIO, Union
 
 from nemo_recipes.catalog import RecipeSpec, get_recipe
-from nemo_recipes.errors import NO_ROOM_ERRNOS, READ_ONLY_ERRNOS, InvalidRecipeError, Problem, RunFailedError
+from nemo_recipes.errors import (
+    NO_ROOM_ERRNOS,
+    READ_ONLY_ERRNOS,
+    InvalidRecipeError,
+    Problem,
+    RunFailedError,
+    raise_if_any,
+)
 from nemo_recipes.smoke_training import cpu_compat, record
 from nemo_recipes.smoke_training.built_checks import built_checks
 from nemo_recipes.smoke_training.fed_checks import fed_checks
@@ -29,6 +36,7 @@ from nemo_recipes.smoke_training.learned import Learned, learned, unigram_entrop
 from nemo_recipes.smoke_training.preconditions import NO_DROPOUT
 from nemo_recipes.smoke_training.resume_loss import resume_loss_check
 from nemo_recipes.smoke_training.shape import SmokeShape, smoke_shape
+from nemo_recipes.user_paths import overlap_problems
 
 PHASES = ("train", "resume")
 
@@ -225,6 +233,8 @@ def workspace(plan: SmokeShape, dir: Optional[str] = None, name: str = "smoke") 
     from nemo_recipes.smoke_training.corpus import write_corpus
 
     field, value = ("dir", dir) if dir else ("TMPDIR", tempfile.gettempdir())
+    if dir:  # the run's files (checkpoints, corpus, logs) must not land on the data, tokenizer or checkpoint it reads
+        raise_if_any(overlap_problems(dir, plan.spec.input_paths, "dir"), context=f"smoke {plan.spec.name}")
     try:
         root = Path(dir) if dir else Path(tempfile.mkdtemp(prefix=f"nemo-recipes-smoke-{plan.spec.name}-"))
         root.mkdir(parents=True, exist_ok=True)

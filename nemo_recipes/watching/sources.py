@@ -16,6 +16,7 @@ from typing import Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import InvalidConfigError, Problem, RunFailedError
+from nemo_recipes.user_paths import not_regular
 from nemo_recipes.watching import experiments
 from nemo_recipes.watching.progress_log import ProgressLine, parse
 
@@ -136,6 +137,8 @@ def read_run(run: str) -> Run:
                 "is a directory without a run's log (no train.log/resume.log of `smoke --dir`, no *.log or *.out).",
                 "give the directory `smoke --dir` or `launch` wrote, or the log file of the job.",
             )
+    elif (problem := not_regular(path, "run", "give the log file of the job, or the run's directory.")) is not None:
+        raise InvalidConfigError([problem], context="watch")  # a pipe, a device: never opened
     else:
         raise _refuse(
             run,

@@ -94,7 +94,7 @@ def check_kubeconfig() -> None:
     from kubernetes.config import kube_config
 
     for path in _kubeconfig_paths() or [os.path.expanduser("~/.kube/config")]:
-        if os.path.isfile(path):
+        if os.path.exists(path):  # a pipe there is refused by read_file, before the client would wait on it
             yaml_files.read_file(path, field="kubeconfig", fix=KUBECONFIG_FIX)
     with kubeconfig_errors_reported():
         kube_config._get_kube_config_loader(filename=kube_config.KUBE_CONFIG_DEFAULT_LOCATION)
