@@ -55,20 +55,32 @@ def loads(text: "str | bytes") -> Any:
         loader.dispose()
 
 
+class KeyTwiceError(ValueError):
+    """A JSON object that gives one key twice (`keys_once`)."""
+
+    def __init__(self, key: str):
+        self.key = key
+        super().__init__(f"{key!r} is given twice")
+
+
+def keys_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """json.loads' object_pairs_hook for files we are handed: json.loads keeps the last of two values of one key."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise KeyTwiceError(key)
+        found[key] = value
+    return found
+
+
 def json_loads(text: "str | bytes") -> Any:
     """The data of JSON `text`, with the same bounds as YAML: size, depth, and no key twice in an object."""
 
-    def unique(pairs: list[tuple[str, Any]]) -> dict:
-        seen: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in seen:
-                raise YamlLimitError(f"has {key!r} twice; JSON readers would silently keep one of them")
-            seen[key] = value
-        return seen
-
     _check_size(text)
     try:
-        data = json.loads(text, object_pairs_hook=unique)
+        data = json.loads(text, object_pairs_hook=keys_once)
+    except KeyTwiceError as error:
+        raise YamlLimitError(f"has {error.key!r} twice; JSON readers would silently keep one of them") from None
     except RecursionError:
         raise YamlLimitError(f"nests deeper than Python can read (the limit is {MAX_DEPTH} levels)") from None
     if _depth(data) > MAX_DEPTH:

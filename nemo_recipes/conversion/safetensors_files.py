@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from nemo_recipes.yaml_files import keys_once
+
 #: safetensors' dtype names -> (torch's attribute name, bytes per element).
 DTYPES = {
     "BF16": ("bfloat16", 2), "F16": ("float16", 2), "F32": ("float32", 4), "F64": ("float64", 8),
@@ -57,16 +59,6 @@ def _whole(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _key_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys are each given once: json.loads would keep the last of two entries for one tensor."""
-    found: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in found:
-            raise ValueError(f"{key!r} is listed twice")
-        found[key] = value
-    return found
-
-
 def read_header(file: Path) -> dict[str, Entry]:
     """The tensors of `file`, its header checked against itself and the file before any byte is trusted: a dtype
     this reader knows, a shape of whole numbers, a byte range of exactly the shape's elements times the dtype's
@@ -82,7 +74,7 @@ def read_header(file: Path) -> dict[str, Entry]:
             raise HeaderError(file, [Lie(None, length, f"declares a {length:,}-byte header")])
         text = handle.read(length)
     try:
-        header = json.loads(text, object_pairs_hook=_key_once)
+        header = json.loads(text, object_pairs_hook=keys_once)
     except (ValueError, RecursionError) as error:  # RecursionError: a header nested thousands of levels deep
         cut = " (the file ends inside it)" if len(text) < length else ""
         raise HeaderError(file, [Lie(None, length, f"has an unreadable header{cut}: {error}")]) from None
