@@ -18,7 +18,6 @@ Standard library only: the catalog, the planner and the fast CLI verbs raise the
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import math
 import re
@@ -153,8 +152,9 @@ def _search_secrets(field: str, value: Any, held: Mapping[str, str], problems: l
         items = ((field, item) for item in value)
     elif hasattr(value, "__arguments__"):  # a NeMo-Run (fiddle) configuration: run.Partial, run.Config
         items = ((f"{field}.{key}", item) for key, item in value.__arguments__.items())
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        items = ((f"{field}.{f.name}", getattr(value, f.name, None)) for f in dataclasses.fields(value))
+    elif hasattr(value, "__dataclass_fields__") and not isinstance(value, type):  # a dataclass instance (a tunnel),
+        # told apart as dataclasses.is_dataclass does, without importing dataclasses (and inspect) on the fast path
+        items = ((f"{field}.{name}", getattr(value, name, None)) for name in value.__dataclass_fields__)
     else:
         return
     for name, item in items:
