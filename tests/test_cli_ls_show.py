@@ -7,6 +7,7 @@ import json
 from _cli import cli
 
 from nemo_recipes.catalog import DERIVED_SOURCES, RECIPES, SOURCES, field_names
+from nemo_recipes.catalog import source as source_of
 
 
 def test_ls_prints_one_row_per_recipe_with_the_seed_columns():
@@ -96,7 +97,8 @@ def test_show_lists_every_field_and_derived_value_with_its_source():
     for name in DERIVED_SOURCES:
         assert name in rows, name
     assert rows["tensor_parallel"].split()[:2] == ["tensor_parallel", "2"]
-    assert "seed table (megatron-recipes.txt" in rows["tensor_parallel"]
+    assert rows["tensor_parallel"].split()[2:] == ["same", "as", "num_layers"]
+    assert "seed table (megatron-recipes.txt" in rows["num_layers"]
     assert rows["grad_accumulation_steps"].split()[:2] == ["grad_accumulation_steps", "128"]
 
 
@@ -130,3 +132,15 @@ def test_show_applies_typed_overrides_and_marks_them():
     assert data["derived"]["train_steps"]["value"] == 238419  # 1e12 / (1024 x 4096), rounded up
     text = cli("show", "gpt_70b", "tensor_parallel=4").stdout
     assert "* tensor_parallel" in text and text.endswith("* overridden on the command line\n")
+
+
+def test_show_prints_a_source_once_for_the_fields_it_covers():
+    out = cli("show", "llama_70b").stdout
+    spec = RECIPES["llama_70b"]
+    shape_source = source_of(spec, "num_layers")
+    assert source_of(spec, "hidden_size") == shape_source  # one source covers the whole shape
+    text = " ".join(out.split())  # the source column is folded over several lines
+    assert text.count(" ".join(shape_source.split())) == 1
+    rows = {line.split()[0]: line for line in out.splitlines()[2:] if line and not line.startswith(" ")}
+    assert rows["hidden_size"].split()[1:] == ["8192", "same", "as", "num_layers"]
+    assert rows["num_attention_heads"].split()[2:] == ["same", "as", "num_layers"]

@@ -85,8 +85,8 @@ def run(args: argparse.Namespace) -> int:
         render(
             ["field", "value", "source"],
             [
-                [("* " if f["overridden"] else "") + name, human_value(f["value"]), f["source"]]
-                for name, f in fields.items()
+                [("* " if f["overridden"] else "") + name, human_value(f["value"]), source]
+                for (name, f), source in zip(fields.items(), _sources_once(fields), strict=True)
             ],
             wrap_last=True,
         )
@@ -102,3 +102,15 @@ def run(args: argparse.Namespace) -> int:
     if overrides:
         print("\n* overridden on the command line")
     return _output.EXIT_OK
+
+
+def _sources_once(fields: dict[str, dict]) -> list[str]:
+    """The source column with each source written out once, on the first field it covers: a source that covers
+    several fields (a paper's table gives the whole shape) would otherwise fill the screen with the same lines."""
+    first: dict[str, str] = {}
+    column = []
+    for name, f in fields.items():
+        source = f["source"]
+        column.append(f"same as {first[source]}" if source in first else source)
+        first.setdefault(source, name)
+    return column
