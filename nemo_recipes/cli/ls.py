@@ -59,12 +59,18 @@ def run(args: argparse.Namespace) -> int:
     elif args.names:
         print("\n".join(s.name for s in specs))
     else:
-        headers = ["recipe"] + [h for h, _ in COLUMNS] + ["default GPUs"]
-        rows = [
-            [s.name, _output.human_count(s.num_parameters)]
-            + [str(getattr(s, key)) for _, key in COLUMNS[1:]]
-            + [f"{s.num_nodes} x {s.num_gpus_per_node} {s.default_gpu}"]
-            for s in specs
-        ]
+        headers, rows = table(specs)
         print(render(headers, rows, right=[False] + [True] * len(COLUMNS) + [False]))
     return _output.EXIT_OK
+
+
+def table(specs: list[RecipeSpec]) -> tuple[list[str], list[list[str]]]:
+    """The table `ls` prints, as headers and cells: the docs' recipe tables (README's too) are drawn from it."""
+    headers = ["recipe"] + [h for h, _ in COLUMNS] + ["default GPUs"]
+    rows = [
+        [s.name, _output.human_count(s.num_parameters)]
+        + [str(getattr(s, key)) for _, key in COLUMNS[1:]]
+        + [f"{s.num_nodes} x {s.num_gpus_per_node} {s.default_gpu}"]
+        for s in specs
+    ]
+    return headers, rows

@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
             ["field", "value", "source"],
             [
                 [("* " if f["overridden"] else "") + name, human_value(f["value"]), source]
-                for (name, f), source in zip(fields.items(), _sources_once(fields), strict=True)
+                for (name, f), source in zip(fields.items(), sources_once(fields), strict=True)
             ],
             wrap_last=True,
         )
@@ -104,9 +104,10 @@ def run(args: argparse.Namespace) -> int:
     return _output.EXIT_OK
 
 
-def _sources_once(fields: dict[str, dict]) -> list[str]:
-    """The source column with each source written out once, on the first field it covers: a source that covers
-    several fields (a paper's table gives the whole shape) would otherwise fill the screen with the same lines."""
+def sources_once(fields: dict[str, dict]) -> list[str]:
+    """The source column (of `show`, and of the docs' recipe reference) with each source written out once, on the
+    first field it covers: a source that covers several fields (a paper's table gives the whole shape) would
+    otherwise fill the screen with the same lines."""
     first: dict[str, str] = {}
     column = []
     for name, f in fields.items():
