@@ -19,5 +19,5 @@ target="."
 [ -n "$EXTRAS" ] && target=".[$EXTRAS]"
 python -m pip install -q -c constraints.txt -e "$target"
 python -c 'import nemo_recipes, nemo_run; from nemo.collections import llm' 2>/dev/null \
-    || { echo "setup: the stack does not import; see README.md, Troubleshooting" >&2; exit 1; }
+    || { echo "setup: the stack does not import; see docs/guides/troubleshooting.md" >&2; exit 1; }
 echo "setup: ready ($(python -c 'import nemo, nemo_run; print("nemo", nemo.__version__, "nemo-run", nemo_run.__version__)' 2>/dev/null | tail -1))"

@@ -1,5 +1,5 @@
 """Shared fixtures. Tests are in tiers: plain Python (catalog, planner, fast CLI), NeMo on CPU (`nemo` marker),
-and a real Slurm cluster (`slurm` marker); see README.md, Tests."""
+and a real Slurm cluster (`slurm` marker); see docs/development/tests.md."""
 
 from __future__ import annotations
 

@@ -206,7 +206,7 @@ def test_relative_paths_are_made_absolute_where_they_are_checked(data, monkeypat
 
 
 def test_a_tokenizer_json_is_the_tokenizer_of_its_directory(data, tmp_path):
-    """README lets `data prepare` take DIR or DIR/tokenizer.json: either names the tokenizer that wrote the data,
+    """The docs let `data prepare` take DIR or DIR/tokenizer.json: either names the tokenizer that wrote the data,
     and the recipe gives NeMo the directory (AutoTokenizer loads directories)."""
     from nemo_recipes.data.prepare import prepare
 

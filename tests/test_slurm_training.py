@@ -79,7 +79,7 @@ class Preemption:
     watcher starts it now, as `test_retries_requeue_the_job` does, to keep CI short.
 
     "Finished": the recipes save asynchronously, and NeMo marks a checkpoint `-unfinished` until the background
-    write is done; a job killed inside that window cannot resume (see README, Slurm job states)."""
+    write is done; a job killed inside that window cannot resume (see docs/guides/launching.md, Slurm jobs)."""
 
     def __init__(self, root: Path, phase: str, checkpoint: int):
         self.root, self.metrics, self.phase, self.checkpoint = root, root / "metrics.jsonl", phase, checkpoint

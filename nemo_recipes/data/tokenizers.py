@@ -91,7 +91,7 @@ def tokenizer_files(path: str | Path) -> list[Path]:
 def canonical(path: str | Path) -> Path:
     """`path` as recipes give it to NeMo: absolute (against this process's working directory, `~` expanded), and a
     Hugging Face `tokenizer.json` named by itself becomes its directory, since NeMo's AutoTokenizer loads a
-    directory (README allows either). Anything else, unreadable paths included, is only made absolute."""
+    directory (the own-data guide allows either). Anything else, unreadable paths included, is only made absolute."""
     absolute = Path(path).expanduser().absolute()
     try:
         if absolute.name == "tokenizer.json" and absolute.is_file():
