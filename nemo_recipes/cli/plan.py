@@ -8,13 +8,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+from dataclasses import replace
 from typing import Any, Optional
 
 from nemo_recipes.catalog import INT64_MAX, RECIPES, RecipeSpec, closest_recipe, get_recipe
 from nemo_recipes.cli import _calibrate, _output
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidInputError, Problem, known, raise_if_any
-from nemo_recipes.frozen_dataclass import replace
 from nemo_recipes.overrides import apply_overrides
 from nemo_recipes.plan.data import DataReport, read_data
 from nemo_recipes.plan.hardware import GPUS, Cluster, get_gpu

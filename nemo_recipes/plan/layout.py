@@ -18,12 +18,12 @@ the stages, and the first and last stages hold one transformer layer fewer.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Optional
 
 from nemo_recipes.catalog import DERIVED_SOURCES, RecipeSpec
 from nemo_recipes.families.architecture import Architecture, LayerParams, Shape
-from nemo_recipes.frozen_dataclass import frozen_dataclass
 from nemo_recipes.plan.hardware import Cluster
 
 # The values `Architecture` reads (its `Shape`): a plan search lays out one shape hundreds of times, changing only
@@ -43,7 +43,7 @@ def norm_params(spec: RecipeSpec) -> int:
     return Architecture.of(spec).norm_params
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Layout:
     """Sizes of `spec` laid out on `cluster`. Read it; never recompute one of these numbers elsewhere."""
 

@@ -8,9 +8,8 @@ the planner's report as data, so this module does not depend on the planner's cl
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Optional, Sequence
-
-from nemo_recipes.frozen_dataclass import frozen_dataclass
 
 FORMATS = (".png", ".svg")
 
@@ -25,7 +24,7 @@ _COLOURS = {
 }
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ScalingPoint:
     """One cluster size of the tokens/s curve."""
 

@@ -20,11 +20,11 @@ Both keep the global batch (unless `fit` scales it), precision, context parallel
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import ERROR, InvalidInputError
-from nemo_recipes.frozen_dataclass import frozen_dataclass
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout, pipeline_sizes
 from nemo_recipes.plan.memory import LayoutActivations, ModelState, model_state, state_floor_gib, total_gib
@@ -56,7 +56,7 @@ class Space(enum.Enum):
     BEST = "best"
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Candidate:
     """One valid plan and what the models predict for it."""
 
