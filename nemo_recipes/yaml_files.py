@@ -22,6 +22,11 @@ from typing import Any, Optional
 from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.user_paths import not_regular
 
+#: The formats a recipe's configuration is written in (`export --format`) and read back (`diff`, `export.load`),
+#: each by its file suffix.
+CONFIG_SUFFIXES = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".toml": "toml"}
+CONFIG_FORMATS = ("yaml", "json", "toml")
+
 #: Largest file read (bytes): an export of the largest recipe is about 10 KB, a kubeconfig a few KB.
 MAX_BYTES = 4 * 1024 * 1024
 #: Deepest nesting of mappings and lists: a recipe export nests about 6 deep, a kubeconfig 4.

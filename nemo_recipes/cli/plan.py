@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 from dataclasses import replace
 from typing import Any, Optional
 
@@ -326,10 +325,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace, calibration: Any) -> int:
-    if args.plot and os.path.splitext(args.plot)[1].lower() not in (".png", ".svg"):
-        raise InvalidInputError(
-            [Problem("plot", args.plot, "must be a .png or .svg file.", "name the file plan.png or plan.svg.")]
-        )
+    if args.plot:
+        from nemo_recipes.plan.plot import image_problems  # with --plot only: no plot module for a plain plan
+
+        raise_if_any(image_problems("plot", args.plot, "plan"))
     if args.fit and args.best:
         raise InvalidInputError(
             [

@@ -150,13 +150,18 @@ def _shape_params(spec: RecipeSpec) -> tuple[LayerParams, int, int]:
     return counted
 
 
+def divisors(n: int) -> list[int]:
+    """The divisors of `n`, smallest first: the sizes a parallel split of `n` GPUs, layers or heads can take."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
 def pipeline_sizes(spec: RecipeSpec) -> list[int]:
     """The pipeline sizes whose stages split the layers evenly: the divisors of `num_layers`, and with
     `pipeline_counts_embedding_and_loss` also those (above 1) of the `num_layers + 2` slots it splits."""
     layers = spec.num_layers
-    sizes = {d for d in range(1, layers + 1) if layers % d == 0}
+    sizes = set(divisors(layers))
     if spec.pipeline_counts_embedding_and_loss:
-        sizes |= {d for d in range(2, layers + 3) if (layers + 2) % d == 0}
+        sizes |= set(divisors(layers + 2)[1:])
     return sorted(sizes)
 
 
