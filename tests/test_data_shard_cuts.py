@@ -64,3 +64,18 @@ def test_the_cut_reads_a_file_once_in_blocks_not_line_by_line(tmp_path, monkeypa
     ranges, size, any_text = shard_plan.split_file(InputFile(str(path), DataFormat.JSONL, None), 100_000)
     assert not calls and size == path.stat().st_size and any_text and len(ranges) == 14
     assert Path(path).read_bytes()[ranges[3][0] - 1 : ranges[3][0] + 1] == b"\n{"
+
+
+def test_a_files_format_and_compression_are_enums_in_the_shard_plan_and_its_json(tmp_path):
+    from dataclasses import asdict
+
+    from nemo_recipes.data.sources import classify
+
+    file = classify(tmp_path / "part.JSON.zst")
+    assert file is not None and file.format is DataFormat.JSONL and file.compression is Compression.ZSTD
+    assert classify(tmp_path / "notes.md").format is DataFormat.TEXT  # type: ignore[union-attr]
+    shard = shard_plan.Shard(0, "part", file.path, file.format, file.compression, 0, 10, 1)
+    written = asdict(shard)
+    assert (written["format"], written["compression"]) == ("jsonl", "zstd")  # the JSON holds the values
+    read = shard_plan._shard(written | {"format": "jsonl", "compression": "zstd"})
+    assert read == shard and read.format is DataFormat.JSONL and read.compression is Compression.ZSTD
