@@ -1,7 +1,7 @@
-"""The reader of the files users hand us as plain data (YAML, JSON, TOML): exports given to `diff`, cluster
-profiles, kubeconfigs (a NeMo-Run configuration read back as objects, `cli/export.load`, goes through NeMo-Run's own
-serializer: training/serialization.py); and the atomic writer of the files we hand back (`write_atomic`: manifests,
-run cards, calibrations).
+"""The reader of the files users hand us (YAML, JSON, TOML): exports given to `diff`, cluster profiles, kubeconfigs,
+and a NeMo-Run configuration read back as objects (`cli/export.load`: read here as data, then rebuilt from its
+`_target_` markers by training/serialization.py); and the atomic writer of the files we hand back (`write_atomic`:
+manifests, run cards, calibrations).
 
 Such a file is untrusted input. PyYAML's safe loader still builds whatever the text describes: a few hundred bytes of
 nested aliases ("billion laughs") is a graph that any walk expands into 9^9 leaves, thousands of `[` exhaust the
