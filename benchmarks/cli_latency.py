@@ -8,7 +8,8 @@ Targets (issue 24): median wall time at most 0.15 s for `ls` and `show`, 0.2 s f
 loaded too: `plan gpt_7b --gpu h100 --calibration FILE`, a calibration that applies, written to a temporary
 directory for the run; issue 30), and each at least 100x
 faster than `nemo llm pretrain --factory gpt_70b --dryrun --yes` measured in the same run on the same machine; each
-`plan` also at most 2.5x the start-up of a bare interpreter, `python -c pass` (issue 30). Until
+`plan` also at most 3x the start-up of a bare interpreter, `python -c pass` (issue 44; issue 30 asked 2.5x, which
+the standard library's dataclasses no longer leave room for). Until
 our factories are registered with NeMo-Run, the baseline falls back to NeMo's own `gpt3_175b` factory and says so.
 Exit status: 0 when every target is met, 1 otherwise.
 
@@ -48,7 +49,10 @@ FAST: tuple[tuple[tuple[str, ...], float], ...] = (
 CALIBRATED: tuple[tuple[str, ...], float] = (("plan", "gpt_7b", "--gpu", "h100", "--calibration"), 0.2)
 FLOOR = (sys.executable, "-c", "pass")
 MIN_RATIO = 100.0
-MAX_FLOOR_RATIO = 2.5  # for `plan`: its median at most this many times `python -c pass`'s
+# For `plan`: its median at most this many times `python -c pass`'s. Issue 44's target (3x): the records are the
+# standard library's frozen dataclasses since issue 44 deleted our own decorator, and `dataclasses` (with the
+# `inspect` it imports) and the functions it compiles per class cost `plan` about 20 ms, past issue 30's 2.5x.
+MAX_FLOOR_RATIO = 3.0
 
 
 def _exe(name: str) -> str:

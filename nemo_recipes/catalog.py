@@ -11,13 +11,13 @@ defaults) and `LLAMA_SOURCES` (the Llama rows) say where each comes from.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, fields
+from dataclasses import replace as replace_fields
 from typing import Any, Literal, Optional
 
 from nemo_recipes import budget
 from nemo_recipes.errors import InvalidInputError, Problem, did_you_mean
 from nemo_recipes.families import REGISTRY, Architecture, family_of, get_family
-from nemo_recipes.frozen_dataclass import fields, frozen_dataclass
-from nemo_recipes.frozen_dataclass import replace as replace_fields
 from nemo_recipes.recipe_checks import (  # noqa: F401  (re-exported: the catalog's names for the checks and bounds)
     COUNT_MAX,
     DATASET_SUFFIXES,
@@ -47,7 +47,7 @@ LLAMA_BATCH_TOKENS = 1024 * 4096
 LLAMA3_VOCAB_SIZE = 128256  # Llama 3's tiktoken-based tokenizer: 128,000 BPE tokens + 256 special (Dubey et al. 2024)
 
 
-@frozen_dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class RecipeSpec:
     """Everything a GPT pretraining recipe needs, as plain values. Flat on purpose: each field is also a keyword of
     the recipe factories (`gpt_70b(tensor_parallel=4)`) and a key of `RecipeSpec.replace`."""

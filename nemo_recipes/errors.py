@@ -21,10 +21,10 @@ from __future__ import annotations
 import errno
 import math
 import re
+from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, TypeVar
 
 from nemo_recipes.credentials import secret_environment, secret_key, secret_values, token_like
-from nemo_recipes.frozen_dataclass import frozen_dataclass
 
 #: A directory the user chose (--dir, --out) that has no room (a full disk, a quota, a file size limit) or cannot be
 #: written: the user's to fix, so exit 2 with the field, as any bad input.
@@ -35,7 +35,7 @@ ERROR = "error"
 WARNING = "warning"
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Problem:
     """One thing wrong (or risky) with a recipe, a plan or an override."""
 
@@ -152,9 +152,8 @@ def _search_secrets(field: str, value: Any, held: Mapping[str, str], problems: l
         items = ((field, item) for item in value)
     elif hasattr(value, "__arguments__"):  # a NeMo-Run (fiddle) configuration: run.Partial, run.Config
         items = ((f"{field}.{key}", item) for key, item in value.__arguments__.items())
-    elif hasattr(value, "__dataclass_fields__") and not isinstance(value, type):  # a dataclass instance (a tunnel),
-        # told apart as dataclasses.is_dataclass does, without importing dataclasses (and inspect) on the fast path
-        items = ((f"{field}.{name}", getattr(value, name, None)) for name in value.__dataclass_fields__)
+    elif is_dataclass(value) and not isinstance(value, type):  # a dataclass instance (a tunnel)
+        items = ((f"{field}.{f.name}", getattr(value, f.name, None)) for f in fields(value))
     else:
         return
     for name, item in items:

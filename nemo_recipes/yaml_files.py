@@ -1,7 +1,7 @@
-"""The reader of the files users hand us as plain data (YAML, JSON, TOML): exports given to `diff`, cluster
-profiles, kubeconfigs (a NeMo-Run configuration read back as objects, `cli/export.load`, goes through NeMo-Run's own
-serializer: training/serialization.py); and the atomic writer of the files we hand back (`write_atomic`: manifests,
-run cards, calibrations).
+"""The reader of the files users hand us (YAML, JSON, TOML): exports given to `diff`, cluster profiles, kubeconfigs,
+and a NeMo-Run configuration read back as objects (`cli/export.load`: read here as data, then rebuilt from its
+`_target_` markers by training/serialization.py); and the atomic writer of the files we hand back (`write_atomic`:
+manifests, run cards, calibrations).
 
 Such a file is untrusted input. PyYAML's safe loader still builds whatever the text describes: a few hundred bytes of
 nested aliases ("billion laughs") is a graph that any walk expands into 9^9 leaves, thousands of `[` exhaust the
@@ -21,6 +21,11 @@ from typing import Any, Optional
 
 from nemo_recipes.errors import InvalidConfigError, Problem
 from nemo_recipes.user_paths import not_regular
+
+#: The formats a recipe's configuration is written in (`export --format`) and read back (`diff`, `export.load`),
+#: each by its file suffix.
+CONFIG_SUFFIXES = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".toml": "toml"}
+CONFIG_FORMATS = ("yaml", "json", "toml")
 
 #: Largest file read (bytes): an export of the largest recipe is about 10 KB, a kubeconfig a few KB.
 MAX_BYTES = 4 * 1024 * 1024

@@ -13,7 +13,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "nemo_recipes"
 
 #: Each unit (a top-level module or sub-package) and what it may import, lowest layer first. ARCHITECTURE.md holds
 #: the same table with the reasons.
-CORE = {"errors", "credentials", "counts", "yaml_files", "quiet", "text_table", "frozen_dataclass", "user_paths"}
+CORE = {"errors", "credentials", "counts", "yaml_files", "quiet", "text_table", "user_paths"}
 CORE |= {"checkpoint_pickles"}  # the one reader of pickles: the planner's, the exporter's, the resume's
 ALLOWED: dict[str, set[str]] = {
     "_version": set(),
@@ -21,8 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "quiet": set(),
     "counts": set(),
     "text_table": set(),
-    "frozen_dataclass": set(),
-    "errors": {"credentials", "frozen_dataclass"},
+    "errors": {"credentials"},
     "checkpoint_pickles": {"errors"},
     "user_paths": {"errors"},
     "yaml_files": {"errors", "credentials", "user_paths"},

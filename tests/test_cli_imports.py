@@ -141,6 +141,16 @@ def test_the_probe_sees_the_planner_when_a_verb_loads_it():
     assert_light(probe, ("plan", "gpt_70b"))
 
 
+def test_plan_imports_no_planner_module_it_does_not_use():
+    # Start-up is `plan`'s budget (issue 44: within 3x `python -c pass`): without a calibration file or --plot it
+    # loads neither the calibration reader (json, the refit) nor the plot module, and no verb's module but its own.
+    probe = imported("plan", "gpt_70b")
+    assert probe["code"] == 0
+    unused = planner_modules(probe) & {"nemo_recipes.plan.calibration", "nemo_recipes.plan.plot"}
+    assert not unused, f"`nemo-recipes plan gpt_70b` imported {sorted(unused)}, which it does not use"
+    assert "nemo_recipes.conversion" not in {name.rsplit(".", 1)[0] for name in probe["ours"]}
+
+
 def test_the_probe_sees_a_heavy_import_when_there_is_one(tmp_path):
     # --plot is the one fast-verb option that needs matplotlib: the probe must notice it (else the test above
     # could never fail).

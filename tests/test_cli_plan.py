@@ -10,6 +10,7 @@ import pytest
 from _cli import cli
 
 from nemo_recipes.catalog import get_recipe
+from nemo_recipes.families import REGISTRY
 from nemo_recipes.plan import Cluster, assess, fit, validate
 from nemo_recipes.plan.throughput import estimate_throughput, time_to_train
 
@@ -139,6 +140,45 @@ def test_custom_shape_borrows_the_rest_from_the_closest_recipe():
         "micro_batch_size": 1,
         "global_batch_size": 1024,
     }
+
+
+def test_a_custom_shape_of_another_family_takes_that_familys_architecture_and_choices():
+    # --family llama: the closest Llama row's choices (CP 2, its batch) and architecture (SwiGLU's FFN ratio 3.5,
+    # grouped-query attention, its vocabulary), not GPT-3's; parameters counted as the catalog counts that shape.
+    shape = ("--layers", "40", "--hidden", "5120", "--heads", "40", "--query-groups", "8")
+    code, data = plan_json("--custom", "--family", "llama", *shape, "--nodes", "2")
+    assert data["recipe"] == "llama_custom" and data["parallelism"]["cp"] == 2
+    expected = get_recipe("llama_8b").replace(
+        name="llama_custom", num_layers=40, hidden_size=5120, num_attention_heads=40, ffn_hidden_size=17920
+    )
+    report = validate(expected, Cluster.of(2, 8, "h100-80gb"))
+    assert data["memory_detail"]["params_per_gpu"] == report.to_dict()["memory_detail"]["params_per_gpu"]
+    code, gpt = plan_json("--custom", *shape, "--nodes", "2")
+    assert (
+        gpt["recipe"] == "custom"
+        and gpt["memory_detail"]["params_per_gpu"] != report.to_dict()["memory_detail"]["params_per_gpu"]
+    )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (
+            ("--custom", "--family", "llamma", "--layers", "4", "--hidden", "512", "--heads", "8"),
+            "nemo-recipes plan: error: family='llamma': unknown model family (did you mean 'llama'?). Fix: use one "
+            f"of: {', '.join(REGISTRY)}.\n",
+        ),
+        (
+            ("gpt_7b", "--family", "llama"),
+            "nemo-recipes plan: error: family='llama': goes with --custom only: a recipe's family is the one its "
+            "name says. Fix: leave --family out, or plan --custom with shape flags.\n",
+        ),
+    ],
+    ids=["unknown", "with-a-recipe"],
+)
+def test_a_family_is_one_we_know_and_goes_with_custom(args, message):
+    result = cli("plan", *args)
+    assert result.returncode == 2 and result.stdout == "" and result.stderr == message
 
 
 def test_custom_needs_the_shape():

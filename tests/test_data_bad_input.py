@@ -313,13 +313,13 @@ def test_a_whole_zst_of_several_frames_reads_as_before(tmp_path):
     """The reader that notices a cut frame reads a complete file of two frames whole, in any read size."""
     import zstandard
 
-    from nemo_recipes.data.sources import InputFile, open_binary
+    from nemo_recipes.data.sources import Compression, DataFormat, InputFile, open_binary
 
     first, second = b"a" * 300_000 + b"\n", b"b" * 70_000 + b"\n"
     path = tmp_path / "two.txt.zst"
     compressor = zstandard.ZstdCompressor()
     path.write_bytes(compressor.compress(first) + compressor.compress(second))
-    with open_binary(InputFile(str(path), "text", "zstd")) as stream:
+    with open_binary(InputFile(str(path), DataFormat.TEXT, Compression.ZSTD)) as stream:
         assert stream.read() == first + second
 
 

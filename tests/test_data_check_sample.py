@@ -18,7 +18,7 @@ READ = sources.ReadOptions("text", 10_000_000, False)
 
 def _jsonl(path: Path, texts: list[str]) -> tuple[sources.InputFile, int]:
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    return sources.InputFile(str(path), sources.JSONL, None), path.stat().st_size
+    return sources.InputFile(str(path), sources.DataFormat.JSONL, None), path.stat().st_size
 
 
 def test_the_sample_is_whole_documents_from_every_sixteenth_of_the_plain_inputs(tmp_path):
@@ -36,7 +36,9 @@ def test_a_bad_line_at_a_point_is_left_to_its_shard_which_reports_it_numbered(tm
     lines[401] = "{not json"  # the line after the middle point
     path = tmp_path / "bad.jsonl"
     path.write_text("\n".join(lines) + "\n")
-    sample = check_sample.at_points([(sources.InputFile(str(path), sources.JSONL, None), path.stat().st_size)], READ)
+    sample = check_sample.at_points(
+        [(sources.InputFile(str(path), sources.DataFormat.JSONL, None), path.stat().st_size)], READ
+    )
     assert sample and "{not json" not in sample
     tokenizer = tokenizers.train(TEXTS[:100], tmp_path / "tok", vocab_size=400)
     with pytest.raises(sources.InvalidDataError) as raised:

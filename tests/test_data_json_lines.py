@@ -76,7 +76,7 @@ def test_a_json_line_is_read_as_json_loads_reads_it(line: bytes) -> None:
 def test_the_documents_of_a_shard_are_json_loads_s_and_a_bad_line_is_named_as_before(tmp_path) -> None:
     lines = [b'{"text": "one"}', b'{"text": "t\\u0077o"}\r', b"", b'{"text": "\\ud83d\\ude00"}', b'{"text": 3}']
     data = b"\n".join(lines) + b"\n"
-    file = sources.InputFile(str(tmp_path / "a.jsonl"), sources.JSONL, None)
+    file = sources.InputFile(str(tmp_path / "a.jsonl"), sources.DataFormat.JSONL, None)
     skipped = sources.Skipped()
     read = sources.ReadOptions("text", 100, skip_bad_lines=True)
     got = list(sources.jsonl_documents(data, file, 1, read, skipped))
@@ -92,7 +92,7 @@ def test_a_lone_surrogate_is_a_bad_line_whichever_way_it_is_read(tmp_path) -> No
     lines = [b'{"text": "low \\udfff alone"}', b'{"text": "ok"}', b'{"text": "bytes \xed\xb0\x80"}']
     assert "\udfff" in sources._record(lines[0])["text"] and "\udc00" in sources._record(lines[2])["text"]
     data = b"\n".join(lines)
-    file = sources.InputFile(str(tmp_path / "a.jsonl"), sources.JSONL, None)
+    file = sources.InputFile(str(tmp_path / "a.jsonl"), sources.DataFormat.JSONL, None)
     skipped = sources.Skipped()
     read = sources.ReadOptions("text", 100, skip_bad_lines=True)
     assert list(sources.jsonl_documents(data, file, 1, read, skipped)) == ["ok"]

@@ -316,11 +316,12 @@ def test_an_activation_override_survives_export_in_every_format(name, activation
     """activation_func is a callable: F.silu a Python function, F.gelu a C builtin that NeMo-Run's YAML writer (and
     so its JSON and TOML) could not represent until training/model.py taught it; both come back as themselves."""
     from nemo_recipes.training.model import ACTIVATIONS
-    from nemo_recipes.training.serialization import FORMATS, dumps, load
+    from nemo_recipes.training.serialization import dumps, load
+    from nemo_recipes.yaml_files import CONFIG_FORMATS
 
     overrides = {"activation": activation}
     recipe = FACTORIES[name](**overrides)
-    for fmt in FORMATS:
+    for fmt in CONFIG_FORMATS:
         path = tmp_path / f"recipe.{fmt}"
         path.write_text(dumps(recipe, fmt))
         back = load(str(path))

@@ -9,11 +9,11 @@ The fit is `plan.calibration.refit`, the one `benchmarks/planner_accuracy.py` ru
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 from typing import Any, Optional
 
 from nemo_recipes.cli import _output
 from nemo_recipes.errors import InvalidConfigError, InvalidInputError, Problem
-from nemo_recipes.frozen_dataclass import fields
 from nemo_recipes.user_paths import output_problems
 
 #: Options that plan a recipe: meaningless while calibrating, so refused rather than ignored.

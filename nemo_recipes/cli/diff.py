@@ -26,7 +26,6 @@ EXAMPLES = """\
   nemo-recipes diff gpt_70b mine.yaml           # NeMo-Run configuration paths (imports NeMo)
   nemo-recipes diff old.yaml new.yaml --json"""
 
-CONFIG_SUFFIXES = (".yaml", ".yml", ".json", ".toml")
 ABSENT = "(absent)"
 
 
@@ -47,7 +46,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _is_file(arg: str) -> bool:
-    return arg not in RECIPES and (arg.lower().endswith(CONFIG_SUFFIXES) or os.path.sep in arg)
+    return arg not in RECIPES and (arg.lower().endswith(tuple(yaml_files.CONFIG_SUFFIXES)) or os.path.sep in arg)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -114,7 +113,7 @@ def load_config_file(path: str) -> dict[str, Any]:
             ]
         )
     suffix = os.path.splitext(path)[1].lower()
-    if suffix not in CONFIG_SUFFIXES:
+    if suffix not in yaml_files.CONFIG_SUFFIXES:
         raise InvalidInputError(
             [Problem("file", path, f"has an unknown extension {suffix!r}.", "use a .yaml, .yml, .json or .toml file.")]
         )

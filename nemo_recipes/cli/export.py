@@ -19,6 +19,7 @@ from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import WARNING, InvalidInputError, Problem, raise_if_any
 from nemo_recipes.overrides import apply_overrides
 from nemo_recipes.user_paths import output_problems
+from nemo_recipes.yaml_files import CONFIG_FORMATS, CONFIG_SUFFIXES
 
 HELP = VERBS["export"].help
 EXAMPLES = """\
@@ -26,9 +27,6 @@ EXAMPLES = """\
   nemo-recipes export gpt_70b --format toml num_nodes=8 > gpt_70b_8n.toml
   nemo-recipes export gpt_1_3b --format json --name run1 --dir /results
   # load it back in Python: nemo_recipes.cli.export.load("gpt_70b.yaml") -> run.Partial"""
-
-FORMATS = ("yaml", "json", "toml")
-_SUFFIX_FORMAT = {".yaml": "yaml", ".yml": "yaml", ".json": "json", ".toml": "toml"}
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,7 +38,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _output.recipe_arguments(parser, "change recipe fields first, e.g. num_nodes=8 (names as in `nemo-recipes show`)")
-    parser.add_argument("--format", choices=FORMATS, help="output format (default: from the -o extension, else yaml)")
+    parser.add_argument(
+        "--format", choices=CONFIG_FORMATS, help="output format (default: from the -o extension, else yaml)"
+    )
     parser.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
     parser.add_argument("--name", default=None, help="experiment name in the log configuration (default: NAME)")
     parser.add_argument("--dir", default=None, help="log/checkpoint directory in the configuration")
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     fmt = args.format
     if args.output:
         suffix = os.path.splitext(args.output)[1].lower()
-        implied = _SUFFIX_FORMAT.get(suffix)
+        implied = CONFIG_SUFFIXES.get(suffix)
         if fmt is None:
             if implied is None:
                 raise InvalidInputError(

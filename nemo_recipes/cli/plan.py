@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
+from dataclasses import replace
 from typing import Any, Optional
 
-from nemo_recipes.catalog import INT64_MAX, RECIPES, RecipeSpec, closest_recipe, get_recipe
+from nemo_recipes.catalog import FAMILIES, INT64_MAX, RECIPES, RecipeSpec, closest_recipe, get_recipe
 from nemo_recipes.cli import _calibrate, _output
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidInputError, Problem, known, raise_if_any
-from nemo_recipes.frozen_dataclass import replace
+from nemo_recipes.families import get_family
 from nemo_recipes.overrides import apply_overrides
 from nemo_recipes.plan.data import DataReport, read_data
 from nemo_recipes.plan.hardware import GPUS, Cluster, get_gpu
@@ -142,8 +142,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     shape.add_argument(
         "--custom",
         action="store_true",
-        help="plan a GPT shape of your own: needs --layers, --hidden and --heads; everything not "
-        "given comes from the recipe closest in size",
+        help="plan a shape of your own: needs --layers, --hidden and --heads; everything not given comes from "
+        "the recipe of its --family closest in size",
+    )
+    shape.add_argument(
+        "--family",
+        metavar="FAMILY",
+        help=f"with --custom: the model family whose architecture and choices the shape takes ({', '.join(FAMILIES)}; "
+        f"default: {DEFAULT_FAMILY}); a recipe name says its own",
     )
     for flag, field, text in SHAPE_FLAGS:
         shape.add_argument(f"--{flag}", type=int, dest=f"shape_{field}", metavar="N", help=text)
@@ -190,7 +196,7 @@ def _spec_and_cluster(args: argparse.Namespace) -> tuple[RecipeSpec, Cluster, Op
         for _, field, _ in SHAPE_FLAGS
         if getattr(args, f"shape_{field}") is not None
     }
-    base = _base(recipe, shape, args.custom)
+    base = _base(recipe, shape, args.custom, args.family)
 
     # Flags are spellings of recipe fields: the cluster flags of num_nodes and num_gpus_per_node, the shape flags of
     # theirs. A field given both ways with two values is reported, and `num_nodes=4` plans on 4 nodes as --nodes 4.
@@ -243,7 +249,18 @@ def _tokens(text: Optional[str]) -> Optional[int]:
     return tokens
 
 
-def _base(recipe: Optional[str], shape: dict[str, Any], custom: bool) -> RecipeSpec:
+def _base(recipe: Optional[str], shape: dict[str, Any], custom: bool, family: Optional[str]) -> RecipeSpec:
+    if family is not None and not custom:
+        raise InvalidInputError(
+            [
+                Problem(
+                    "family",
+                    family,
+                    "goes with --custom only: a recipe's family is the one its name says.",
+                    "leave --family out, or plan --custom with shape flags.",
+                )
+            ]
+        )
     if custom:
         if recipe is not None:
             raise InvalidInputError(
@@ -269,7 +286,7 @@ def _base(recipe: Optional[str], shape: dict[str, Any], custom: bool) -> RecipeS
                     )
                 ]
             )
-        return _custom_base(shape)
+        return _custom_base(shape, get_family(DEFAULT_FAMILY if family is None else family).prefix)
     if recipe is None:
         raise InvalidInputError(
             [
@@ -284,18 +301,28 @@ def _base(recipe: Optional[str], shape: dict[str, Any], custom: bool) -> RecipeS
     return get_recipe(recipe)
 
 
-def _custom_base(shape: dict[str, Any]) -> RecipeSpec:
-    """The recipe closest in parameter count supplies every value the custom shape does not give."""
-    draft = RECIPES["gpt_7b"].replace(
-        **{k: v for k, v in shape.items() if k in ("num_layers", "hidden_size", "num_attention_heads")}
-    )
-    if "ffn_hidden_size" not in shape:
-        draft = draft.replace(ffn_hidden_size=4 * draft.hidden_size)
-    nearest = closest_recipe(draft.num_parameters)
-    base = nearest.replace(name="custom", size_label=f"custom, choices of {nearest.name}")
-    if "ffn_hidden_size" not in shape:  # 4 x hidden as in GPT-3, not the neighbour's FFN
-        base = base.replace(ffn_hidden_size=4 * shape["hidden_size"])
-    return base
+#: The family of a --custom shape that names none: GPT, the family whose values are the catalog's defaults.
+DEFAULT_FAMILY = "gpt"
+
+
+def _custom_base(shape: dict[str, Any], family: str) -> RecipeSpec:
+    """The recipe of `family` closest in parameter count supplies every value the custom shape does not give; the
+    FFN, when not given, keeps that family's ratio to the hidden size (4 x hidden for GPT, as in GPT-3), not the
+    neighbour's width. The name is the family's (`custom` for GPT, else `llama_custom`...): a recipe's family is
+    its name's prefix."""
+    first = next(spec for spec in RECIPES.values() if spec.family == family)
+    counted = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "ffn_hidden_size")
+    draft = first.replace(**{k: v for k, v in shape.items() if k in counted}, **_ffn(first, shape))
+    nearest = closest_recipe(draft.num_parameters, family)
+    name = "custom" if family == DEFAULT_FAMILY else f"{family}_custom"
+    return nearest.replace(name=name, size_label=f"custom, choices of {nearest.name}", **_ffn(nearest, shape))
+
+
+def _ffn(row: RecipeSpec, shape: dict[str, Any]) -> dict[str, int]:
+    """The FFN of a custom shape that gives none: `row`'s ratio of FFN to hidden size at the shape's hidden size."""
+    if "ffn_hidden_size" in shape:
+        return {}
+    return {"ffn_hidden_size": row.ffn_hidden_size * shape["hidden_size"] // row.hidden_size}
 
 
 # ---- scaling: the same plan on more or fewer nodes ----
@@ -326,10 +353,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace, calibration: Any) -> int:
-    if args.plot and os.path.splitext(args.plot)[1].lower() not in (".png", ".svg"):
-        raise InvalidInputError(
-            [Problem("plot", args.plot, "must be a .png or .svg file.", "name the file plan.png or plan.svg.")]
-        )
+    if args.plot:
+        from nemo_recipes.plan.plot import image_problems  # with --plot only: no plot module for a plain plan
+
+        raise_if_any(image_problems("plot", args.plot, "plan"))
     if args.fit and args.best:
         raise InvalidInputError(
             [

@@ -132,10 +132,10 @@ def _check_follow(args: argparse.Namespace) -> None:
                 "e.g. --stall-after 900, or leave it out for 10 x the step time (at least 600 s).",
             )
         )
-    if args.plot is not None and os.path.splitext(args.plot)[1].lower() not in (".png", ".svg"):
-        problems.append(
-            Problem("--plot", args.plot, "must be a .png or .svg file.", "name the file run.png or run.svg.")
-        )
+    if args.plot is not None:
+        from nemo_recipes.plan.plot import image_problems
+
+        problems += image_problems("--plot", args.plot, "run")
     if args.stall_after is not None and not args.follow:
         problems.append(
             Problem(

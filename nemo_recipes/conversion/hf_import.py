@@ -24,7 +24,7 @@ from nemo_recipes.conversion.hf_export import IMPORT_RECORD, _out_problems, _rep
 from nemo_recipes.conversion.megatron_checkpoint import GLOBAL_KEYS, LAYER_KEYS, PREFIX
 from nemo_recipes.conversion.safetensors_files import Entry, HeaderError, Lie, read_header, read_tensor
 from nemo_recipes.conversion.write_errors import staged, unwritable, write_failure
-from nemo_recipes.errors import InvalidConfigError, InvalidRecipeError, Problem
+from nemo_recipes.errors import InvalidConfigError, InvalidInputError, Problem
 from nemo_recipes.families import Architecture, family_of, get_family
 from nemo_recipes.user_paths import not_regular
 
@@ -66,7 +66,7 @@ def plan_import(hf_dir: str, spec: RecipeSpec, given: Mapping[str, Any]) -> tupl
     if fields:
         try:
             shaped = spec.replace(**fields)
-        except InvalidRecipeError as error:
+        except InvalidInputError as error:
             problems += error.problems
     if shaped is not spec or not problems:
         problems += layout_problems(shaped, config)

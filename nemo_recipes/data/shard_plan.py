@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from nemo_recipes.data.manifest import TokenizerInfo, write_atomic
-from nemo_recipes.data.sources import JSONL, InputFile, ReadOptions, damaged, open_binary
+from nemo_recipes.data.sources import Compression, DataFormat, InputFile, ReadOptions, damaged, open_binary
 
 WORK_DIR = ".nemo-recipes-work"
 PLAN_FORMAT = "nemo-recipes-shard-plan/1"
@@ -46,8 +46,8 @@ class Shard:
     index: int
     source: str  # the source's name
     path: str
-    format: str
-    compression: Optional[str]
+    format: DataFormat
+    compression: Optional[Compression]
     start: int  # byte offsets in the decompressed content
     end: int
     line: int  # 1-based number of the line at `start`
@@ -55,6 +55,18 @@ class Shard:
     @property
     def file(self) -> InputFile:
         return InputFile(self.path, self.format, self.compression)
+
+
+def _shard(data: dict[str, Any]) -> Shard:
+    """A shard as the plan's JSON holds it, its format and compression read back as the enums they were."""
+    compression = data["compression"]
+    return Shard(
+        **{
+            **data,
+            "format": DataFormat(data["format"]),
+            "compression": None if compression is None else Compression(compression),
+        }
+    )
 
 
 @dataclass(frozen=True)
@@ -86,7 +98,7 @@ class ShardPlan:
             tokenizer=TokenizerInfo(**data["tokenizer"]),
             arguments=data["arguments"],
             sources=tuple(data["sources"]),
-            shards=tuple(Shard(**s) for s in data["shards"]),
+            shards=tuple(_shard(s) for s in data["shards"]),
             encoder=data.get("encoder") or data["tokenizer"]["kind"],
         )
 
@@ -150,7 +162,7 @@ def split_file(file: InputFile, shard_bytes: int) -> tuple[list[tuple[int, int, 
 def _split(file: InputFile, shard_bytes: int) -> tuple[list[tuple[int, int, int]], int, bool]:
     if file.compression is None:
         with open(file.path, "rb", buffering=0) as stream:
-            return _split_plain(_Positional(stream.fileno()), file.format == JSONL, shard_bytes)
+            return _split_plain(_Positional(stream.fileno()), file.format == DataFormat.JSONL, shard_bytes)
     return _split_read(file, shard_bytes)
 
 
@@ -260,7 +272,7 @@ def _split_read(file: InputFile, shard_bytes: int) -> tuple[list[tuple[int, int,
             blank = at_line_start and not piece.strip() and piece.endswith(b"\n")
             # A cut goes before a line that starts a document: any line of JSON Lines, a paragraph's first line.
             if at_line_start and offset - start >= shard_bytes and not blank:
-                if file.format == JSONL or previous_blank:
+                if file.format == DataFormat.JSONL or previous_blank:
                     ranges.append((start, offset, start_line))
                     start, start_line = offset, line
             if at_line_start:

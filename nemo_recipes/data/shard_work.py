@@ -59,7 +59,7 @@ def shard_documents(
     shard: Shard, options: sources.ReadOptions, skipped: sources.Skipped, *, limit: Optional[int] = None
 ) -> Iterator[str]:
     data = _read(shard, limit)
-    if shard.format == sources.JSONL:
+    if shard.format == sources.DataFormat.JSONL:
         return sources.jsonl_documents(data, shard.file, shard.line, options, skipped)
     return sources.text_documents(data, shard.file, shard.line, options, skipped, at_start=shard.start == 0)
 

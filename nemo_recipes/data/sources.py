@@ -13,6 +13,7 @@ Standard library only (zstandard inside the function that opens a .zst file), an
 
 from __future__ import annotations
 
+import enum
 import glob
 import gzip
 import io
@@ -28,13 +29,34 @@ from nemo_recipes.data.manifest import MANIFEST_SUFFIX, PREFIX_SUFFIXES
 from nemo_recipes.errors import InvalidInputError, Problem, did_you_mean, known
 from nemo_recipes.user_paths import not_regular
 
-JSONL = "jsonl"
-TEXT = "text"
+
+class DataFormat(enum.StrEnum):
+    """How an input file holds its documents: JSON Lines (one object a line, the text under `--key`) or plain text
+    (a document a paragraph). A string enum: a shard plan writes it, and reads it back, as its value."""
+
+    JSONL = "jsonl"
+    TEXT = "text"
+
+
+class Compression(enum.StrEnum):
+    """How an input file is compressed (None where it is not)."""
+
+    GZIP = "gzip"
+    ZSTD = "zstd"
+
+
 #: File suffixes (after any compression suffix) and the format they hold. `.json` is read as JSON Lines, as
 #: Megatron-LM's preprocess_data.py reads it: one object per line.
-FORMATS = {".jsonl": JSONL, ".ndjson": JSONL, ".json": JSONL, ".txt": TEXT, ".text": TEXT, ".md": TEXT}
+FORMATS = {
+    ".jsonl": DataFormat.JSONL,
+    ".ndjson": DataFormat.JSONL,
+    ".json": DataFormat.JSONL,
+    ".txt": DataFormat.TEXT,
+    ".text": DataFormat.TEXT,
+    ".md": DataFormat.TEXT,
+}
 #: Compression suffixes and the codec of each.
-COMPRESSIONS = {".gz": "gzip", ".zst": "zstd", ".zstd": "zstd"}
+COMPRESSIONS = {".gz": Compression.GZIP, ".zst": Compression.ZSTD, ".zstd": Compression.ZSTD}
 #: A paragraph break: a newline, then one or more lines of only whitespace.
 PARAGRAPH_BREAK = re.compile(r"\n(?:[ \t\r\f\v]*\n)+")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -56,8 +78,8 @@ def bad(field: str, value: Any, why: str, fix: str) -> InvalidDataError:
 @dataclass(frozen=True)
 class InputFile:
     path: str  # absolute
-    format: str  # JSONL or TEXT
-    compression: Optional[str]  # None, "gzip" or "zstd"
+    format: DataFormat
+    compression: Optional[Compression]
 
 
 @dataclass(frozen=True)
@@ -262,9 +284,9 @@ class _ZstdReader(io.RawIOBase):
 
 def open_binary(file: InputFile) -> IO[bytes]:
     """The file's decompressed bytes as a stream. Reading it raises what `damaged` recognises for a damaged file."""
-    if file.compression == "gzip":
+    if file.compression == Compression.GZIP:
         return gzip.open(file.path, "rb")  # type: ignore[return-value]
-    if file.compression == "zstd":
+    if file.compression == Compression.ZSTD:
         return io.BufferedReader(_ZstdReader(file.path), buffer_size=1 << 20)
     return open(file.path, "rb")
 
@@ -275,19 +297,19 @@ def damaged(file: InputFile, error: Exception) -> Optional[InvalidDataError]:
     import zlib
 
     kinds: tuple[type[BaseException], ...] = (EOFError, gzip.BadGzipFile, zlib.error)
-    if file.compression == "zstd":
+    if file.compression == Compression.ZSTD:
         import zstandard
 
         kinds += (zstandard.ZstdError,)
     if file.compression is None or not isinstance(error, kinds):
         return None
-    codec = "gzip" if file.compression == "gzip" else "zstd"
+    codec = file.compression
     return bad(
         "inputs",
         file.path,
         f"the file cannot be decompressed as {codec}: {error or type(error).__name__} (cut short, damaged, or not "
         f"{codec} at all).",
-        f"copy or download the file again and check it (e.g. {'gzip -t' if codec == 'gzip' else 'zstd -t'} "
+        f"copy or download the file again and check it (e.g. {'gzip -t' if codec == Compression.GZIP else 'zstd -t'} "
         f"{file.path}), or leave it out of the inputs.",
     )
 

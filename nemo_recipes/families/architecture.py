@@ -8,9 +8,8 @@ shapes below take as they are, so one formula cannot drift from another.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
-
-from nemo_recipes.frozen_dataclass import frozen_dataclass
 
 #: How tensor parallelism stores a tensor: column-parallel (split along its output rows), row-parallel (split along
 #: its input columns), or a full copy on every TP rank.
@@ -52,7 +51,7 @@ class Shape(Protocol):
     def position_embedding_type(self) -> str: ...
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Tensor:
     """One parameter tensor of a transformer layer, named by its role (Megatron's state-dict keys differ between its
     local and Transformer Engine layer specs; the roles do not)."""
@@ -69,7 +68,7 @@ class Tensor:
         return count
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class LayerParams:
     """One transformer layer's parameters, split by how TP stores them."""
 
@@ -80,7 +79,7 @@ class LayerParams:
         return self.sharded / tp + self.replicated
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class TokenFlops:
     """Forward FLOPs per token, split by kind of work (the backward pass costs twice each)."""
 
@@ -98,7 +97,7 @@ class TokenFlops:
         return 3.0 * self.forward
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Architecture:
     """The model Megatron-Core's GPTModel builds for a recipe: read `Architecture.of(spec)`, never recount."""
 

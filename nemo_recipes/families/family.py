@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from nemo_recipes.errors import Problem
-from nemo_recipes.frozen_dataclass import field, frozen_dataclass
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Family:
     """One model family. Its rows share the transformer arithmetic of `families.architecture`; what a family owns is
     its name (the recipe prefix, and the display name that prefixes its NeMo config classes and help) and the sources

@@ -18,12 +18,12 @@ import json
 import math
 import os
 import typing
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from nemo_recipes.catalog import Precision, RecipeSpec
 from nemo_recipes.errors import InvalidConfigError, InvalidInputError, Problem, shown
-from nemo_recipes.frozen_dataclass import fields, frozen_dataclass
 from nemo_recipes.plan.calibration_path import ENV_VAR, default_calibration_path  # noqa: F401 (its names here too)
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.throughput import CONSTANTS, ModelConstants, Throughput, estimate_throughput
@@ -44,7 +44,7 @@ MAX_SWEEPS = 8
 RESTARTS: tuple[dict[str, float], ...] = ({"step_overhead": 0.0}, {"step_overhead": 0.05}, {"step_overhead": 0.1})
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Case:
     """One measurement the model is scored on: the plan, what was measured and which prediction to compare."""
 
@@ -117,7 +117,7 @@ def held_out_errors(
     return errors, folds
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Calibration:
     """A refit and what it was fitted on: the constants, and the runs, GPUs, stack and precisions they came from."""
 

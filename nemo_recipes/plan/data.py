@@ -11,6 +11,7 @@ vocabulary to NeMo, which takes the tokenizer's at configure time).
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import Path
 from typing import Any, Optional
@@ -18,7 +19,6 @@ from typing import Any, Optional
 from nemo_recipes import budget
 from nemo_recipes.catalog import RecipeSpec, data_problems
 from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem
-from nemo_recipes.frozen_dataclass import field, frozen_dataclass, replace
 
 #: Epochs of one source above which the plan warns. Muennighoff et al. 2023 ("Scaling Data-Constrained Language
 #: Models", Fig. 3-4): up to about 4 epochs, repeated tokens are worth almost as much as new ones; beyond that their
@@ -28,7 +28,7 @@ EPOCHS_WARNING = 4.0
 SPLIT = (900, 50, 50)
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Source:
     """One prefix of the blend."""
 
@@ -64,7 +64,7 @@ class Source:
         }
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Budget:
     """What a budget asked (`nemo_recipes.budget`) and the weights it gives."""
 
@@ -92,7 +92,7 @@ class Budget:
         )
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class DataReport:
     """What the recipe's data files and tokenizer say: each source, the tokenizer, the budget and the problems."""
 

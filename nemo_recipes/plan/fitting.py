@@ -18,11 +18,11 @@ Policy, so results are predictable:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, Optional
 
 from nemo_recipes.catalog import RecipeSpec, closest_recipe
 from nemo_recipes.errors import ERROR, InvalidInputError, Problem
-from nemo_recipes.frozen_dataclass import field, fields, frozen_dataclass
 from nemo_recipes.plan.hardware import GPUS, Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.report import Advice, Change, PlanReport, check_inputs
@@ -54,7 +54,7 @@ MAX_NODES = 2048
 ADVICE_MIN_SPEEDUP = 1.03
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class FitResult:
     """A fitted (or best) plan: the spec, its changes from the asked one, its report and the plans it beat."""
 

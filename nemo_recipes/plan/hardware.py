@@ -6,10 +6,10 @@ Standard library only. Peaks are dense (no sparsity) tensor-core figures; source
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Optional
 
 from nemo_recipes.errors import InvalidInputError, Problem, did_you_mean
-from nemo_recipes.frozen_dataclass import frozen_dataclass
 
 # Cluster bounds, as the catalog's num_nodes and num_gpus_per_node (beyond any cluster built; they also keep the
 # planner's divisor searches over the world size instant).
@@ -17,7 +17,7 @@ MAX_NODES = 2**17
 MAX_GPUS_PER_NODE = 4096
 
 
-@frozen_dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class GPU:
     """One accelerator model. A user can describe their own: `GPU(name="my-gpu", memory_gib=96, ...)`."""
 
@@ -234,7 +234,7 @@ def get_gpu(name: "str | GPU") -> GPU:
     )
 
 
-@frozen_dataclass(kw_only=True)
+@dataclass(frozen=True, kw_only=True)
 class Cluster:
     """nodes x GPUs per node x GPU type. `gpu=None` plans without hardware-specific checks (memory, FP8, NVLink)."""
 

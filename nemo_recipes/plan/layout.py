@@ -18,12 +18,12 @@ the stages, and the first and last stages hold one transformer layer fewer.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any, Optional
 
 from nemo_recipes.catalog import DERIVED_SOURCES, RecipeSpec
 from nemo_recipes.families.architecture import Architecture, LayerParams, Shape
-from nemo_recipes.frozen_dataclass import frozen_dataclass
 from nemo_recipes.plan.hardware import Cluster
 
 # The values `Architecture` reads (its `Shape`): a plan search lays out one shape hundreds of times, changing only
@@ -43,7 +43,7 @@ def norm_params(spec: RecipeSpec) -> int:
     return Architecture.of(spec).norm_params
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Layout:
     """Sizes of `spec` laid out on `cluster`. Read it; never recompute one of these numbers elsewhere."""
 
@@ -150,13 +150,18 @@ def _shape_params(spec: RecipeSpec) -> tuple[LayerParams, int, int]:
     return counted
 
 
+def divisors(n: int) -> list[int]:
+    """The divisors of `n`, smallest first: the sizes a parallel split of `n` GPUs, layers or heads can take."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
 def pipeline_sizes(spec: RecipeSpec) -> list[int]:
     """The pipeline sizes whose stages split the layers evenly: the divisors of `num_layers`, and with
     `pipeline_counts_embedding_and_loss` also those (above 1) of the `num_layers + 2` slots it splits."""
     layers = spec.num_layers
-    sizes = {d for d in range(1, layers + 1) if layers % d == 0}
+    sizes = set(divisors(layers))
     if spec.pipeline_counts_embedding_and_loss:
-        sizes |= {d for d in range(2, layers + 3) if (layers + 2) % d == 0}
+        sizes |= set(divisors(layers + 2)[1:])
     return sorted(sizes)
 
 

@@ -30,10 +30,10 @@ Layout numbers (DP, micro-batches, layers per stage and chunk, parameters per GP
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.frozen_dataclass import field, frozen_dataclass
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.stack import FP32_BYTES, Program, program_for
@@ -138,7 +138,7 @@ def layers_in_flight(layout: Layout) -> float:
     return chunks * layout.layers_first_stage / layout.vp
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class ActivationBreakdown:
     """Activation bytes on the first stage. `layers` is what Korthikanti Fig. 1 plots; the rest are extras."""
 
@@ -156,7 +156,7 @@ class ActivationBreakdown:
 _LAYER_TERMS: dict[tuple, tuple[float, float, float, float]] = {}
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class LayoutActivations:
     """The activation bytes of `spec` on a layout whatever is recomputed (before CP divides them): computed once, a
     plan search tries every recompute mode of a layout on them (`search.recompute_options`)."""
@@ -273,7 +273,7 @@ def tp_overlap_buffer_bytes(spec: RecipeSpec, layout: Layout, program: Program) 
 # ---- the breakdown ----
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class MemoryBreakdown:
     """Memory per GPU of the most loaded pipeline stage, in GiB. `capacity` is the GPU's memory (None without one)."""
 

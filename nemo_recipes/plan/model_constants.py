@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+from dataclasses import dataclass
+from dataclasses import replace as replace_fields
 from typing import Iterator
 
-from nemo_recipes.frozen_dataclass import frozen_dataclass
-from nemo_recipes.frozen_dataclass import replace as replace_fields
 
-
-@frozen_dataclass
+@dataclass(frozen=True)
 class ModelConstants:
     """The efficiencies the model cannot derive, each one global (every GPU, every model). The defaults are the refit
     of benchmarks/planner_accuracy.py on every row of benchmarks/data/calibration.csv (all but `power_exponent`,

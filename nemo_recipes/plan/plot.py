@@ -8,11 +8,13 @@ the planner's report as data, so this module does not depend on the planner's cl
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
 
-from nemo_recipes.frozen_dataclass import frozen_dataclass
+from nemo_recipes.errors import Problem
 
-FORMATS = (".png", ".svg")
+#: The pictures `plan --plot` and `watch --plot` (watching/plot.py) draw; matplotlib picks the format by suffix.
+IMAGE_SUFFIXES = (".png", ".svg")
 
 # Bottom to top, as a user reads them: what the model is, then what training adds.
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "other")
@@ -25,7 +27,35 @@ _COLOURS = {
 }
 
 
-@frozen_dataclass
+def image_suffix(path: str) -> str:
+    """The suffix of a picture file we draw (lower case); a ValueError for any other."""
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in IMAGE_SUFFIXES:
+        raise ValueError(f"plot file must end in .png or .svg, not {suffix or 'nothing'!r}")
+    return suffix
+
+
+def image_problems(field: str, path: str, example: str) -> list[Problem]:
+    """What is wrong with `path` as a --plot file (named `field`), checked before anything is computed: nothing for
+    a picture we draw; `example` names the file in the fix."""
+    if os.path.splitext(path)[1].lower() in IMAGE_SUFFIXES:
+        return []
+    return [Problem(field, path, "must be a .png or .svg file.", f"name the file {example}.png or {example}.svg.")]
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the non-interactive Agg backend, SVG text kept as text: imported here, when a picture
+    is drawn, so that the planner and `watch` stay light."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on clusters and CI; must precede pyplot
+    from matplotlib import pyplot as plt
+
+    plt.rcParams["svg.fonttype"] = "none"  # SVG text stays text: searchable, and checkable by tests
+    return plt
+
+
+@dataclass(frozen=True)
 class ScalingPoint:
     """One cluster size of the tokens/s curve."""
 
@@ -43,16 +73,8 @@ def plot_plan(
     given, adds a second panel: total tokens/s against GPU count, with linear scaling from the smallest point
     drawn dashed for comparison.
     """
-    suffix = os.path.splitext(path)[1].lower()
-    if suffix not in FORMATS:
-        raise ValueError(f"plot file must end in .png or .svg, not {suffix or 'nothing'!r}")
-
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on clusters and CI; must precede pyplot
-    from matplotlib import pyplot as plt
-
-    plt.rcParams["svg.fonttype"] = "none"  # SVG text stays text: searchable, and checkable by tests
+    suffix = image_suffix(path)
+    plt = pyplot()
     panels = 2 if scaling else 1
     fig, axes = plt.subplots(1, panels, figsize=(6.5 * panels, 5.0), squeeze=False)
     _memory_panel(axes[0][0], memory_gib)

@@ -7,11 +7,11 @@ interface: `valid`, `recipe`, `cluster`, `parallelism`, `problems`, `memory_gib`
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field, replace
 from typing import Any, Mapping, Optional
 
 from nemo_recipes.catalog import RecipeSpec, not_a_spec
 from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem, jsonable, known
-from nemo_recipes.frozen_dataclass import field, frozen_dataclass, replace
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.memory import MemoryBreakdown
@@ -36,7 +36,7 @@ def check_inputs(spec: Any, cluster: Any) -> None:
         raise InvalidInputError(problems, context="planner")
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Change:
     """One field `fit` changed: `Change("pipeline_parallel", 1, 2, "...")`. JSON keys: field, from, to, why."""
 
@@ -52,7 +52,7 @@ class Change:
         return f"{change_move(self.to_dict())} ({self.why})"
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Advice:
     """A faster valid plan on the same hardware: what to change, and the predicted step times. JSON keys: changes,
     step_time_s, current_step_time_s, speedup, memory_gib, why."""
@@ -81,7 +81,7 @@ class Advice:
         return advice_text(self.to_dict())
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class PlanReport:
     """What the planner says about `spec` on `cluster`. `valid` means no error-severity problem (warnings allowed)."""
 

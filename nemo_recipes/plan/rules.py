@@ -12,17 +12,13 @@ from typing import Callable, Iterable, Optional
 from nemo_recipes.catalog import RecipeSpec, data_problems
 from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem
 from nemo_recipes.plan.hardware import GPUS, Cluster
-from nemo_recipes.plan.layout import Layout
+from nemo_recipes.plan.layout import Layout, divisors
 from nemo_recipes.plan.stack import Program
 
 # Warn when the pipeline bubble (p-1)/(v m) (Narayanan et al. 2021, Sec. 2.2) costs half of the ideal step time or more.
 BUBBLE_WARNING = 0.5
 
 Rule = Callable[[RecipeSpec, Layout], list[Problem]]
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def _listing(values: Iterable[int], limit: int = 8) -> str:
@@ -40,7 +36,7 @@ def world_size_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
         return []
     step = mp // math.gcd(mp, cluster.gpus_per_node)
     nodes = max(step, math.ceil(cluster.nodes / step) * step)
-    layouts = [d for d in _divisors(world) if d <= mp][-4:]
+    layouts = [d for d in divisors(world) if d <= mp][-4:]
     return [
         Problem(
             "world_size",
@@ -60,7 +56,7 @@ def tensor_parallel_domain_rule(spec: RecipeSpec, layout: Layout) -> list[Proble
     t, per_node, gpu = layout.tp, layout.gpus_per_node, layout.cluster.gpu
     if t <= per_node and per_node % t == 0:
         return []
-    within_node = [d for d in _divisors(per_node) if spec.num_attention_heads % d == 0]
+    within_node = [d for d in divisors(per_node) if spec.num_attention_heads % d == 0]
     fix = (
         f"use tensor_parallel in {_listing(within_node)} (divides the {per_node} GPUs of a node) and raise "
         "pipeline_parallel instead."
@@ -120,7 +116,7 @@ def attention_heads_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
                 heads,
                 f"hidden_size={spec.hidden_size} is not divisible by {heads} heads, so heads have no whole size.",
                 f"use a head count that divides {spec.hidden_size} (for example "
-                f"{_listing(d for d in _divisors(spec.hidden_size) if 8 <= d <= 256)}), or set kv_channels (the "
+                f"{_listing(d for d in divisors(spec.hidden_size) if 8 <= d <= 256)}), or set kv_channels (the "
                 "head dimension) explicitly.",
             )
         )
@@ -130,12 +126,12 @@ def attention_heads_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
                 "num_query_groups",
                 spec.num_query_groups,
                 f"{heads} attention heads cannot be split into {groups} query groups.",
-                f"use num_query_groups in {_listing(_divisors(heads))}.",
+                f"use num_query_groups in {_listing(divisors(heads))}.",
             )
         )
 
     def ok() -> list[int]:  # only when reported: a plan search runs this rule on every layout
-        return [d for d in _divisors(layout.gpus_per_node) if heads % d == 0 and groups % d == 0]
+        return [d for d in divisors(layout.gpus_per_node) if heads % d == 0 and groups % d == 0]
 
     if heads % t:
         problems.append(
@@ -181,7 +177,7 @@ def pipeline_layers_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
                 "pipeline_parallel",
                 p,
                 f"{what} = {slots} is not divisible by pipeline_parallel={p}.",
-                f"use pipeline_parallel in {_listing(d for d in _divisors(slots))}.",
+                f"use pipeline_parallel in {_listing(d for d in divisors(slots))}.",
             )
         )
     if vp is not None and vp > 1:
@@ -195,7 +191,7 @@ def pipeline_layers_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
                 )
             )
         elif slots % (p * vp):
-            good = [v for v in _divisors(slots // p) if v > 1] if slots % p == 0 else []
+            good = [v for v in divisors(slots // p) if v > 1] if slots % p == 0 else []
             problems.append(
                 Problem(
                     "virtual_pipeline",
@@ -284,7 +280,7 @@ def context_parallel_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     c, s = layout.cp, spec.seq_length
     if c == 1 or s % (2 * c) == 0:
         return []
-    good = [d for d in _divisors(s) if d > 1 and s % (2 * d) == 0 and d <= 64]
+    good = [d for d in divisors(s) if d > 1 and s % (2 * d) == 0 and d <= 64]
     return [
         Problem(
             "context_parallel",
@@ -347,7 +343,7 @@ def global_batch_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     step = b * dp
     lower, upper = (gbs // step) * step, (gbs // step + 1) * step
     near = " or ".join(str(v) for v in (lower, upper) if v > 0)
-    mbs = [d for d in _divisors(b) if gbs % (d * dp) == 0]
+    mbs = [d for d in divisors(b) if gbs % (d * dp) == 0]
     alt = f"; or micro_batch_size in {_listing(mbs)}" if mbs else ""
     return [
         Problem(

@@ -20,13 +20,13 @@ Both keep the global batch (unless `fit` scales it), precision, context parallel
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import ERROR, InvalidInputError
-from nemo_recipes.frozen_dataclass import frozen_dataclass
 from nemo_recipes.plan.hardware import Cluster
-from nemo_recipes.plan.layout import Layout, pipeline_sizes
+from nemo_recipes.plan.layout import Layout, divisors, pipeline_sizes
 from nemo_recipes.plan.memory import LayoutActivations, ModelState, model_state, state_floor_gib, total_gib
 from nemo_recipes.plan.rules import LAYOUT_RULES, RECOMPUTE_RULES, Rule, program_problems
 from nemo_recipes.plan.stack import Program, program_for
@@ -56,7 +56,7 @@ class Space(enum.Enum):
     BEST = "best"
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Candidate:
     """One valid plan and what the models predict for it."""
 
@@ -106,10 +106,6 @@ def _with(spec: RecipeSpec, **changes: object) -> RecipeSpec:
     return copy
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def _errors(spec: RecipeSpec, layout: Layout, rules: tuple[Rule, ...]) -> bool:
     for rule in rules:  # loops, not a generator: the search asks this once per memory estimate
         for problem in rule(spec, layout):
@@ -129,7 +125,7 @@ def _virtuals(spec: RecipeSpec, p: int, m: int, slots: int, space: Space) -> lis
     """Interleaving choices for PP = p with m micro-batches: Megatron needs m a multiple of p."""
     if p < 2 or m % p or slots % p:
         return [None]
-    divides = [v for v in _divisors(slots // p) if v > 1]
+    divides = [v for v in divisors(slots // p) if v > 1]
     if space is Space.BEST:
         return [None, *divides]
     kept = [v for v in range(spec.virtual_pipeline or 1, 1, -1) if v in divides]
@@ -141,7 +137,7 @@ def _micro_batches(spec: RecipeSpec, per_replica_batch: Optional[int], space: Sp
     if space is Space.FIT or per_replica_batch is None:
         return list(range(spec.micro_batch_size, 0, -1))
     top = max(MAX_MICRO_BATCH, spec.micro_batch_size)
-    return [b for b in reversed(_divisors(per_replica_batch)) if b <= top]
+    return [b for b in reversed(divisors(per_replica_batch)) if b <= top]
 
 
 def layouts(
@@ -160,7 +156,7 @@ def _laid_out(
     does not change a layout), else None."""
     tps = [
         t
-        for t in _divisors(cluster.gpus_per_node)
+        for t in divisors(cluster.gpus_per_node)
         if spec.num_attention_heads % t == 0 and spec.kv_groups % t == 0 and spec.ffn_hidden_size % t == 0
     ]
     if spec.sequence_parallel is True:

@@ -27,11 +27,11 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from dataclasses import dataclass
 from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import InvalidInputError, Problem
-from nemo_recipes.frozen_dataclass import frozen_dataclass
 from nemo_recipes.plan.hardware import GPU, get_gpu
 
 TRANSFORMER_ENGINE_MODULE = "transformer_engine"
@@ -44,7 +44,7 @@ FP32_BYTES, HALF_BYTES, FP8_BYTES = 4, 2, 1
 PERFORMANCE_HARNESS = "nemo-performance"
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Stack:
     """The software on the GPUs: what decides the attention kernel, the overlaps and the fused kernels."""
 
@@ -143,7 +143,7 @@ def resolve_stack(name: Optional[str] = None) -> tuple[Stack, str]:
     return stack, f"software stack: {stack.description} (as given)"
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Program:
     """What the job will run, as far as memory and step time depend on it."""
 

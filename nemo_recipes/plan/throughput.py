@@ -46,11 +46,11 @@ attention, memory-bound kernels, recomputation, exposed communication, pipeline 
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import InvalidInputError, Problem, known
-from nemo_recipes.frozen_dataclass import asdict, field, frozen_dataclass
 from nemo_recipes.plan import flops as _flops
 from nemo_recipes.plan import kernels as _kernels
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu, group_bandwidth_gb_s
@@ -81,7 +81,7 @@ FLOPS_CONVENTION = _flops.MODEL_FLOPS_CONVENTION
 POWER_REFERENCE = get_gpu("h100-80gb")
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class Throughput:
     """What one training step costs on a cluster, and what it produces."""
 
@@ -181,7 +181,7 @@ def _power_derate(gpu: GPU, k: ModelConstants) -> float:
     return min(1.0, ratio**k.power_exponent)
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class _Rates:
     """Achievable rates of one GPU, in FLOP/s and bytes/s."""
 
@@ -223,7 +223,7 @@ class _Rates:
         return nbytes / (link_gb_s * 1e9 * self.comm)
 
 
-@frozen_dataclass
+@dataclass(frozen=True)
 class _Layer:
     """One transformer layer and one micro-batch on one GPU: forward and backward seconds by kind of work."""
 

@@ -21,7 +21,7 @@ from nemo_recipes.catalog import RecipeSpec, get_recipe
 from nemo_recipes.errors import (
     NO_ROOM_ERRNOS,
     READ_ONLY_ERRNOS,
-    InvalidRecipeError,
+    InvalidInputError,
     Problem,
     RunFailedError,
     raise_if_any,
@@ -246,7 +246,7 @@ def workspace(plan: SmokeShape, dir: Optional[str] = None, name: str = "smoke") 
             raise SmokeError(f"{root} holds an earlier smoke run; give an empty or new directory")
         corpus = None if plan.spec.data_paths else write_corpus(root / "data" / "corpus", plan.spec.vocab_size)
     except OSError as error:
-        raise InvalidRecipeError([directory_problem(error, field, value)], context=f"smoke {plan.spec.name}") from None
+        raise InvalidInputError([directory_problem(error, field, value)], context=f"smoke {plan.spec.name}") from None
     return Workspace(root=root, corpus=corpus, plan=plan, name=name)
 
 
@@ -425,7 +425,7 @@ def smoke(
         problems = machine_problems(plan.processes, full_size)
         problems += [] if visible_gpus() else cpu_compat.cpu_problems(plan.spec)
         if problems:
-            raise InvalidRecipeError(problems, context=f"smoke {spec.name} on this machine")
+            raise InvalidInputError(problems, context=f"smoke {spec.name} on this machine")
     space = workspace(plan, dir, name)
     space.faults, space.invariant_init = dict(faults or {}), invariance
     space.reference_after = plan.stop_step if uninterrupted else None

@@ -18,7 +18,7 @@ from nemo_recipes.catalog import COUNT_MAX, RecipeSpec
 from nemo_recipes.errors import WARNING, InvalidInputError, Problem
 from nemo_recipes.plan import Cluster, validate
 from nemo_recipes.plan.data import checked_data
-from nemo_recipes.plan.layout import Layout
+from nemo_recipes.plan.layout import Layout, divisors
 from nemo_recipes.smoke_training.judge import MIN_STEPS
 
 #: Head dimension, heads and sequence of the scaled-down model: a few hundred thousand parameters, whose steps take
@@ -81,7 +81,7 @@ class SmokeShape:
 
 
 def _largest_divisor_at_most(n: int, limit: int) -> int:
-    return max(d for d in range(1, max(1, min(n, limit)) + 1) if n % d == 0)
+    return max(d for d in divisors(n) if d <= max(1, limit))
 
 
 def fit_layout(spec: RecipeSpec, processes: int, given: dict[str, Any]) -> dict[str, Any]:

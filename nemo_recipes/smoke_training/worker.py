@@ -18,7 +18,7 @@ from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.checkpoint_pickles import read_index
-from nemo_recipes.errors import InvalidRecipeError, known
+from nemo_recipes.errors import InvalidInputError, known
 
 #: Validation batches per validation (the recipe's 32 are scaled down with the batch).
 VAL_BATCHES = 2
@@ -133,7 +133,7 @@ def train_phase(
     if not cpu_compat.cuda_available():
         problems = cpu_compat.cpu_problems(RecipeSpec(**spec))
         if problems:  # an executor's CPU nodes: the local runner refuses before launching
-            raise InvalidRecipeError(problems, context=f"smoke {name} on a CPU")
+            raise InvalidInputError(problems, context=f"smoke {name} on a CPU")
     patches = cpu_compat.adapt(recipe, recipe.trainer.devices)
     rank = int(os.environ.get("RANK", "0"))
     if rank == 0:

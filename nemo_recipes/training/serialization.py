@@ -23,8 +23,6 @@ from nemo_run.cli.config import ConfigSerializer
 from nemo_recipes import yaml_files
 from nemo_recipes.errors import InvalidInputError, Problem
 
-FORMATS = ("yaml", "json", "toml")
-
 #: The packages whose classes a recipe's configuration builds (what `export` writes names nothing else).
 CALLED_ROOTS = ("nemo", "megatron", "lightning", "nemo_recipes", "datetime")
 #: Functions a file may name as the task itself: NeMo's own verbs, which `nemo llm` runs the same way.

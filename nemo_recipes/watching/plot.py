@@ -7,24 +7,16 @@ line, so that a resume shows where it began; every line carries an SVG id (`loss
 
 from __future__ import annotations
 
-import os
 from typing import Any, Optional
 
-FORMATS = (".png", ".svg")
+from nemo_recipes.plan.plot import image_suffix, pyplot
 
 
 def plot_run(path: str, title: str, figures: dict[str, Any], plan: Optional[dict[str, Any]], dpi: int = 120) -> str:
     """Write the picture of `figures` (Figures.to_dict()) and, where given, the plan beside it (against_plan's
     dict) to `path` (PNG or SVG, by extension); return the path."""
-    suffix = os.path.splitext(path)[1].lower()
-    if suffix not in FORMATS:
-        raise ValueError(f"plot file must end in .png or .svg, not {suffix or 'nothing'!r}")
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on clusters and CI; must precede pyplot
-    from matplotlib import pyplot as plt
-
-    plt.rcParams["svg.fonttype"] = "none"  # SVG text stays text: searchable, and checkable by tests
+    image_suffix(path)
+    plt = pyplot()
     fig, (loss_axis, rate_axis) = plt.subplots(1, 2, figsize=(13.0, 5.0))
     tokens = figures.get("tokens_per_step")
     gpus = figures.get("num_gpus") or 1

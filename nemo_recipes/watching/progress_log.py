@@ -8,7 +8,7 @@
 `iteration` is the step within the epoch counted from 0, over `max_steps - 1`; each value is the mean over the
 interval except `global_step` (the latest), written with 4 significant digits (integers without decimals);
 `max_memory_reserved` / `max_memory_allocated` (bytes) join with `NEMO_LOG_MEMORY_USAGE=1` and `TFLOPS_per_GPU` with
-`FLOPsMeasurementCallback`. `tests/test_watch_log.py` pins this against the output of a real run.
+`FLOPsMeasurementCallback`. `tests/test_watch.py` pins this against the output of a real run.
 """
 
 from __future__ import annotations
