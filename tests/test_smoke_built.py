@@ -1,5 +1,5 @@
-"""Issue 31: real bugs planted where NeMo, Megatron-Core or Lightning would have them (planted.py: monkeypatches of
-their own functions, in every training process), each failing its own check of the smoke judge and no other:
+"""Issue 31: real bugs planted where NeMo, Megatron-Core or Lightning would have them (tests/_faults.py: monkeypatches
+of their own functions, in every training process), each failing its own check of the smoke judge and no other:
 the loss across the resume (compared with the first phase trained on past its stop), the optimizer and parameters
 as built, the final checkpoint's files.
 
@@ -9,12 +9,14 @@ two processes."""
 from __future__ import annotations
 
 import pytest
+from _faults import planted
 from _smoke import explain as _explain
 
 pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (tier b)")
 
 from nemo_recipes.smoke_training import smoke  # noqa: E402
 from nemo_recipes.smoke_training.resume_loss import RESUME_LOSS_CHECK  # noqa: E402
+from nemo_recipes.smoke_training.step_checks import ADAMW_CHECK, GROUP_LR_CHECK, STEP_COUNTER_CHECK  # noqa: E402
 
 pytestmark = [pytest.mark.nemo, pytest.mark.slow]
 
@@ -39,15 +41,15 @@ SHORT = {"steps": 4, "stop_step": 2, "progress": None}
         ),
         ("no-clipping", ("train", "resume"), "optimizer as the recipe", "clip_grad 0.0 (recipe 1.0)"),
         ("frozen-attention", ("train", "resume"), "every parameter trains", "self_attention.linear_qkv.weight"),
-        # Step 3's loss is taken before the update the zeroed moments spoil: step 4 departs.
-        ("moments-zeroed-at-first-resumed-step", ("resume",), RESUME_LOSS_CHECK, "step 4"),
         ("truncated-final-checkpoint", ("resume",), "last checkpoint resumable", ".distcp holds 0 bytes"),
     ],
-    ids=["weight-decay-0", "clipping-off", "frozen-attention", "moments-zeroed", "truncated-checkpoint"],
+    ids=["weight-decay-0", "clipping-off", "frozen-attention", "truncated-checkpoint"],
 )
 def test_a_planted_bug_fails_its_own_check_and_no_other(fault, phases, check, says, tmp_path):
     # max_lr 0.01: 4 steps at the recipe's rate learn too little for "model learned" (tests/test_smoke_fed.py alike).
-    report = smoke("gpt_1_3b", {"max_lr": 0.01}, dir=str(tmp_path), faults=dict.fromkeys(phases, fault), **SHORT)
+    report = smoke(
+        "gpt_1_3b", {"max_lr": 0.01}, dir=str(tmp_path), faults=dict.fromkeys(phases, planted(fault)), **SHORT
+    )
     failed = _failed(report)
     assert sorted(failed) == [check], _explain(report)
     assert says in failed[check], failed
@@ -56,7 +58,42 @@ def test_a_planted_bug_fails_its_own_check_and_no_other(fault, phases, check, sa
     assert "resume restored the exact state" in passed, _explain(report)
 
 
-def test_a_tensor_rank_reinitialised_at_the_first_resumed_step_fails_the_resumed_loss_only(tmp_path):
+def test_three_independent_optimizer_bugs_in_one_run_each_fail_their_own_check(tmp_path):
+    """Issue 46, item 3, in one short run (the checks are independent, so one run proves each): Adam's moments
+    zeroed inside the first resumed step (step 3), the inner Adam step of the second resumed step (step 4) skipped
+    but reported done, and the last parameter group at half the schedule's learning rate in both phases. Each
+    touches one quantity only: the zeroing leaves Adam's step and the learning rates alone, and the skipped step 4
+    is not the first step the AdamW check recomputes; the skip leaves the step-4 loss (taken before the update) and
+    the rates alone; the halved rate is the group's own, which the AdamW check reads, and both phases have it, so the
+    run and its uninterrupted twin agree. The zeroed moments also change step 4's loss (the resume-loss check's
+    line), as issue 31 showed; the first group's rate, the only one the schedule check reads, stays right."""
+    report = smoke(
+        "gpt_1_3b",
+        {"max_lr": 0.01},
+        dir=str(tmp_path),
+        faults={
+            "train": planted("last-group-at-half-the-schedule"),
+            "resume": planted(
+                "step-skipped-at-second-resumed-step",
+                "moments-zeroed-at-first-resumed-step",
+                "last-group-at-half-the-schedule",
+            ),
+        },
+        **SHORT,
+    )
+    failed = _failed(report)
+    assert sorted(failed) == sorted([RESUME_LOSS_CHECK, ADAMW_CHECK, STEP_COUNTER_CHECK, GROUP_LR_CHECK]), _explain(
+        report
+    )
+    assert failed[RESUME_LOSS_CHECK].startswith("step 4:"), failed
+    assert failed[ADAMW_CHECK].startswith("resume step 3 rank 0:") and "moment" in failed[ADAMW_CHECK], failed
+    assert failed[STEP_COUNTER_CHECK] == "resume rank 0 at step 4: Adam's step 3", failed
+    assert "group 0.1 lr" in failed[GROUP_LR_CHECK] and "group 0.0" not in failed[GROUP_LR_CHECK], failed
+    # The first resumed step of a good phase is AdamW's: the train phase's first step passed its recomputation.
+    assert "train step 1" not in failed[ADAMW_CHECK], failed
+
+
+def test_a_tensor_rank_reinitialised_at_the_first_resumed_step_fails_the_resumed_loss_and_the_update(tmp_path):
     report = smoke(
         "gpt_1_3b",
         {"tensor_parallel": 2},
@@ -64,9 +101,12 @@ def test_a_tensor_rank_reinitialised_at_the_first_resumed_step_fails_the_resumed
         steps=4,
         dir=str(tmp_path),
         progress=None,
-        faults={"resume": "tp-rank-reinitialised-at-first-resumed-step"},
+        faults={"resume": planted("tp-rank-reinitialised-at-first-resumed-step")},
     )
     failed = _failed(report)
-    assert sorted(failed) == [RESUME_LOSS_CHECK], _explain(report)
+    assert sorted(failed) == sorted([RESUME_LOSS_CHECK, ADAMW_CHECK]), _explain(report)
     # Step 3's loss is taken before its update (the one that re-initialised the shard): step 4 departs.
     assert failed[RESUME_LOSS_CHECK].startswith("step 4:"), failed
+    # Issue 46: the shard changed between the load and the step, so the step is not AdamW's from what was restored:
+    # on tensor rank 1 only.
+    assert failed[ADAMW_CHECK].startswith("resume step 3 rank 1:") and "rank 0" not in failed[ADAMW_CHECK], failed

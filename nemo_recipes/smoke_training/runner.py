@@ -36,6 +36,7 @@ from nemo_recipes.smoke_training.learned import Learned, learned, unigram_entrop
 from nemo_recipes.smoke_training.preconditions import NO_DROPOUT
 from nemo_recipes.smoke_training.resume_loss import resume_loss_check
 from nemo_recipes.smoke_training.shape import SmokeShape, smoke_shape
+from nemo_recipes.smoke_training.step_checks import step_checks
 from nemo_recipes.user_paths import overlap_problems
 
 PHASES = ("train", "resume")
@@ -198,7 +199,8 @@ class Workspace:
     corpus: Optional[Path]  # the learnable corpus, written when the plan names no data of its own
     plan: SmokeShape
     name: str = "smoke"
-    #: Tests only: phase -> a fault to inject into it (`faults.FAULTS`); the CLI has no way to set it.
+    #: Tests only: phase -> the bugs planted in it ("FILE.py:CLASS" callbacks, tests/_faults.py); the CLI has no way
+    #: to set it.
     faults: dict[str, str] = field(default_factory=dict)
     invariant_init: bool = False  # the start every layout shares (invariance.py)
     #: The first phase trains on past its stop checkpoint without saving, as the uninterrupted reference.
@@ -410,8 +412,8 @@ def smoke(
     one-process `reference` of the same shape (trained here when not given; dropout off in both, invariance.py).
     `uninterrupted` (the default, every layout): the first phase trains on past its stop checkpoint
     without saving, and the resumed losses must equal those (straight_through.py, resume_loss.py). `faults` (tests
-    only: phase -> faults of `faults.FAULTS`, joined by commas) breaks a phase on purpose, to show that the judge
-    catches it.
+    only: phase -> Lightning callbacks "FILE.py:CLASS", joined by commas: tests/_faults.py `planted`) breaks a phase
+    on purpose, to show that the judge catches it.
     """
     spec = get_recipe(recipe) if isinstance(recipe, str) else recipe
     if invariance:
@@ -453,6 +455,8 @@ def smoke(
         space.records(), steps=plan.steps, stop_step=plan.stop_step, global_batch_size=plan.spec.global_batch_size
     )
     report.verdict.checks += built_checks(space.records(), PHASES)
+    adam = {"beta1": plan.spec.adam_beta1, "beta2": plan.spec.adam_beta2, "eps": plan.spec.adam_eps}
+    report.verdict.checks += step_checks(space.records(), PHASES, lr_schedule(plan.spec), adam)
     if uninterrupted:
         tokens = plan.spec.global_batch_size * plan.spec.seq_length
         report.verdict.checks.append(
