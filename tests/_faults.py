@@ -277,6 +277,47 @@ class LastGroupAtHalfTheSchedule(Callback):
         WarmupAnnealHoldPolicy.get_lr = get_lr
 
 
+class CausalMaskOff(Callback):
+    """Megatron-Core's softmax builds its default causal mask with nothing masked (get_default_causal_mask, as the
+    PyTorch softmax path imports it): every position attends to the tokens after it too."""
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        import torch
+        from megatron.core.fusions import fused_softmax
+
+        def get_default_causal_mask(sq: int) -> Any:
+            return torch.zeros(sq, sq, dtype=torch.bool)
+
+        fused_softmax.get_default_causal_mask = get_default_causal_mask
+
+
+class PositionsRestartMidSequence(Callback):
+    """Megatron's `GPTDataset.__getitem__` returns position ids that restart at the middle of each sequence (as a
+    position reset at a document's end that the recipe does not ask for, placed wrongly)."""
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        from megatron.core.datasets.gpt_dataset import GPTDataset
+
+        original = GPTDataset.__getitem__
+
+        def __getitem__(self: Any, idx: Any) -> dict[str, Any]:
+            sample = original(self, idx)
+            length = sample["position_ids"].shape[-1]
+            sample["position_ids"] = sample["position_ids"] % max(1, length // 2)
+            return sample
+
+        GPTDataset.__getitem__ = __getitem__
+
+
+class OutputProjectionsUnscaled(Callback):
+    """The built recipe's model config draws the attention and MLP output projections with the init method of every
+    other matrix (full init_method_std), Megatron's scaled init (std / sqrt(2 x layers)) dropped. Set before NeMo
+    builds the model from the config."""
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        pl_module.config.output_layer_init_method = pl_module.config.init_method
+
+
 #: Fault name -> the callback that plants it.
 FAULTS: dict[str, type[Callback]] = {
     "weights-not-restored": WeightsNotRestored,
@@ -293,6 +334,9 @@ FAULTS: dict[str, type[Callback]] = {
     "labels-not-shifted": LabelsNotShifted,
     "step-skipped-at-second-resumed-step": StepSkippedAtSecondResumedStep,
     "last-group-at-half-the-schedule": LastGroupAtHalfTheSchedule,
+    "causal-mask-off": CausalMaskOff,
+    "positions-restart-mid-sequence": PositionsRestartMidSequence,
+    "output-projections-unscaled": OutputProjectionsUnscaled,
 }
 
 

@@ -15,6 +15,9 @@ from _smoke import explain as _explain
 pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (tier b)")
 
 from nemo_recipes.smoke_training import smoke  # noqa: E402
+from nemo_recipes.smoke_training.built_checks import INIT_CHECK  # noqa: E402
+from nemo_recipes.smoke_training.fed_checks import POSITIONS_CHECK  # noqa: E402
+from nemo_recipes.smoke_training.forward_checks import CAUSALITY_CHECK  # noqa: E402
 from nemo_recipes.smoke_training.resume_loss import RESUME_LOSS_CHECK  # noqa: E402
 from nemo_recipes.smoke_training.step_checks import ADAMW_CHECK, GROUP_LR_CHECK, STEP_COUNTER_CHECK  # noqa: E402
 
@@ -58,33 +61,46 @@ def test_a_planted_bug_fails_its_own_check_and_no_other(fault, phases, check, sa
     assert "resume restored the exact state" in passed, _explain(report)
 
 
-def test_three_independent_optimizer_bugs_in_one_run_each_fail_their_own_check(tmp_path):
-    """Issue 46, item 3, in one short run (the checks are independent, so one run proves each): Adam's moments
+#: Planted in both phases, so that the run and its uninterrupted twin agree.
+BOTH = ("causal-mask-off", "positions-restart-mid-sequence", "output-projections-unscaled")
+
+
+def test_six_independent_bugs_in_one_run_each_fail_their_own_check(tmp_path):
+    """Issue 46, items 2 and 3, in one short run (the checks are independent, so one run proves each): Adam's moments
     zeroed inside the first resumed step (step 3), the inner Adam step of the second resumed step (step 4) skipped
     but reported done, and the last parameter group at half the schedule's learning rate in both phases. Each
     touches one quantity only: the zeroing leaves Adam's step and the learning rates alone, and the skipped step 4
     is not the first step the AdamW check recomputes; the skip leaves the step-4 loss (taken before the update) and
     the rates alone; the halved rate is the group's own, which the AdamW check reads, and both phases have it, so the
     run and its uninterrupted twin agree. The zeroed moments also change step 4's loss (the resume-loss check's
-    line), as issue 31 showed; the first group's rate, the only one the schedule check reads, stays right."""
+    line), as issue 31 showed; the first group's rate, the only one the schedule check reads, stays right. And in
+    the forward pass: Megatron's default causal mask masking nothing, which the causality probe sees in the model
+    as built and no other check (both phases have it, the data fed is unchanged), and position ids that restart
+    mid-sequence in Megatron's dataset, which only the record of the positions fed sees. And as built: the output
+    projections drawn at the full init std (Megatron's scaled init dropped), which only the std measured at step 0
+    sees (both phases train the same model from it)."""
     report = smoke(
         "gpt_1_3b",
         {"max_lr": 0.01},
         dir=str(tmp_path),
         faults={
-            "train": planted("last-group-at-half-the-schedule"),
+            "train": planted("last-group-at-half-the-schedule", *BOTH),
             "resume": planted(
                 "step-skipped-at-second-resumed-step",
                 "moments-zeroed-at-first-resumed-step",
                 "last-group-at-half-the-schedule",
+                *BOTH,
             ),
         },
         **SHORT,
     )
     failed = _failed(report)
-    assert sorted(failed) == sorted([RESUME_LOSS_CHECK, ADAMW_CHECK, STEP_COUNTER_CHECK, GROUP_LR_CHECK]), _explain(
-        report
-    )
+    expected = [RESUME_LOSS_CHECK, ADAMW_CHECK, STEP_COUNTER_CHECK, GROUP_LR_CHECK, CAUSALITY_CHECK, POSITIONS_CHECK]
+    expected.append(INIT_CHECK)
+    assert sorted(failed) == sorted(expected), _explain(report)
+    assert failed[CAUSALITY_CHECK].startswith("train rank 0: outputs change from position 0 when token 32"), failed
+    assert failed[POSITIONS_CHECK].startswith("step 1 rank 0: sequence 0 position 32 fed id 0"), failed
+    assert "linear_proj.weight std" in failed[INIT_CHECK] and "linear_qkv" not in failed[INIT_CHECK], failed
     assert failed[RESUME_LOSS_CHECK].startswith("step 4:"), failed
     assert failed[ADAMW_CHECK].startswith("resume step 3 rank 0:") and "moment" in failed[ADAMW_CHECK], failed
     assert failed[STEP_COUNTER_CHECK] == "resume rank 0 at step 4: Adam's step 3", failed

@@ -17,6 +17,7 @@ from nemo_recipes.smoke_training.judge import Check, committed, step_ranges
 
 FED_CHECK = "samples fed in the sampler's order"
 LABELS_CHECK = "labels are the next tokens"
+POSITIONS_CHECK = "position ids are 0..s-1 in every sequence"
 
 
 def expected_batches(step: int, dp_rank: int, dp_size: int, micro: int, global_batch: int) -> list[list[int]]:
@@ -50,7 +51,7 @@ def fed_checks(
     fed = _committed_fed(records, phases)
     if not any(r.get("event") == "fed" for r in records):
         return []
-    return [_order_check(fed, steps, stop_step, global_batch_size), _labels_check(fed)]
+    return [_order_check(fed, steps, stop_step, global_batch_size), _labels_check(fed), _positions_check(fed)]
 
 
 def _order_check(fed: list[dict[str, Any]], steps: int, stop_step: int, global_batch: int) -> Check:
@@ -122,6 +123,28 @@ def _labels_check(fed: list[dict[str, Any]]) -> Check:
         "every rank and step)"
     )
     return Check(LABELS_CHECK, bool(positions) and not off, detail)
+
+
+def _positions_check(fed: list[dict[str, Any]]) -> Check:
+    """Every micro-batch of every rank and step was fed position ids 0..s-1 in each sequence (what the model's
+    positional embedding or rotary phases are computed from)."""
+    fed_to = [
+        (r["step"], rank["rank"], p) for r in fed for rank in r.get("ranks", []) for p in rank.get("positions", [])
+    ]
+    off = [
+        f"step {step} rank {rank}: " + (p if isinstance(p, str) else f"sequence {p[0]} position {p[1]} fed id {p[2]}")
+        for step, rank, p in fed_to
+        if p is not None
+    ]
+    return Check(
+        POSITIONS_CHECK,
+        bool(fed_to) and not off,
+        "; ".join(off[:3]) + (f" (and {len(off) - 3} more micro-batches)" if len(off) > 3 else "")
+        if off
+        else f"{len(fed_to)} micro-batches (every rank and step)"
+        if fed_to
+        else "no position ids recorded",
+    )
 
 
 def _ids(ids: list[int]) -> str:

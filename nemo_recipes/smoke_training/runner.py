@@ -29,6 +29,7 @@ from nemo_recipes.errors import (
 from nemo_recipes.smoke_training import cpu_compat, record
 from nemo_recipes.smoke_training.built_checks import built_checks
 from nemo_recipes.smoke_training.fed_checks import fed_checks
+from nemo_recipes.smoke_training.forward_checks import causality_check
 from nemo_recipes.smoke_training.invariance import invariance_check, reference_plan, replicas_check
 from nemo_recipes.smoke_training.judge import Verdict, judge, step_ranges
 from nemo_recipes.smoke_training.launchers import Launcher, SmokeError, local_processes
@@ -457,6 +458,7 @@ def smoke(
     report.verdict.checks += built_checks(space.records(), PHASES)
     adam = {"beta1": plan.spec.adam_beta1, "beta2": plan.spec.adam_beta2, "eps": plan.spec.adam_eps}
     report.verdict.checks += step_checks(space.records(), PHASES, lr_schedule(plan.spec), adam)
+    report.verdict.checks.append(causality_check(space.records(), PHASES))
     if uninterrupted:
         tokens = plan.spec.global_batch_size * plan.spec.seq_length
         report.verdict.checks.append(

@@ -56,6 +56,7 @@ def build_phase_recipe(
 
     from nemo_recipes.smoke_training.built import BuiltAsRecipe, expected_optimizer
     from nemo_recipes.smoke_training.callbacks import SmokeMetrics, StopAtStep
+    from nemo_recipes.smoke_training.causality import Causality
     from nemo_recipes.smoke_training.fed import FedRecorder
     from nemo_recipes.smoke_training.preconditions import INIT_SEED
     from nemo_recipes.smoke_training.replicas import LayoutInvariantStart, ReplicaDigests
@@ -87,6 +88,7 @@ def build_phase_recipe(
         recipe.trainer.callbacks.append(run.Config(ReseedAt, step=reseed_at))
     recipe.trainer.callbacks.append(run.Config(StateDigests, path=metrics, phase=phase))
     recipe.trainer.callbacks.append(run.Config(OptimizerSteps, path=metrics, phase=phase))
+    recipe.trainer.callbacks.append(run.Config(Causality, path=metrics, phase=phase))
     recipe.trainer.callbacks.append(run.Config(ReplicaDigests, path=metrics, phase=phase))
     recipe.trainer.callbacks.append(run.Config(FedRecorder, path=metrics, phase=phase))
     if invariant_init:
