@@ -318,6 +318,20 @@ class OutputProjectionsUnscaled(Callback):
         pl_module.config.output_layer_init_method = pl_module.config.init_method
 
 
+class BlendWeightsEqualised(Callback):
+    """Megatron-Core's dataset builder normalises a blend's weights to equal shares (its `normalize`, as
+    blended_megatron_dataset_builder imports it): every source is drawn alike, whatever the recipe's weights. Planted
+    when the callback is made, with the recipe: NeMo builds the datasets before any callback's setup."""
+
+    def __init__(self) -> None:
+        from megatron.core.datasets import blended_megatron_dataset_builder as builder
+
+        def normalize(weights: list[float]) -> list[float]:
+            return [1.0 / len(weights)] * len(weights)
+
+        builder.normalize = normalize
+
+
 #: Fault name -> the callback that plants it.
 FAULTS: dict[str, type[Callback]] = {
     "weights-not-restored": WeightsNotRestored,
@@ -337,6 +351,7 @@ FAULTS: dict[str, type[Callback]] = {
     "causal-mask-off": CausalMaskOff,
     "positions-restart-mid-sequence": PositionsRestartMidSequence,
     "output-projections-unscaled": OutputProjectionsUnscaled,
+    "blend-weights-equalised": BlendWeightsEqualised,
 }
 
 

@@ -74,12 +74,15 @@ class FedRecorder(Callback):
         self._batches: list[list[int]] = []
         self._labels: list[list[list[int]]] = []
         self._positions: list[Any] = []
+        self._sources: Any = None  # a blend's dataset index: which source each sample index draws from
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         datamodule = getattr(trainer, "datamodule", None)
         dataset = getattr(datamodule, "_train_ds", None)
         if datamodule is not None and dataset is not None and not isinstance(dataset, IdentifiedSamples):
             datamodule._train_ds = IdentifiedSamples(dataset)
+        blended = getattr(datamodule, "_train_ds", None)
+        self._sources = getattr(getattr(blended, "dataset", None), "dataset_index", None)
         config = pl_module.config
         step = config.data_step_fn
         if getattr(step, "_smoke_fed", False):
@@ -126,6 +129,12 @@ class FedRecorder(Callback):
             "labels": self._labels,
             "positions": self._positions,
         }
+        if self._sources is not None:  # samples drawn from each source of the blend, by its position in the blend
+            drawn: dict[str, int] = {}
+            for index in (i for batch in self._batches for i in batch):
+                source = str(int(self._sources[index]))
+                drawn[source] = drawn.get(source, 0) + 1
+            mine["sources"] = drawn
         ranks = per_rank(mine)
         if trainer.global_rank == 0:
             append(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TextIO, Union
 
+from nemo_recipes import budget
 from nemo_recipes.catalog import RecipeSpec, get_recipe
 from nemo_recipes.errors import (
     NO_ROOM_ERRNOS,
@@ -364,6 +365,20 @@ def lr_schedule(spec: RecipeSpec) -> dict[str, Any]:
     }
 
 
+def blend_shares(spec: RecipeSpec) -> Optional[tuple[float, ...]]:
+    """The share of the samples the recipe asks of each of its sources (None without data_paths): its weights,
+    equal ones when none are given, or its budget's (tokens asked, or epochs x each source's tokens as its manifest
+    counts them, in proportion), as training/parts.py `blend` builds the blend."""
+    if not spec.data_paths:
+        return None
+    if spec.data_tokens:
+        return budget.weights_of(spec.data_tokens)
+    if spec.data_epochs:
+        counts = [budget.source_tokens(str(p)) for p in spec.data_paths]
+        return budget.weights_of(budget.wanted_tokens("data_epochs", spec.data_epochs, counts))
+    return budget.weights_of(spec.data_weights or (1.0,) * len(spec.data_paths))
+
+
 def run_phase(
     space: Workspace, phase: str, stop_at: Optional[int], launch: Launcher, progress: Optional[Progress] = None
 ) -> tuple[int, float, Path]:
@@ -453,7 +468,11 @@ def smoke(
     )
     report.verdict.checks += [c for c in [replicas_check(space.records())] if c]
     report.verdict.checks += fed_checks(
-        space.records(), steps=plan.steps, stop_step=plan.stop_step, global_batch_size=plan.spec.global_batch_size
+        space.records(),
+        steps=plan.steps,
+        stop_step=plan.stop_step,
+        global_batch_size=plan.spec.global_batch_size,
+        blend=blend_shares(plan.spec),
     )
     report.verdict.checks += built_checks(space.records(), PHASES)
     adam = {"beta1": plan.spec.adam_beta1, "beta2": plan.spec.adam_beta2, "eps": plan.spec.adam_eps}
