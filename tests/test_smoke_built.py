@@ -1,10 +1,11 @@
 """Issue 31: real bugs planted where NeMo, Megatron-Core or Lightning would have them (tests/_faults.py: monkeypatches
 of their own functions, in every training process), each failing its own check of the smoke judge and no other:
 the loss across the resume (compared with the first phase trained on past its stop), the optimizer and parameters
-as built, the final checkpoint's files.
+as built, the final checkpoint's files; and issue 46's checks from principles (every optimizer step the
+optimizer's, the forward pass, the initialisation, a blend's shares).
 
-One bug per run, at the shortest smoke the judge allows (4 steps, stopped after 2); the tensor-parallel one needs
-two processes."""
+At the shortest smoke the judge allows (4 steps, stopped after 2): one bug per run for issue 31's, issue 46's seven
+in one run (each touches a quantity no other check reads); the tensor-parallel one needs two processes."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (tier 
 
 from nemo_recipes.smoke_training import smoke  # noqa: E402
 from nemo_recipes.smoke_training.built_checks import INIT_CHECK  # noqa: E402
-from nemo_recipes.smoke_training.fed_checks import POSITIONS_CHECK  # noqa: E402
+from nemo_recipes.smoke_training.fed_checks import BLEND_CHECK, POSITIONS_CHECK  # noqa: E402
 from nemo_recipes.smoke_training.forward_checks import CAUSALITY_CHECK  # noqa: E402
 from nemo_recipes.smoke_training.resume_loss import RESUME_LOSS_CHECK  # noqa: E402
 from nemo_recipes.smoke_training.step_checks import ADAMW_CHECK, GROUP_LR_CHECK, STEP_COUNTER_CHECK  # noqa: E402
@@ -61,12 +62,26 @@ def test_a_planted_bug_fails_its_own_check_and_no_other(fault, phases, check, sa
     assert "resume restored the exact state" in passed, _explain(report)
 
 
+@pytest.fixture(scope="module")
+def two_plays(tmp_path_factory):
+    """Macbeth and The Tempest prepared with one tokenizer (trained on both): two sources for a blend."""
+    from pathlib import Path
+
+    from nemo_recipes.data.prepare import prepare
+
+    corpus = Path(__file__).resolve().parent.parent / "examples" / "data" / "shakespeare"
+    root = tmp_path_factory.mktemp("plays")
+    plays = [str(corpus / f"{play}.jsonl") for play in ("macbeth", "the-tempest")]
+    prepare(plays, root, train_tokenizer=True, vocab_size=512, progress="none")
+    return (str(root / "macbeth"), str(root / "the-tempest")), str(root / "tokenizer")
+
+
 #: Planted in both phases, so that the run and its uninterrupted twin agree.
-BOTH = ("causal-mask-off", "positions-restart-mid-sequence", "output-projections-unscaled")
+BOTH = ("causal-mask-off", "positions-restart-mid-sequence", "output-projections-unscaled", "blend-weights-equalised")
 
 
-def test_six_independent_bugs_in_one_run_each_fail_their_own_check(tmp_path):
-    """Issue 46, items 2 and 3, in one short run (the checks are independent, so one run proves each): Adam's moments
+def test_seven_independent_bugs_in_one_run_each_fail_their_own_check(two_plays, tmp_path):
+    """Issue 46, items 1 to 4, in one short run (the checks are independent, so one run proves each): Adam's moments
     zeroed inside the first resumed step (step 3), the inner Adam step of the second resumed step (step 4) skipped
     but reported done, and the last parameter group at half the schedule's learning rate in both phases. Each
     touches one quantity only: the zeroing leaves Adam's step and the learning rates alone, and the skipped step 4
@@ -78,11 +93,17 @@ def test_six_independent_bugs_in_one_run_each_fail_their_own_check(tmp_path):
     as built and no other check (both phases have it, the data fed is unchanged), and position ids that restart
     mid-sequence in Megatron's dataset, which only the record of the positions fed sees. And as built: the output
     projections drawn at the full init std (Megatron's scaled init dropped), which only the std measured at step 0
-    sees (both phases train the same model from it)."""
+    sees (both phases train the same model from it). And in the data: a 9:1 blend of two plays whose weights
+    Megatron's builder equalises, which only the sources of the samples fed show: about half of the 64 samples from
+    each play, 32 from the first where 57.6 are due, far outside 4 binomial standard errors (4.8 samples); the data
+    fed is otherwise in the sampler's order (global batch 16, so that 4 steps draw 64 samples)."""
+    (macbeth, tempest), tokenizer = two_plays
+    blend = {"data_paths": (macbeth, tempest), "data_weights": (9.0, 1.0), "tokenizer_path": tokenizer}
     report = smoke(
         "gpt_1_3b",
-        {"max_lr": 0.01},
+        {"max_lr": 0.01, "global_batch_size": 16, **blend},
         dir=str(tmp_path),
+        sample=False,
         faults={
             "train": planted("last-group-at-half-the-schedule", *BOTH),
             "resume": planted(
@@ -96,11 +117,12 @@ def test_six_independent_bugs_in_one_run_each_fail_their_own_check(tmp_path):
     )
     failed = _failed(report)
     expected = [RESUME_LOSS_CHECK, ADAMW_CHECK, STEP_COUNTER_CHECK, GROUP_LR_CHECK, CAUSALITY_CHECK, POSITIONS_CHECK]
-    expected.append(INIT_CHECK)
+    expected += [INIT_CHECK, BLEND_CHECK]
     assert sorted(failed) == sorted(expected), _explain(report)
     assert failed[CAUSALITY_CHECK].startswith("train rank 0: outputs change from position 0 when token 32"), failed
     assert failed[POSITIONS_CHECK].startswith("step 1 rank 0: sequence 0 position 32 fed id 0"), failed
     assert "linear_proj.weight std" in failed[INIT_CHECK] and "linear_qkv" not in failed[INIT_CHECK], failed
+    assert failed[BLEND_CHECK].startswith("source 0 gave 32 of 64 samples, its share 0.9 expects 57.6"), failed
     assert failed[RESUME_LOSS_CHECK].startswith("step 4:"), failed
     assert failed[ADAMW_CHECK].startswith("resume step 3 rank 0:") and "moment" in failed[ADAMW_CHECK], failed
     assert failed[STEP_COUNTER_CHECK] == "resume rank 0 at step 4: Adam's step 3", failed

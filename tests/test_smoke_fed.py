@@ -15,7 +15,7 @@ from _smoke import explain as _explain
 pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (tier b)")
 
 from nemo_recipes.smoke_training import smoke  # noqa: E402
-from nemo_recipes.smoke_training.fed_checks import BLEND_CHECK, FED_CHECK, LABELS_CHECK, expected_batches  # noqa: E402
+from nemo_recipes.smoke_training.fed_checks import FED_CHECK, LABELS_CHECK, expected_batches  # noqa: E402
 from nemo_recipes.smoke_training.resume_loss import RESUME_LOSS_CHECK  # noqa: E402
 
 pytestmark = [pytest.mark.nemo, pytest.mark.slow]
@@ -112,38 +112,3 @@ def test_data_without_a_manifest_read_by_another_tokenizer_of_the_same_size_is_r
     assert warned.returncode == 2, warned.stderr
     assert f"warning: data_paths='{prefix}': has no manifest" in warned.stderr, warned.stderr
     assert "were checked against the tokenizer" in warned.stderr and "encode back" not in warned.stderr
-
-
-@pytest.fixture(scope="module")
-def two_plays(tmp_path_factory):
-    """Macbeth and The Tempest prepared with one tokenizer (trained on both): two sources for a blend."""
-    from pathlib import Path
-
-    from nemo_recipes.data.prepare import prepare
-
-    corpus = Path(__file__).resolve().parent.parent / "examples" / "data" / "shakespeare"
-    root = tmp_path_factory.mktemp("plays")
-    plays = [str(corpus / f"{play}.jsonl") for play in ("macbeth", "the-tempest")]
-    prepare(plays, root, train_tokenizer=True, vocab_size=512, progress="none")
-    return (str(root / "macbeth"), str(root / "the-tempest")), str(root / "tokenizer")
-
-
-def test_a_blend_drawn_in_equal_shares_fails_the_blend_check(two_plays, tmp_path):
-    """Issue 46, item 4: a 9:1 blend whose weights Megatron's builder equalises (in both phases, so that the resumed
-    run and its uninterrupted twin agree) draws about half of the 64 samples from each play, 25 from the second
-    where 6.4 are due: far outside 4 binomial standard errors (4.8 samples). 4 steps of 16 samples (micro-batch 2);
-    the good blends (tests/test_smoke_data.py, 2:1 over 160 steps) pass it."""
-    (macbeth, tempest), tokenizer = two_plays
-    overrides = {
-        "data_paths": (macbeth, tempest),
-        "data_weights": (9.0, 1.0),
-        "tokenizer_path": tokenizer,
-        "max_lr": 0.01,
-        "global_batch_size": 16,
-    }
-    faults = dict.fromkeys(("train", "resume"), planted("blend-weights-equalised"))
-    report = smoke("gpt_1_3b", overrides, dir=str(tmp_path), faults=faults, sample=False, **SHORT)
-    assert _failed(report) == [BLEND_CHECK], _explain(report)
-    assert _detail(report, BLEND_CHECK).startswith("source 0 gave 32 of 64 samples, its share 0.9 expects 57.6"), (
-        _explain(report)
-    )
