@@ -7,7 +7,8 @@ One real smoke run, with a timer planted beside the judge's recorders (a Lightni
 their planted faults): every hook of every recorder of `nemo_recipes.smoke_training` (the digests, what was built and
 fed, every optimizer step, the causality probe; the step record too) is timed on rank 0, in each phase. Added to them:
 the uninterrupted twin's steps (the first phase trains on past its stop without saving, for the resume-loss check:
-the "reference step" records' own seconds) and the judging of the record in this process. Printed against the run's
+the "reference step" records' own seconds) and `judge.judge` run again on the record in this process (the other
+check modules' lines cost as little: milliseconds). Printed against the run's
 whole time (both phases' processes, start-up included) and against its training steps alone.
 """
 
@@ -118,7 +119,7 @@ def main(argv: list[str]) -> int:
     steps = sum(r.get("seconds") or 0.0 for r in records if r.get("event") == "step")
     whole = sum(report.phase_seconds.values())
     rows = [*sorted(recorders.items(), key=lambda item: -item[1]), ("uninterrupted twin's steps", twin)]
-    rows.append(("judging the record", judging))
+    rows.append(("judge.judge on the record", judging))
     added = sum(seconds for _, seconds in rows)
     print(
         f"smoke {args.recipe}: {'PASS' if report.passed else 'FAIL'}, {report.plan.layout}, {report.plan.steps} steps"
