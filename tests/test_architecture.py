@@ -38,7 +38,7 @@ ALLOWED: dict[str, set[str]] = {
     "training": CORE | {"catalog", "families", "plan", "overrides", "budget"},
     "executors": CORE | {"catalog", "plan", "overrides", "_version", "budget"},
     "watching": CORE | {"catalog", "families", "plan"},
-    "smoke_training": CORE | {"catalog", "plan", "overrides", "data", "training", "executors", "conversion"},
+    "smoke_training": CORE | {"catalog", "budget", "plan", "overrides", "data", "training", "executors", "conversion"},
     "conversion": CORE | {"catalog", "families", "data"},
     "cli": CORE
     | {

@@ -1,20 +1,26 @@
-"""Issue 31: real bugs planted where NeMo, Megatron-Core or Lightning would have them (planted.py: monkeypatches of
-their own functions, in every training process), each failing its own check of the smoke judge and no other:
+"""Issue 31: real bugs planted where NeMo, Megatron-Core or Lightning would have them (tests/_faults.py: monkeypatches
+of their own functions, in every training process), each failing its own check of the smoke judge and no other:
 the loss across the resume (compared with the first phase trained on past its stop), the optimizer and parameters
-as built, the final checkpoint's files.
+as built, the final checkpoint's files; and issue 46's checks from principles (every optimizer step the
+optimizer's, the forward pass, the initialisation, a blend's shares).
 
-One bug per run, at the shortest smoke the judge allows (4 steps, stopped after 2); the tensor-parallel one needs
-two processes."""
+At the shortest smoke the judge allows (4 steps, stopped after 2): one bug per run for issue 31's, issue 46's seven
+in one run (each touches a quantity no other check reads); the tensor-parallel one needs two processes."""
 
 from __future__ import annotations
 
 import pytest
+from _faults import planted
 from _smoke import explain as _explain
 
 pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (tier b)")
 
 from nemo_recipes.smoke_training import smoke  # noqa: E402
+from nemo_recipes.smoke_training.built_checks import INIT_CHECK  # noqa: E402
+from nemo_recipes.smoke_training.fed_checks import BLEND_CHECK, POSITIONS_CHECK  # noqa: E402
+from nemo_recipes.smoke_training.forward_checks import CAUSALITY_CHECK  # noqa: E402
 from nemo_recipes.smoke_training.resume_loss import RESUME_LOSS_CHECK  # noqa: E402
+from nemo_recipes.smoke_training.step_checks import ADAMW_CHECK, GROUP_LR_CHECK, STEP_COUNTER_CHECK  # noqa: E402
 
 pytestmark = [pytest.mark.nemo, pytest.mark.slow]
 
@@ -39,15 +45,15 @@ SHORT = {"steps": 4, "stop_step": 2, "progress": None}
         ),
         ("no-clipping", ("train", "resume"), "optimizer as the recipe", "clip_grad 0.0 (recipe 1.0)"),
         ("frozen-attention", ("train", "resume"), "every parameter trains", "self_attention.linear_qkv.weight"),
-        # Step 3's loss is taken before the update the zeroed moments spoil: step 4 departs.
-        ("moments-zeroed-at-first-resumed-step", ("resume",), RESUME_LOSS_CHECK, "step 4"),
         ("truncated-final-checkpoint", ("resume",), "last checkpoint resumable", ".distcp holds 0 bytes"),
     ],
-    ids=["weight-decay-0", "clipping-off", "frozen-attention", "moments-zeroed", "truncated-checkpoint"],
+    ids=["weight-decay-0", "clipping-off", "frozen-attention", "truncated-checkpoint"],
 )
 def test_a_planted_bug_fails_its_own_check_and_no_other(fault, phases, check, says, tmp_path):
     # max_lr 0.01: 4 steps at the recipe's rate learn too little for "model learned" (tests/test_smoke_fed.py alike).
-    report = smoke("gpt_1_3b", {"max_lr": 0.01}, dir=str(tmp_path), faults=dict.fromkeys(phases, fault), **SHORT)
+    report = smoke(
+        "gpt_1_3b", {"max_lr": 0.01}, dir=str(tmp_path), faults=dict.fromkeys(phases, planted(fault)), **SHORT
+    )
     failed = _failed(report)
     assert sorted(failed) == [check], _explain(report)
     assert says in failed[check], failed
@@ -56,7 +62,76 @@ def test_a_planted_bug_fails_its_own_check_and_no_other(fault, phases, check, sa
     assert "resume restored the exact state" in passed, _explain(report)
 
 
-def test_a_tensor_rank_reinitialised_at_the_first_resumed_step_fails_the_resumed_loss_only(tmp_path):
+@pytest.fixture(scope="module")
+def two_plays(tmp_path_factory):
+    """Macbeth and The Tempest prepared with one tokenizer (trained on both): two sources for a blend."""
+    from pathlib import Path
+
+    from nemo_recipes.data.prepare import prepare
+
+    corpus = Path(__file__).resolve().parent.parent / "examples" / "data" / "shakespeare"
+    root = tmp_path_factory.mktemp("plays")
+    plays = [str(corpus / f"{play}.jsonl") for play in ("macbeth", "the-tempest")]
+    prepare(plays, root, train_tokenizer=True, vocab_size=512, progress="none")
+    return (str(root / "macbeth"), str(root / "the-tempest")), str(root / "tokenizer")
+
+
+#: Planted in both phases, so that the run and its uninterrupted twin agree.
+BOTH = ("causal-mask-off", "positions-restart-mid-sequence", "output-projections-unscaled", "blend-weights-equalised")
+
+
+def test_seven_independent_bugs_in_one_run_each_fail_their_own_check(two_plays, tmp_path):
+    """Issue 46, items 1 to 4, in one short run (the checks are independent, so one run proves each): Adam's moments
+    zeroed inside the first resumed step (step 3), the inner Adam step of the second resumed step (step 4) skipped
+    but reported done, and the last parameter group at half the schedule's learning rate in both phases. Each
+    touches one quantity only: the zeroing leaves Adam's step and the learning rates alone, and the skipped step 4
+    is not the first step the AdamW check recomputes; the skip leaves the step-4 loss (taken before the update) and
+    the rates alone; the halved rate is the group's own, which the AdamW check reads, and both phases have it, so the
+    run and its uninterrupted twin agree. The zeroed moments also change step 4's loss (the resume-loss check's
+    line), as issue 31 showed; the first group's rate, the only one the schedule check reads, stays right. And in
+    the forward pass: Megatron's default causal mask masking nothing, which the causality probe sees in the model
+    as built and no other check (both phases have it, the data fed is unchanged), and position ids that restart
+    mid-sequence in Megatron's dataset, which only the record of the positions fed sees. And as built: the output
+    projections drawn at the full init std (Megatron's scaled init dropped), which only the std measured at step 0
+    sees (both phases train the same model from it). And in the data: a 9:1 blend of two plays whose weights
+    Megatron's builder equalises, which only the sources of the samples fed show: about half of the 64 samples from
+    each play, 32 from the first where 57.6 are due, far outside 4 binomial standard errors (4.8 samples); the data
+    fed is otherwise in the sampler's order (global batch 16, so that 4 steps draw 64 samples)."""
+    (macbeth, tempest), tokenizer = two_plays
+    blend = {"data_paths": (macbeth, tempest), "data_weights": (9.0, 1.0), "tokenizer_path": tokenizer}
+    report = smoke(
+        "gpt_1_3b",
+        {"max_lr": 0.01, "global_batch_size": 16, **blend},
+        dir=str(tmp_path),
+        sample=False,
+        faults={
+            "train": planted("last-group-at-half-the-schedule", *BOTH),
+            "resume": planted(
+                "step-skipped-at-second-resumed-step",
+                "moments-zeroed-at-first-resumed-step",
+                "last-group-at-half-the-schedule",
+                *BOTH,
+            ),
+        },
+        **SHORT,
+    )
+    failed = _failed(report)
+    expected = [RESUME_LOSS_CHECK, ADAMW_CHECK, STEP_COUNTER_CHECK, GROUP_LR_CHECK, CAUSALITY_CHECK, POSITIONS_CHECK]
+    expected += [INIT_CHECK, BLEND_CHECK]
+    assert sorted(failed) == sorted(expected), _explain(report)
+    assert failed[CAUSALITY_CHECK].startswith("train rank 0: outputs change from position 0 when token 32"), failed
+    assert failed[POSITIONS_CHECK].startswith("step 1 rank 0: sequence 0 position 32 fed id 0"), failed
+    assert "linear_proj.weight std" in failed[INIT_CHECK] and "linear_qkv" not in failed[INIT_CHECK], failed
+    assert failed[BLEND_CHECK].startswith("source 0 gave 32 of 64 samples, its share 0.9 expects 57.6"), failed
+    assert failed[RESUME_LOSS_CHECK].startswith("step 4:"), failed
+    assert failed[ADAMW_CHECK].startswith("resume step 3 rank 0:") and "moment" in failed[ADAMW_CHECK], failed
+    assert failed[STEP_COUNTER_CHECK] == "resume rank 0 at step 4: Adam's step 3", failed
+    assert "group 0.1 lr" in failed[GROUP_LR_CHECK] and "group 0.0" not in failed[GROUP_LR_CHECK], failed
+    # The first resumed step of a good phase is AdamW's: the train phase's first step passed its recomputation.
+    assert "train step 1" not in failed[ADAMW_CHECK], failed
+
+
+def test_a_tensor_rank_reinitialised_at_the_first_resumed_step_fails_the_resumed_loss_and_the_update(tmp_path):
     report = smoke(
         "gpt_1_3b",
         {"tensor_parallel": 2},
@@ -64,9 +139,12 @@ def test_a_tensor_rank_reinitialised_at_the_first_resumed_step_fails_the_resumed
         steps=4,
         dir=str(tmp_path),
         progress=None,
-        faults={"resume": "tp-rank-reinitialised-at-first-resumed-step"},
+        faults={"resume": planted("tp-rank-reinitialised-at-first-resumed-step")},
     )
     failed = _failed(report)
-    assert sorted(failed) == [RESUME_LOSS_CHECK], _explain(report)
+    assert sorted(failed) == sorted([RESUME_LOSS_CHECK, ADAMW_CHECK]), _explain(report)
     # Step 3's loss is taken before its update (the one that re-initialised the shard): step 4 departs.
     assert failed[RESUME_LOSS_CHECK].startswith("step 4:"), failed
+    # Issue 46: the shard changed between the load and the step, so the step is not AdamW's from what was restored:
+    # on tensor rank 1 only.
+    assert failed[ADAMW_CHECK].startswith("resume step 3 rank 1:") and "rank 0" not in failed[ADAMW_CHECK], failed

@@ -1,5 +1,5 @@
 """The data fed, judged from what reached the model: planted bugs in NeMo's and Megatron-Core's own data functions
-(fed_faults.py, each a replacement of their function in every training process) run through NeMo's real loop, and
+(tests/_faults.py, each a replacement of their function in every training process) run through NeMo's real loop, and
 each must fail "samples fed in the sampler's order" or "labels are the next tokens", and no other check.
 
 The shortest smoke the proof allows: 4 steps (the fewest "model learned" judges), stopped after 2, at max_lr 0.01 so
@@ -9,6 +9,7 @@ test_smoke_layouts.py) pass both checks."""
 from __future__ import annotations
 
 import pytest
+from _faults import planted
 from _smoke import explain as _explain
 
 pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (tier b)")
@@ -56,7 +57,7 @@ def test_the_sampler_order_is_megatrons_arithmetic():
     ids=["restart-at-0", "skipped-batch", "unshifted-labels"],
 )
 def test_a_planted_data_bug_fails_its_check_and_no_other(fault, phases, checks, why, tmp_path):
-    faults = dict.fromkeys(phases, fault)
+    faults = dict.fromkeys(phases, planted(fault))
     report = smoke("gpt_1_3b", {"max_lr": 0.01}, dir=str(tmp_path), faults=faults, **SHORT)
     assert sorted(_failed(report)) == sorted(checks), _explain(report)
     check = checks[0]
@@ -67,7 +68,7 @@ def test_dp_replicas_fed_the_same_micro_batches_fail_the_order_check(tmp_path):
     """Both DP ranks' samplers are told they are rank 0 (in both phases): each replica trains on the same half of
     every global batch, and the other half is never read. Their weights stay identical (the gradients are still
     averaged), so only the sample ids show it."""
-    faults = {"train": "replicas-read-the-same-data", "resume": "replicas-read-the-same-data"}
+    faults = dict.fromkeys(("train", "resume"), planted("replicas-read-the-same-data"))
     report = smoke("gpt_1_3b", {"max_lr": 0.01}, processes=2, dir=str(tmp_path), faults=faults, **SHORT)
     assert _failed(report) == [FED_CHECK], _explain(report)
     assert "DP replicas fed the same samples at steps 1-4" in _detail(report, FED_CHECK), _explain(report)

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _faults import planted
 from _smoke import explain as _explain
 
 from nemo_recipes.catalog import RECIPES
@@ -164,9 +165,10 @@ def _exports_the_one_process_model(tmp_path: Path, reference_root: Path, layout:
     ids=["ddp", "distopt"],
 )
 def test_a_dp2_run_without_its_gradient_all_reduce_fails(distributed_optimizer, fails, tmp_path):
-    """Megatron DDP's gradient sync is a no-op (faults.py): each replica steps on its own half of the batch. Without
-    the distributed optimizer the replicas drift apart; with it, the parameter all-gather keeps them identical, and
-    only the comparison with the one-process curve shows that the model trained is not the one-process model."""
+    """Megatron DDP's gradient sync is a no-op (tests/_faults.py): each replica steps on its own half of the batch.
+    Without the distributed optimizer the replicas drift apart; with it, the parameter all-gather keeps them
+    identical, and only the comparison with the one-process curve shows that the model trained is not the one-process
+    model."""
     from nemo_recipes.smoke_training import smoke
 
     overrides = {"distributed_optimizer": distributed_optimizer}
@@ -179,7 +181,7 @@ def test_a_dp2_run_without_its_gradient_all_reduce_fails(distributed_optimizer, 
         progress=None,
         invariance=True,
         reference=reference,
-        faults={"train": "no-grad-sync", "resume": "no-grad-sync"},
+        faults=dict.fromkeys(("train", "resume"), planted("no-grad-sync")),
     )
     assert all(code == 0 for code in report.exit_codes.values()), _explain(report)
     assert not report.passed

@@ -7,6 +7,7 @@ One process and the default 10 + 10 steps each (the learning check needs 20 step
 from __future__ import annotations
 
 import pytest
+from _faults import planted
 from _smoke import explain as _explain
 
 pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (tier b)")
@@ -35,7 +36,11 @@ def test_weights_not_restored_on_resume_fail_the_exact_state_check(tmp_path):
     The same run shows the learning check decided by the unigram entropy: at max_lr 0.01 (the recipes' 1e-4 to 2e-4
     only make the loss fall in 20 steps) the scaled-down model learns the corpus's phrases and ends far below it."""
     report = smoke(
-        "gpt_1_3b", {"max_lr": 0.01}, dir=str(tmp_path), progress=None, faults={"resume": "weights-not-restored"}
+        "gpt_1_3b",
+        {"max_lr": 0.01},
+        dir=str(tmp_path),
+        progress=None,
+        faults={"resume": planted("weights-not-restored")},
     )
     # Issue 31: the resumed losses, compared with the first phase trained on past its stop, see it too (step 11
     # 2.8 nats above, and the steps after it ~0.06: the first step's gradient was taken on the fresh weights).

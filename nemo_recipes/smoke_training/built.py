@@ -10,6 +10,7 @@ training processes (Lightning, torch, Megatron-Core)."""
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -20,9 +21,12 @@ from nemo_recipes.smoke_training.record import append
 
 
 def expected_optimizer(spec: Any) -> dict[str, Any]:
-    """What the recipe asks of the optimizer (training/parts.py `optim`), as plain values."""
+    """What the recipe asks of the optimizer (training/parts.py `optim`) and of the initialisation, as plain
+    values."""
     half = spec.precision in ("bf16", "fp8", "fp16")
     return {
+        "init_method_std": spec.init_method_std,
+        "num_layers": spec.num_layers,
         "lr": spec.max_lr,
         "min_lr": spec.min_lr,
         "weight_decay": spec.weight_decay,
@@ -112,6 +116,22 @@ def as_built(trainer: Any, pl_module: Any, expected: dict[str, Any]) -> dict[str
     }
 
 
+def initial_stds(pl_module: Any, expected: dict[str, Any]) -> dict[str, list[float]]:
+    """Each weight matrix of this rank (its shard) at step 0: [elements, measured std, the recipe's std]. Megatron
+    draws every matrix from normal(0, init_method_std), the output projections of attention and MLP from
+    normal(0, init_method_std / sqrt(2 x layers)); norms and biases start constant and are not listed."""
+    from nemo_recipes.smoke_training.replicas import SCALED_INIT
+
+    sigma = expected["init_method_std"]
+    found = {}
+    for name, param in pl_module.named_parameters():
+        if param.dim() < 2 or param.numel() < 2:
+            continue
+        want = sigma / math.sqrt(2.0 * expected["num_layers"]) if name.endswith(SCALED_INIT) else sigma
+        found[name] = [param.numel(), float(param.detach().float().std()), want]
+    return found
+
+
 def main_copies(part: Any) -> list[tuple[Any, Any]]:
     """(model parameter, the optimizer's copy of it: fp32 main param, this rank's shard with the distributed
     optimizer) for each parameter this part of the optimizer steps on this rank."""
@@ -165,6 +185,7 @@ class BuiltAsRecipe(Callback):
             self._record(
                 trainer, {"event": "parameters", "when": "initial", "step": 0}, fingerprints(trainer, pl_module)
             )
+            self._record(trainer, {"event": "initial std", "step": 0}, initial_stds(pl_module, self.expected))
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
         self._record(

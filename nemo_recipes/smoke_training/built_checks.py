@@ -3,6 +3,7 @@ Standard library only."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from nemo_recipes.smoke_training.judge import Check
@@ -75,7 +76,36 @@ def built_checks(records: list[dict[str, Any]], phases: tuple[str, str]) -> list
         )
     )
     checks.append(_moved_check(records, phases))
+    checks.append(_init_check(records, phases))
     return checks
+
+
+INIT_CHECK = "initialisation as the recipe"
+#: Standard errors of the measured std allowed (a sample std of n normal draws has a relative standard error of
+#: 1 / sqrt(2n)), plus bf16's rounding (2^-8 relative per element, which moves the std by far less).
+INIT_STANDARD_ERRORS = 5.0
+
+
+def _init_check(records: list[dict[str, Any]], phases: tuple[str, str]) -> Check:
+    """Every weight matrix's standard deviation at step 0, on every rank, is the recipe's within sampling error."""
+    measured = _latest(records, "initial std", phases[:1])
+    if not measured:
+        return Check(INIT_CHECK, False, "no standard deviations recorded at step 0")
+    wrong, count = [], 0
+    for rank, mine in enumerate(measured[0].get("ranks") or []):
+        for name, (n, got, want) in mine.items():
+            count += 1
+            allowed = INIT_STANDARD_ERRORS / math.sqrt(2 * n) + 2.0**-8
+            if abs(got / want - 1) > allowed:
+                wrong.append(f"rank {rank}: {name} std {got:.4g} (recipe {want:.4g}, within {allowed:.1%})")
+    return Check(
+        INIT_CHECK,
+        not wrong,
+        "; ".join(wrong[:3]) + (f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else "")
+        if wrong
+        else f"std of all {count} weight matrices (all ranks) at step 0 within {INIT_STANDARD_ERRORS:g} standard "
+        "errors of the recipe's init_method_std (/ sqrt(2 x layers) for the attention and MLP output projections)",
+    )
 
 
 def _moved_check(records: list[dict[str, Any]], phases: tuple[str, str]) -> Check:

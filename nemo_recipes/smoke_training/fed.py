@@ -51,6 +51,18 @@ def label_positions(length: int) -> list[int]:
     return sorted({0, last // 2, last})[:LABEL_POSITIONS] if last >= 0 else []
 
 
+def position_error(position_ids: Any) -> Any:
+    """None where every sequence of the micro-batch is fed position ids 0..s-1 (the recipes do not reset positions at
+    a document's end); else [sequence, t, the id fed at t] of the first departure, or "none fed"."""
+    import torch
+
+    if position_ids is None:
+        return "none fed"
+    ids = position_ids.reshape(-1, position_ids.shape[-1])
+    wrong = (ids != torch.arange(ids.shape[-1], device=ids.device)).nonzero()
+    return None if len(wrong) == 0 else [int(wrong[0, 0]), int(wrong[0, 1]), int(ids[wrong[0, 0], wrong[0, 1]])]
+
+
 class FedRecorder(Callback):
     """Records, after each training step, every rank's micro-batches (the dataset index of each sample) and, for
     the first sample of each, (t, label[t], token[t + 1]) at `label_positions`. Gathered to global rank 0 (a
@@ -61,12 +73,16 @@ class FedRecorder(Callback):
         self._training = False
         self._batches: list[list[int]] = []
         self._labels: list[list[list[int]]] = []
+        self._positions: list[Any] = []
+        self._sources: Any = None  # a blend's dataset index: which source each sample index draws from
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         datamodule = getattr(trainer, "datamodule", None)
         dataset = getattr(datamodule, "_train_ds", None)
         if datamodule is not None and dataset is not None and not isinstance(dataset, IdentifiedSamples):
             datamodule._train_ds = IdentifiedSamples(dataset)
+        blended = getattr(datamodule, "_train_ds", None)
+        self._sources = getattr(getattr(blended, "dataset", None), "dataset_index", None)
         config = pl_module.config
         step = config.data_step_fn
         if getattr(step, "_smoke_fed", False):
@@ -91,10 +107,11 @@ class FedRecorder(Callback):
                 self._labels.append(
                     [[t, int(labels[0, t]), int(tokens[0, t + 1])] for t in label_positions(tokens.shape[-1])]
                 )
+            self._positions.append(position_error(inner.get("position_ids")))
         return batch
 
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        self._training, self._batches, self._labels = True, [], []
+        self._training, self._batches, self._labels, self._positions = True, [], [], []
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         from megatron.core import parallel_state as ps
@@ -110,7 +127,14 @@ class FedRecorder(Callback):
             "dp_size": ps.get_data_parallel_world_size(),
             "batches": self._batches,
             "labels": self._labels,
+            "positions": self._positions,
         }
+        if self._sources is not None:  # samples drawn from each source of the blend, by its position in the blend
+            drawn: dict[str, int] = {}
+            for index in (i for batch in self._batches for i in batch):
+                source = str(int(self._sources[index]))
+                drawn[source] = drawn.get(source, 0) + 1
+            mine["sources"] = drawn
         ranks = per_rank(mine)
         if trainer.global_rank == 0:
             append(

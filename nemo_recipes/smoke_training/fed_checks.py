@@ -10,6 +10,7 @@ skips, or repeats, or DP replicas that read the same micro-batches, depart from 
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from typing import Any, Optional
 
@@ -17,6 +18,11 @@ from nemo_recipes.smoke_training.judge import Check, committed, step_ranges
 
 FED_CHECK = "samples fed in the sampler's order"
 LABELS_CHECK = "labels are the next tokens"
+POSITIONS_CHECK = "position ids are 0..s-1 in every sequence"
+BLEND_CHECK = "samples drawn from each source in the blend's shares"
+#: Binomial standard errors allowed between a source's count and its share of the samples drawn (plus one sample:
+#: Megatron's blend draws in whole samples).
+BLEND_STANDARD_ERRORS = 4.0
 
 
 def expected_batches(step: int, dp_rank: int, dp_size: int, micro: int, global_batch: int) -> list[list[int]]:
@@ -44,13 +50,49 @@ def fed_checks(
     stop_step: int,
     global_batch_size: int,
     phases: tuple[str, str] = ("train", "resume"),
+    blend: Optional[tuple[float, ...]] = None,
 ) -> list[Check]:
-    """The order check and the label check; none where the run recorded nothing of what it was fed (a record
-    written before fed.py existed)."""
+    """The order, label and position checks, and with `blend` (the shares the recipe asks of its sources, in the
+    order of its data_paths) the blend's; none where the run recorded nothing of what it was fed (a record written
+    before fed.py existed)."""
     fed = _committed_fed(records, phases)
     if not any(r.get("event") == "fed" for r in records):
         return []
-    return [_order_check(fed, steps, stop_step, global_batch_size), _labels_check(fed)]
+    checks = [_order_check(fed, steps, stop_step, global_batch_size), _labels_check(fed), _positions_check(fed)]
+    return checks + ([_blend_check(fed, blend)] if blend and len(blend) > 1 else [])
+
+
+def _blend_check(fed: list[dict[str, Any]], blend: tuple[float, ...]) -> Check:
+    """The samples each source gave (one rank per DP replica: the others read the same), against its share of all
+    samples drawn, within the binomial sampling error of a draw with those shares."""
+    drawn: Counter[int] = Counter()
+    for record in fed:
+        replicas = {rank["dp"]: rank.get("sources") for rank in record.get("ranks", [])}
+        for sources in replicas.values():
+            drawn.update({int(k): v for k, v in (sources or {}).items()})
+    total = sum(drawn.values())
+    if not total:
+        return Check(BLEND_CHECK, False, "no sources of the samples recorded (the training data is not a blend)")
+    shares = [w / math.fsum(blend) for w in blend]
+    off, told = [], []
+    for source, share in enumerate(shares):
+        want, got = total * share, drawn.get(source, 0)
+        allowed = BLEND_STANDARD_ERRORS * math.sqrt(total * share * (1 - share)) + 1
+        told.append(f"source {source}: {got} ({want:.1f} expected)")
+        if abs(got - want) > allowed:
+            off.append(
+                f"source {source} gave {got} of {total} samples, its share {share:.3g} expects {want:.1f} "
+                f"(+- {allowed:.1f})"
+            )
+    strays = sorted(set(drawn) - set(range(len(shares))))
+    if strays:
+        off.append(f"samples from sources {strays}, which the recipe does not name")
+    return Check(
+        BLEND_CHECK,
+        not off,
+        "; ".join(off)
+        or f"{total} samples: " + ", ".join(told) + f", each within {BLEND_STANDARD_ERRORS:g} binomial standard errors",
+    )
 
 
 def _order_check(fed: list[dict[str, Any]], steps: int, stop_step: int, global_batch: int) -> Check:
@@ -122,6 +164,28 @@ def _labels_check(fed: list[dict[str, Any]]) -> Check:
         "every rank and step)"
     )
     return Check(LABELS_CHECK, bool(positions) and not off, detail)
+
+
+def _positions_check(fed: list[dict[str, Any]]) -> Check:
+    """Every micro-batch of every rank and step was fed position ids 0..s-1 in each sequence (what the model's
+    positional embedding or rotary phases are computed from)."""
+    fed_to = [
+        (r["step"], rank["rank"], p) for r in fed for rank in r.get("ranks", []) for p in rank.get("positions", [])
+    ]
+    off = [
+        f"step {step} rank {rank}: " + (p if isinstance(p, str) else f"sequence {p[0]} position {p[1]} fed id {p[2]}")
+        for step, rank, p in fed_to
+        if p is not None
+    ]
+    return Check(
+        POSITIONS_CHECK,
+        bool(fed_to) and not off,
+        "; ".join(off[:3]) + (f" (and {len(off) - 3} more micro-batches)" if len(off) > 3 else "")
+        if off
+        else f"{len(fed_to)} micro-batches (every rank and step)"
+        if fed_to
+        else "no position ids recorded",
+    )
 
 
 def _ids(ids: list[int]) -> str:

@@ -24,7 +24,7 @@ from nemo_recipes.smoke_training.checksums import digest, per_rank
 from nemo_recipes.smoke_training.record import append
 
 #: Megatron's scaled initialisation (`output_layer_init_method`) applies to the projections back into the residual.
-_SCALED = ("linear_proj.weight", "linear_fc2.weight")
+SCALED_INIT = ("linear_proj.weight", "linear_fc2.weight")
 
 
 def _gpt_models(trainer: Any) -> list[Any]:
@@ -71,7 +71,7 @@ def invariant_init(trainer: Any, seed: int) -> int:
                 if bool((flat == flat[0]).all()):
                     continue  # a norm's ones or a bias's zeros: the same in every layout
                 std = config.init_method_std
-                if sharded.key.endswith(_SCALED):
+                if sharded.key.endswith(SCALED_INIT):
                     std = std / math.sqrt(2.0 * config.num_layers)
                 generator = torch.Generator().manual_seed(
                     int(hashlib.sha256(f"{seed}:{sharded.key}".encode()).hexdigest()[:15], 16)

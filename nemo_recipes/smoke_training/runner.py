@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, TextIO, Union
 
+from nemo_recipes import budget
 from nemo_recipes.catalog import RecipeSpec, get_recipe
 from nemo_recipes.errors import (
     NO_ROOM_ERRNOS,
@@ -29,6 +30,7 @@ from nemo_recipes.errors import (
 from nemo_recipes.smoke_training import cpu_compat, record
 from nemo_recipes.smoke_training.built_checks import built_checks
 from nemo_recipes.smoke_training.fed_checks import fed_checks
+from nemo_recipes.smoke_training.forward_checks import causality_check
 from nemo_recipes.smoke_training.invariance import invariance_check, reference_plan, replicas_check
 from nemo_recipes.smoke_training.judge import Verdict, judge, step_ranges
 from nemo_recipes.smoke_training.launchers import Launcher, SmokeError, local_processes
@@ -36,6 +38,7 @@ from nemo_recipes.smoke_training.learned import Learned, learned, unigram_entrop
 from nemo_recipes.smoke_training.preconditions import NO_DROPOUT
 from nemo_recipes.smoke_training.resume_loss import resume_loss_check
 from nemo_recipes.smoke_training.shape import SmokeShape, smoke_shape
+from nemo_recipes.smoke_training.step_checks import step_checks
 from nemo_recipes.user_paths import overlap_problems
 
 PHASES = ("train", "resume")
@@ -198,7 +201,8 @@ class Workspace:
     corpus: Optional[Path]  # the learnable corpus, written when the plan names no data of its own
     plan: SmokeShape
     name: str = "smoke"
-    #: Tests only: phase -> a fault to inject into it (`faults.FAULTS`); the CLI has no way to set it.
+    #: Tests only: phase -> the bugs planted in it ("FILE.py:CLASS" callbacks, tests/_faults.py); the CLI has no way
+    #: to set it.
     faults: dict[str, str] = field(default_factory=dict)
     invariant_init: bool = False  # the start every layout shares (invariance.py)
     #: The first phase trains on past its stop checkpoint without saving, as the uninterrupted reference.
@@ -361,6 +365,20 @@ def lr_schedule(spec: RecipeSpec) -> dict[str, Any]:
     }
 
 
+def blend_shares(spec: RecipeSpec) -> Optional[tuple[float, ...]]:
+    """The share of the samples the recipe asks of each of its sources (None without data_paths): its weights,
+    equal ones when none are given, or its budget's (tokens asked, or epochs x each source's tokens as its manifest
+    counts them, in proportion), as training/parts.py `blend` builds the blend."""
+    if not spec.data_paths:
+        return None
+    if spec.data_tokens:
+        return budget.weights_of(spec.data_tokens)
+    if spec.data_epochs:
+        counts = [budget.source_tokens(str(p)) for p in spec.data_paths]
+        return budget.weights_of(budget.wanted_tokens("data_epochs", spec.data_epochs, counts))
+    return budget.weights_of(spec.data_weights or (1.0,) * len(spec.data_paths))
+
+
 def run_phase(
     space: Workspace, phase: str, stop_at: Optional[int], launch: Launcher, progress: Optional[Progress] = None
 ) -> tuple[int, float, Path]:
@@ -410,8 +428,8 @@ def smoke(
     one-process `reference` of the same shape (trained here when not given; dropout off in both, invariance.py).
     `uninterrupted` (the default, every layout): the first phase trains on past its stop checkpoint
     without saving, and the resumed losses must equal those (straight_through.py, resume_loss.py). `faults` (tests
-    only: phase -> faults of `faults.FAULTS`, joined by commas) breaks a phase on purpose, to show that the judge
-    catches it.
+    only: phase -> Lightning callbacks "FILE.py:CLASS", joined by commas: tests/_faults.py `planted`) breaks a phase
+    on purpose, to show that the judge catches it.
     """
     spec = get_recipe(recipe) if isinstance(recipe, str) else recipe
     if invariance:
@@ -450,9 +468,19 @@ def smoke(
     )
     report.verdict.checks += [c for c in [replicas_check(space.records())] if c]
     report.verdict.checks += fed_checks(
-        space.records(), steps=plan.steps, stop_step=plan.stop_step, global_batch_size=plan.spec.global_batch_size
+        space.records(),
+        steps=plan.steps,
+        stop_step=plan.stop_step,
+        global_batch_size=plan.spec.global_batch_size,
+        blend=blend_shares(plan.spec),
     )
     report.verdict.checks += built_checks(space.records(), PHASES)
+    adam = {"beta1": plan.spec.adam_beta1, "beta2": plan.spec.adam_beta2, "eps": plan.spec.adam_eps}
+    report.verdict.checks += step_checks(space.records(), PHASES, lr_schedule(plan.spec), adam)
+    report.verdict.checks.append(causality_check(space.records(), PHASES))
+    # Issue 46 item 5 waits for the MoE families (issue 45): their checks (tokens routed per expert and layer each
+    # step, routing not collapsed, the auxiliary or bias-balancing loss present and finite, expert tensors equal
+    # across the save and resume at every expert-parallel rank) are recorded beside `steps` and judged here.
     if uninterrupted:
         tokens = plan.spec.global_batch_size * plan.spec.seq_length
         report.verdict.checks.append(

@@ -20,7 +20,7 @@ from nemo_recipes.smoke_training.checksums import COMPONENTS, digest, per_rank
 from nemo_recipes.smoke_training.record import append
 
 
-def _inner_optimizers(optimizer: Any) -> Iterator[Any]:
+def inner_optimizers(optimizer: Any) -> Iterator[Any]:
     """The torch optimizers inside NeMo's wrapper (McoreDistributedOptimizer) and Megatron-Core's (a chained
     optimizer of mixed-precision, fp32 or distributed ones): the ones whose param groups hold the main weights and
     whose state holds Adam's moments and step."""
@@ -34,7 +34,7 @@ def state_digests(trainer: Any, pl_module: Any) -> dict[str, str]:
     named: dict[str, list[tuple[str, Any]]] = {name: [] for name in COMPONENTS}
     named["weights"] = [(name, p) for name, p in pl_module.named_parameters()]
     for o, optimizer in enumerate(trainer.optimizers):
-        for i, inner in enumerate(_inner_optimizers(optimizer)):
+        for i, inner in enumerate(inner_optimizers(optimizer)):
             group_steps = []
             for g, group in enumerate(inner.param_groups):
                 if "step" in group:

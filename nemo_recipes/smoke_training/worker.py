@@ -50,17 +50,18 @@ def build_phase_recipe(
     tokenizer) or else on the learnable corpus at `data_prefix`, stopping after `stop_at` steps (None: at the end of
     the schedule, spec.train_steps). `reference_after`: the step whose checkpoint the next phase resumes from; the
     phase trains on past it without saving, as the uninterrupted reference (straight_through.py); `reseed_at`: the
-    step before which both phases seed dropout's generators alike. `fault`: faults
-    the tests inject (`faults.FAULTS`, names joined by commas), never set otherwise."""
+    step before which both phases seed dropout's generators alike. `fault`: Lightning callbacks that the tests plant
+    bugs with, each "FILE.py:CLASS" (joined by commas; tests/_faults.py), never set otherwise."""
     import nemo_run as run
 
     from nemo_recipes.smoke_training.built import BuiltAsRecipe, expected_optimizer
     from nemo_recipes.smoke_training.callbacks import SmokeMetrics, StopAtStep
-    from nemo_recipes.smoke_training.faults import FAULTS
+    from nemo_recipes.smoke_training.causality import Causality
     from nemo_recipes.smoke_training.fed import FedRecorder
     from nemo_recipes.smoke_training.preconditions import INIT_SEED
     from nemo_recipes.smoke_training.replicas import LayoutInvariantStart, ReplicaDigests
     from nemo_recipes.smoke_training.state import StateDigests
+    from nemo_recipes.smoke_training.steps import OptimizerSteps
     from nemo_recipes.smoke_training.straight_through import ReseedAt, TrainOnWithoutSaving
     from nemo_recipes.training.factories import build_recipe
 
@@ -73,8 +74,8 @@ def build_phase_recipe(
     recipe.trainer.limit_test_batches = val_batches
     recipe.trainer.log_every_n_steps = 1
     recipe.data.num_workers = 1
-    for name in fault.split(",") if fault else ():  # before the digests, so that they see what the fault did
-        recipe.trainer.callbacks.append(run.Config(FAULTS[name]))
+    for where in fault.split(",") if fault else ():  # before the digests, so that they see what the fault did
+        recipe.trainer.callbacks.append(run.Config(planted_callback(where)))
     recipe.trainer.callbacks.append(
         run.Config(SmokeMetrics, path=metrics, phase=phase, reference_after=reference_after)
     )
@@ -86,6 +87,8 @@ def build_phase_recipe(
     if reseed_at is not None:
         recipe.trainer.callbacks.append(run.Config(ReseedAt, step=reseed_at))
     recipe.trainer.callbacks.append(run.Config(StateDigests, path=metrics, phase=phase))
+    recipe.trainer.callbacks.append(run.Config(OptimizerSteps, path=metrics, phase=phase))
+    recipe.trainer.callbacks.append(run.Config(Causality, path=metrics, phase=phase))
     recipe.trainer.callbacks.append(run.Config(ReplicaDigests, path=metrics, phase=phase))
     recipe.trainer.callbacks.append(run.Config(FedRecorder, path=metrics, phase=phase))
     if invariant_init:
@@ -93,6 +96,24 @@ def build_phase_recipe(
     if stop_at is not None:
         recipe.trainer.callbacks.append(run.Config(StopAtStep, step=stop_at))
     return recipe
+
+
+def planted_callback(where: str) -> Any:
+    """The callback class at "FILE.py:CLASS", its file loaded by path once per process: the tests' planted bugs
+    live in tests/, which the training processes do not import from."""
+    import importlib.util
+
+    path, _, name = where.rpartition(":")
+    module_name = f"_nemo_recipes_planted_{Path(path).stem}"
+    module = sys.modules.get(module_name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise ValueError(f"fault {where!r}: {path} is not a Python file")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    return getattr(module, name)
 
 
 def train_phase(
