@@ -129,8 +129,6 @@ RECIPE_FIELDS: tuple[RecipeField, ...] = (
         count(SIZE_MAX),
         nemo=("data.tokenizer",),
         conversion="tokenizer",
-        not_read_back="a real tokenizer's vocabulary is in its files, which reading a configuration does not open; "
-        "mock data's is read back",
     ),
     _model(
         "make_vocab_size_divisible_by",
@@ -510,7 +508,6 @@ RECIPE_FIELDS: tuple[RecipeField, ...] = (
         "none: freshly initialised weights; a checkpoint directory (`hf import --out`) starts the run from "
         "its weights, with a fresh optimizer and schedule (NeMo's RestoreConfig)",
         nemo=("resume.restore_config.path",),
-        conversion="restore",
     ),
     # ---- cluster ----
     RecipeField(
