@@ -1,11 +1,11 @@
 """The bounds a recipe field can declare (`recipe_fields`), each with the problem a value beyond it is told; the
-constants they are made of (`recipe_checks` re-exports them). Standard library only: it is on the fast path."""
+constants they are made of (`recipe_checks` re-exports them). Standard library only: it is on the fast path, where
+`plan` imports neither `dataclasses` nor `inspect`, so the records are named tuples (frozen all the same)."""
 
 from __future__ import annotations
 
 import operator
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 #: Where Megatron, PyTorch and NumPy count: the largest token count or step a recipe takes.
 INT64_MAX = 2**63 - 1
@@ -27,8 +27,7 @@ _COMPARE: dict[str, Callable[[Any, Any], bool]] = {
 }
 
 
-@dataclass(frozen=True)
-class Limit:
+class Limit(NamedTuple):
     """One side of a numeric field's range (the value must be `op` `value`) and the problem a value beyond it is told;
     `fix` may name the field as `{name}`."""
 

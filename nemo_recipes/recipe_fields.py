@@ -18,8 +18,7 @@ so in `source` = None and its rows' sources are their family's. Standard library
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from nemo_recipes.field_limits import (
     COUNT_MAX,
@@ -36,8 +35,9 @@ from nemo_recipes.field_limits import (
 )
 
 
-@dataclass(frozen=True)
-class RecipeField:
+class RecipeField(NamedTuple):
+    """One recipe field (a named tuple, not a dataclass: `plan`'s start-up imports no `dataclasses`)."""
+
     name: str
     section: str
     help: str
