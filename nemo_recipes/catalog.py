@@ -30,6 +30,7 @@ from nemo_recipes.recipe_checks import (  # noqa: F401  (re-exported: the catalo
     plain_name_problems,
     type_problems,
 )
+from nemo_recipes.recipe_fields import default_sources
 
 Precision = Literal["bf16", "fp16", "fp8"]
 Recompute = Literal["none", "selective", "full"]
@@ -416,78 +417,17 @@ SEED_COLUMNS = (
 )
 
 SEED = "seed table (megatron-recipes.txt, Common Model Configurations)"
-SOURCES: dict[str, str] = {
+#: Where the GPT rows' own values come from (the fields without a default); the Llama rows' are `families.llama`'s.
+GPT_ROW_SOURCES: dict[str, str] = {
     **{column: SEED for column in SEED_COLUMNS},
     "ffn_hidden_size": "4 x hidden, as in GPT-3 (Brown et al. 2020, Sec. 2.1) and Megatron's GPT examples",
-    "vocab_size": "GPT-2 BPE, 50257 tokens (Radford et al. 2019), the GPT-3 tokenizer",
-    "make_vocab_size_divisible_by": "Megatron pads the vocabulary to a multiple of 128 x TP (NeMo GPTConfig default)",
-    "position_embedding_type": "learned absolute positions, as GPT-3 and NeMo's GPTConfig",
-    "rotary_base": "10000, RoPE's base (Su et al. 2021) and Megatron-Core's default; used only with "
-    "position_embedding_type=rope",
-    "rotary_percent": "1.0: RoPE rotates every channel of a head (Megatron-Core default); used only with RoPE",
-    "normalization": "LayerNorm, as GPT-3 and NeMo's GPTConfig",
-    "activation": "GELU MLP without gating, as GPT-3 (Megatron-Core's default activation_func)",
-    "add_bias_linear": "biases in every linear layer, as GPT-3 and Megatron-Core's default",
-    "kv_channels": "none: hidden / heads per head, as GPT-3 and Megatron-Core's default",
-    "share_embeddings": "input and output embeddings tied, as GPT-3 and NeMo's GPTConfig",
-    "hidden_dropout": "0.1, NeMo GPTConfig default; the activation-memory model (Korthikanti et al. 2022) "
-    "counts its masks",
-    "attention_dropout": "0.1, NeMo GPTConfig default",
-    "num_query_groups": "multi-head attention (no GQA), as GPT-3",
-    "context_parallel": "1: the seed names no CP; sequences of 2048-4096 fit without it",
-    "virtual_pipeline": "none: the seed names no interleaving; with DP=1 the micro-batch count (>= 1024) makes the "
-    "1F1B bubble (p-1)/m below 0.7 %",
-    "sequence_parallel": "on whenever TP > 1 (Korthikanti et al. 2022: divides the activations outside attention by TP "
-    "at no extra communication)",
-    "pipeline_counts_embedding_and_loss": "off: every recipe's layers divide evenly over its stages; on, the pipeline "
-    "split counts the input embedding and the loss as one layer each "
-    "(Megatron-Core account_for_embedding_in_pipeline_split and "
-    "account_for_loss_in_pipeline_split, as NeMo's Llama 3.1 405B recipe: 126 "
-    "layers + 2 over PP 8 x VP 8)",
-    "precision": "BF16 mixed (seed: BF16 or FP8); FP8 is a switch that needs Transformer Engine and Hopper or newer",
-    "recompute": "selective (attention core) recomputation, Korthikanti et al. 2022; the 7B row needs full "
-    "recomputation to fit 80 GB at micro batch 2 and sequence 4096 (see `nemo-recipes plan gpt_7b`)",
-    "recompute_num_layers": "all layers of a stage when recompute is full",
-    "distributed_optimizer": "on: shards fp32 master weights and Adam state over DP "
-    "(Megatron-Core distributed optimizer)",
-    "overlap_grad_reduce": "on: overlaps the DP gradient reduce-scatter with the backward pass (Megatron-Core)",
-    "overlap_param_gather": "on: overlaps the DP parameter all-gather with the next forward pass (Megatron-Core)",
-    "tp_comm_overlap": "auto (on whenever TP > 1 with sequence parallelism): Transformer Engine's userbuffers overlap "
-    "the TP all-gathers and reduce-scatters with the GEMMs, as NVIDIA's performance recipes do on "
-    "H100 and B200 (NeMo gpt3_175b/llama3_70b pretrain_performance_optimizations, "
-    "scripts/performance/llm/pretrain_gpt3_175b.py); the job's callback does nothing without "
-    "Transformer Engine, CUDA or a Hopper-or-newer GPU (userbuffers need CUDA multicast)",
     "max_lr": "GPT-3 paper Table 2.1 (1.3B 2.0e-4, 6.7B 1.2e-4, 13B 1.0e-4, 175B 0.6e-4); 70B: 0.8e-4, between the "
     "13B and 175B rows on a log-parameter scale (0.75e-4) rounded towards the 13B value, since our 70B row "
     "has 65B parameters",
-    "min_lr_ratio": "min LR = 10 % of max LR, as GPT-3 (cosine decay down to 10 %)",
-    "adam_beta1": "AdamW beta1 0.9 (seed; GPT-3)",
-    "adam_beta2": "AdamW beta2 0.95 (seed; GPT-3)",
-    "adam_eps": "1e-8 (GPT-3 paper, Appendix B)",
-    "weight_decay": "0.1 (GPT-3 paper, Appendix B)",
-    "clip_grad": "gradient clipping at global norm 1.0 (GPT-3 paper, Appendix B)",
-    "warmup_tokens": "linear warmup over the first 375M tokens (GPT-3 paper, Appendix B); steps derived from the batch",
-    "decay_tokens": "cosine decay to min LR over 260B tokens, then constant (GPT-3 paper, Appendix B)",
-    "train_tokens": "300B tokens, as GPT-3 (Brown et al. 2020, Table 2.1)",
-    "checkpoint_every_steps": "every 1000 steps or 15 minutes, whichever comes first: the step interval "
-    "bounds the work lost by fast (small or scaled-down) runs, where 15 minutes is many steps",
-    "checkpoint_every_minutes": "every 15 minutes, as NeMo's own pretraining recipes (a 175B step takes seconds)",
-    "checkpoint_async": "asynchronous distributed-checkpoint saves, as NeMo's recipes; the job falls back "
-    "to synchronous saves (with a warning) where the installed NeMo/Megatron-Core cannot save asynchronously",
-    "data_paths": "none: mock data with NeMo's NullTokenizer (no download); "
-    "give Megatron .bin/.idx prefixes for real data",
-    "data_weights": "blend weights, one positive weight per path (equal when empty)",
-    "data_epochs": "none: a budget in epochs of each source instead of data_weights; the weights are epochs x the "
-    "source's tokens (its manifest) over their sum, and the sum must be the tokens the run trains",
-    "data_tokens": "none: a budget in tokens of each source instead of data_weights; the weights are tokens over "
-    "their sum, which must be the tokens the run trains",
-    "tokenizer_path": "a local Hugging Face tokenizer directory or SentencePiece .model (no download)",
-    "restore_from": "none: freshly initialised weights; a checkpoint directory (`hf import --out`) starts the "
-    "run from its weights, with a fresh optimizer and schedule (NeMo's RestoreConfig)",
-    "num_nodes": "the smallest node count that holds one model replica (TP x PP GPUs) on 8-GPU nodes",
-    "num_gpus_per_node": "8, as DGX/HGX H100 nodes (TP stays within the NVLink domain)",
-    "default_gpu": "H100 80 GB SXM, the GPU the seed names; defaults are validated against it",
 }
+#: Field -> where its value comes from, for the GPT rows and every field default (`recipe_fields`: each field's
+#: source is declared there, with its bounds and NeMo path).
+SOURCES: dict[str, str] = {**GPT_ROW_SOURCES, **default_sources()}
 
 #: Recipe name prefix -> the family's display name, which also prefixes its NeMo config classes (the family modules
 #: own them: `nemo_recipes.families`).

@@ -14,9 +14,8 @@ from typing import Any, Literal, TypeGuard
 
 from nemo_recipes import budget
 from nemo_recipes.errors import Problem, looks_secret
-
-#: Longest checkpoint interval by time a recipe takes (checkpoint_every_minutes).
-MINUTES_PER_YEAR = 525_600
+from nemo_recipes.field_limits import COUNT_MAX, INT64_MAX, MINUTES_PER_YEAR  # noqa: F401  (re-exported)
+from nemo_recipes.recipe_fields import FIELDS, RECIPE_FIELDS
 
 _HINTS: dict[str, Any] = {}
 
@@ -57,66 +56,14 @@ def _matches(value: Any, hint: Any) -> bool:
     return isinstance(value, hint)
 
 
-_POSITIVE_INTS = {
-    "num_layers",
-    "rotary_base",
-    "hidden_size",
-    "num_attention_heads",
-    "ffn_hidden_size",
-    "seq_length",
-    "vocab_size",
-    "make_vocab_size_divisible_by",
-    "tensor_parallel",
-    "pipeline_parallel",
-    "context_parallel",
-    "micro_batch_size",
-    "global_batch_size",
-    "num_nodes",
-    "num_gpus_per_node",
-    "warmup_tokens",
-    "decay_tokens",
-    "train_tokens",
+#: Each integer field's largest value (`recipe_fields`: every field's bounds are declared there).
+INT_BOUNDS: dict[str, int] = {
+    f.name: int(limit.value)
+    for f in RECIPE_FIELDS
+    for limit in f.limits
+    if limit.op == "<=" and isinstance(limit.value, int)
 }
 
-# Upper bounds of integer fields. Each lies far beyond any model or cluster trained so far, so a value above it is a
-# typo (an extra zero, a unit); the bounds also keep the planner's searches, which step through divisors, layers and
-# micro batches, instant, and every count inside the 64-bit integers Megatron, PyTorch and NumPy compute with.
-INT64_MAX = 2**63 - 1
-COUNT_MAX = 4096  # layers, heads, parallel sizes, micro batch, GPUs per node: the deepest models have ~1000 layers
-_NODES_MAX = 2**17  # 131,072 nodes: over a million GPUs at 8 per node; the largest clusters have ~100,000 GPUs
-_SIZE_MAX = 2**24  # hidden, FFN, vocabulary, sequence, global batch: largest used ~10^5 (context: 10^7 tokens)
-INT_BOUNDS: dict[str, int] = {
-    **dict.fromkeys(
-        (
-            "num_layers",
-            "num_attention_heads",
-            "num_query_groups",
-            "kv_channels",
-            "tensor_parallel",
-            "pipeline_parallel",
-            "context_parallel",
-            "virtual_pipeline",
-            "recompute_num_layers",
-            "micro_batch_size",
-            "num_gpus_per_node",
-        ),
-        COUNT_MAX,
-    ),
-    "num_nodes": _NODES_MAX,
-    **dict.fromkeys(
-        (
-            "hidden_size",
-            "ffn_hidden_size",
-            "vocab_size",
-            "make_vocab_size_divisible_by",
-            "seq_length",
-            "global_batch_size",
-        ),
-        _SIZE_MAX,
-    ),
-    **dict.fromkeys(("warmup_tokens", "decay_tokens", "train_tokens", "checkpoint_every_steps"), INT64_MAX),
-    "rotary_base": 2**40,  # published bases reach 10^6-10^8 (long-context models)
-}
 # What a recipe, experiment or log name may hold: it becomes a directory name (NeMo's log directory, NeMo-Run's
 # experiment directory), so a separator or '..' would write outside the directory it belongs in, and NeMo-Run
 # writes that directory unquoted into the Slurm script's srun line, so a space, quote, '$' or ';' would split or run
@@ -142,53 +89,17 @@ def is_finite(value: Any) -> TypeGuard[float]:
 
 
 def type_problems(spec: Any) -> list[Problem]:
+    """Each field of its type and within its bounds (`recipe_fields`), then what needs several fields."""
     problems = []
     for name, hint in _hints(spec).items():
         value = getattr(spec, name)
         if not _matches(value, hint):
             problems.append(Problem(name, value, f"must be {_describe(hint)}.", f"set {name} to {_describe(hint)}."))
-        elif name in _POSITIVE_INTS and value < 1:
-            problems.append(Problem(name, value, "must be at least 1.", f"set {name} to a positive integer."))
-        elif _is_number(value) and name not in INT_BOUNDS and not is_finite(value):
+        elif _is_number(value) and _takes_float(hint) and not is_finite(value):
             problems.append(Problem(name, value, "must be a finite number.", f"set {name} to a finite number."))
-    for name in (
-        "virtual_pipeline",
-        "num_query_groups",
-        "kv_channels",
-        "recompute_num_layers",
-        "checkpoint_every_steps",
-    ):
-        value = getattr(spec, name)
-        if _is_int(value) and value < 1:
-            problems.append(
-                Problem(name, value, "must be at least 1 or unset.", f"set {name} to a positive integer or None.")
-            )
-    problems += _bound_problems(spec)
-    value = spec.checkpoint_every_minutes
-    # NeMo turns it into a timedelta, which overflows far beyond a year; a year is longer than any run checkpoints.
-    if is_finite(value) and not 0 < value <= MINUTES_PER_YEAR:
-        problems.append(
-            Problem(
-                "checkpoint_every_minutes",
-                value,
-                f"must be a positive number of minutes up to a year ({MINUTES_PER_YEAR:,}), or unset.",
-                "set checkpoint_every_minutes to e.g. 15, or None for no time interval.",
-            )
-        )
+        elif _is_number(value):
+            problems += _limit_problems(name, value)
     problems += _optimizer_problems(spec)
-    for name in ("min_lr_ratio", "adam_beta1", "adam_beta2", "hidden_dropout", "attention_dropout"):
-        value = getattr(spec, name)
-        if _is_number(value) and not 0 <= value < 1:
-            problems.append(Problem(name, value, "must be in [0, 1).", f"set {name} between 0 and 1."))
-    if is_finite(spec.rotary_percent) and not 0 < spec.rotary_percent <= 1:
-        problems.append(
-            Problem(
-                "rotary_percent",
-                spec.rotary_percent,
-                "must be in (0, 1]: the share of each head's channels that RoPE rotates.",
-                "set rotary_percent to 1.0 (all channels, as Llama) or e.g. 0.5.",
-            )
-        )
     if isinstance(spec.name, str):  # otherwise reported as a type problem above
         problems += plain_name_problems("name", spec.name)
     if not problems:  # cross-field checks need every field to be of its type
@@ -196,72 +107,34 @@ def type_problems(spec: Any) -> list[Problem]:
     return problems
 
 
-def _bound_problems(spec: Any) -> list[Problem]:
-    problems = []
-    for name, bound in INT_BOUNDS.items():
-        value = getattr(spec, name)
-        if _is_int(value) and value > bound:
-            why = (
-                "Megatron, PyTorch and NumPy count it in 64-bit integers"
-                if bound == INT64_MAX
-                else "far beyond any model or cluster trained so far: most likely a typo"
-            )
-            problems.append(
-                Problem(name, value, f"is larger than {bound:,} ({why}).", f"set {name} to at most {bound:,}.")
-            )
-    return problems
+def _takes_float(hint: Any) -> bool:
+    return hint is float or float in typing.get_args(hint)
+
+
+def _limit_problems(name: str, value: Any) -> list[Problem]:
+    """The first of the field's limits (`recipe_fields`) that `value` breaks, as a problem: a value breaks at most
+    one side of a range."""
+    for limit in FIELDS[name].limits:
+        if not limit.holds(value):
+            return [Problem(name, value, limit.why, limit.fix.format(name=name))]
+    return []
 
 
 def _optimizer_problems(spec: Any) -> list[Problem]:
-    problems = []
-    for name in ("max_lr", "adam_eps", "clip_grad"):
-        value = getattr(spec, name)
-        if is_finite(value) and not value > 0:
-            problems.append(Problem(name, value, "must be positive.", f"set {name} to a number above 0."))
-    # An AdamW step moves each weight by about the learning rate; weights start near 0.006-0.02, so a rate of 1 or
-    # more changes every weight by more than its own size and training diverges at once (published rates: 1e-5-1e-2).
-    if is_finite(spec.max_lr) and spec.max_lr >= 1:
-        problems.append(
-            Problem(
-                "max_lr",
-                spec.max_lr,
-                "must be below 1: AdamW moves each weight by about max_lr per step, more than the weights' own size.",
-                "set max_lr to e.g. 3e-4.",
-            )
-        )
-    # Adam divides by sqrt(v) + eps, where sqrt(v) is about a gradient's size (1e-3 and less): an eps of 1 or more
-    # drowns it and leaves momentum SGD with a learning rate divided by eps.
-    if is_finite(spec.adam_eps) and spec.adam_eps >= 1:
-        problems.append(
-            Problem(
-                "adam_eps",
-                spec.adam_eps,
-                "must be below 1: it would drown the gradient statistics Adam divides by.",
-                "set adam_eps to e.g. 1e-8.",
-            )
-        )
-    wd = spec.weight_decay
-    if is_finite(wd) and wd < 0:
-        problems.append(
+    """Decoupled weight decay multiplies every weight by (1 - lr x wd) each step: at 1 or more it zeroes or flips
+    them (each value alone is checked against its bounds)."""
+    wd, lr = spec.weight_decay, spec.max_lr
+    if is_finite(wd) and is_finite(lr) and wd >= 0 and 0 < lr < 1 and lr * wd >= 1:
+        return [
             Problem(
                 "weight_decay",
                 wd,
-                "must be 0 or more (a negative decay grows the weights).",
-                "set weight_decay to e.g. 0.1, or 0 for none.",
-            )
-        )
-    # Decoupled weight decay multiplies every weight by (1 - lr x wd) each step: at 1 or more it zeroes or flips them.
-    elif is_finite(wd) and is_finite(spec.max_lr) and 0 < spec.max_lr < 1 and spec.max_lr * wd >= 1:
-        problems.append(
-            Problem(
-                "weight_decay",
-                wd,
-                f"max_lr x weight_decay = {spec.max_lr * wd:g} is 1 or more: "
+                f"max_lr x weight_decay = {lr * wd:g} is 1 or more: "
                 "AdamW would zero or flip the sign of every weight each step.",
-                f"set weight_decay below {1 / spec.max_lr:g} (GPT-3: 0.1).",
+                f"set weight_decay below {1 / lr:g} (GPT-3: 0.1).",
             )
-        )
-    return problems
+        ]
+    return []
 
 
 #: Suffixes Megatron appends to a prefix itself (and the manifest's, written beside them).

@@ -20,7 +20,7 @@ same job. What runs follows from the recipe (its overlap fields and layout) and 
 - **Pipeline communication overlap.** With an interleaved schedule (VP > 1) the training objects set Megatron-Core's
   `overlap_p2p_comm` (and drops `batch_p2p_comm`), as NeMo's `MegatronCommOverlapCallback` does for every VP run.
 - **Data-parallel overlap.** The recipe's `overlap_grad_reduce`; `overlap_param_gather` only with the distributed
-  optimizer (Megatron-Core needs it; `training.parts.ddp` passes the same condition).
+  optimizer (Megatron-Core needs it; `training.nemo_fields`'s `param_gather` conversion passes the same condition).
 """
 
 from __future__ import annotations

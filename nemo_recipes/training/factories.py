@@ -23,7 +23,6 @@ from nemo_recipes.overrides import read_value
 from nemo_recipes.plan import Cluster, validate
 from nemo_recipes.training import parts
 from nemo_recipes.training.model import model
-from nemo_recipes.training.overlap import comm_overlap_callbacks
 
 # Catalog fields that describe the row itself rather than a knob a user turns.
 _NOT_KNOBS = ("name", "size_label", "default_gpu")
@@ -44,11 +43,7 @@ def build_recipe(spec: RecipeSpec, *, name: str = "default", dir: Optional[str] 
         )
     raise_if_any(problems, context="build_recipe")
     validate(spec, Cluster.of(spec.num_nodes, spec.num_gpus_per_node)).raise_if_invalid()
-    trainer = parts.trainer(spec, callbacks=comm_overlap_callbacks(spec))
-    if spec.pipeline_counts_embedding_and_loss:
-        # MegatronStrategy owns the pipeline split (it copies it into the model config at setup).
-        trainer.strategy.account_for_embedding_in_pipeline_split = True
-        trainer.strategy.account_for_loss_in_pipeline_split = True
+    trainer = parts.trainer(spec)
     data, gpt = parts.data(spec), model(spec)
     if spec.virtual_pipeline:
         # NeMo builds the model chunks of the interleaved schedule after the first by rebuilding the model from its

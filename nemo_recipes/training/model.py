@@ -9,26 +9,20 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from typing import Any, Callable
+from typing import Any
 
 import nemo_run as run
-import torch.nn.functional as F
 import yaml
 from nemo.collections.llm.gpt.model import GPTModel
 from nemo.collections.llm.gpt.model.base import GPTConfig
 
 from nemo_recipes.catalog import RECIPES, RecipeSpec, config_class_name
-from nemo_recipes.plan.layout import Layout
-
-#: The catalog's activation -> Megatron-Core's (activation_func, gated_linear_unit). Gating alone keeps MCore's default
-#: GeLU (GeGLU); SwiGLU is SiLU with gating, as NeMo's LlamaConfig sets it (activation_func=F.silu). The functions are
-#: torch's own, so NeMo-Run writes them by import path (torch.nn.functional.silu) and Megatron's fused kernels
-#: recognise them (mlp.py compares activation_func with F.gelu and F.silu).
-ACTIVATIONS: dict[str, tuple[Callable[..., Any], bool]] = {
-    "gelu": (F.gelu, False),
-    "geglu": (F.gelu, True),
-    "swiglu": (F.silu, True),
-}
+from nemo_recipes.training.nemo_fields import (  # noqa: F401  (re-exported: the model's conversions)
+    ACTIVATIONS,
+    recompute_values,
+    values_under,
+)
+from nemo_recipes.training.overlap import pipeline_comm_values
 
 
 def _builtin_function_yaml(dumper: yaml.SafeDumper, function: types.BuiltinFunctionType) -> yaml.Node:
@@ -42,32 +36,12 @@ yaml.SafeDumper.add_representer(types.BuiltinFunctionType, _builtin_function_yam
 
 
 def model_config_values(spec: RecipeSpec) -> dict[str, Any]:
-    """The `GPTConfig` fields a recipe decides. Parallel sizes are absent on purpose: `MegatronStrategy` writes them
-    into the config at run time, so the strategy stays their single owner."""
-    activation_func, gated = ACTIVATIONS[spec.activation]
-    values: dict[str, Any] = {
-        "num_layers": spec.num_layers,
-        "hidden_size": spec.hidden_size,
-        "ffn_hidden_size": spec.ffn_hidden_size,
-        "num_attention_heads": spec.num_attention_heads,
-        "num_query_groups": spec.num_query_groups,
-        "kv_channels": spec.kv_channels,
-        "seq_length": spec.seq_length,
-        "make_vocab_size_divisible_by": spec.make_vocab_size_divisible_by,
-        "position_embedding_type": spec.position_embedding_type,
-        "rotary_base": spec.rotary_base,
-        "rotary_percent": spec.rotary_percent,
-        "normalization": spec.normalization,
-        "activation_func": activation_func,
-        "gated_linear_unit": gated,
-        "add_bias_linear": spec.add_bias_linear,
-        "share_embeddings_and_output_weights": spec.share_embeddings,
-        "hidden_dropout": spec.hidden_dropout,
-        "attention_dropout": spec.attention_dropout,
-        "init_method_std": spec.init_method_std,
-    }
+    """The `GPTConfig` fields a recipe decides: its fields' `model.config` paths (`recipe_fields`), and the settings
+    derived from them. Parallel sizes are absent on purpose: `MegatronStrategy` writes them into the config at run
+    time, so the strategy stays their single owner."""
+    values = values_under(spec, "model.config")
+    values["init_method_std"] = spec.init_method_std
     values.update(fusion_values(spec))
-    values.update(recompute_values(spec))
     values.update(pipeline_comm_values(spec))
     return values
 
@@ -87,29 +61,6 @@ def fusion_values(spec: RecipeSpec) -> dict[str, Any]:
         # Transformer Engine's fused rotary kernel (MCore refuses it without TE >= 1.4).
         "apply_rope_fusion": spec.position_embedding_type == "rope",
     }
-
-
-def pipeline_comm_values(spec: RecipeSpec) -> dict[str, Any]:
-    """Interleaved schedules overlap their point-to-point sends with compute, as NeMo's MegatronCommOverlapCallback
-    sets for every VP > 1 run; Megatron-Core needs batch_p2p_comm off for that. The planner models the same
-    (`plan.stack.Program.pp_comm_overlap`)."""
-    interleaved = Layout.of(spec).interleaved
-    return {"overlap_p2p_comm": interleaved, "batch_p2p_comm": not interleaved}
-
-
-def recompute_values(spec: RecipeSpec) -> dict[str, Any]:
-    """Megatron's activation-recomputation knobs for the recipe's `recompute` choice."""
-    if spec.recompute == "selective":
-        return {"recompute_granularity": "selective", "recompute_method": None, "recompute_num_layers": None}
-    if spec.recompute == "full":
-        # 'block' recomputes the first N layers of each model chunk fully; with N = all of them it equals 'uniform'
-        # with 1. The chunk size is the planner's (one formula for the model, memory and throughput).
-        return {
-            "recompute_granularity": "full",
-            "recompute_method": "block",
-            "recompute_num_layers": spec.recompute_num_layers or Layout.of(spec).layers_per_chunk,
-        }
-    return {"recompute_granularity": None, "recompute_method": None, "recompute_num_layers": None}
 
 
 def _config_class(class_name: str, recipe_name: str) -> type[GPTConfig]:

@@ -6,7 +6,7 @@ with userbuffers configs for H100 and B200). `TensorParallelCommOverlap` is that
 
 - it changes nothing but TP overlap: the data-parallel and pipeline settings it would otherwise rewrite are passed
   back as the recipe's own values (`overlap_grad_reduce`, `overlap_param_gather`; `overlap_p2p_comm` and
-  `batch_p2p_comm` as `training.model.pipeline_comm_values` sets them), so the planner's program is what runs;
+  `batch_p2p_comm` as `pipeline_comm_values` sets them), so the planner's program is what runs;
 - its `setup` does nothing where TP overlap cannot work: no Transformer Engine, no CUDA (the CPU smoke training),
   or a GPU older than compute capability 9.0 (Transformer Engine's userbuffers need CUDA multicast). NeMo's own
   checks (TP > 1, sequence parallelism) still apply after ours.
@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-from typing import Optional
+from typing import Any, Optional
 
 import nemo_run as run
 from nemo.lightning.pytorch.callbacks.megatron_comm_overlap import MegatronCommOverlapCallback
 
 from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.stack import TP_OVERLAP_MIN_CAPABILITY, TRANSFORMER_ENGINE_MODULE
 
 log = logging.getLogger(__name__)
@@ -75,12 +76,18 @@ class TensorParallelCommOverlap(MegatronCommOverlapCallback):
         super().setup(trainer, pl_module, stage)
 
 
+def pipeline_comm_values(spec: RecipeSpec) -> dict[str, Any]:
+    """Interleaved schedules overlap their point-to-point sends with compute, as NeMo's MegatronCommOverlapCallback
+    sets for every VP > 1 run; Megatron-Core needs batch_p2p_comm off for that. The planner models the same
+    (`plan.stack.Program.pp_comm_overlap`)."""
+    interleaved = Layout.of(spec).interleaved
+    return {"overlap_p2p_comm": interleaved, "batch_p2p_comm": not interleaved}
+
+
 def comm_overlap_callbacks(spec: RecipeSpec) -> list[run.Config]:
     """The callback for the recipe's TP overlap, or nothing when the recipe does not ask for it."""
     if not spec.tp_comm_overlap_enabled:
         return []
-    from nemo_recipes.training.model import pipeline_comm_values
-
     p2p = pipeline_comm_values(spec)
     return [
         run.Config(
