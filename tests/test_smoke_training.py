@@ -1,7 +1,7 @@
 """Tier (b), training: NeMo's own `llm.pretrain` trains every recipe scaled down on this CPU (gloo), stops, resumes
 from its checkpoint in fresh processes, and is judged, and its checkpoint shows the row's architecture; with two
 processes as DP=2 (through NeMo-Run's local executor) and the Llama rows' TP=2 and PP=2 (the GPT layouts, with
-invariance, in test_smoke_layouts.py); and a resumed run equals an uninterrupted one.
+invariance, in test_smoke_layouts.py); and a resumed run equals an uninterrupted one (the CLI run's own).
 
 Each phase is a fresh set of processes (imports and set-up take ~20 s of it), so these tests are `slow`; CI runs
 them all."""
@@ -22,11 +22,9 @@ pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (tier 
 
 from nemo_recipes.catalog import RECIPES  # noqa: E402
 from nemo_recipes.smoke_training import smoke  # noqa: E402
-from nemo_recipes.smoke_training.launchers import executor_launcher, local_processes  # noqa: E402
-from nemo_recipes.smoke_training.runner import run_phase, workspace  # noqa: E402
+from nemo_recipes.smoke_training.launchers import executor_launcher  # noqa: E402
 
 pytestmark = [pytest.mark.nemo]
-from nemo_recipes.smoke_training.preconditions import NO_DROPOUT  # noqa: E402
 
 
 def _assert_trained(report, *, layout: str) -> None:
@@ -80,15 +78,23 @@ def test_each_recipe_trains_stops_and_resumes_on_one_cpu_process(name, tmp_path)
     assert report.plan.spec.recompute == RECIPES[name].recompute
 
 
-@pytest.mark.slow
-def test_the_cli_smoke_of_gpt_1_3b_reports_json(tmp_path):
-    """The fifth recipe goes through `nemo-recipes smoke --json`, as a user would run it."""
+@pytest.fixture(scope="module")
+def cli_run(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """`nemo-recipes smoke gpt_1_3b --json`, trained once for the tests that read it."""
+    directory = tmp_path_factory.mktemp("cli-smoke")
     result = subprocess.run(
-        [sys.executable, "-m", "nemo_recipes.cli.main", "smoke", "gpt_1_3b", "--json", "--dir", str(tmp_path)],
+        [sys.executable, "-m", "nemo_recipes.cli.main", "smoke", "gpt_1_3b", "--json", "--dir", str(directory)],
         capture_output=True,
         text=True,
         timeout=600,
     )
+    return directory, result
+
+
+@pytest.mark.slow
+def test_the_cli_smoke_of_gpt_1_3b_reports_json(cli_run):
+    """The fifth recipe goes through `nemo-recipes smoke --json`, as a user would run it."""
+    tmp_path, result = cli_run
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(result.stdout)
     assert report["passed"] is True and report["recipe"] == "gpt_1_3b" and report["device"] == "cpu"
@@ -193,18 +199,20 @@ def _watch_the_experiments(report, smoke_dir: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_resumed_run_equals_an_uninterrupted_one(tmp_path):
-    """Dropout off (NeMo does not checkpoint RNG states): weights, Adam state and step, the LR schedule and the data
-    position are all that carry over, and the resumed losses equal the uninterrupted run's to 1e-6."""
-    resumed = smoke("gpt_1_3b", NO_DROPOUT, dir=str(tmp_path / "resumed"), progress=None)
-    assert resumed.passed, _explain(resumed)
-    space = workspace(resumed.plan, str(tmp_path / "straight"))
-    code, _, log = run_phase(space, "straight", None, local_processes)
-    assert code == 0, log.read_text()[-4000:]
-    straight = [(r["step"], r["loss"]) for r in space.records() if r.get("event") == "step"]
-    assert [s for s, _ in straight] == [s for s, _ in resumed.verdict.losses] == list(range(1, 21))
-    differences = [abs(a - b) for (_, a), (_, b) in zip(straight, resumed.verdict.losses, strict=True)]
-    assert max(differences) <= 1e-6, list(zip(straight, resumed.verdict.losses, strict=True))
+def test_a_resumed_run_equals_an_uninterrupted_one(cli_run):
+    """Weights, Adam state and step, the LR schedule, the data position and the dropout seed (reseeded at the stop
+    by both phases) are all that carry over: the resumed losses equal, to 1e-6, those of the first phase trained on
+    past its stop without a break (the judge's "reference step" records, straight_through.py). The judge allows BF16
+    rounding there (for GPUs); on this CPU the two runs must agree to float precision."""
+    directory, result = cli_run
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    records = [json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    straight = {r["step"]: r["loss"] for r in records if r.get("event") == "reference step"}
+    resumed = {x["step"]: x["loss"] for x in report["losses"] if x["step"] > report["resumed_at"]}
+    assert sorted(straight) == sorted(resumed) == list(range(report["resumed_at"] + 1, 21)), (straight, resumed)
+    differences = {step: abs(straight[step] - resumed[step]) for step in resumed}
+    assert max(differences.values()) <= 1e-6, differences
 
 
 def test_async_save_falls_back_to_synchronous_where_megatron_core_cannot(monkeypatch, caplog):
