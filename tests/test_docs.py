@@ -89,6 +89,14 @@ def every_command() -> dict[str, argparse.ArgumentParser]:
     return commands
 
 
+def test_every_recipe_field_is_in_the_fields_reference_with_its_help(built):
+    from nemo_recipes.recipe_fields import FIELDS
+
+    text = generated("fields")
+    missing = [name for name in field_names() if f"| `{name}` | {FIELDS[name].help}" not in text]
+    assert not missing, f"recipe fields missing from the fields reference: {missing}"
+
+
 def test_every_verb_and_option_is_in_the_reference(built):
     text = generated("cli")
     sections = {s.splitlines()[0].strip("`# "): s for s in text.split("\n#")[1:] if s.startswith(("# `", "## `"))}

@@ -21,7 +21,7 @@ if str(REPO) not in sys.path:  # Sphinx loads this file by path; the package is 
     sys.path.insert(0, str(REPO))
 
 #: The generated Markdown pages (under docs/reference/generated/) and the plots (under docs/_generated/).
-PAGES = ("recipes", "cli", "errors", "gpus")
+PAGES = ("recipes", "fields", "cli", "errors", "gpus")
 PLOTS = {
     "plan_gpt_70b.png": ["plan", "gpt_70b", "--plot"],
     "smoke_loss.png": ["watch", "tests/data/watch/smoke_gpt_1_3b", "--plot"],
@@ -87,6 +87,43 @@ def recipes_page() -> str:
             table(
                 ["derived", "value", "how"],
                 [[f"`{d}`", f"`{human_value(values[d])}`", how] for d, how in DERIVED_SOURCES.items()],
+            ),
+        ]
+    return "\n".join(out) + "\n"
+
+
+def fields_page() -> str:
+    """Every recipe field, from the one table of fields (`nemo_recipes.recipe_fields`): section, meaning, bounds,
+    where NeMo keeps it, and where its default comes from."""
+    from nemo_recipes.recipe_fields import RECIPE_FIELDS, SECTIONS
+
+    def bounds(field: Any) -> str:
+        return ", ".join(f"{limit.op} {limit.value:g}" for limit in field.limits) or "its type"
+
+    def nemo(field: Any) -> str:
+        if not field.nemo:
+            return f"none: {field.not_in_nemo}"
+        paths = ", ".join(f"`{path}`" for path in field.nemo)
+        return paths + (f" (conversion `{field.conversion}`)" if field.conversion else "")
+
+    out = [
+        "# Recipe fields",
+        "",
+        "Generated from `nemo_recipes.recipe_fields.RECIPE_FIELDS` when the docs build: every field a recipe has, "
+        "what it means, the range `plan` and the factories accept (a value outside is refused with the field, the "
+        "value and the fix), the NeMo-Run configuration paths it is written to (and read back from), and the source "
+        "of its default (a row's own value has its family's source: `nemo-recipes show NAME`). Set any of them as "
+        "`KEY=VALUE` on the command line or as a keyword argument of the recipe's factory.",
+    ]
+    for section in SECTIONS:
+        rows = [f for f in RECIPE_FIELDS if f.section == section]
+        out += [
+            "",
+            f"## {section}",
+            "",
+            table(
+                ["field", "meaning", "bounds", "NeMo", "default's source"],
+                [[f"`{f.name}`", f.help, bounds(f), nemo(f), f.source or "each row's own"] for f in rows],
             ),
         ]
     return "\n".join(out) + "\n"
@@ -258,7 +295,7 @@ def gpus_page() -> str:
 def write_pages(out: Path) -> list[Path]:
     """Write every generated page into `out`; return their paths."""
     out.mkdir(parents=True, exist_ok=True)
-    makers = {"recipes": recipes_page, "cli": cli_page, "errors": errors_page, "gpus": gpus_page}
+    makers = {"recipes": recipes_page, "fields": fields_page, "cli": cli_page, "errors": errors_page, "gpus": gpus_page}
     written = []
     for name in PAGES:
         path = out / f"{name}.md"
