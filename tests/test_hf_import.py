@@ -195,7 +195,8 @@ def test_a_directory_without_a_config_is_refused(hf_models, tmp_path):
 
 def test_another_familys_config_is_refused(hf_models, tmp_path):
     error = _refused(tmp_path, str(hf_models / "llama"), "gpt_1_3b")
-    assert "config.json model_type='llama'" in error and "import it with a llama_* recipe" in error
+    assert "config.json model_type='llama'" in error
+    assert "import it with a Llama recipe (llama_8b, llama_70b, llama_405b)" in error
 
 
 def test_a_shape_field_disagreeing_with_the_config_and_an_undivided_layout_are_refused_together(hf_models, tmp_path):

@@ -22,7 +22,7 @@ from nemo_recipes.conversion.megatron_checkpoint import MegatronCheckpoint
 from nemo_recipes.conversion.safetensors_writer import Planned, StreamingFile, plan_files
 from nemo_recipes.conversion.write_errors import not_made, staged, unwritable
 from nemo_recipes.errors import InvalidConfigError, Problem
-from nemo_recipes.families import Architecture, family_of, get_family
+from nemo_recipes.families import Architecture, family_of, mapping_of
 from nemo_recipes.user_paths import exclusive, output_problems
 
 #: Above this many bytes the weights are split into several safetensors files (transformers' own default size).
@@ -130,7 +130,7 @@ def export_hf(
                 "name the recipe and the overrides it trained with: hf export CKPT --recipe gpt_1_3b key=value ...",
             )
         )
-    mapping = get_family(family_of(spec.name)).hf if spec is not None else None
+    mapping = mapping_of(family_of(spec.name)) if spec is not None else None
     if spec is not None and mapping is not None:
         problems += mapping.problems(spec)
     target = Path(out)
