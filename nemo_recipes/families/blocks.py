@@ -128,7 +128,8 @@ class Attention:
     """Self-attention with its pre-norm: the fused QKV projection (queries heads x head_dim wide, keys and values
     query groups x head_dim each, grouped per query group as Megatron stores them) is column-parallel, the output
     projection row-parallel; with `bias` every linear layer has one, with `qkv_bias` the QKV projection alone (as
-    Qwen 2); `qk_norm` normalises each head's queries and keys (as Qwen 3: head_dim-wide weights)."""
+    Qwen 2); `qk_norm` normalises each head's queries and keys (Megatron-Core's qk_layernorm, the recipes'
+    `qk_layernorm`: one head_dim-wide norm for the queries and one for the keys, as Qwen 3)."""
 
     hidden: int
     heads: int
@@ -144,8 +145,10 @@ class Attention:
         "input_norm.bias": ("self_attention.linear_qkv.layer_norm_bias", "input_layernorm.bias"),
         "qkv.weight": ("self_attention.linear_qkv.weight",),
         "qkv.bias": ("self_attention.linear_qkv.bias",),
-        "q_norm.weight": ("self_attention.q_layernorm.weight",),
+        "q_norm.weight": ("self_attention.q_layernorm.weight",),  # QK-norm: the same key in both layer specs
+        "q_norm.bias": ("self_attention.q_layernorm.bias",),
         "k_norm.weight": ("self_attention.k_layernorm.weight",),
+        "k_norm.bias": ("self_attention.k_layernorm.bias",),
         "proj.weight": ("self_attention.linear_proj.weight",),
         "proj.bias": ("self_attention.linear_proj.bias",),
     }
@@ -160,7 +163,7 @@ class Attention:
             normalization=spec.normalization,
             bias=spec.add_bias_linear,
             qkv_bias=getattr(spec, "qkv_bias", False),
-            qk_norm=getattr(spec, "qk_norm", False),
+            qk_norm=getattr(spec, "qk_layernorm", False),
         )
 
     @property
@@ -177,18 +180,15 @@ class Attention:
 
     def tensors(self) -> list[Tensor]:
         h = self.hidden
-        tensors = [
-            *norm("input_norm", h, self.normalization),
-            Tensor("qkv.weight", (self.qkv_width, h), "column"),
-            Tensor("proj.weight", (h, self.query_width), "row"),
-        ]
+        tensors = [*norm("input_norm", h, self.normalization), Tensor("qkv.weight", (self.qkv_width, h), "column")]
+        if self.qk_norm:  # one norm of head_dim channels shared by every query head, one by every key head
+            tensors += [*norm("q_norm", self.head_dim, self.normalization)]
+            tensors += [*norm("k_norm", self.head_dim, self.normalization)]
+        tensors.append(Tensor("proj.weight", (h, self.query_width), "row"))
         if self.bias or self.qkv_bias:
             tensors.append(Tensor("qkv.bias", (self.qkv_width,), "column"))
         if self.bias:
             tensors.append(Tensor("proj.bias", (h,), "replicated"))
-        if self.qk_norm:
-            tensors += [Tensor("q_norm.weight", (self.head_dim,), "replicated")]
-            tensors += [Tensor("k_norm.weight", (self.head_dim,), "replicated")]
         return tensors
 
     def weight_macs_per_token(self) -> int:
