@@ -1,7 +1,7 @@
 """A checkpoint a recipe trained, as a Hugging Face model directory that `transformers` loads offline:
 `config.json`, the weights as safetensors (sharded above `shard_bytes`), and the tokenizer the data was prepared with.
 
-The family's mapping (`families.gpt.GPT2Mapping`, `families.llama.LlamaMapping`) turns Megatron's tensors into the
+The family's declared mapping (`families.hf_mapping.HFMapping`, its module's `HF`) turns Megatron's tensors into the
 Hugging Face class's, one layer at a time: memory holds one shard being written and one layer being converted, never
 the model twice. Everything is written into a directory beside the output and renamed into place at the end, so a
 failure (a full disk, a signal) leaves no half-written model where one is expected.
