@@ -1,4 +1,5 @@
-"""The table of truth: the five GPT recipes of the seed, three Llama-3-shaped ones, and every value a recipe needs.
+"""The table of truth: the five GPT recipes of the seed, three Llama-3-shaped ones, the rows the family modules hold
+(`Family.rows`), and every value a recipe needs.
 
 Plain data, standard library only (no nemo, torch, megatron or nemo_run), so that listing recipes, planning and the
 fast CLI verbs answer at once. Everything else (NeMo objects, executors, the planner) reads its numbers from here.
@@ -70,6 +71,8 @@ class RecipeSpec:
     rotary_base: int = 10000
     rotary_percent: float = 1.0
     normalization: Normalization = "LayerNorm"
+    norm_epsilon: float = 1e-5
+    qk_layernorm: bool = False  # a norm of each head's queries and keys before RoPE (Megatron-Core's qk_layernorm)
     activation: Activation = "gelu"
     add_bias_linear: bool = True
     share_embeddings: bool = True
@@ -401,6 +404,7 @@ RECIPES: dict[str, RecipeSpec] = {
         _llama3_row("llama_8b", "8B", 32, 4096, 32, 8, 14336, 1, 1, 2, None, 1, 128, 1, **LLAMA3_8B_CHOICES),
         _llama3_row("llama_70b", "70B", 80, 8192, 64, 8, 28672, 4, 4, 2, 5, 1, 128, 8, max_lr=1.5e-4),
         _llama3_row("llama_405b", "405B", 126, 16384, 128, 8, 53248, 8, 8, 2, 8, 1, 512, 128, **LLAMA3_405B_CHOICES),
+        *(RecipeSpec(**row) for family in REGISTRY.values() for row in family.rows),  # rows a family module holds
     )
 }
 
@@ -426,6 +430,8 @@ SOURCES: dict[str, str] = {
     "position_embedding_type=rope",
     "rotary_percent": "1.0: RoPE rotates every channel of a head (Megatron-Core default); used only with RoPE",
     "normalization": "LayerNorm, as GPT-3 and NeMo's GPTConfig",
+    "norm_epsilon": "1e-5, Megatron-Core's layernorm_epsilon default, as NeMo's GPTConfig and Llama3Config",
+    "qk_layernorm": "off: queries and keys enter attention unnormalised, as GPT-3, Llama 3 and Megatron-Core's default",
     "activation": "GELU MLP without gating, as GPT-3 (Megatron-Core's default activation_func)",
     "add_bias_linear": "biases in every linear layer, as GPT-3 and Megatron-Core's default",
     "kv_channels": "none: hidden / heads per head, as GPT-3 and Megatron-Core's default",

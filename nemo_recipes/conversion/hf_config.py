@@ -53,6 +53,11 @@ FIXED: dict[str, dict[str, tuple[Any, str]]] = {
     },
 }
 
+# A family module may declare its keys on its mapping (`shape_keys`, `fixed`) instead of in the tables above.
+for _family in REGISTRY.values():
+    SHAPE_KEYS.setdefault(_family.hf.model_type, getattr(_family.hf, "shape_keys", {}))
+    FIXED.setdefault(_family.hf.model_type, getattr(_family.hf, "fixed", {}))
+
 
 def _problem(field: str, value: Any, why: str, fix: str) -> Problem:
     return Problem(field, value, why, fix)

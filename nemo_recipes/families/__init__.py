@@ -1,4 +1,5 @@
-"""Model families, one module each (`gpt`, `llama`): the registry that maps a recipe name's prefix to its family.
+"""Model families, one module each (`gpt`, `llama`, `qwen3`): the registry that maps a recipe name's prefix to its
+family.
 
 Standard library only: the catalog, the planner and the fast CLI verbs read it. A new family is one module with a
 `FAMILY` and one line in `REGISTRY`.
@@ -7,12 +8,12 @@ Standard library only: the catalog, the planner and the fast CLI verbs read it. 
 from __future__ import annotations
 
 from nemo_recipes.errors import InvalidInputError, Problem, did_you_mean
-from nemo_recipes.families import gpt, llama
+from nemo_recipes.families import gpt, llama, qwen3
 from nemo_recipes.families.architecture import Architecture
 from nemo_recipes.families.family import Family
 
 #: Recipe-name prefix -> family, in the order listings show them.
-REGISTRY: dict[str, Family] = {family.prefix: family for family in (gpt.FAMILY, llama.FAMILY)}
+REGISTRY: dict[str, Family] = {family.prefix: family for family in (gpt.FAMILY, llama.FAMILY, qwen3.FAMILY)}
 
 
 def get_family(name: str) -> Family:

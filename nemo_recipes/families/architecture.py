@@ -16,7 +16,8 @@ from nemo_recipes.frozen_dataclass import frozen_dataclass
 #: its input columns), or a full copy on every TP rank.
 Split = Literal["column", "row", "replicated"]
 
-#: The norms' epsilon: Megatron-Core's default (TransformerConfig.layernorm_epsilon), which no recipe changes.
+#: The norms' epsilon: Megatron-Core's default (TransformerConfig.layernorm_epsilon), the recipes' `norm_epsilon` unless
+#: a family sets another; the only one `hf import` accepts for a GPT-2 or Llama model.
 NORM_EPSILON = 1e-5
 
 
@@ -50,6 +51,8 @@ class Shape(Protocol):
     def share_embeddings(self) -> bool: ...
     @property
     def position_embedding_type(self) -> str: ...
+    @property
+    def qk_layernorm(self) -> bool: ...
 
 
 @frozen_dataclass
@@ -121,9 +124,9 @@ class Architecture:
         """Gated MLPs keep the gate and the up projection in one fc1, 2 x FFN wide (Megatron-Core's linear_fc1)."""
         return (2 if self.spec.gated_linear_unit else 1) * self.spec.ffn_hidden_size
 
-    def norm(self, role: str) -> list[Tensor]:
-        """LayerNorm has a weight and a bias, RMSNorm a weight only."""
-        h = self.spec.hidden_size
+    def norm(self, role: str, width: int = 0) -> list[Tensor]:
+        """LayerNorm has a weight and a bias, RMSNorm a weight only; `width` channels (hidden_size unless given)."""
+        h = width or self.spec.hidden_size
         tensors = [Tensor(f"{role}.weight", (h,), "replicated")]
         if self.spec.normalization == "LayerNorm":
             tensors.append(Tensor(f"{role}.bias", (h,), "replicated"))
@@ -132,12 +135,16 @@ class Architecture:
     def layer_tensors(self) -> list[Tensor]:
         """One transformer layer: the fused QKV projection (queries heads x head_dim wide, keys and values query
         groups x head_dim each) and FC1 are column-parallel, the output projection and FC2 row-parallel, whose
-        biases every TP rank holds whole; no biases with add_bias_linear off; two norms."""
+        biases every TP rank holds whole; no biases with add_bias_linear off; two norms. With qk_layernorm, a norm of
+        head_dim channels shared by every query head and one by every key head (Megatron-Core's q_layernorm and
+        k_layernorm), which every TP rank holds whole."""
         s, h, ffn = self.spec, self.spec.hidden_size, self.spec.ffn_hidden_size
         qkv = self.query_width + 2 * self.kv_width
+        qk_norms = [*self.norm("q_norm", s.head_dim), *self.norm("k_norm", s.head_dim)] if s.qk_layernorm else []
         tensors = [
             *self.norm("input_norm"),
             Tensor("qkv.weight", (qkv, h), "column"),
+            *qk_norms,
             Tensor("proj.weight", (h, self.query_width), "row"),
             *self.norm("pre_mlp_norm"),
             Tensor("fc1.weight", (self.fc1_width, h), "column"),

@@ -21,6 +21,9 @@ class Family:
     #: The Hugging Face class its checkpoints convert to and from, and the tensor mapping both ways (`GPT2Mapping`,
     #: `LlamaMapping` in the family modules).
     hf: Any = None
+    #: The family's catalog rows as `RecipeSpec` keyword arguments (this layer sits below the catalog, which builds
+    #: and collects them into `catalog.RECIPES`); the GPT and Llama rows are still written in catalog.py.
+    rows: tuple[Mapping[str, Any], ...] = ()
 
 
 def values_not_held(

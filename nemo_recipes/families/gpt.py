@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from nemo_recipes.errors import Problem
-from nemo_recipes.families.architecture import NORM_EPSILON, Architecture
+from nemo_recipes.families.architecture import Architecture
 from nemo_recipes.families.family import Family, values_not_held
 
 
@@ -28,6 +28,7 @@ class GPT2Mapping:
             "activation": ("gelu", "its MLP is one GELU layer, not gated"),
             "add_bias_linear": (True, "every linear layer of it has a bias"),
             "share_embeddings": (True, "its output layer is the word embeddings"),
+            "qk_layernorm": (False, "it has no norm of queries and keys"),
         }
         if spec.kv_groups != spec.num_attention_heads:
             wanted["num_query_groups"] = (None, "its attention has one key and value head per query head")
@@ -54,7 +55,7 @@ class GPT2Mapping:
             "n_head": spec.num_attention_heads,
             "n_inner": spec.ffn_hidden_size,
             "activation_function": "gelu_new",
-            "layer_norm_epsilon": NORM_EPSILON,
+            "layer_norm_epsilon": spec.norm_epsilon,
             "resid_pdrop": spec.hidden_dropout,
             "embd_pdrop": spec.hidden_dropout,
             "attn_pdrop": spec.attention_dropout,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from nemo_recipes.errors import Problem
-from nemo_recipes.families.architecture import NORM_EPSILON, Architecture
+from nemo_recipes.families.architecture import Architecture
 from nemo_recipes.families.family import Family, values_not_held
 
 # NVIDIA's published H100 layouts for Llama 3 (BF16 pretraining rows), read in NeMo's performance scripts.
@@ -88,6 +88,7 @@ class LlamaMapping:
             "activation": ("swiglu", "its MLP is SwiGLU"),
             "add_bias_linear": (False, "its exporter here writes no linear biases"),
             "rotary_percent": (1.0, "its rotary embedding turns every dimension of a head"),
+            "qk_layernorm": (False, "it has no norm of queries and keys"),
         }
         return values_not_held(spec, self.architecture, wanted, "Llama", "a GPT-shaped recipe (gpt_*)")
 
@@ -103,7 +104,7 @@ class LlamaMapping:
             "num_key_value_heads": spec.kv_groups,
             "head_dim": spec.head_dim,
             "max_position_embeddings": spec.seq_length,
-            "rms_norm_eps": NORM_EPSILON,
+            "rms_norm_eps": spec.norm_epsilon,
             "rope_theta": float(spec.rotary_base),
             "hidden_act": "silu",
             "attention_bias": False,
