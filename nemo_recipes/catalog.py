@@ -1,5 +1,5 @@
-"""The table of truth: every family's rows (`families/`: the five GPT recipes of the seed, three Llama-3-shaped ones)
-as `RecipeSpec`s, and every value a recipe needs.
+"""The table of truth: every family's rows (`families/`: the five GPT recipes of the seed, three Llama-3-shaped ones,
+two Qwen3 dense ones) as `RecipeSpec`s, and every value a recipe needs.
 
 Plain data, standard library only (no nemo, torch, megatron or nemo_run), so that listing recipes, planning and the
 fast CLI verbs answer at once. Everything else (NeMo objects, executors, the planner) reads its numbers from here.
@@ -68,6 +68,8 @@ class RecipeSpec:
     rotary_base: int = 10000
     rotary_percent: float = 1.0
     normalization: Normalization = "LayerNorm"
+    norm_epsilon: float = 1e-5
+    qk_layernorm: bool = False  # a norm of each head's queries and keys before RoPE (Megatron-Core's qk_layernorm)
     activation: Activation = "gelu"
     add_bias_linear: bool = True
     share_embeddings: bool = True
@@ -315,6 +317,8 @@ SOURCES: dict[str, str] = {
     "position_embedding_type=rope",
     "rotary_percent": "1.0: RoPE rotates every channel of a head (Megatron-Core default); used only with RoPE",
     "normalization": "LayerNorm, as GPT-3 and NeMo's GPTConfig",
+    "norm_epsilon": "1e-5, Megatron-Core's layernorm_epsilon default, as NeMo's GPTConfig and Llama3Config",
+    "qk_layernorm": "off: queries and keys enter attention unnormalised, as GPT-3, Llama 3 and Megatron-Core's default",
     "activation": "GELU MLP without gating, as GPT-3 (Megatron-Core's default activation_func)",
     "add_bias_linear": "biases in every linear layer, as GPT-3 and Megatron-Core's default",
     "kv_channels": "none: hidden / heads per head, as GPT-3 and Megatron-Core's default",

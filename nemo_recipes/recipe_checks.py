@@ -189,6 +189,15 @@ def type_problems(spec: Any) -> list[Problem]:
                 "set rotary_percent to 1.0 (all channels, as Llama) or e.g. 0.5.",
             )
         )
+    if is_finite(spec.norm_epsilon) and not 0 < spec.norm_epsilon < 1:
+        problems.append(
+            Problem(
+                "norm_epsilon",
+                spec.norm_epsilon,
+                "must be in (0, 1): the norms add it to the variance they divide by (published: 1e-6 to 1e-5).",
+                "set norm_epsilon to e.g. 1e-5 (Megatron-Core's default) or 1e-6.",
+            )
+        )
     if isinstance(spec.name, str):  # otherwise reported as a type problem above
         problems += plain_name_problems("name", spec.name)
     if not problems:  # cross-field checks need every field to be of its type

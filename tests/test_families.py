@@ -19,7 +19,7 @@ def test_an_unknown_family_is_refused_with_field_value_and_fix(name, hint):
     (problem,) = caught.value.problems
     assert (problem.field, problem.value) == ("family", name)
     assert hint in problem.message
-    assert problem.fix == "use one of: gpt, llama."
+    assert problem.fix == "use one of: gpt, llama, qwen3."
 
 
 def test_every_row_belongs_to_the_family_module_that_lists_it():

@@ -1,6 +1,6 @@
-"""Model families, one module each (`gpt`, `llama`): each owns its rows, the sources of their values, the blocks its
-layers are made of (`blocks`) and its Hugging Face mapping (`hf_mapping`); `registry` holds them by name and
-`architecture` composes a row's blocks into the model Megatron-Core builds.
+"""Model families, one module each (`gpt`, `llama`, `qwen3`): each owns its rows, the sources of their values, the
+blocks its layers are made of (`blocks`) and its Hugging Face mapping (`hf_mapping`); `registry` holds them by name
+and `architecture` composes a row's blocks into the model Megatron-Core builds.
 
 Standard library only: the catalog, the planner and the fast CLI verbs read it.
 """

@@ -97,6 +97,8 @@ class Shape(Protocol):
     @property
     def position_embedding_type(self) -> str: ...
     @property
+    def qk_layernorm(self) -> bool: ...
+    @property
     def family(self) -> str: ...
 
 
@@ -163,7 +165,7 @@ class Attention:
             normalization=spec.normalization,
             bias=spec.add_bias_linear,
             qkv_bias=getattr(spec, "qkv_bias", False),
-            qk_norm=getattr(spec, "qk_layernorm", False),
+            qk_norm=spec.qk_layernorm,
         )
 
     @property

@@ -54,6 +54,7 @@ def _problems(spec: Any) -> list[Problem]:
         "activation": ("gelu", "its MLP is one GELU layer, not gated"),
         "add_bias_linear": (True, "every linear layer of it has a bias"),
         "share_embeddings": (True, "its output layer is the word embeddings"),
+        "qk_layernorm": (False, "it has no norm of queries and keys"),
     }
     if spec.kv_groups != spec.num_attention_heads:
         wanted["num_query_groups"] = (None, "its attention has one key and value head per query head")
@@ -81,7 +82,7 @@ def _config(spec: Any, vocab: int, eod: Optional[int]) -> dict[str, Any]:
         "n_head": spec.num_attention_heads,
         "n_inner": spec.ffn_hidden_size,
         "activation_function": "gelu_new",
-        "layer_norm_epsilon": NORM_EPSILON,
+        "layer_norm_epsilon": spec.norm_epsilon,
         "resid_pdrop": spec.hidden_dropout,
         "embd_pdrop": spec.hidden_dropout,
         "attn_pdrop": spec.attention_dropout,

@@ -158,6 +158,7 @@ def _problems(spec: Any) -> list[Problem]:
         "activation": ("swiglu", "its MLP is SwiGLU"),
         "add_bias_linear": (False, "its exporter here writes no linear biases"),
         "rotary_percent": (1.0, "its rotary embedding turns every dimension of a head"),
+        "qk_layernorm": (False, "it has no norm of queries and keys"),
     }
     return values_not_held(spec, ARCHITECTURE, wanted, "Llama", "a GPT-shaped recipe (gpt_*)")
 
@@ -174,7 +175,7 @@ def _config(spec: Any, vocab: int, eod: Optional[int]) -> dict[str, Any]:
         "num_key_value_heads": spec.kv_groups,
         "head_dim": spec.head_dim,
         "max_position_embeddings": spec.seq_length,
-        "rms_norm_eps": NORM_EPSILON,
+        "rms_norm_eps": spec.norm_epsilon,
         "rope_theta": float(spec.rotary_base),
         "hidden_act": "silu",
         "attention_bias": False,

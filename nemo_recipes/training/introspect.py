@@ -56,6 +56,8 @@ def spec_from_partial(partial: Any) -> RecipeSpec:
         "make_vocab_size_divisible_by": _get(model_config, "make_vocab_size_divisible_by"),
         "position_embedding_type": _get(model_config, "position_embedding_type"),
         "normalization": _get(model_config, "normalization"),
+        "norm_epsilon": _get(model_config, "layernorm_epsilon"),
+        "qk_layernorm": _get(model_config, "qk_layernorm"),
         "activation": _activation(model_config),
         "add_bias_linear": _get(model_config, "add_bias_linear"),
         "rotary_base": _get(model_config, "rotary_base"),

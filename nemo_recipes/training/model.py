@@ -58,6 +58,8 @@ def model_config_values(spec: RecipeSpec) -> dict[str, Any]:
         "rotary_base": spec.rotary_base,
         "rotary_percent": spec.rotary_percent,
         "normalization": spec.normalization,
+        "layernorm_epsilon": spec.norm_epsilon,
+        "qk_layernorm": spec.qk_layernorm,
         "activation_func": activation_func,
         "gated_linear_unit": gated,
         "add_bias_linear": spec.add_bias_linear,
