@@ -1,11 +1,12 @@
-"""The table of truth: the five GPT recipes of the seed, three Llama-3-shaped ones, and every value a recipe needs.
+"""The table of truth: every family's rows (`families/`: the five GPT recipes of the seed, three Llama-3-shaped ones,
+two Qwen3 dense ones) as `RecipeSpec` rows, and every value a recipe needs.
 
 Plain data, standard library only (no nemo, torch, megatron or nemo_run), so that listing recipes, planning and the
 fast CLI verbs answer at once. Everything else (NeMo objects, executors, the planner) reads its numbers from here.
 
 The seed (`megatron-recipes.txt`, "Common Model Configurations") gives layers, hidden, heads, TP, PP, micro batch,
 global batch and sequence length of the GPT rows. Every other value is a choice, and `SOURCES` (GPT rows and field
-defaults) and `LLAMA_SOURCES` (the Llama rows) say where each comes from.
+defaults) and each family's `sources` (its rows) say where each comes from.
 """
 
 from __future__ import annotations
@@ -40,12 +41,9 @@ Normalization = Literal["LayerNorm", "RMSNorm"]
 # builds from gated_linear_unit=True alone (its activation_func defaults to GELU).
 Activation = Literal["gelu", "geglu", "swiglu"]
 
-GPT2_VOCAB_SIZE = (
-    50257  # GPT-2 byte-level BPE (Radford et al. 2019), the tokenizer of GPT-3 and Megatron's GPT examples
-)
-#: Llama 2's batch of 4M tokens (1024 sequences of 4096), the unit of the Llama papers' warmup steps.
-LLAMA_BATCH_TOKENS = 1024 * 4096
-LLAMA3_VOCAB_SIZE = 128256  # Llama 3's tiktoken-based tokenizer: 128,000 BPE tokens + 256 special (Dubey et al. 2024)
+#: The default vocabulary: GPT-2's byte-level BPE (Radford et al. 2019), the tokenizer of GPT-3 and Megatron's GPT
+#: examples.
+DEFAULT_VOCAB_SIZE = 50257
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,12 +63,14 @@ class RecipeSpec:
     seq_length: int
     num_query_groups: Optional[int] = None
     kv_channels: Optional[int] = None
-    vocab_size: int = GPT2_VOCAB_SIZE
+    vocab_size: int = DEFAULT_VOCAB_SIZE
     make_vocab_size_divisible_by: int = 128
     position_embedding_type: PositionEmbedding = "learned_absolute"
     rotary_base: int = 10000
     rotary_percent: float = 1.0
     normalization: Normalization = "LayerNorm"
+    norm_epsilon: float = 1e-5
+    qk_layernorm: bool = False  # a norm of each head's queries and keys before RoPE (Megatron-Core's qk_layernorm)
     activation: Activation = "gelu"
     add_bias_linear: bool = True
     share_embeddings: bool = True
@@ -291,118 +291,9 @@ def _steps(tokens: int, tokens_per_step: int) -> int:
 
 # ---- the table ----
 
-
-def _gpt3_row(
-    name: str,
-    label: str,
-    layers: int,
-    hidden: int,
-    heads: int,
-    tp: int,
-    pp: int,
-    mbs: int,
-    gbs: int,
-    seq: int,
-    **choices: Any,
-) -> RecipeSpec:
-    """One seed row, in the seed's column order; FFN is 4 x hidden as in GPT-3."""
-    return RecipeSpec(
-        name=name,
-        size_label=label,
-        num_layers=layers,
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        tensor_parallel=tp,
-        pipeline_parallel=pp,
-        micro_batch_size=mbs,
-        global_batch_size=gbs,
-        seq_length=seq,
-        ffn_hidden_size=4 * hidden,
-        **choices,
-    )
-
-
-def _llama3_row(
-    name: str,
-    label: str,
-    layers: int,
-    hidden: int,
-    heads: int,
-    groups: int,
-    ffn: int,
-    tp: int,
-    pp: int,
-    cp: int,
-    vp: Optional[int],
-    mbs: int,
-    gbs: int,
-    nodes: int,
-    **choices: Any,
-) -> RecipeSpec:
-    """One Llama 3 row: the published shape (layers, hidden, heads, query groups, FFN) and NVIDIA's H100 layout on
-    the node count it was published for; the architecture every Llama 3 shares is `LLAMA3_ARCHITECTURE`."""
-    return RecipeSpec(
-        name=name,
-        size_label=label,
-        num_layers=layers,
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        num_query_groups=groups,
-        ffn_hidden_size=ffn,
-        tensor_parallel=tp,
-        pipeline_parallel=pp,
-        context_parallel=cp,
-        virtual_pipeline=vp,
-        micro_batch_size=mbs,
-        global_batch_size=gbs,
-        num_nodes=nodes,
-        **{**LLAMA3_ARCHITECTURE, **choices},
-    )
-
-
-LLAMA3_ARCHITECTURE: dict[str, Any] = dict(
-    seq_length=8192,
-    vocab_size=LLAMA3_VOCAB_SIZE,
-    position_embedding_type="rope",
-    rotary_base=500_000,
-    normalization="RMSNorm",
-    activation="swiglu",
-    add_bias_linear=False,
-    share_embeddings=False,
-    hidden_dropout=0.0,
-    attention_dropout=0.0,
-    adam_eps=1e-5,
-    train_tokens=15_000_000_000_000,
-    decay_tokens=15_000_000_000_000,
-    warmup_tokens=2000 * LLAMA_BATCH_TOKENS,
-)
-
-# Per-row choices of the Llama rows (sources: `LLAMA_SOURCES`): the 405B schedule of the Llama 3 paper and the
-# pipeline split of its 126 layers over PP 8 x VP 8 chunks; the full recomputation each row needs to fit 80 GB.
-LLAMA3_8B_CHOICES: dict[str, Any] = dict(max_lr=3e-4, recompute="full", recompute_num_layers=16)
-LLAMA3_405B_CHOICES: dict[str, Any] = dict(
-    max_lr=8e-5,
-    min_lr_ratio=0.01,
-    warmup_tokens=8000 * LLAMA_BATCH_TOKENS,
-    pipeline_counts_embedding_and_loss=True,
-    recompute="full",
-    recompute_num_layers=1,
-)
-
+#: Every family's rows (each family module owns its rows and the sources of their values), in the families' order.
 RECIPES: dict[str, RecipeSpec] = {
-    spec.name: spec
-    for spec in (
-        #          name        label  layers hidden heads TP PP  MBS  GBS   seq
-        _gpt3_row("gpt_1_3b", "1.3B", 24, 2048, 16, 1, 1, 4, 256, 2048, max_lr=2.0e-4),
-        _gpt3_row("gpt_7b", "7B", 32, 4096, 32, 1, 1, 2, 512, 4096, max_lr=1.2e-4, recompute="full"),
-        _gpt3_row("gpt_13b", "13B", 40, 5120, 40, 2, 1, 1, 512, 4096, max_lr=1.0e-4),
-        _gpt3_row("gpt_70b", "70B", 80, 8192, 64, 8, 4, 1, 1024, 4096, max_lr=0.8e-4, num_nodes=4),
-        _gpt3_row("gpt_175b", "175B", 96, 12288, 96, 8, 8, 1, 1536, 2048, max_lr=0.6e-4, num_nodes=8),
-        #            name         label  layers hidden heads groups FFN TP PP CP VP  MBS GBS nodes
-        _llama3_row("llama_8b", "8B", 32, 4096, 32, 8, 14336, 1, 1, 2, None, 1, 128, 1, **LLAMA3_8B_CHOICES),
-        _llama3_row("llama_70b", "70B", 80, 8192, 64, 8, 28672, 4, 4, 2, 5, 1, 128, 8, max_lr=1.5e-4),
-        _llama3_row("llama_405b", "405B", 126, 16384, 128, 8, 53248, 8, 8, 2, 8, 1, 512, 128, **LLAMA3_405B_CHOICES),
-    )
+    name: RecipeSpec(name=name, **values) for family in REGISTRY.values() for name, values in family.rows.items()
 }
 
 SEED_COLUMNS = (

@@ -76,6 +76,10 @@ _ROTARY_PERCENT = (
     "must be in (0, 1]: the share of each head's channels that RoPE rotates.",
     "set rotary_percent to 1.0 (all channels, as Llama) or e.g. 0.5.",
 )
+_NORM_EPSILON = (
+    "must be in (0, 1): the norms add it to the variance they divide by (published: 1e-6 to 1e-5).",
+    "set norm_epsilon to e.g. 1e-5 (Megatron-Core's default) or 1e-6.",
+)
 _CHECKPOINT_MINUTES = (
     f"must be a positive number of minutes up to a year ({MINUTES_PER_YEAR:,}), or unset.",
     "set checkpoint_every_minutes to e.g. 15, or None for no time interval.",
@@ -155,6 +159,18 @@ RECIPE_FIELDS: tuple[RecipeField, ...] = (
     ),
     _model("normalization", "LayerNorm or RMSNorm", "LayerNorm, as GPT-3 and NeMo's GPTConfig"),
     _model(
+        "norm_epsilon",
+        "the epsilon every norm adds to the variance it divides by",
+        "1e-5, Megatron-Core's layernorm_epsilon default, as NeMo's GPTConfig and Llama3Config",
+        (Limit(">", 0, *_NORM_EPSILON), Limit("<", 1, *_NORM_EPSILON)),
+        nemo=("model.config.layernorm_epsilon",),
+    ),
+    _model(
+        "qk_layernorm",
+        "a norm of each head's queries and keys before attention (QK-norm)",
+        "off: queries and keys enter attention unnormalised, as GPT-3, Llama 3 and Megatron-Core's default",
+    ),
+    _model(
         "activation",
         "the MLP: gelu, geglu (gated GELU) or swiglu (gated SiLU)",
         "GELU MLP without gating, as GPT-3 (Megatron-Core's default activation_func)",
@@ -166,7 +182,6 @@ RECIPE_FIELDS: tuple[RecipeField, ...] = (
         "biases in every linear layer",
         "biases in every linear layer, as GPT-3 and Megatron-Core's default",
     ),
-    # A field a family adds (QK-norm: `qk_layernorm`, model.config.qk_layernorm) goes here, with its source.
     _model(
         "share_embeddings",
         "the output layer is the input embedding (tied)",

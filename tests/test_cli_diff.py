@@ -16,7 +16,7 @@ def test_diff_of_two_recipes_lists_fields_then_derived_values():
     assert lines[1].split() == ["size_label", "13B", "70B"]
     assert ["tensor_parallel", "2", "8"] in [line.split() for line in lines]
     assert ["data_parallel_size", "(derived)", "4", "1"] in [line.split() for line in lines]
-    assert lines[-1] == "19 differ, 50 the same"
+    assert lines[-1] == "19 differ, 52 the same"
 
 
 def test_diff_json_has_stable_keys():
@@ -28,7 +28,7 @@ def test_diff_json_has_stable_keys():
 
 def test_a_recipe_has_no_difference_with_itself():
     result = cli("diff", "gpt_7b", "gpt_7b")
-    assert result.stdout == "gpt_7b and gpt_7b are the same (69 values compared)\n"
+    assert result.stdout == "gpt_7b and gpt_7b are the same (71 values compared)\n"
 
 
 @pytest.mark.parametrize("suffix", [".yaml", ".json", ".toml"])
@@ -62,6 +62,6 @@ def test_diff_with_a_missing_file_says_so(tmp_path):
     assert result.returncode == 2
     assert result.stderr == (
         f"nemo-recipes diff: error: file={missing!r}: does not exist. Fix: give a recipe name (gpt_1_3b, gpt_7b, "
-        "gpt_13b, gpt_70b, gpt_175b, llama_8b, llama_70b, llama_405b) or an existing file written by "
-        "`nemo-recipes export`.\n"
+        "gpt_13b, gpt_70b, gpt_175b, llama_8b, llama_70b, llama_405b, qwen3_dense_8b, qwen3_dense_32b) or an "
+        "existing file written by `nemo-recipes export`.\n"
     )

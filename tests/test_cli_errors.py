@@ -21,7 +21,8 @@ def test_unknown_recipe_suggests_the_closest():
     assert result.returncode == 2 and result.stdout == ""
     assert result.stderr == (
         "nemo-recipes show: error: recipe='gpt70b': unknown recipe (did you mean 'gpt_70b'?). "
-        "Fix: use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b, llama_8b, llama_70b, llama_405b.\n"
+        "Fix: use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b, llama_8b, llama_70b, llama_405b, "
+        "qwen3_dense_8b, qwen3_dense_32b.\n"
     )
 
 
@@ -50,7 +51,8 @@ def test_errors_with_json_also_print_json():
             "field": "recipe",
             "value": "gpt70b",
             "message": "unknown recipe (did you mean 'gpt_70b'?).",
-            "fix": "use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b, llama_8b, llama_70b, llama_405b.",
+            "fix": "use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b, llama_8b, llama_70b, llama_405b, "
+            "qwen3_dense_8b, qwen3_dense_32b.",
         }
     ]
 

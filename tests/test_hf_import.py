@@ -23,17 +23,28 @@ SHAPES = {
     "llama": dict(vocab_size=1024, hidden_size=128, intermediate_size=448, num_hidden_layers=2, num_attention_heads=8,
                   num_key_value_heads=2, max_position_embeddings=SEQ, rope_theta=500000.0, rms_norm_eps=1e-5,
                   tie_word_embeddings=False),
+    # Qwen3: heads of 32 channels, 8 x 32 = 256 query channels from a hidden size of 128 (as 32B's 8192 from 5120).
+    "qwen3": dict(vocab_size=1024, hidden_size=128, intermediate_size=448, num_hidden_layers=2, num_attention_heads=8,
+                  num_key_value_heads=2, head_dim=32, max_position_embeddings=SEQ, rope_theta=1000000.0,
+                  rms_norm_eps=1e-6, tie_word_embeddings=False),
 }  # fmt: skip
-RECIPE = {"gpt": "gpt_1_3b", "llama": "llama_8b"}
+RECIPE = {"gpt": "gpt_1_3b", "llama": "llama_8b", "qwen3": "qwen3_dense_8b"}
 ONE_PROCESS = ["tensor_parallel=1", "pipeline_parallel=1", "virtual_pipeline=null", "context_parallel=1"]
 
 
 def _model(family: str, seed: int = 0):
-    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
     if family == "gpt":
         return GPT2LMHeadModel(GPT2Config(**SHAPES["gpt"]))
+    if family == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(**SHAPES["qwen3"]))
+        with torch.no_grad():  # norms start at one: made apart, so that a query norm read as a key norm shows
+            for name, weight in model.named_parameters():
+                if name.endswith("norm.weight"):
+                    weight.normal_(1.0, 0.1)
+        return model
     return LlamaForCausalLM(LlamaConfig(**SHAPES["llama"]))
 
 
@@ -75,7 +86,7 @@ def _round_trip(family: str, hf_models: Path, tmp_path: Path) -> tuple[dict, dic
     return _tensors(hf_models / family), _tensors(tmp_path / "back")
 
 
-@pytest.mark.parametrize("family", ["gpt", "llama"])
+@pytest.mark.parametrize("family", ["gpt", "llama", "qwen3"])
 def test_hugging_face_to_checkpoint_and_back_is_bit_identical(family, hf_models, tmp_path):
     original, back = _round_trip(family, hf_models, tmp_path)
     assert sorted(original) == sorted(back)
@@ -195,7 +206,8 @@ def test_a_directory_without_a_config_is_refused(hf_models, tmp_path):
 
 def test_another_familys_config_is_refused(hf_models, tmp_path):
     error = _refused(tmp_path, str(hf_models / "llama"), "gpt_1_3b")
-    assert "config.json model_type='llama'" in error and "import it with a llama_* recipe" in error
+    assert "config.json model_type='llama'" in error
+    assert "import it with a Llama recipe (llama_8b, llama_70b, llama_405b)" in error
 
 
 def test_a_shape_field_disagreeing_with_the_config_and_an_undivided_layout_are_refused_together(hf_models, tmp_path):

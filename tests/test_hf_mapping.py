@@ -17,9 +17,10 @@ torch = pytest.importorskip("torch")
 
 
 def _small(name: str):
-    """The row with a small shape of its own kind: Llama keeps grouped-query attention (8 heads, 2 groups)."""
+    """The row with a small shape of its own kind: Llama and Qwen3 keep grouped-query attention (8 heads, 2 groups),
+    Qwen3 its heads of 128 channels (8 x 128 query channels from a hidden size of 128)."""
     shape = {"num_layers": 2, "hidden_size": 128, "ffn_hidden_size": 448, "num_attention_heads": 8}
-    if name.startswith("llama"):
+    if RECIPES[name].num_query_groups:
         shape["num_query_groups"] = 2
     return RECIPES[name].replace(**shape)
 
@@ -29,13 +30,13 @@ def _layer(arch: Architecture, seed: int) -> dict:
     return {t.role: torch.randn(t.shape, generator=generator).to(torch.bfloat16) for t in arch.layer_tensors()}
 
 
-@pytest.mark.parametrize("name", ["gpt_1_3b", "llama_8b"])
+@pytest.mark.parametrize("name", ["gpt_1_3b", "llama_8b", "qwen3_dense_32b"])
 def test_a_layer_to_hugging_face_and_back_is_bit_identical(name):
     spec = _small(name)
     arch, mapping = Architecture.of(spec), REGISTRY[name.split("_")[0]].hf
     layer = _layer(arch, 0)
     hf = mapping.layer_to_hf(arch, 3, layer)
-    assert sorted(hf) == sorted(mapping.layer_keys(3))
+    assert list(hf) == mapping.layer_keys(arch, 3)
     back = mapping.layer_from_hf(arch, 3, {k: v.contiguous() for k, v in hf.items()})
     assert sorted(back) == sorted(layer)
     for role, tensor in layer.items():
@@ -60,7 +61,7 @@ def test_llama_qkv_and_swiglu_are_read_as_nemos_transforms_read_them():
     gate, up = TransformFns.split_fc1(layer["fc1.weight"])
     assert torch.equal(hf["model.layers.0.mlp.gate_proj.weight"], gate)
     assert torch.equal(hf["model.layers.0.mlp.up_proj.weight"], up)
-    assert torch.equal(arch.merge_qkv(q, k, v), TransformFns.merge_qkv(ctx, q, k, v))
+    assert torch.equal(arch.attention.merge_qkv(q, k, v), TransformFns.merge_qkv(ctx, q, k, v))
 
 
 def test_gpt2_attention_is_queries_keys_values_concatenated_and_transposed():
@@ -84,3 +85,19 @@ def test_what_a_class_cannot_hold_is_refused_by_field():
     assert fields == {"position_embedding_type", "normalization", "activation", "add_bias_linear"}
     assert not gpt2.problems(RECIPES["gpt_175b"]) and not llama.problems(RECIPES["llama_405b"])
     assert [p.field for p in llama.problems(RECIPES["llama_8b"].replace(rotary_percent=0.5))] == ["rotary_percent"]
+
+
+def test_qwen3_query_and_key_norms_take_the_names_nemos_qwen3_converters_give_them():
+    """NeMo 2.7.3's HFQwen3Exporter maps `**.self_attention.q_layernorm.weight` to `**.self_attn.q_norm.weight` and
+    `k_layernorm` to `k_norm` (its importer the reverse): the same pairs, through our roles, both ways."""
+    from nemo_recipes.families.megatron_names import LAYER_KEYS
+
+    spec = _small("qwen3_dense_8b")
+    arch, mapping = Architecture.of(spec), REGISTRY["qwen3"].hf
+    layer = _layer(arch, 3)
+    hf = mapping.layer_to_hf(arch, 5, layer)
+    for megatron, hf_name in (("q_layernorm", "q_norm"), ("k_layernorm", "k_norm")):
+        (role,) = [r for r, keys in LAYER_KEYS.items() if keys == (f"self_attention.{megatron}.weight",)]
+        assert layer[role].shape == (spec.head_dim,)
+        assert hf[f"model.layers.5.self_attn.{hf_name}.weight"] is layer[role]
+    assert not torch.equal(layer["q_norm.weight"], layer["k_norm.weight"])  # a swap would show

@@ -340,7 +340,8 @@ def test_debug_shows_the_traceback_and_keeps_the_exit_code(capsys):
     assert main(["--debug", "show", "gpt70b"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("Traceback") and err.endswith(
-        "Fix: use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b, llama_8b, llama_70b, llama_405b.\n"
+        "Fix: use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b, llama_8b, llama_70b, llama_405b, "
+        "qwen3_dense_8b, qwen3_dense_32b.\n"
     )
 
 

@@ -151,3 +151,20 @@ def test_the_mlp_computes_its_activation(built, name):
     assert torch.allclose(out, expected, atol=1e-5)
     assert not torch.allclose(out, other, atol=1e-3)
     assert config.bias_activation_fusion is True  # the fused path is what ran
+
+
+@pytest.mark.parametrize("name", [n for n in RECIPES if RECIPES[n].qk_layernorm])
+def test_qk_layernorm_rows_build_a_query_and_a_key_rmsnorm_of_head_dim(built, name):
+    """Qwen3's QK-norm as Megatron-Core's local layer spec builds it on the CPU: torch's RMSNorm over each head's
+    channels, queries and keys apart, with the row's epsilon; rows without it build none (Megatron's IdentityOp)."""
+    spec, config, gpt = built[name]
+    assert config.qk_layernorm is True and config.layernorm_epsilon == spec.norm_epsilon == 1e-6
+    for layer in _layers(gpt):
+        attention = layer.self_attention
+        for norm in (attention.q_layernorm, attention.k_layernorm):
+            assert isinstance(norm, torch.nn.RMSNorm) and norm.eps == 1e-6
+            assert norm.weight.shape == (spec.head_dim,)
+        assert attention.q_layernorm is not attention.k_layernorm
+    assert sum(p.numel() for p in gpt.parameters()) == spec.num_parameters
+    without = built["llama_8b"][2]
+    assert type(_layers(without)[0].self_attention.q_layernorm).__name__ == "IdentityOp"

@@ -208,22 +208,21 @@ def _mean_loss(model, prefix: Path, seq_length: int) -> float:
     return float(np.mean(losses))
 
 
-def _broken_qkv_transposed(arch, qkv):
+def _broken_qkv_transposed(attention, qkv):
     """Each head's block read as [head_dim, 3] instead of [3, head_dim]."""
-    s = arch.spec
-    per_group = s.num_attention_heads // s.kv_groups
+    per_group = attention.heads // attention.groups
     rest = tuple(qkv.shape[1:])
-    grouped = qkv.reshape(s.kv_groups, s.head_dim, per_group + 2, *rest).transpose(1, 2)
+    grouped = qkv.reshape(attention.groups, attention.head_dim, per_group + 2, *rest).transpose(1, 2)
     return (
-        grouped[:, :per_group].reshape(arch.query_width, *rest),
-        grouped[:, per_group].reshape(arch.kv_width, *rest),
-        grouped[:, per_group + 1].reshape(arch.kv_width, *rest),
+        grouped[:, :per_group].reshape(attention.query_width, *rest),
+        grouped[:, per_group].reshape(attention.kv_width, *rest),
+        grouped[:, per_group + 1].reshape(attention.kv_width, *rest),
     )
 
 
-def _broken_gqa_concatenated(arch, qkv):
+def _broken_gqa_concatenated(attention, qkv):
     """Megatron's grouped rows read as all queries, then all keys, then all values."""
-    return tuple(qkv.split([arch.query_width, arch.kv_width, arch.kv_width]))
+    return tuple(qkv.split(attention.widths))
 
 
 @pytest.mark.parametrize(
@@ -235,16 +234,17 @@ def test_a_broken_mapping_fails_the_numerics(family, break_, prepared, request, 
     """The export in this process with one piece of the mapping broken as a bug would break it: the logits
     check above must see it."""
     from nemo_recipes.conversion import hf_export
-    from nemo_recipes.families import REGISTRY, Architecture
+    from nemo_recipes.families import REGISTRY
+    from nemo_recipes.families.blocks import Attention
 
     data, _ = prepared
     run, report = request.getfixturevalue(f"{family}_run")
     if break_ == "qkv transposed":
-        monkeypatch.setattr(Architecture, "split_qkv", _broken_qkv_transposed)
+        monkeypatch.setattr(Attention, "split_qkv", _broken_qkv_transposed)
     elif break_ == "padding rows":  # the vocabulary's last rows and Megatron's padding, not its first rows
         monkeypatch.setattr(hf_export, "prune_padding", lambda tensor, vocab: tensor[-vocab:])
     elif break_ == "gqa groups concatenated":
-        monkeypatch.setattr(Architecture, "split_qkv", _broken_gqa_concatenated)
+        monkeypatch.setattr(Attention, "split_qkv", _broken_gqa_concatenated)
     else:
         mapping = REGISTRY["llama"].hf
         original = type(mapping).layer_to_hf

@@ -46,8 +46,8 @@ KEPT = (
     "activation",
     "add_bias_linear",
     "rotary_base",
-    "kv_channels",
-    "make_vocab_size_divisible_by",
+    "norm_epsilon",
+    "qk_layernorm",
     "checkpoint_every_minutes",
     "checkpoint_async",
 )
@@ -64,6 +64,9 @@ def test_the_plan_scales_the_shape_and_keeps_every_other_choice(name, processes)
     assert small.ffn_hidden_size / small.hidden_size == recipe.ffn_hidden_size / recipe.hidden_size
     for field in KEPT:
         assert getattr(small, field) == getattr(recipe, field), field
+    # An explicit head width stays explicit, at the scaled model's hidden / heads (shape.py).
+    assert (small.kv_channels is None) == (recipe.kv_channels is None)
+    assert small.make_vocab_size_divisible_by == 128  # the row's multiple suits its tokenizer, not the smoke's
     # TP, then PP, as large as the recipe's and as the processes allow; the rest is data parallel.
     assert small.tensor_parallel == min(recipe.tensor_parallel, processes)
     assert small.tensor_parallel * small.pipeline_parallel * Layout.of(small).dp == processes

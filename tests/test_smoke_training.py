@@ -62,7 +62,8 @@ def _assert_architecture_trained(report) -> None:
 
 
 #: Recipes whose training (train, stop, resume, judged) is tested by another test of the suite.
-TRAINED_ELSEWHERE = ("gpt_1_3b", "gpt_7b", "gpt_13b", "gpt_70b", "llama_8b", "llama_70b", "llama_405b")
+TRAINED_ELSEWHERE = ("gpt_1_3b", "gpt_7b", "gpt_13b", "gpt_70b", "llama_8b", "llama_70b", "llama_405b",
+                     "qwen3_dense_8b", "qwen3_dense_32b")  # fmt: skip
 
 
 @pytest.mark.slow
@@ -71,7 +72,8 @@ def test_each_recipe_trains_stops_and_resumes_on_one_cpu_process(name, tmp_path)
     """Every recipe trains, stops and resumes once in the suite: gpt_1_3b through the CLI below, llama_70b as TP2
     and llama_405b as PP2 below; gpt_7b and gpt_13b as TP2, gpt_70b as PP2, PP2 x VP2 and TP2 x PP2 in
     test_smoke_layouts.py (each judged by the same checks); gpt_7b again and llama_8b on prepared text in
-    test_smoke_data.py; the rest here, on one process."""
+    test_smoke_data.py; qwen3_dense_8b in test_qwen3_smoke.py, whose scaled shape is qwen3_dense_32b's but for its
+    full recomputation (which gpt_7b and llama_8b train); the rest here, on one process."""
     report = smoke(name, dir=str(tmp_path), progress=None)
     _assert_trained(report, layout="TP1 PP1 CP1 DP1")
     # The recipe's own choices ran: e.g. every recipe's distributed optimizer.

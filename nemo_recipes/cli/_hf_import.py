@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 from nemo_recipes.cli import _output
+from nemo_recipes.families import REGISTRY
 
 EXAMPLES = """\
   nemo-recipes hf import models/llama-1b llama_8b --out ckpt/llama-1b     # the shape from its config.json
@@ -17,12 +18,17 @@ EXAMPLES = """\
   nemo-recipes smoke llama_8b KEY=VALUE... restore_from=ckpt/llama-1b     # what the import prints: train from it"""
 
 
+def families_as_classes() -> str:
+    """Each family's rows and the Hugging Face class they convert to, from the families' registry."""
+    return ", ".join(f"{f.display_name} rows as {f.hf.architecture}" for f in REGISTRY.values() if f.hf is not None)
+
+
 def register(verbs: argparse._SubParsersAction) -> None:
     parser = verbs.add_parser(
         "import",
         help="write a Hugging Face model as a checkpoint a recipe starts from (restore_from=)",
         description=textwrap.fill(
-            "Write a Hugging Face model directory (GPT2LMHeadModel for gpt_* recipes, LlamaForCausalLM for llama_*) "
+            f"Write a Hugging Face model directory (the class of RECIPE's family: {families_as_classes()}) "
             "as a checkpoint of RECIPE in Megatron's format, which smoke, launch and plan start from with "
             "restore_from=CHECKPOINT (weights only: a fresh optimizer and schedule). The shape comes from the "
             "model's config.json, the rest (layout, optimizer, schedule) from the recipe and the key=value items. "

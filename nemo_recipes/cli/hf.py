@@ -10,6 +10,7 @@ import sys
 import textwrap
 
 from nemo_recipes.cli import _hf_import, _output
+from nemo_recipes.cli._hf_import import families_as_classes
 from nemo_recipes.cli.verbs import VERBS
 
 HELP = VERBS["hf"].help
@@ -35,8 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="write a trained checkpoint as a Hugging Face model (safetensors, config.json, tokenizer)",
         description=textwrap.fill(
             "Write the checkpoint a recipe trained (any TP/PP/VP/DP layout) as a directory that transformers "
-            "loads offline with AutoModelForCausalLM.from_pretrained(DIR): gpt_* rows as GPT2LMHeadModel, llama_* "
-            "rows as LlamaForCausalLM; the weights as safetensors, the vocabulary without Megatron's padding rows, "
+            f"loads offline with AutoModelForCausalLM.from_pretrained(DIR): {families_as_classes()}; the weights "
+            "as safetensors, the vocabulary without Megatron's padding rows, "
             "and the tokenizer the data was prepared with. Read one layer at a time; written beside --out and "
             "renamed into place at the end.",
             width=116,

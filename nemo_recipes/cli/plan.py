@@ -14,7 +14,8 @@ from nemo_recipes.catalog import FAMILIES, INT64_MAX, RECIPES, RecipeSpec, close
 from nemo_recipes.cli import _calibrate, _output
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidInputError, Problem, known, raise_if_any
-from nemo_recipes.families import get_family
+from nemo_recipes.families import DEFAULT as DEFAULT_FAMILY
+from nemo_recipes.families import custom_name, get_family
 from nemo_recipes.overrides import apply_overrides
 from nemo_recipes.plan.data import DataReport, read_data
 from nemo_recipes.plan.hardware import GPUS, Cluster, get_gpu
@@ -286,7 +287,7 @@ def _base(recipe: Optional[str], shape: dict[str, Any], custom: bool, family: Op
                     )
                 ]
             )
-        return _custom_base(shape, get_family(DEFAULT_FAMILY if family is None else family).prefix)
+        return _custom_base(shape, get_family(DEFAULT_FAMILY if family is None else family).name)
     if recipe is None:
         raise InvalidInputError(
             [
@@ -301,21 +302,18 @@ def _base(recipe: Optional[str], shape: dict[str, Any], custom: bool, family: Op
     return get_recipe(recipe)
 
 
-#: The family of a --custom shape that names none: GPT, the family whose values are the catalog's defaults.
-DEFAULT_FAMILY = "gpt"
-
-
 def _custom_base(shape: dict[str, Any], family: str) -> RecipeSpec:
     """The recipe of `family` closest in parameter count supplies every value the custom shape does not give; the
     FFN, when not given, keeps that family's ratio to the hidden size (4 x hidden for GPT, as in GPT-3), not the
-    neighbour's width. The name is the family's (`custom` for GPT, else `llama_custom`...): a recipe's family is
-    its name's prefix."""
+    neighbour's width. The name is the family's custom name (`families.registry.custom_name`), by which the spec
+    keeps its family."""
     first = next(spec for spec in RECIPES.values() if spec.family == family)
     counted = ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "ffn_hidden_size")
     draft = first.replace(**{k: v for k, v in shape.items() if k in counted}, **_ffn(first, shape))
     nearest = closest_recipe(draft.num_parameters, family)
-    name = "custom" if family == DEFAULT_FAMILY else f"{family}_custom"
-    return nearest.replace(name=name, size_label=f"custom, choices of {nearest.name}", **_ffn(nearest, shape))
+    return nearest.replace(
+        name=custom_name(family), size_label=f"custom, choices of {nearest.name}", **_ffn(nearest, shape)
+    )
 
 
 def _ffn(row: RecipeSpec, shape: dict[str, Any]) -> dict[str, int]:

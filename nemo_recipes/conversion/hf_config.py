@@ -12,46 +12,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from nemo_recipes.errors import InvalidConfigError, Problem
-from nemo_recipes.families import REGISTRY, family_of
-from nemo_recipes.families.architecture import NORM_EPSILON
+from nemo_recipes.families import REGISTRY, family_of, mapping_of
+from nemo_recipes.families.hf_mapping import HFMapping
 from nemo_recipes.yaml_files import read_file
-
-#: Per Hugging Face model_type: recipe field -> the config key that gives it.
-SHAPE_KEYS: dict[str, dict[str, str]] = {
-    "gpt2": {
-        "num_layers": "n_layer",
-        "hidden_size": "n_embd",
-        "num_attention_heads": "n_head",
-        "ffn_hidden_size": "n_inner",
-        "seq_length": "n_positions",  # the learned position table has one row per position of the sequence
-        "vocab_size": "vocab_size",
-    },
-    "llama": {
-        "num_layers": "num_hidden_layers",
-        "hidden_size": "hidden_size",
-        "num_attention_heads": "num_attention_heads",
-        "num_query_groups": "num_key_value_heads",
-        "ffn_hidden_size": "intermediate_size",
-        "kv_channels": "head_dim",
-        "rotary_base": "rope_theta",
-        "share_embeddings": "tie_word_embeddings",
-        "vocab_size": "vocab_size",
-    },
-}
-#: Per model_type: config key -> (the only value the recipe's architecture computes, the fix's wording).
-FIXED: dict[str, dict[str, tuple[Any, str]]] = {
-    "gpt2": {
-        "activation_function": ("gelu_new", "Megatron's fused bias-GELU is the tanh approximation (gelu_new)"),
-        "layer_norm_epsilon": (NORM_EPSILON, f"the recipes' norms use eps={NORM_EPSILON}"),
-    },
-    "llama": {
-        "hidden_act": ("silu", "the recipes' SwiGLU gates with SiLU"),
-        "rms_norm_eps": (NORM_EPSILON, f"the recipes' norms use eps={NORM_EPSILON}"),
-        "attention_bias": (False, "the recipes' Llama has no linear biases"),
-        "mlp_bias": (False, "the recipes' Llama has no linear biases"),
-        "rope_scaling": (None, "the recipes' RoPE is unscaled (Llama 3.1's long-context scaling is not modelled)"),
-    },
-}
 
 
 def _problem(field: str, value: Any, why: str, fix: str) -> Problem:
@@ -82,20 +45,20 @@ def read_config(hf_dir: str) -> tuple[dict[str, Any], list[Problem]]:
     return values, []
 
 
-def _value(model_type: str, config: Mapping[str, Any], field: str, key: str) -> Any:
+def _value(mapping: HFMapping, config: Mapping[str, Any], key: str) -> Any:
+    """The config's value of `key` as the recipe field it gives: the class's default where the config leaves it
+    out, None where it equals what the recipe derives (head_dim = hidden / heads), a whole RoPE base as an int."""
     value = config.get(key)
-    if key == "n_inner" and value is None:
-        return 4 * config.get("n_embd", 768)  # GPT-2's default FFN width
+    if value is None and key in mapping.config_defaults:
+        return mapping.config_defaults[key](config)
     if key == "head_dim":
         heads, hidden = config.get("num_attention_heads"), config.get("hidden_size")
         if value is None or (heads and hidden and value * heads == hidden):
             return None  # the recipes' default: hidden_size / heads
-    if key == "num_key_value_heads" and value is None:
-        return config.get("num_attention_heads")
     if key == "rope_theta":
         return int(value) if value is not None and float(value).is_integer() else value
-    if key == "tie_word_embeddings":
-        return bool(value) if value is not None else False
+    if key == "tie_word_embeddings" and value is not None:
+        return bool(value)
     return value
 
 
@@ -103,22 +66,27 @@ def shape_of(spec: Any, config: Mapping[str, Any], given: Mapping[str, Any]) -> 
     """The recipe fields the config sets (to apply to `spec`), and every problem: a config of another family, a
     field in `given` (the command line's key=value) that disagrees with it, a value the recipe cannot compute."""
     family = REGISTRY[family_of(spec.name)]
-    wanted, model_type = family.hf.model_type, config.get("model_type")
+    mapping = mapping_of(family.name)
+    wanted, model_type = mapping.model_type, config.get("model_type")
     if model_type != wanted:
-        other = next((f.prefix for f in REGISTRY.values() if f.hf.model_type == model_type), None)
-        fix = f"import it with a {other}_* recipe" if other else f"give a {family.hf.architecture} model"
+        other = next((f for f in REGISTRY.values() if f.hf is not None and f.hf.model_type == model_type), None)
+        fix = (
+            f"import it with a {other.display_name} recipe ({', '.join(other.rows)})"
+            if other
+            else (f"give a {mapping.architecture} model")
+        )
         return {}, [
             _problem(
                 "config.json model_type",
                 model_type,
-                f"is not the {family.display_name} family's ({wanted}, {family.hf.architecture}) that recipe "
+                f"is not the {family.display_name} family's ({wanted}, {mapping.architecture}) that recipe "
                 f"{spec.name} trains.",
-                f"{fix}, or a {family.hf.architecture} model with {spec.name}.",
+                f"{fix}, or a {mapping.architecture} model with {spec.name}.",
             )
         ]
     problems: list[Problem] = []
-    fields = {field: _value(model_type, config, field, key) for field, key in SHAPE_KEYS[model_type].items()}
-    for field, key in SHAPE_KEYS[model_type].items():
+    fields = {field: _value(mapping, config, key) for field, key in mapping.shape_keys.items()}
+    for field, key in mapping.shape_keys.items():
         if field in given and given[field] != fields[field]:
             problems.append(
                 _problem(
@@ -128,7 +96,7 @@ def shape_of(spec: Any, config: Mapping[str, Any], given: Mapping[str, Any]) -> 
                     f"leave {field} out: the imported model's shape comes from its config.json.",
                 )
             )
-    for key, (only, why) in FIXED[model_type].items():
+    for key, (only, why) in mapping.fixed.items():
         value = config.get(key, only)
         if value != only and not (isinstance(only, float) and isinstance(value, float) and abs(value - only) < 1e-12):
             problems.append(
@@ -145,7 +113,7 @@ def shape_of(spec: Any, config: Mapping[str, Any], given: Mapping[str, Any]) -> 
 def layout_problems(spec: Any, config: Mapping[str, Any]) -> list[Problem]:
     """The layout fields the imported shape does not divide, in the config's own terms."""
     model_type = config.get("model_type", "")
-    keys = SHAPE_KEYS.get(model_type, {})
+    keys = next((dict(f.hf.shape_keys) for f in REGISTRY.values() if f.hf and f.hf.model_type == model_type), {})
     tp, pp, vp = spec.tensor_parallel, spec.pipeline_parallel, spec.virtual_pipeline or 1
     checks = [
         ("num_attention_heads", spec.num_attention_heads, "tensor_parallel", tp),

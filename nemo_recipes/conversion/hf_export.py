@@ -1,7 +1,7 @@
 """A checkpoint a recipe trained, as a Hugging Face model directory that `transformers` loads offline:
 `config.json`, the weights as safetensors (sharded above `shard_bytes`), and the tokenizer the data was prepared with.
 
-The family's mapping (`families.gpt.GPT2Mapping`, `families.llama.LlamaMapping`) turns Megatron's tensors into the
+The family's declared mapping (`families.hf_mapping.HFMapping`, its module's `HF`) turns Megatron's tensors into the
 Hugging Face class's, one layer at a time: memory holds one shard being written and one layer being converted, never
 the model twice. Everything is written into a directory beside the output and renamed into place at the end, so a
 failure (a full disk, a signal) leaves no half-written model where one is expected.
@@ -22,7 +22,7 @@ from nemo_recipes.conversion.megatron_checkpoint import MegatronCheckpoint
 from nemo_recipes.conversion.safetensors_writer import Planned, StreamingFile, plan_files
 from nemo_recipes.conversion.write_errors import not_made, staged, unwritable
 from nemo_recipes.errors import InvalidConfigError, Problem
-from nemo_recipes.families import Architecture, family_of, get_family
+from nemo_recipes.families import Architecture, family_of, mapping_of
 from nemo_recipes.user_paths import exclusive, output_problems
 
 #: Above this many bytes the weights are split into several safetensors files (transformers' own default size).
@@ -130,7 +130,7 @@ def export_hf(
                 "name the recipe and the overrides it trained with: hf export CKPT --recipe gpt_1_3b key=value ...",
             )
         )
-    mapping = get_family(family_of(spec.name)).hf if spec is not None else None
+    mapping = mapping_of(family_of(spec.name)) if spec is not None else None
     if spec is not None and mapping is not None:
         problems += mapping.problems(spec)
     target = Path(out)

@@ -1,4 +1,4 @@
-"""A Hugging Face model (GPT2LMHeadModel for gpt_* recipes, LlamaForCausalLM for llama_*) as a checkpoint a recipe's
+"""A Hugging Face model (the class of the recipe's family: `HFMapping.architecture`) as a checkpoint a recipe's
 training starts from (`restore_from=`, NeMo's RestoreConfig: weights only, a fresh optimizer and schedule).
 
 The checkpoint is what the recipe's own training saves, `weights/` in Megatron's torch_dist format: the same sharded
@@ -25,7 +25,7 @@ from nemo_recipes.conversion.megatron_checkpoint import GLOBAL_KEYS, LAYER_KEYS,
 from nemo_recipes.conversion.safetensors_files import Entry, HeaderError, Lie, read_header, read_tensor
 from nemo_recipes.conversion.write_errors import staged, unwritable, write_failure
 from nemo_recipes.errors import InvalidConfigError, InvalidInputError, Problem
-from nemo_recipes.families import Architecture, family_of, get_family
+from nemo_recipes.families import Architecture, family_of, mapping_of
 from nemo_recipes.user_paths import not_regular
 
 RECORD = IMPORT_RECORD  # beside weights/: where the checkpoint came from, the recipe fields it sets, the spec
@@ -33,7 +33,6 @@ TOKENIZER_DIR = "tokenizer"  # beside weights/: the model's tokenizer, which `hf
 #: Linear layers whose (empty) extra state Megatron saves per layer; its loader expects each of them.
 EXTRA_STATE = ("self_attention.linear_proj", "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2")
 #: Buffers older GPT-2 checkpoints carry (the causal mask), not weights: skipped.
-GPT2_BUFFERS = (".attn.bias", ".attn.masked_bias")
 
 
 @dataclass
@@ -70,7 +69,7 @@ def plan_import(hf_dir: str, spec: RecipeSpec, given: Mapping[str, Any]) -> tupl
             problems += error.problems
     if shaped is not spec or not problems:
         problems += layout_problems(shaped, config)
-        problems += get_family(family_of(spec.name)).hf.problems(shaped)
+        problems += mapping_of(family_of(spec.name)).problems(shaped)
     if problems:
         raise InvalidConfigError(problems, context=f"hf import {hf_dir}: nothing written")
     changed = {k: v for k, v in fields.items() if getattr(spec, k) != v}
@@ -126,7 +125,9 @@ def _expected(arch: Architecture, mapping: Any) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def _tensor_problems(weights: HFWeights, expected: Mapping[str, tuple[int, ...]], hf_dir: str) -> list[Problem]:
+def _tensor_problems(
+    weights: HFWeights, expected: Mapping[str, tuple[int, ...]], hf_dir: str, ignored: tuple[str, ...]
+) -> list[Problem]:
     if not weights.where:
         return [
             Problem(
@@ -150,8 +151,8 @@ def _tensor_problems(weights: HFWeights, expected: Mapping[str, tuple[int, ...]]
                 )  # fmt: skip
             )
     for key in sorted(set(weights.where) - set(expected)):
-        if key.endswith(GPT2_BUFFERS) or (key == "lm_head.weight" and "lm_head.weight" not in expected):
-            continue  # a causal-mask buffer; a tied output layer some savers write anyway
+        if (ignored and key.endswith(ignored)) or (key == "lm_head.weight" and "lm_head.weight" not in expected):
+            continue  # a buffer of the class (a causal mask); a tied output layer some savers write anyway
         problems.append(
             Problem(
                 key,
@@ -177,11 +178,15 @@ def _header_problems(hf_dir: str, error: HeaderError) -> list[Problem]:
     ]
 
 
-def _normalise_gpt2_keys(weights: HFWeights) -> None:
-    """The GPT-2 checkpoints on the Hub name their tensors without the `transformer.` prefix."""
+def _normalise_keys(weights: HFWeights, mapping: Any) -> None:
+    """The keys as the family's class names them, where a saved model spells them otherwise (`HFMapping.renamed`:
+    the GPT-2 checkpoints on the Hub name their tensors without the `transformer.` prefix)."""
+    if mapping.renamed is None:
+        return
     for key in list(weights.where):
-        if not key.startswith(("transformer.", "lm_head.")):
-            weights.where["transformer." + key] = weights.where.pop(key)
+        ours = mapping.renamed(key)
+        if ours is not None:
+            weights.where[ours] = weights.where.pop(key)
 
 
 def _params_dtype(spec: RecipeSpec) -> Any:
@@ -197,17 +202,16 @@ def import_hf(
     """Write the Hugging Face model in `hf_dir` as a checkpoint of `spec`'s recipe (its shape from the model's
     config) in `out`. Raises InvalidConfigError with every problem before anything is written."""
     shaped, changed = plan_import(hf_dir, spec, given or {})
-    mapping = get_family(family_of(spec.name)).hf
+    mapping = mapping_of(family_of(spec.name))
     arch = Architecture.of(shaped)
     try:
         weights = HFWeights(hf_dir)
     except HeaderError as error:
         problems = _header_problems(hf_dir, error)
         raise InvalidConfigError(problems, context=f"hf import {hf_dir}: nothing written") from None
-    if mapping.model_type == "gpt2":
-        _normalise_gpt2_keys(weights)
+    _normalise_keys(weights, mapping)
     target = Path(out)
-    problems = _tensor_problems(weights, _expected(arch, mapping), hf_dir)
+    problems = _tensor_problems(weights, _expected(arch, mapping), hf_dir, mapping.ignored)
     with writing(target, "hf import"):
         problems = _out_problems(target, force, [("HF_DIR", hf_dir)], "importing") + problems
         if problems:
@@ -316,7 +320,7 @@ class _Converter:
                 tensor = padded
             return tensor
         if chunk.layer != self.layer:
-            hf = {key: self._read(key) for key in self.mapping.layer_keys(chunk.layer)}
+            hf = {key: self._read(key) for key in self.mapping.layer_keys(self.arch, chunk.layer)}
             self.converted = self.mapping.layer_from_hf(self.arch, chunk.layer, hf)
             self.layer = chunk.layer
         return self.converted.pop(role)

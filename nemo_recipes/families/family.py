@@ -1,40 +1,26 @@
-"""What a model family is: the recipe-name prefix it owns, the name it shows, and where its rows' values come from."""
+"""What a model family is: its name, its rows with the sources of their values, the blocks its layers are made of and
+its Hugging Face class."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Optional
 
-from nemo_recipes.errors import Problem
+from nemo_recipes.families.blocks import Block, dense_layer
+from nemo_recipes.families.hf_mapping import HFMapping
 
 
 @dataclass(frozen=True)
 class Family:
-    """One model family. Its rows share the transformer arithmetic of `families.architecture`; what a family owns is
-    its name (the recipe prefix, and the display name that prefixes its NeMo config classes and help) and the sources
-    of the values in which its rows differ from the catalog's defaults."""
+    """One model family, one module under `families/`. `rows` are its recipes (name -> the RecipeSpec values of the
+    row; `catalog.RECIPES` collects them), `sources` where each value in which its rows differ from the catalog's
+    field defaults comes from, `layer` the blocks one decoder layer is made of for a spec (`families.blocks`), and
+    `hf` its Hugging Face class and the mapping both conversions read."""
 
-    prefix: str
-    display_name: str
+    name: str
+    display_name: str  # prefixes its NeMo config classes and help texts
     summary: str  # one line for help texts: what the family's architecture is
+    rows: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)
-    #: The Hugging Face class its checkpoints convert to and from, and the tensor mapping both ways (`GPT2Mapping`,
-    #: `LlamaMapping` in the family modules).
-    hf: Any = None
-
-
-def values_not_held(
-    spec: Any, architecture: str, wanted: Mapping[str, tuple[Any, str]], as_name: str, instead: str
-) -> list[Problem]:
-    """The recipe fields whose value the Hugging Face class `architecture` cannot hold: `wanted` maps a field to
-    (the only value the class holds, why), `as_name` names the class's family and `instead` the recipes to export."""
-    return [
-        Problem(
-            field,
-            getattr(spec, field),
-            f"{architecture} cannot hold this model: {why}.",
-            f"train with {field}={value} to export as {as_name}, or export {instead}.",
-        )
-        for field, (value, why) in wanted.items()
-        if getattr(spec, field) != value
-    ]
+    layer: Callable[[Any], tuple[Block, ...]] = dense_layer
+    hf: Optional[HFMapping] = None

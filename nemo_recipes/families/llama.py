@@ -1,14 +1,97 @@
 """The Llama family: Llama 3's architecture (RoPE, RMSNorm, SwiGLU, grouped-query attention, no biases, untied output
-layer) and NVIDIA's published H100 layouts, with the sources of every value in which its rows differ from the
-catalog's defaults."""
+layer), its three rows on NVIDIA's published H100 layouts with the sources of every value in which they differ from
+the catalog's defaults, and transformers' LlamaForCausalLM."""
 
 from __future__ import annotations
 
 from typing import Any, Optional
 
 from nemo_recipes.errors import Problem
-from nemo_recipes.families.architecture import NORM_EPSILON, Architecture
-from nemo_recipes.families.family import Family, values_not_held
+from nemo_recipes.families.blocks import NORM_EPSILON, dense_layer
+from nemo_recipes.families.family import Family
+from nemo_recipes.families.hf_mapping import GateUp, HFMapping, Same, SplitQKV, values_not_held
+
+ARCHITECTURE = "LlamaForCausalLM"
+MODEL_TYPE = "llama"
+
+#: Llama 2's batch of 4M tokens (1024 sequences of 4096), the unit of the Llama papers' warmup steps.
+BATCH_TOKENS = 1024 * 4096
+VOCAB_SIZE = 128256  # Llama 3's tiktoken-based tokenizer: 128,000 BPE tokens + 256 special (Dubey et al. 2024)
+
+#: What every Llama 3 row shares (sources: `SOURCES`).
+SHARED: dict[str, Any] = dict(
+    seq_length=8192,
+    vocab_size=VOCAB_SIZE,
+    position_embedding_type="rope",
+    rotary_base=500_000,
+    normalization="RMSNorm",
+    activation="swiglu",
+    add_bias_linear=False,
+    share_embeddings=False,
+    hidden_dropout=0.0,
+    attention_dropout=0.0,
+    adam_eps=1e-5,
+    train_tokens=15_000_000_000_000,
+    decay_tokens=15_000_000_000_000,
+    warmup_tokens=2000 * BATCH_TOKENS,
+)
+
+
+def _row(
+    label: str,
+    layers: int,
+    hidden: int,
+    heads: int,
+    groups: int,
+    ffn: int,
+    tp: int,
+    pp: int,
+    cp: int,
+    vp: Optional[int],
+    mbs: int,
+    gbs: int,
+    nodes: int,
+    **choices: Any,
+) -> dict[str, Any]:
+    """One Llama 3 row: the published shape (layers, hidden, heads, query groups, FFN) and NVIDIA's H100 layout on
+    the node count it was published for, with what every Llama 3 shares (`SHARED`)."""
+    return dict(
+        size_label=label,
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_query_groups=groups,
+        ffn_hidden_size=ffn,
+        tensor_parallel=tp,
+        pipeline_parallel=pp,
+        context_parallel=cp,
+        virtual_pipeline=vp,
+        micro_batch_size=mbs,
+        global_batch_size=gbs,
+        num_nodes=nodes,
+        **{**SHARED, **choices},
+    )
+
+
+# Per-row choices (sources: `SOURCES`): the 405B schedule of the Llama 3 paper and the pipeline split of its 126
+# layers over PP 8 x VP 8 chunks; the full recomputation each row needs to fit 80 GB.
+CHOICES_8B: dict[str, Any] = dict(max_lr=3e-4, recompute="full", recompute_num_layers=16)
+CHOICES_405B: dict[str, Any] = dict(
+    max_lr=8e-5,
+    min_lr_ratio=0.01,
+    warmup_tokens=8000 * BATCH_TOKENS,
+    pipeline_counts_embedding_and_loss=True,
+    recompute="full",
+    recompute_num_layers=1,
+)
+
+ROWS: dict[str, dict[str, Any]] = {
+    #                   label layers hidden heads groups FFN TP PP CP VP  MBS GBS nodes
+    "llama_8b": _row("8B", 32, 4096, 32, 8, 14336, 1, 1, 2, None, 1, 128, 1, **CHOICES_8B),
+    "llama_70b": _row("70B", 80, 8192, 64, 8, 28672, 4, 4, 2, 5, 1, 128, 8, max_lr=1.5e-4),
+    "llama_405b": _row("405B", 126, 16384, 128, 8, 53248, 8, 8, 2, 8, 1, 512, 128, **CHOICES_405B),
+}
+
 
 # NVIDIA's published H100 layouts for Llama 3 (BF16 pretraining rows), read in NeMo's performance scripts.
 LLAMA_H100 = (
@@ -68,100 +151,103 @@ SOURCES: dict[str, str] = {
 }
 
 
-class LlamaMapping:
-    """Llama 3's recipe as transformers' LlamaForCausalLM, both ways: queries, keys and values as separate
-    projections in head order (Megatron fuses them, grouped per key/value head), gate and up as separate projections
-    (Megatron's SwiGLU fc1 holds the gate rows, then the up rows: NeMo's `TransformFns.split_fc1`).
+def _problems(spec: Any) -> list[Problem]:
+    wanted = {
+        "position_embedding_type": ("rope", "its positions are rotary (RoPE) only"),
+        "normalization": ("RMSNorm", "its norms are RMSNorm"),
+        "activation": ("swiglu", "its MLP is SwiGLU"),
+        "add_bias_linear": (False, "its exporter here writes no linear biases"),
+        "rotary_percent": (1.0, "its rotary embedding turns every dimension of a head"),
+        "qk_layernorm": (False, "it has no norm of queries and keys"),
+    }
+    return values_not_held(spec, ARCHITECTURE, wanted, "Llama", "a GPT-shaped recipe (gpt_*)")
 
-    NeMo 2.7.3's `HFLlamaExporter`/`HFLlamaImporter` do the same mapping on a whole model in memory, loaded through
-    the checkpoint's NeMo context; here it runs one layer at a time on the checkpoint's tensors, so that a model
-    larger than RAM converts and a checkpoint without that context (a smoke run's) converts too. The tests check it
-    against NeMo's own transforms."""
 
-    architecture = "LlamaForCausalLM"
-    model_type = "llama"
-
-    def problems(self, spec: Any) -> list[Problem]:
-        wanted = {
-            "position_embedding_type": ("rope", "its positions are rotary (RoPE) only"),
-            "normalization": ("RMSNorm", "its norms are RMSNorm"),
-            "activation": ("swiglu", "its MLP is SwiGLU"),
-            "add_bias_linear": (False, "its exporter here writes no linear biases"),
-            "rotary_percent": (1.0, "its rotary embedding turns every dimension of a head"),
-        }
-        return values_not_held(spec, self.architecture, wanted, "Llama", "a GPT-shaped recipe (gpt_*)")
-
-    def config(self, spec: Any, vocab: int, eod: Optional[int]) -> dict[str, Any]:
-        return {
-            "architectures": [self.architecture],
-            "model_type": self.model_type,
-            "vocab_size": vocab,
-            "hidden_size": spec.hidden_size,
-            "intermediate_size": spec.ffn_hidden_size,
-            "num_hidden_layers": spec.num_layers,
-            "num_attention_heads": spec.num_attention_heads,
-            "num_key_value_heads": spec.kv_groups,
-            "head_dim": spec.head_dim,
-            "max_position_embeddings": spec.seq_length,
-            "rms_norm_eps": NORM_EPSILON,
-            "rope_theta": float(spec.rotary_base),
-            "hidden_act": "silu",
-            "attention_bias": False,
-            "mlp_bias": False,
-            "attention_dropout": spec.attention_dropout,
-            "tie_word_embeddings": bool(spec.share_embeddings),
-            "bos_token_id": eod,
-            "eos_token_id": eod,
-        }
-
-    def layer_to_hf(self, arch: Architecture, index: int, t: dict[str, Any]) -> dict[str, Any]:
-        p = f"model.layers.{index}."
-        q, k, v = arch.split_qkv(t["qkv.weight"])
-        gate, up = t["fc1.weight"].chunk(2)
-        return {
-            p + "input_layernorm.weight": t["input_norm.weight"],
-            p + "self_attn.q_proj.weight": q,
-            p + "self_attn.k_proj.weight": k,
-            p + "self_attn.v_proj.weight": v,
-            p + "self_attn.o_proj.weight": t["proj.weight"],
-            p + "post_attention_layernorm.weight": t["pre_mlp_norm.weight"],
-            p + "mlp.gate_proj.weight": gate,
-            p + "mlp.up_proj.weight": up,
-            p + "mlp.down_proj.weight": t["fc2.weight"],
-        }
-
-    def layer_from_hf(self, arch: Architecture, index: int, hf: dict[str, Any]) -> dict[str, Any]:
-        p = f"model.layers.{index}."
-        a = p + "self_attn."
-        return {
-            "input_norm.weight": hf[p + "input_layernorm.weight"],
-            "qkv.weight": arch.merge_qkv(hf[a + "q_proj.weight"], hf[a + "k_proj.weight"], hf[a + "v_proj.weight"]),
-            "proj.weight": hf[a + "o_proj.weight"],
-            "pre_mlp_norm.weight": hf[p + "post_attention_layernorm.weight"],
-            "fc1.weight": arch.concat_rows(hf[p + "mlp.gate_proj.weight"], hf[p + "mlp.up_proj.weight"]),
-            "fc2.weight": hf[p + "mlp.down_proj.weight"],
-        }
-
-    def layer_keys(self, index: int) -> list[str]:
-        p = f"model.layers.{index}."
-        names = ("input_layernorm", "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                 "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")  # fmt: skip
-        return [f"{p}{n}.weight" for n in names]
-
-    GLOBALS = {
-        "embedding.weight": "model.embed_tokens.weight",
-        "final_norm.weight": "model.norm.weight",
-        "output.weight": "lm_head.weight",
+def _config(spec: Any, vocab: int, eod: Optional[int]) -> dict[str, Any]:
+    return {
+        "architectures": [ARCHITECTURE],
+        "model_type": MODEL_TYPE,
+        "vocab_size": vocab,
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.ffn_hidden_size,
+        "num_hidden_layers": spec.num_layers,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_key_value_heads": spec.kv_groups,
+        "head_dim": spec.head_dim,
+        "max_position_embeddings": spec.seq_length,
+        "rms_norm_eps": spec.norm_epsilon,
+        "rope_theta": float(spec.rotary_base),
+        "hidden_act": "silu",
+        "attention_bias": False,
+        "mlp_bias": False,
+        "attention_dropout": spec.attention_dropout,
+        "tie_word_embeddings": bool(spec.share_embeddings),
+        "bos_token_id": eod,
+        "eos_token_id": eod,
     }
 
 
-HF = LlamaMapping()
+def _tied(config: Any) -> bool:
+    return False  # LlamaConfig's default: an untied output layer
+
+
+#: Llama 3's recipe as transformers' LlamaForCausalLM, both ways: queries, keys and values as separate projections in
+#: head order (Megatron fuses them, grouped per key/value head), gate and up as separate projections (Megatron's
+#: SwiGLU fc1 holds the gate rows, then the up rows: NeMo's `TransformFns.split_fc1`). NeMo 2.7.3's
+#: `HFLlamaExporter`/`HFLlamaImporter` do the same mapping on a whole model in memory, loaded through the
+#: checkpoint's NeMo context; here it runs one layer at a time on the checkpoint's tensors, so that a model larger
+#: than RAM converts and a checkpoint without that context (a smoke run's) converts too. The tests check it against
+#: NeMo's own transforms.
+HF = HFMapping(
+    architecture=ARCHITECTURE,
+    model_type=MODEL_TYPE,
+    layer_prefix="model.layers.{index}.",
+    layer=(
+        Same("input_norm.weight", "input_layernorm.weight"),
+        SplitQKV("qkv.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+        Same("proj.weight", "self_attn.o_proj.weight"),
+        Same("pre_mlp_norm.weight", "post_attention_layernorm.weight"),
+        GateUp("fc1.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight"),
+        Same("fc2.weight", "mlp.down_proj.weight"),
+    ),
+    globals={
+        "embedding.weight": "model.embed_tokens.weight",
+        "final_norm.weight": "model.norm.weight",
+        "output.weight": "lm_head.weight",
+    },
+    config=_config,
+    problems=_problems,
+    shape_keys={
+        "num_layers": "num_hidden_layers",
+        "hidden_size": "hidden_size",
+        "num_attention_heads": "num_attention_heads",
+        "num_query_groups": "num_key_value_heads",
+        "ffn_hidden_size": "intermediate_size",
+        "kv_channels": "head_dim",
+        "rotary_base": "rope_theta",
+        "share_embeddings": "tie_word_embeddings",
+        "vocab_size": "vocab_size",
+    },
+    config_defaults={
+        "num_key_value_heads": lambda config: config.get("num_attention_heads"),  # multi-head attention
+        "tie_word_embeddings": _tied,
+    },
+    fixed={
+        "hidden_act": ("silu", "the recipes' SwiGLU gates with SiLU"),
+        "rms_norm_eps": (NORM_EPSILON, f"the recipes' norms use eps={NORM_EPSILON}"),
+        "attention_bias": (False, "the recipes' Llama has no linear biases"),
+        "mlp_bias": (False, "the recipes' Llama has no linear biases"),
+        "rope_scaling": (None, "the recipes' RoPE is unscaled (Llama 3.1's long-context scaling is not modelled)"),
+    },
+)
 
 
 FAMILY = Family(
-    prefix="llama",
+    name="llama",
     display_name="Llama",
     summary="Llama 3 architecture: RoPE, RMSNorm, SwiGLU, grouped-query attention, no biases, untied output layer",
+    rows=ROWS,
     sources=SOURCES,
+    layer=dense_layer,
     hf=HF,
 )

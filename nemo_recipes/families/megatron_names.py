@@ -7,22 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-#: A role of `Architecture.layer_tensors` -> Megatron's key under `module.decoder.layers.`: Transformer Engine's
-#: layer spec first (its norms are fused into the next linear layer), then the local spec's.
-LAYER_KEYS: dict[str, tuple[str, ...]] = {
-    "input_norm.weight": ("self_attention.linear_qkv.layer_norm_weight", "input_layernorm.weight"),
-    "input_norm.bias": ("self_attention.linear_qkv.layer_norm_bias", "input_layernorm.bias"),
-    "qkv.weight": ("self_attention.linear_qkv.weight",),
-    "qkv.bias": ("self_attention.linear_qkv.bias",),
-    "proj.weight": ("self_attention.linear_proj.weight",),
-    "proj.bias": ("self_attention.linear_proj.bias",),
-    "pre_mlp_norm.weight": ("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"),
-    "pre_mlp_norm.bias": ("mlp.linear_fc1.layer_norm_bias", "pre_mlp_layernorm.bias"),
-    "fc1.weight": ("mlp.linear_fc1.weight",),
-    "fc1.bias": ("mlp.linear_fc1.bias",),
-    "fc2.weight": ("mlp.linear_fc2.weight",),
-    "fc2.bias": ("mlp.linear_fc2.bias",),
-}
+from nemo_recipes.families.blocks import MEGATRON_KEYS
+
+#: A role of `Architecture.layer_tensors` -> Megatron's keys under `module.decoder.layers.`: each block's own
+#: (`families.blocks`), Transformer Engine's layer spec first, then the local spec's.
+LAYER_KEYS: dict[str, tuple[str, ...]] = MEGATRON_KEYS
 #: A role of `Architecture.global_tensors` -> Megatron's key.
 GLOBAL_KEYS: dict[str, str] = {
     "embedding.weight": "embedding.word_embeddings.weight",

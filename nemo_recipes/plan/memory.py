@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
 from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.families.architecture import Architecture
+from nemo_recipes.families.blocks import Attention, DenseMLP
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.stack import FP32_BYTES, Program, program_for
@@ -94,18 +96,24 @@ def layer_activation_bytes(
     attention_core: bool,
     head_dim: Optional[int] = None,
 ) -> float:
-    """Activation bytes one transformer layer stores for the backward pass (Korthikanti Table 2, generalised as the
-    module docstring states). `attention_core=False` when selective recompute or fused attention drops the score
-    tensors."""
-    sbh = float(seq) * micro_batch * hidden
-    mlp = (8.0 if gated else 4.0) * ffn / hidden
+    """Activation bytes one dense transformer layer of these widths stores for the backward pass (Korthikanti Table 2,
+    generalised as the module docstring states). `attention_core=False` when selective recompute or fused attention
+    drops the score tensors. A recipe's layer is its family's blocks: `LayoutActivations.of` asks them."""
     d = head_dim or hidden / heads  # Q and the projection input are heads x d wide, K and V groups x d each
-    sharded = 4.0 * heads * d / hidden + 4.0 * kv_groups * d / hidden + mlp
-    replicated = _REPLICATED_SBH / tp if sequence_parallel else _REPLICATED_SBH
-    per_layer = sbh * (replicated + sharded / tp)
+    blocks = (Attention(hidden, heads, kv_groups, d, "", False), DenseMLP(hidden, ffn, gated, "", False))  # type: ignore[arg-type]
+    sharded = 0.0
+    for block in blocks:
+        sharded += block.stored_activations_per_sbh()
+    per_layer = _stored_bytes(float(seq) * micro_batch * hidden, sharded, tp, sequence_parallel)
     if attention_core:
         per_layer += attention_core_bytes(seq=seq, micro_batch=micro_batch, heads=heads, tp=tp)
     return per_layer
+
+
+def _stored_bytes(sbh: float, sharded_per_sbh: float, tp: int, sequence_parallel: bool) -> float:
+    """A layer's stored bytes: the blocks' (sharded over TP) and the norms' and dropouts' (sharded by SP)."""
+    replicated = _REPLICATED_SBH / tp if sequence_parallel else _REPLICATED_SBH
+    return sbh * (replicated + sharded_per_sbh / tp)
 
 
 def attention_core_bytes(*, seq: int, micro_batch: int, heads: int, tp: int) -> float:
@@ -152,7 +160,7 @@ class ActivationBreakdown:
         return self.layers + self.recompute_working + self.embedding + self.output
 
 
-# (seq, micro batch, hidden, heads, ffn, query groups, head dim, gated, TP, SP) -> `LayoutActivations`' first four.
+# (seq, micro batch, hidden, the layer's blocks, TP, SP) -> `LayoutActivations`' first four.
 _LAYER_TERMS: dict[tuple, tuple[float, float, float, float]] = {}
 
 
@@ -173,34 +181,19 @@ class LayoutActivations:
     def of(cls, spec: RecipeSpec, layout: Layout) -> "LayoutActivations":
         s, b, h, t = spec.seq_length, layout.micro_batch, spec.hidden_size, layout.tp
         sp = layout.sequence_parallel
-        heads, ffn, kv, d, gated = (
-            spec.num_attention_heads,
-            spec.ffn_hidden_size,
-            spec.kv_groups,
-            spec.head_dim,
-            spec.gated_linear_unit,
-        )
+        arch = Architecture.of(spec)
         # A search lays out one shape hundreds of times over a few (micro batch, TP) pairs: the per-layer terms are
         # counted once per process for each (they read nothing else).
-        key = (s, b, h, heads, ffn, kv, d, gated, t, sp)
+        key = (s, b, h, arch.blocks, t, sp)
         per_layer = _LAYER_TERMS.get(key)
         if per_layer is None:
-            shape: dict[str, Any] = dict(
-                seq=s,
-                micro_batch=b,
-                hidden=h,
-                heads=heads,
-                ffn=ffn,
-                kv_groups=kv,
-                head_dim=d,
-                gated=gated,
-                tp=t,
-                sequence_parallel=sp,
-            )
+            heads = arch.attention.heads
+            core = attention_core_bytes(seq=s, micro_batch=b, heads=heads, tp=t)
+            without = _stored_bytes(float(s) * b * h, arch.stored_activations_per_sbh(), t, sp)
             per_layer = _LAYER_TERMS[key] = (
-                layer_activation_bytes(**shape, attention_core=True),
-                layer_activation_bytes(**shape, attention_core=False),
-                attention_core_bytes(seq=s, micro_batch=b, heads=heads, tp=t),
+                without + core,
+                without,
+                core,
                 recomputed_layer_bytes(seq=s, micro_batch=b, hidden=h, tp=t, sequence_parallel=sp),
             )
         # Embedding extras per micro-batch in flight (Korthikanti Sec. 4.3): int64 token ids 8sb and the embedding

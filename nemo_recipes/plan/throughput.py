@@ -51,6 +51,7 @@ from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import InvalidInputError, Problem, known
+from nemo_recipes.families.architecture import Architecture
 from nemo_recipes.plan import flops as _flops
 from nemo_recipes.plan import kernels as _kernels
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu, group_bandwidth_gb_s
@@ -280,12 +281,9 @@ def _layer_parts(
 ) -> tuple[float, ...]:
     t, c, tokens, s, h = layout.tp, layout.cp, layout.tokens_per_rank, spec.seq_length, spec.hidden_size
     fp8 = spec.precision == "fp8"
-    d_head = spec.head_dim
-    q, kv = spec.num_attention_heads * d_head, spec.kv_groups * d_head
-    ffn = spec.ffn_hidden_size
-    mlp_in = ffn * (2 if spec.gated_linear_unit else 1)
-
-    gemms = [(h, (q + 2 * kv) / t), (q / t, h), (h, mlp_in / t), (ffn / t, h)]
+    arch = Architecture.of(spec)  # what the layer's blocks compute and send (`families.blocks`)
+    attention, mlp, layer_gemms = arch.attention, arch.mlp, arch.layer_gemms()
+    d_head, gemms = attention.head_dim, [g.on_rank(t) for g in layer_gemms]
     operand = 1 if fp8 else ACTIVATION_BYTES
     dense_f = sum(_gemm_s(tokens, a, n, rates.dense, rates, operand) for a, n in gemms)
     dense_b = sum(
@@ -301,7 +299,7 @@ def _layer_parts(
     else:
         # Unfused: per head, batched GEMMs over the whole s x s matrix (scores = Q K^T, context = P V; backward two
         # each), whose s x s operand goes through HBM, and softmax and dropout over the s x s values.
-        heads = layout.micro_batch * spec.num_attention_heads / t
+        heads = layout.micro_batch * attention.heads / t
         sq, sk = s / c, s
         # One batched GEMM over all heads of the micro-batch for each product.
         qk = _gemm_s(sq, d_head, sk, rates.bf16, rates, ACTIVATION_BYTES, heads)  # Q K^T, and dP = dO V^T
@@ -312,23 +310,25 @@ def _layer_parts(
         attention_b = qk + pv + 2 * pt + scores * SOFTMAX_DROPOUT_BYTES[1] / rates.hbm
 
     replicated = NORM_DROPOUT_BYTES_PER_HIDDEN * h / (t if layout.sequence_parallel else 1)
-    split = ACTIVATION_BYTES_PER_FFN[spec.gated_linear_unit] * ffn / t
+    split = ACTIVATION_BYTES_PER_FFN[mlp.gated] * mlp.ffn / t if mlp is not None else 0.0
     if fp8:
-        split += FP8_CAST_BYTES_PER_ELEMENT * (h + q + h + ffn) / t  # forward GEMM inputs
-        split += FP8_CAST_BYTES_PER_ELEMENT * (q + 2 * kv + h + mlp_in + h) / t / BACKWARD_BYTES_FACTOR
+        split += FP8_CAST_BYTES_PER_ELEMENT * sum(g.k for g in layer_gemms) / t  # forward GEMM inputs
+        split += FP8_CAST_BYTES_PER_ELEMENT * sum(g.n for g in layer_gemms) / t / BACKWARD_BYTES_FACTOR
     memory_f = tokens * (replicated + split) / rates.hbm
     memory_b = BACKWARD_BYTES_FACTOR * memory_f
 
-    # Tensor parallelism: two all-reduces (or reduce-scatter + all-gather pairs) forward, two backward.
-    tp_bytes = tokens * h * ACTIVATION_BYTES
-    tp_f = 2 * rates.allreduce_s(tp_bytes, t, group_bandwidth_gb_s(gpu, t, 1, layout.gpus_per_node))
+    # Tensor parallelism: the blocks' all-reduces (or reduce-scatter + all-gather pairs), as many backward.
+    collectives = arch.layer_collectives()
+    tp_bytes = [tokens * x.elements_per_token * ACTIVATION_BYTES for x in collectives if x.group == "tp"]
+    tp_f = sum(rates.allreduce_s(b, t, group_bandwidth_gb_s(gpu, t, 1, layout.gpus_per_node)) for b in tp_bytes)
     tp_f *= 1.0 - (k.tp_overlap if program.tp_comm_overlap else 0.0)
 
     # Context parallelism: K and V chunks of s/c tokens go round the ring (c-1 hops) forward; the backward sends
     # them again with their gradients. Hidden behind the attention compute of the same layer.
     cp_f = cp_b = 0.0
-    if c > 1:
-        kv_bytes = tokens * 2 * spec.kv_groups * d_head / t * ACTIVATION_BYTES
+    ring = next((x for x in collectives if x.group == "cp"), None)
+    if c > 1 and ring is not None:
+        kv_bytes = tokens * ring.elements_per_token / t * ACTIVATION_BYTES
         link = group_bandwidth_gb_s(gpu, c, t, layout.gpus_per_node)
         cp_f = max(0.0, (c - 1) * rates.send_s(kv_bytes, link) - attention_f)
         cp_b = max(0.0, 2 * (c - 1) * rates.send_s(kv_bytes, link) - attention_b)

@@ -1,8 +1,9 @@
 """A recipe scaled down in shape only, for a smoke training run (standard library only).
 
 What changes: layers, hidden size, heads and query groups (grouped-query attention stays grouped), FFN (same ratio
-to hidden), sequence length, vocabulary and batch; the parallel layout is fitted to the processes at hand; the
-schedule keeps its shape (warmup, cosine decay, constant tail) over the smoke run's steps. What stays: everything
+to hidden), sequence length, vocabulary (and its padding multiple) and batch; the parallel layout is fitted to the
+processes at hand; the schedule keeps its shape (warmup, cosine decay, constant tail) over the smoke run's steps.
+What stays: everything
 else the recipe chose (the architecture: positions and RoPE base, activation, norm, biases, tied or untied
 embeddings; precision, recomputation, sequence parallelism, Megatron DDP with the distributed optimizer and its
 overlaps, AdamW with the recipe's learning rates, dropout, checkpointing, AutoResume).
@@ -32,6 +33,10 @@ QUERY_GROUPS = 2
 HEADS_PER_GROUP = 4
 SEQ_LENGTH = 64
 VOCAB_SIZE = 1000
+#: The scaled model's padding multiple: Megatron's default (NeMo's GPTConfig). A row's own multiple is chosen for its
+#: tokenizer (Qwen3's 1187 leaves 151,936 unpadded), which the smoke run replaces: kept, 1187 x TP would pad 1000
+#: tokens to 9,496 rows at TP8, ten times the model.
+VOCAB_MULTIPLE = 128
 MICRO_BATCH = 2
 
 #: Layout fields a user may set for the smoke run; the rest of the layout is derived from the processes.
@@ -173,6 +178,7 @@ def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
         "ffn_hidden_size": _small_ffn(spec, attention["hidden_size"], tp),
         "seq_length": seq,
         "vocab_size": VOCAB_SIZE,
+        "make_vocab_size_divisible_by": VOCAB_MULTIPLE,
         "micro_batch_size": MICRO_BATCH,
         "recompute_num_layers": None,
     }

@@ -1,0 +1,381 @@
+"""The blocks a transformer layer is made of, each a small frozen object that owns every fact about itself: its
+tensors with their shapes and how tensor (and expert) parallelism splits them, its Megatron state-dict keys, its
+parameter count, its FLOPs per token, the activation bytes it stores for the backward pass, the GEMMs the throughput
+model times and the collectives it needs. A family says which blocks its layers hold (`Family.layer`); the
+architecture (`families.architecture`) composes them; the Hugging Face names of each block's tensors are the
+family's declared mapping (`families.hf_mapping`).
+
+Blocks: `Attention` (multi-head and grouped-query; a bias on QKV only and QK-norm are its options; multi-latent
+attention is one more class with the same methods), `DenseMLP` (GELU, or gated: SwiGLU, GeGLU), `MoE` (router,
+routed experts, shared experts; its maths arrive with issue 45: the methods are there, the facts not yet).
+
+Standard library only: the planner and the catalog read it on the fast path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Protocol
+
+#: How a tensor is stored over the GPUs: column-parallel (split along its output rows), row-parallel (split along its
+#: input columns), a full copy on every TP rank, or split over expert parallelism by its leading expert axis.
+Split = Literal["column", "row", "replicated", "expert"]
+
+#: The norms' epsilon: Megatron-Core's default (TransformerConfig.layernorm_epsilon), which no recipe changes.
+NORM_EPSILON = 1e-5
+
+
+@dataclass(frozen=True, slots=True)
+class Tensor:
+    """One parameter tensor of a layer, named by its role (Megatron's state-dict keys differ between its local and
+    Transformer Engine layer specs; the roles do not)."""
+
+    role: str
+    shape: tuple[int, ...]
+    split: Split
+
+    @property
+    def numel(self) -> int:
+        count = 1
+        for size in self.shape:
+            count *= size
+        return count
+
+
+@dataclass(frozen=True, slots=True)
+class Gemm:
+    """One weight GEMM per token: `k` inputs to `n` outputs, whole; `split` says which of them TP divides
+    (column-parallel: n; row-parallel: k). The throughput model times it on the tokens of a micro-batch."""
+
+    k: int
+    n: int
+    split: Split
+
+    def on_rank(self, tp: int) -> tuple[float, float]:
+        """(k, n) on one TP rank, as the throughput model times them."""
+        return (self.k, self.n / tp) if self.split == "column" else (self.k / tp, self.n)
+
+
+@dataclass(frozen=True, slots=True)
+class Collective:
+    """A communication a block needs per token and pass: the group it runs over (`tp`, `cp`, `ep`), its kind and how
+    many elements per token it moves (the throughput model turns them into seconds)."""
+
+    group: Literal["tp", "cp", "ep"]
+    kind: Literal["all-reduce", "ring", "all-to-all"]
+    elements_per_token: int
+
+
+class Shape(Protocol):
+    """The recipe values the blocks read (a `catalog.RecipeSpec` has them all): a protocol rather than the class, so
+    that this module stays below the catalog, which reads it."""
+
+    @property
+    def num_layers(self) -> int: ...
+    @property
+    def hidden_size(self) -> int: ...
+    @property
+    def ffn_hidden_size(self) -> int: ...
+    @property
+    def num_attention_heads(self) -> int: ...
+    @property
+    def kv_groups(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def seq_length(self) -> int: ...
+    @property
+    def padded_vocab_size(self) -> int: ...
+    @property
+    def normalization(self) -> str: ...
+    @property
+    def gated_linear_unit(self) -> bool: ...
+    @property
+    def add_bias_linear(self) -> bool: ...
+    @property
+    def share_embeddings(self) -> bool: ...
+    @property
+    def position_embedding_type(self) -> str: ...
+    @property
+    def qk_layernorm(self) -> bool: ...
+    @property
+    def family(self) -> str: ...
+
+
+class Block(Protocol):
+    """What every block answers (the architecture and the planner ask these and nothing else)."""
+
+    #: role -> Megatron's keys under `module.decoder.layers.`: Transformer Engine's layer spec first (its norms are
+    #: fused into the next linear layer), then the local spec's.
+    MEGATRON_KEYS: ClassVar[dict[str, tuple[str, ...]]]
+
+    def tensors(self) -> list[Tensor]: ...
+    def weight_macs_per_token(self) -> int: ...
+    def attention_flops_per_token(self, seq: int) -> float: ...
+    def gemms(self) -> list[Gemm]: ...
+    def stored_activations_per_sbh(self) -> float: ...
+    def collectives(self) -> list[Collective]: ...
+
+
+def norm(role: str, hidden: int, normalization: str) -> list[Tensor]:
+    """LayerNorm has a weight and a bias, RMSNorm a weight only; every TP rank holds a norm whole."""
+    tensors = [Tensor(f"{role}.weight", (hidden,), "replicated")]
+    if normalization == "LayerNorm":
+        tensors.append(Tensor(f"{role}.bias", (hidden,), "replicated"))
+    return tensors
+
+
+@dataclass(frozen=True, slots=True)
+class Attention:
+    """Self-attention with its pre-norm: the fused QKV projection (queries heads x head_dim wide, keys and values
+    query groups x head_dim each, grouped per query group as Megatron stores them) is column-parallel, the output
+    projection row-parallel; with `bias` every linear layer has one, with `qkv_bias` the QKV projection alone (as
+    Qwen 2); `qk_norm` normalises each head's queries and keys (Megatron-Core's qk_layernorm, the recipes'
+    `qk_layernorm`: one head_dim-wide norm for the queries and one for the keys, as Qwen 3)."""
+
+    hidden: int
+    heads: int
+    groups: int
+    head_dim: int
+    normalization: str
+    bias: bool
+    qkv_bias: bool = False
+    qk_norm: bool = False
+
+    MEGATRON_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "input_norm.weight": ("self_attention.linear_qkv.layer_norm_weight", "input_layernorm.weight"),
+        "input_norm.bias": ("self_attention.linear_qkv.layer_norm_bias", "input_layernorm.bias"),
+        "qkv.weight": ("self_attention.linear_qkv.weight",),
+        "qkv.bias": ("self_attention.linear_qkv.bias",),
+        "q_norm.weight": ("self_attention.q_layernorm.weight",),  # QK-norm: the same key in both layer specs
+        "q_norm.bias": ("self_attention.q_layernorm.bias",),
+        "k_norm.weight": ("self_attention.k_layernorm.weight",),
+        "k_norm.bias": ("self_attention.k_layernorm.bias",),
+        "proj.weight": ("self_attention.linear_proj.weight",),
+        "proj.bias": ("self_attention.linear_proj.bias",),
+    }
+
+    @classmethod
+    def of(cls, spec: Any) -> "Attention":
+        return cls(
+            hidden=spec.hidden_size,
+            heads=spec.num_attention_heads,
+            groups=spec.kv_groups,
+            head_dim=spec.head_dim,
+            normalization=spec.normalization,
+            bias=spec.add_bias_linear,
+            qkv_bias=getattr(spec, "qkv_bias", False),
+            qk_norm=spec.qk_layernorm,
+        )
+
+    @property
+    def query_width(self) -> int:
+        return self.heads * self.head_dim
+
+    @property
+    def kv_width(self) -> int:
+        return self.groups * self.head_dim
+
+    @property
+    def qkv_width(self) -> int:
+        return self.query_width + 2 * self.kv_width
+
+    def tensors(self) -> list[Tensor]:
+        h = self.hidden
+        tensors = [*norm("input_norm", h, self.normalization), Tensor("qkv.weight", (self.qkv_width, h), "column")]
+        if self.qk_norm:  # one norm of head_dim channels shared by every query head, one by every key head
+            tensors += [*norm("q_norm", self.head_dim, self.normalization)]
+            tensors += [*norm("k_norm", self.head_dim, self.normalization)]
+        tensors.append(Tensor("proj.weight", (h, self.query_width), "row"))
+        if self.bias or self.qkv_bias:
+            tensors.append(Tensor("qkv.bias", (self.qkv_width,), "column"))
+        if self.bias:
+            tensors.append(Tensor("proj.bias", (h,), "replicated"))
+        return tensors
+
+    def weight_macs_per_token(self) -> int:
+        return self.hidden * self.qkv_width + self.query_width * self.hidden
+
+    def attention_flops_per_token(self, seq: int) -> float:
+        """Scores and attention over V, the full s x s (no causal discount): `4·s·q` (perf-model.md 2.2)."""
+        return 4.0 * seq * self.query_width
+
+    def gemms(self) -> list[Gemm]:
+        return [Gemm(self.hidden, self.qkv_width, "column"), Gemm(self.query_width, self.hidden, "row")]
+
+    def stored_activations_per_sbh(self) -> float:
+        """Bytes per s·b·h this block stores beyond the replicated norms and dropouts, before TP divides them
+        (Korthikanti et al. 2022, Table 2, generalised to GQA): Q, K, V and the projection's input."""
+        h = self.hidden
+        return 4.0 * self.heads * self.head_dim / h + 4.0 * self.groups * self.head_dim / h
+
+    def collectives(self) -> list[Collective]:
+        """The output projection's all-reduce over TP; with CP, K and V go round the ring."""
+        return [Collective("tp", "all-reduce", self.hidden), Collective("cp", "ring", 2 * self.kv_width)]
+
+    def split_qkv(self, qkv: Any) -> tuple[Any, Any, Any]:
+        """Megatron's fused QKV rows as (queries, keys, values), each in head order. Megatron groups them by query
+        group: the group's query heads, then its key head, then its value head. A weight [rows, in] or a bias
+        [rows]; tensor methods only, so that this module imports no torch."""
+        rest = tuple(qkv.shape[1:])
+        per_group = self.heads // self.groups
+        grouped = qkv.reshape(self.groups, per_group + 2, self.head_dim, *rest)
+        return (
+            grouped[:, :per_group].reshape(self.query_width, *rest),
+            grouped[:, per_group].reshape(self.kv_width, *rest),
+            grouped[:, per_group + 1].reshape(self.kv_width, *rest),
+        )
+
+    def merge_qkv(self, q: Any, k: Any, v: Any) -> Any:
+        """The inverse of `split_qkv`: queries, keys and values in head order as Megatron's fused, grouped rows."""
+        rest = tuple(q.shape[1:])
+        per_group = self.heads // self.groups
+        grouped = q.new_empty((self.groups, per_group + 2, self.head_dim, *rest))
+        grouped[:, :per_group] = q.reshape(self.groups, per_group, self.head_dim, *rest)
+        grouped[:, per_group] = k.reshape(self.groups, self.head_dim, *rest)
+        grouped[:, per_group + 1] = v.reshape(self.groups, self.head_dim, *rest)
+        return grouped.reshape(-1, *rest)
+
+    @property
+    def widths(self) -> list[int]:
+        """The rows of queries, keys and values, in the order `split_qkv` returns them."""
+        return [self.query_width, self.kv_width, self.kv_width]
+
+
+@dataclass(frozen=True, slots=True)
+class DenseMLP:
+    """The MLP with its pre-norm: fc1 column-parallel (gated: the gate rows, then the up rows, 2 x FFN wide, as
+    Megatron-Core's linear_fc1 holds them), fc2 row-parallel; biases on both with `bias`."""
+
+    hidden: int
+    ffn: int
+    gated: bool
+    normalization: str
+    bias: bool
+
+    MEGATRON_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "pre_mlp_norm.weight": ("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"),
+        "pre_mlp_norm.bias": ("mlp.linear_fc1.layer_norm_bias", "pre_mlp_layernorm.bias"),
+        "fc1.weight": ("mlp.linear_fc1.weight",),
+        "fc1.bias": ("mlp.linear_fc1.bias",),
+        "fc2.weight": ("mlp.linear_fc2.weight",),
+        "fc2.bias": ("mlp.linear_fc2.bias",),
+    }
+
+    @classmethod
+    def of(cls, spec: Any) -> "DenseMLP":
+        return cls(spec.hidden_size, spec.ffn_hidden_size, spec.gated_linear_unit, spec.normalization,
+                   spec.add_bias_linear)  # fmt: skip
+
+    @property
+    def fc1_width(self) -> int:
+        return (2 if self.gated else 1) * self.ffn
+
+    def tensors(self) -> list[Tensor]:
+        h = self.hidden
+        tensors = [
+            *norm("pre_mlp_norm", h, self.normalization),
+            Tensor("fc1.weight", (self.fc1_width, h), "column"),
+            Tensor("fc2.weight", (h, self.ffn), "row"),
+        ]
+        if self.bias:
+            tensors += [Tensor("fc1.bias", (self.fc1_width,), "column"), Tensor("fc2.bias", (h,), "replicated")]
+        return tensors
+
+    def weight_macs_per_token(self) -> int:
+        return self.hidden * self.fc1_width + self.ffn * self.hidden
+
+    def attention_flops_per_token(self, seq: int) -> float:
+        return 0.0
+
+    def gemms(self) -> list[Gemm]:
+        return [Gemm(self.hidden, self.fc1_width, "column"), Gemm(self.ffn, self.hidden, "row")]
+
+    def stored_activations_per_sbh(self) -> float:
+        """fc1's input and output, the activation's output (gated: the gate and up halves too), fc2's input."""
+        return (8.0 if self.gated else 4.0) * self.ffn / self.hidden
+
+    def collectives(self) -> list[Collective]:
+        """fc2's all-reduce over TP."""
+        return [Collective("tp", "all-reduce", self.hidden)]
+
+
+@dataclass(frozen=True, slots=True)
+class MoE:
+    """A Mixture-of-Experts MLP with its pre-norm: a router (hidden -> experts, replicated), `experts` routed
+    experts of which each token visits `top_k`, each a `DenseMLP` of `expert_ffn`, their tensors stacked on a
+    leading expert axis that expert parallelism splits, and optionally a shared expert of `shared_ffn` every token
+    visits. Its facts (capacity, dispatch, load balance) arrive with issue 45: the structure is here, and the answers
+    below are the first-order ones every MoE shares (a token's FLOPs are its top-k experts', its all-to-alls carry
+    its hidden state out to them and back)."""
+
+    hidden: int
+    experts: int
+    top_k: int
+    expert_ffn: int
+    gated: bool
+    normalization: str
+    shared_ffn: int = 0
+
+    MEGATRON_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "pre_moe_norm.weight": ("pre_mlp_layernorm.weight",),
+        "pre_moe_norm.bias": ("pre_mlp_layernorm.bias",),
+        "router.weight": ("mlp.router.weight",),
+        "experts.fc1.weight": ("mlp.experts.linear_fc1.weight",),
+        "experts.fc2.weight": ("mlp.experts.linear_fc2.weight",),
+        "shared.fc1.weight": ("mlp.shared_experts.linear_fc1.weight",),
+        "shared.fc2.weight": ("mlp.shared_experts.linear_fc2.weight",),
+    }
+
+    def _expert(self, ffn: int) -> DenseMLP:
+        return DenseMLP(self.hidden, ffn, self.gated, self.normalization, False)
+
+    def tensors(self) -> list[Tensor]:
+        h, e, expert = self.hidden, self.experts, self._expert(self.expert_ffn)
+        tensors = [
+            *norm("pre_moe_norm", h, self.normalization),  # not fused into fc1, as a dense MLP's: the router reads it
+            Tensor("router.weight", (e, h), "replicated"),
+            Tensor("experts.fc1.weight", (e, expert.fc1_width, h), "expert"),
+            Tensor("experts.fc2.weight", (e, h, self.expert_ffn), "expert"),
+        ]
+        if self.shared_ffn:
+            shared = self._expert(self.shared_ffn)
+            tensors += [Tensor("shared.fc1.weight", (shared.fc1_width, h), "column")]
+            tensors += [Tensor("shared.fc2.weight", (h, self.shared_ffn), "row")]
+        return tensors
+
+    def weight_macs_per_token(self) -> int:
+        """The router's, the top-k experts' a token visits and the shared expert's."""
+        shared = self._expert(self.shared_ffn).weight_macs_per_token() if self.shared_ffn else 0
+        routed = self.top_k * self._expert(self.expert_ffn).weight_macs_per_token()
+        return self.hidden * self.experts + routed + shared
+
+    def attention_flops_per_token(self, seq: int) -> float:
+        return 0.0
+
+    def gemms(self) -> list[Gemm]:
+        """The routed experts' GEMMs as if a token went through top_k of them one after the other (grouped GEMMs
+        and their uneven loads are issue 45's); the shared expert's as a dense MLP's."""
+        routed = self._expert(self.expert_ffn).gemms() * self.top_k
+        shared = self._expert(self.shared_ffn).gemms() if self.shared_ffn else []
+        return [Gemm(self.hidden, self.experts, "replicated"), *routed, *shared]
+
+    def stored_activations_per_sbh(self) -> float:
+        routed = self.top_k * self._expert(self.expert_ffn).stored_activations_per_sbh()
+        shared = self._expert(self.shared_ffn).stored_activations_per_sbh() if self.shared_ffn else 0.0
+        return routed + shared
+
+    def collectives(self) -> list[Collective]:
+        """The dispatch and the combine: each token's hidden state to its top_k experts and back, over EP."""
+        sent = self.top_k * self.hidden
+        return [Collective("ep", "all-to-all", sent), Collective("ep", "all-to-all", sent)]
+
+
+def dense_layer(spec: Any) -> tuple[Attention, DenseMLP]:
+    """The blocks of a dense decoder layer: attention, then the MLP."""
+    return (Attention.of(spec), DenseMLP.of(spec))
+
+
+#: Every block's Megatron keys, by role (the exporter, the importer and the planner's check of `restore_from` read
+#: them through `families.megatron_names`).
+MEGATRON_KEYS: dict[str, tuple[str, ...]] = {**Attention.MEGATRON_KEYS, **DenseMLP.MEGATRON_KEYS, **MoE.MEGATRON_KEYS}

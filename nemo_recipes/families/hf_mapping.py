@@ -1,0 +1,206 @@
+"""A family's Hugging Face names as ONE declared mapping that export and import both read: each rule pairs Megatron
+roles of a block with Hugging Face keys and knows how to go either way (the same tensor, transposed, fused QKV as
+separate or concatenated projections, a gated fc1 as gate and up), so that no direction is written by hand.
+
+The converter (`conversion.hf_export`, `conversion.hf_import`) calls `layer_to_hf`/`layer_from_hf` of the family's
+`HFMapping`; the rules run tensor methods only, so this module imports no torch (standard library: the registry of
+families, on the fast path, holds the mappings).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Protocol
+
+from nemo_recipes.errors import Problem
+
+
+class Rule(Protocol):
+    """Megatron roles <-> Hugging Face keys (relative to the layer's prefix), both ways."""
+
+    @property
+    def roles(self) -> tuple[str, ...]: ...
+    @property
+    def keys(self) -> tuple[str, ...]: ...
+    def to_hf(self, arch: Any, tensors: tuple[Any, ...]) -> tuple[Any, ...]: ...
+    def from_hf(self, arch: Any, tensors: tuple[Any, ...]) -> tuple[Any, ...]: ...
+
+
+def concat_rows(*tensors: Any) -> Any:
+    """The tensors one after the other along their first axis (torch.cat without importing torch)."""
+    total = sum(t.shape[0] for t in tensors)
+    out = tensors[0].new_empty((total, *tensors[0].shape[1:]))
+    start = 0
+    for t in tensors:
+        out[start : start + t.shape[0]] = t
+        start += t.shape[0]
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Same:
+    """One tensor under another name; `transposed` where the Hugging Face class stores it [in, out] (GPT-2's
+    Conv1D) and Megatron [out, in]."""
+
+    role: str
+    key: str
+    transposed: bool = False
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return (self.role,)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.key,)
+
+    def to_hf(self, arch: Any, tensors: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (tensors[0].t() if self.transposed else tensors[0],)
+
+    def from_hf(self, arch: Any, tensors: tuple[Any, ...]) -> tuple[Any, ...]:
+        return self.to_hf(arch, tensors)
+
+
+@dataclass(frozen=True, slots=True)
+class SplitQKV:
+    """Megatron's fused QKV (grouped per query group) as separate query, key and value projections in head order
+    (NeMo's `TransformFns.split_qkv`/`merge_qkv`)."""
+
+    role: str
+    q: str
+    k: str
+    v: str
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return (self.role,)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.q, self.k, self.v)
+
+    def to_hf(self, arch: Any, tensors: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(arch.attention.split_qkv(tensors[0]))
+
+    def from_hf(self, arch: Any, tensors: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (arch.attention.merge_qkv(*tensors),)
+
+
+@dataclass(frozen=True, slots=True)
+class ConcatQKV:
+    """Megatron's fused QKV as one projection holding the query heads, then the key heads, then the value heads
+    (GPT-2's c_attn), `transposed` for a Conv1D; a bias (one axis) is never transposed."""
+
+    role: str
+    key: str
+    transposed: bool = False
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return (self.role,)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.key,)
+
+    def to_hf(self, arch: Any, tensors: tuple[Any, ...]) -> tuple[Any, ...]:
+        joined = concat_rows(*arch.attention.split_qkv(tensors[0]))
+        return (joined.t() if self.transposed else joined,)
+
+    def from_hf(self, arch: Any, tensors: tuple[Any, ...]) -> tuple[Any, ...]:
+        rows = tensors[0].t() if self.transposed else tensors[0]
+        return (arch.attention.merge_qkv(*rows.split(arch.attention.widths)),)
+
+
+@dataclass(frozen=True, slots=True)
+class GateUp:
+    """A gated MLP's fc1 (the gate rows, then the up rows: NeMo's `TransformFns.split_fc1`) as gate and up."""
+
+    role: str
+    gate: str
+    up: str
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return (self.role,)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return (self.gate, self.up)
+
+    def to_hf(self, arch: Any, tensors: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(tensors[0].chunk(2))
+
+    def from_hf(self, arch: Any, tensors: tuple[Any, ...]) -> tuple[Any, ...]:
+        return (concat_rows(*tensors),)
+
+
+@dataclass(frozen=True)
+class HFMapping:
+    """A family's Hugging Face class, both ways: `layer` (rules in the order the class's files list a layer's
+    tensors) under `layer_prefix` (with `{index}`), `globals` (Megatron role -> key of the tensors outside the
+    layers), `config` (the class's config.json from a spec), `problems` (what the class cannot hold), and what
+    reading its files needs: `shape_keys` (recipe field -> the config key that gives it), `config_defaults`
+    (config key -> its value where a config leaves it out, from the rest of the config), `fixed` (config key ->
+    the only value it may have, why), `ignored` (key endings a saved model may hold that are no tensor of the
+    model: buffers) and `renamed` (a saved model's other spelling of a key -> ours, or None where it is ours)."""
+
+    architecture: str
+    model_type: str
+    layer_prefix: str
+    layer: tuple[Rule, ...]
+    globals: Mapping[str, str]
+    config: Callable[[Any, int, Optional[int]], dict[str, Any]]
+    problems: Callable[[Any], list[Problem]]
+    shape_keys: Mapping[str, str] = field(default_factory=dict)
+    config_defaults: Mapping[str, Callable[[Mapping[str, Any]], Any]] = field(default_factory=dict)
+    fixed: Mapping[str, tuple[Any, str]] = field(default_factory=dict)
+    ignored: tuple[str, ...] = ()
+    renamed: Optional[Callable[[str], Optional[str]]] = None
+
+    @property
+    def GLOBALS(self) -> Mapping[str, str]:  # noqa: N802  (the converter's name for them)
+        return self.globals
+
+    def _rules(self, roles: Any) -> list[Rule]:
+        """The rules whose roles the architecture has (no bias rule without biases, no QK-norm rule without it)."""
+        return [rule for rule in self.layer if all(role in roles for role in rule.roles)]
+
+    def layer_keys(self, arch: Any, index: int) -> list[str]:
+        """The Hugging Face keys of layer `index`, in the class's order."""
+        p = self.layer_prefix.format(index=index)
+        roles = {t.role for t in arch.layer_tensors()}
+        return [p + key for rule in self._rules(roles) for key in rule.keys]
+
+    def layer_to_hf(self, arch: Any, index: int, tensors: Mapping[str, Any]) -> dict[str, Any]:
+        p = self.layer_prefix.format(index=index)
+        out: dict[str, Any] = {}
+        for rule in self._rules(tensors):
+            converted = rule.to_hf(arch, tuple(tensors[role] for role in rule.roles))
+            out.update({p + key: t for key, t in zip(rule.keys, converted, strict=True)})
+        return out
+
+    def layer_from_hf(self, arch: Any, index: int, hf: Mapping[str, Any]) -> dict[str, Any]:
+        p = self.layer_prefix.format(index=index)
+        out: dict[str, Any] = {}
+        for rule in self._rules({t.role for t in arch.layer_tensors()}):
+            converted = rule.from_hf(arch, tuple(hf[p + key] for key in rule.keys))
+            out.update(dict(zip(rule.roles, converted, strict=True)))
+        return out
+
+
+def values_not_held(
+    spec: Any, architecture: str, wanted: Mapping[str, tuple[Any, str]], as_name: str, instead: str
+) -> list[Problem]:
+    """The recipe fields whose value the Hugging Face class `architecture` cannot hold: `wanted` maps a field to
+    (the only value the class holds, why), `as_name` names the class's family and `instead` the recipes to export."""
+    return [
+        Problem(
+            name,
+            getattr(spec, name),
+            f"{architecture} cannot hold this model: {why}.",
+            f"train with {name}={value} to export as {as_name}, or export {instead}.",
+        )
+        for name, (value, why) in wanted.items()
+        if getattr(spec, name) != value
+    ]
