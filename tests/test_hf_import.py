@@ -184,7 +184,8 @@ def test_the_first_step_from_an_import_computes_the_hugging_face_models_loss(tmp
                  "--dir", str(run), "--json", timeout=900)  # fmt: skip
     steps = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     first = next(s for s in steps if s.get("event") == "step" and s["step"] == 1)
-    assert result.returncode == 0, result.stderr[-3000:]
+    failed = [c for c in json.loads(result.stdout or "{}").get("checks", []) if not c["passed"]]
+    assert result.returncode == 0, (failed, result.stderr[-3000:])
     assert abs(first["loss"] - expected) < 0.005, (first["loss"], expected)
 
 

@@ -4,7 +4,7 @@ Standard library only."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Optional
 
 from nemo_recipes.smoke_training.judge import Check
 
@@ -29,7 +29,11 @@ def _per_rank(built: list[dict[str, Any]], key: str) -> list[str]:
     return found
 
 
-def built_checks(records: list[dict[str, Any]], phases: tuple[str, str]) -> list[Check]:
+def built_checks(
+    records: list[dict[str, Any]], phases: tuple[str, str], restored_from: Optional[str] = None
+) -> list[Check]:
+    """The optimizer and parameters as Megatron built them, against the recipe; `restored_from`: the checkpoint the
+    first phase's weights were loaded from (`restore_from`), whose step-0 weights are no initialisation."""
     built = _latest(records, "built", phases)
     if not built:
         return [Check("optimizer as the recipe", False, "no record of the optimizer as built")]
@@ -76,7 +80,7 @@ def built_checks(records: list[dict[str, Any]], phases: tuple[str, str]) -> list
         )
     )
     checks.append(_moved_check(records, phases))
-    checks.append(_init_check(records, phases))
+    checks.append(_init_check(records, phases, restored_from))
     return checks
 
 
@@ -86,8 +90,10 @@ INIT_CHECK = "initialisation as the recipe"
 INIT_STANDARD_ERRORS = 5.0
 
 
-def _init_check(records: list[dict[str, Any]], phases: tuple[str, str]) -> Check:
+def _init_check(records: list[dict[str, Any]], phases: tuple[str, str], restored_from: Optional[str]) -> Check:
     """Every weight matrix's standard deviation at step 0, on every rank, is the recipe's within sampling error."""
+    if restored_from:
+        return Check(INIT_CHECK, True, f"not measured: the weights at step 0 are restore_from's ({restored_from})")
     measured = _latest(records, "initial std", phases[:1])
     if not measured:
         return Check(INIT_CHECK, False, "no standard deviations recorded at step 0")

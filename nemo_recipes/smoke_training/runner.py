@@ -474,7 +474,7 @@ def smoke(
         global_batch_size=plan.spec.global_batch_size,
         blend=blend_shares(plan.spec),
     )
-    report.verdict.checks += built_checks(space.records(), PHASES)
+    report.verdict.checks += built_checks(space.records(), PHASES, plan.spec.restore_from)
     adam = {"beta1": plan.spec.adam_beta1, "beta2": plan.spec.adam_beta2, "eps": plan.spec.adam_eps}
     report.verdict.checks += step_checks(space.records(), PHASES, lr_schedule(plan.spec), adam)
     report.verdict.checks.append(causality_check(space.records(), PHASES))
