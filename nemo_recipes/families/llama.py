@@ -151,16 +151,20 @@ SOURCES: dict[str, str] = {
 }
 
 
+#: The recipe values LlamaForCausalLM holds (field -> (the only value, why)); a family built on Llama's layer (Qwen3)
+#: starts from them.
+HELD: dict[str, tuple[Any, str]] = {
+    "position_embedding_type": ("rope", "its positions are rotary (RoPE) only"),
+    "normalization": ("RMSNorm", "its norms are RMSNorm"),
+    "activation": ("swiglu", "its MLP is SwiGLU"),
+    "add_bias_linear": (False, "its exporter here writes no linear biases"),
+    "rotary_percent": (1.0, "its rotary embedding turns every dimension of a head"),
+    "qk_layernorm": (False, "it has no norm of queries and keys"),
+}
+
+
 def _problems(spec: Any) -> list[Problem]:
-    wanted = {
-        "position_embedding_type": ("rope", "its positions are rotary (RoPE) only"),
-        "normalization": ("RMSNorm", "its norms are RMSNorm"),
-        "activation": ("swiglu", "its MLP is SwiGLU"),
-        "add_bias_linear": (False, "its exporter here writes no linear biases"),
-        "rotary_percent": (1.0, "its rotary embedding turns every dimension of a head"),
-        "qk_layernorm": (False, "it has no norm of queries and keys"),
-    }
-    return values_not_held(spec, ARCHITECTURE, wanted, "Llama", "a GPT-shaped recipe (gpt_*)")
+    return values_not_held(spec, ARCHITECTURE, HELD, "Llama", "a GPT-shaped recipe (gpt_*)")
 
 
 def _config(spec: Any, vocab: int, eod: Optional[int]) -> dict[str, Any]:

@@ -103,14 +103,7 @@ ROWS: dict[str, dict[str, Any]] = {
 
 
 def _problems(spec: Any) -> list[Any]:
-    wanted = {
-        "position_embedding_type": ("rope", "its positions are rotary (RoPE) only"),
-        "normalization": ("RMSNorm", "its norms are RMSNorm"),
-        "activation": ("swiglu", "its MLP is SwiGLU"),
-        "add_bias_linear": (False, "its exporter here writes no linear biases"),
-        "rotary_percent": (1.0, "its rotary embedding turns every dimension of a head"),
-        "qk_layernorm": (True, "every attention layer of it normalises its queries and keys"),
-    }
+    wanted = {**llama.HELD, "qk_layernorm": (True, "every attention layer of it normalises its queries and keys")}
     return values_not_held(spec, HF.architecture, wanted, "Qwen3", "a Llama-shaped recipe (llama_*)")
 
 
