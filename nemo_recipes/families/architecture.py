@@ -25,7 +25,7 @@ from nemo_recipes.families.blocks import (
 from nemo_recipes.families.registry import get_family
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class LayerParams:
     """One transformer layer's parameters, split by how TP stores them."""
 
@@ -36,7 +36,7 @@ class LayerParams:
         return self.sharded / tp + self.replicated
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class TokenFlops:
     """Forward FLOPs per token, split by kind of work (the backward pass costs twice each)."""
 
@@ -54,7 +54,7 @@ class TokenFlops:
         return 3.0 * self.forward
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Architecture:
     """The model Megatron-Core's GPTModel builds for a recipe: its layers are its family's blocks (`Family.layer`)."""
 

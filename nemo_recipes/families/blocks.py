@@ -25,7 +25,7 @@ Split = Literal["column", "row", "replicated", "expert"]
 NORM_EPSILON = 1e-5
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Tensor:
     """One parameter tensor of a layer, named by its role (Megatron's state-dict keys differ between its local and
     Transformer Engine layer specs; the roles do not)."""
@@ -42,7 +42,7 @@ class Tensor:
         return count
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Gemm:
     """One weight GEMM per token: `k` inputs to `n` outputs, whole; `split` says which of them TP divides
     (column-parallel: n; row-parallel: k). The throughput model times it on the tokens of a micro-batch."""
@@ -56,7 +56,7 @@ class Gemm:
         return (self.k, self.n / tp) if self.split == "column" else (self.k / tp, self.n)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Collective:
     """A communication a block needs per token and pass: the group it runs over (`tp`, `cp`, `ep`), its kind and how
     many elements per token it moves (the throughput model turns them into seconds)."""
@@ -125,7 +125,7 @@ def norm(role: str, hidden: int, normalization: str) -> list[Tensor]:
     return tensors
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Attention:
     """Self-attention with its pre-norm: the fused QKV projection (queries heads x head_dim wide, keys and values
     query groups x head_dim each, grouped per query group as Megatron stores them) is column-parallel, the output
@@ -242,7 +242,7 @@ class Attention:
         return [self.query_width, self.kv_width, self.kv_width]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class DenseMLP:
     """The MLP with its pre-norm: fc1 column-parallel (gated: the gate rows, then the up rows, 2 x FFN wide, as
     Megatron-Core's linear_fc1 holds them), fc2 row-parallel; biases on both with `bias`."""
@@ -300,7 +300,7 @@ class DenseMLP:
         return [Collective("tp", "all-reduce", self.hidden)]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class MoE:
     """A Mixture-of-Experts MLP with its pre-norm: a router (hidden -> experts, replicated), `experts` routed
     experts of which each token visits `top_k`, each a `DenseMLP` of `expert_ffn`, their tensors stacked on a

@@ -37,7 +37,7 @@ def concat_rows(*tensors: Any) -> Any:
     return out
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Same:
     """One tensor under another name; `transposed` where the Hugging Face class stores it [in, out] (GPT-2's
     Conv1D) and Megatron [out, in]."""
@@ -61,7 +61,7 @@ class Same:
         return self.to_hf(arch, tensors)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class SplitQKV:
     """Megatron's fused QKV (grouped per query group) as separate query, key and value projections in head order
     (NeMo's `TransformFns.split_qkv`/`merge_qkv`)."""
@@ -86,7 +86,7 @@ class SplitQKV:
         return (arch.attention.merge_qkv(*tensors),)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class ConcatQKV:
     """Megatron's fused QKV as one projection holding the query heads, then the key heads, then the value heads
     (GPT-2's c_attn), `transposed` for a Conv1D; a bias (one axis) is never transposed."""
@@ -112,7 +112,7 @@ class ConcatQKV:
         return (arch.attention.merge_qkv(*rows.split(arch.attention.widths)),)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class GateUp:
     """A gated MLP's fc1 (the gate rows, then the up rows: NeMo's `TransformFns.split_fc1`) as gate and up."""
 
