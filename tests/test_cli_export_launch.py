@@ -112,6 +112,18 @@ ROUND_TRIP = textwrap.dedent("""
         results[fmt] = load(path) == expected
     # The comparison can fail: a recipe that differs in one value is not equal.
     results["control"] = load(sys.argv[1]) == build_recipe(get_recipe("gpt_1_3b"), name="gpt_1_3b")
+    # Every recipe, as `nemo-recipes export NAME` checks it (the interleaved ones once shared one tokenizer object
+    # between model and data, which a file cannot say: they did not load back equal).
+    from nemo_recipes.catalog import recipe_names
+    failing = []
+    for name in recipe_names():
+        built = build_recipe(get_recipe(name), name=name)
+        path = os.path.join(folder, name + ".yaml")
+        with open(path, "w") as handle:
+            handle.write(serialize(built, "yaml"))
+        if load(path) != built:
+            failing.append(name)
+    results["failing"] = failing
     print("RESULT", results)
 """)
 
@@ -127,7 +139,7 @@ def test_exported_files_load_back_equal_in_every_format(exported):
     )
     assert run.returncode == 0, run.stderr[-3000:]
     line = [l for l in run.stdout.splitlines() if l.startswith("RESULT ")][-1]
-    assert line == "RESULT {'cli_yaml': True, 'json': True, 'toml': True, 'control': False}"
+    assert line == "RESULT {'cli_yaml': True, 'json': True, 'toml': True, 'control': False, 'failing': []}"
 
 
 @pytest.mark.nemo

@@ -101,6 +101,7 @@ class OptimizerSteps(Callback):
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
         started = time.perf_counter()
         sampled = _sampled(trainer)
+        # The state as restored: weights, Adam's step and moments spoilt between the load and the step fail.
         for inner, group, param, at, key in sampled:
             self._before[key] = {
                 "p": _values(param, at),
@@ -112,6 +113,11 @@ class OptimizerSteps(Callback):
         def before_step(inner: Any, *args: Any, **kwargs: Any) -> None:
             for mine, group, param, at, key in sampled:
                 if mine is inner:
+                    if self._before[key]["m"] is None:
+                        # A fresh run restored nothing: the weights the step updates are read as it starts (with an
+                        # interleaved schedule, VP2, the fp32 main weights change between on_train_start and the
+                        # first step of a fresh run).
+                        self._before[key]["p"] = _values(param, at)
                     self._update[key] = {
                         "g": _values(param.grad, at),
                         "lr": float(group["lr"]),

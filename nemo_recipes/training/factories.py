@@ -9,6 +9,7 @@ all reported at once, each with the field, the value and the fix.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import typing
 from typing import Any, Literal, Optional, Union
@@ -48,8 +49,10 @@ def build_recipe(spec: RecipeSpec, *, name: str = "default", dir: Optional[str] 
     if spec.virtual_pipeline:
         # NeMo builds the model chunks of the interleaved schedule after the first by rebuilding the model from its
         # constructor arguments (megatron_parallel.py:243, io.reinit), which lack the tokenizer that llm.pretrain set
-        # afterwards (a NullTokenizer has no __io__ to copy): give the model the data's tokenizer, built once.
-        gpt.tokenizer = data.tokenizer
+        # afterwards (a NullTokenizer has no __io__ to copy): give the model a copy of the data's tokenizer. A copy,
+        # not the same object: a configuration file cannot say that two values are one object, so a shared one
+        # would not load back equal from `export`'s file (llama_70b, llama_405b did not).
+        gpt.tokenizer = copy.deepcopy(data.tokenizer)
     return run.Partial(
         pretrain,
         model=gpt,
