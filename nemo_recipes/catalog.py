@@ -18,6 +18,7 @@ from typing import Any, Literal, Optional
 
 from nemo_recipes import budget
 from nemo_recipes.errors import InvalidInputError, Problem, did_you_mean
+from nemo_recipes.families import DEFAULT as DEFAULT_FAMILY
 from nemo_recipes.families import REGISTRY, Architecture, family_of, get_family
 from nemo_recipes.recipe_checks import (  # noqa: F401  (re-exported: the catalog's names for the checks and bounds)
     COUNT_MAX,
@@ -181,7 +182,8 @@ class RecipeSpec:
 
     @property
     def family(self) -> str:
-        """'gpt' or 'llama': the recipe name's prefix, which names the model config class (`config_class_name`)."""
+        """The name of the family whose module lists this row (`families.registry.family_of`), which names the model
+        config class (`config_class_name`)."""
         return family_of(self.name)
 
     @property
@@ -370,8 +372,8 @@ def field_names() -> tuple[str, ...]:
 
 def config_class_name(spec: RecipeSpec) -> str:
     """GPTConfig7B for gpt_7b, GPTConfig1_3B for gpt_1_3b, LlamaConfig70B for llama_70b: the name of the recipe's NeMo
-    model config class (nemo_recipes.training.model), which NeMo-Run writes as the config's target. The family
-    (the recipe name's prefix) keeps GPT 70B and Llama 70B apart."""
+    model config class (nemo_recipes.training.model), which NeMo-Run writes as the config's target. The family's
+    display name keeps GPT 70B and Llama 70B apart."""
     return FAMILIES[spec.family] + "Config" + spec.size_label.replace(".", "_")
 
 
@@ -400,10 +402,11 @@ def get_recipe(name: str) -> RecipeSpec:
         ) from None
 
 
-def closest_recipe(num_parameters: float, family: str = "gpt") -> RecipeSpec:
-    """The recipe of `family` ('gpt' or 'llama') whose parameter count is closest to `num_parameters` on a log scale.
-    GPT by default: a custom shape takes the rest of its choices from it, and a Llama row would give it RoPE, SwiGLU
-    and eight query groups it did not ask for."""
+def closest_recipe(num_parameters: float, family: str = DEFAULT_FAMILY) -> RecipeSpec:
+    """The recipe of `family` (a name in `families.REGISTRY`) whose parameter count is closest to `num_parameters` on
+    a log scale. The default family by default (its values are the field defaults): a custom shape takes the rest of
+    its choices from it, and another family's row would give it choices (RoPE, SwiGLU, query groups) it did not ask
+    for."""
     problems = []
     if not is_finite(num_parameters) or not num_parameters > 0:
         problems.append(

@@ -72,7 +72,8 @@ class Architecture:
     @property
     def attention(self) -> Attention:
         found = self.block(Attention)
-        assert found is not None, "every layer has attention"  # not user input: a family without it is a bug
+        if found is None:  # not user input: a family whose layer lacks attention is a bug of the package
+            raise TypeError(f"the {self.spec.family} family's layer has no Attention block: {self.blocks}")
         return found
 
     @property

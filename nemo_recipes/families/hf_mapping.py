@@ -38,21 +38,32 @@ def concat_rows(*tensors: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class Same:
-    """One tensor under another name; `transposed` where the Hugging Face class stores it [in, out] (GPT-2's
-    Conv1D) and Megatron [out, in]."""
+class _OneRole:
+    """A rule for one Megatron tensor (every rule so far: a fused tensor is still one role)."""
 
     role: str
-    key: str
-    transposed: bool = False
 
     @property
     def roles(self) -> tuple[str, ...]:
         return (self.role,)
 
+
+@dataclass(frozen=True)
+class _OneKey(_OneRole):
+    """One Megatron tensor as one Hugging Face tensor, `transposed` where the class stores it [in, out] (GPT-2's
+    Conv1D) and Megatron [out, in]."""
+
+    key: str
+    transposed: bool = False
+
     @property
     def keys(self) -> tuple[str, ...]:
         return (self.key,)
+
+
+@dataclass(frozen=True)
+class Same(_OneKey):
+    """One tensor under another name (transposed for a Conv1D)."""
 
     def to_hf(self, arch: Any, tensors: tuple[Any, ...]) -> tuple[Any, ...]:
         return (tensors[0].t() if self.transposed else tensors[0],)
@@ -62,18 +73,13 @@ class Same:
 
 
 @dataclass(frozen=True)
-class SplitQKV:
+class SplitQKV(_OneRole):
     """Megatron's fused QKV (grouped per query group) as separate query, key and value projections in head order
     (NeMo's `TransformFns.split_qkv`/`merge_qkv`)."""
 
-    role: str
     q: str
     k: str
     v: str
-
-    @property
-    def roles(self) -> tuple[str, ...]:
-        return (self.role,)
 
     @property
     def keys(self) -> tuple[str, ...]:
@@ -87,21 +93,9 @@ class SplitQKV:
 
 
 @dataclass(frozen=True)
-class ConcatQKV:
+class ConcatQKV(_OneKey):
     """Megatron's fused QKV as one projection holding the query heads, then the key heads, then the value heads
     (GPT-2's c_attn), `transposed` for a Conv1D; a bias (one axis) is never transposed."""
-
-    role: str
-    key: str
-    transposed: bool = False
-
-    @property
-    def roles(self) -> tuple[str, ...]:
-        return (self.role,)
-
-    @property
-    def keys(self) -> tuple[str, ...]:
-        return (self.key,)
 
     def to_hf(self, arch: Any, tensors: tuple[Any, ...]) -> tuple[Any, ...]:
         joined = concat_rows(*arch.attention.split_qkv(tensors[0]))
@@ -113,16 +107,11 @@ class ConcatQKV:
 
 
 @dataclass(frozen=True)
-class GateUp:
+class GateUp(_OneRole):
     """A gated MLP's fc1 (the gate rows, then the up rows: NeMo's `TransformFns.split_fc1`) as gate and up."""
 
-    role: str
     gate: str
     up: str
-
-    @property
-    def roles(self) -> tuple[str, ...]:
-        return (self.role,)
 
     @property
     def keys(self) -> tuple[str, ...]:
