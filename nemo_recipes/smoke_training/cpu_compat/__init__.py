@@ -21,6 +21,7 @@ silently misses its target on another release would make a CPU run prove nothing
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.metadata
 import os
 import shutil
@@ -78,8 +79,14 @@ def private_extension_builds(run_dir: str | Path, phase: str, rank: int) -> Path
     if "TORCH_EXTENSIONS_DIR" not in os.environ:
         path.mkdir(parents=True, exist_ok=True)
         os.environ["TORCH_EXTENSIONS_DIR"] = str(path)
-        atexit.register(shutil.rmtree, path, ignore_errors=True)
+        atexit.register(_remove, path)
     return Path(os.environ["TORCH_EXTENSIONS_DIR"])
+
+
+def _remove(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    with contextlib.suppress(OSError):  # the last rank to end removes the parent
+        path.parent.rmdir()
 
 
 def check_versions() -> None:
