@@ -77,7 +77,7 @@ class SplitNeed:
     field: str  # the recipe field a user changes to fix it: num_attention_heads, num_query_groups, ffn_hidden_size, ...
     value: int  # the size that must be divisible
     group: Literal["tp", "ep", "etp", "cp"]  # which parallel size must divide it
-    what: str  # prose: what is split, for the problem's message (e.g. "attention heads")
+    what: str  # prose: what is split, for the problem's message (e.g. "attention heads"; "the MLP": "{what} is split")
 
     def met_by(self, size: int) -> bool:
         return self.value % size == 0
@@ -120,6 +120,8 @@ class Shape(Protocol):
     @property
     def rotary_percent(self) -> float: ...
     @property
+    def activation(self) -> str: ...
+    @property
     def family(self) -> str: ...
 
 
@@ -145,6 +147,11 @@ class Block(Protocol):
         """What is wrong with the block's own shape, whatever the layout (a head count that does not divide the
         hidden size; advice on a family's choice, as warnings)."""
         ...
+
+
+def channels_per_head(hidden: int, heads: int, kv_channels: Optional[int] = None) -> int:
+    """Channels per attention head: kv_channels, or hidden / heads as Megatron-Core derives it when unset."""
+    return kv_channels or hidden // heads
 
 
 def norm(role: str, hidden: int, normalization: str) -> list[Tensor]:
@@ -358,7 +365,7 @@ class DenseMLP:
     @classmethod
     def of(cls, spec: Any) -> "DenseMLP":
         return cls(spec.hidden_size, spec.ffn_hidden_size, spec.gated_linear_unit, spec.normalization,
-                   spec.add_bias_linear, getattr(spec, "activation", ""))  # fmt: skip
+                   spec.add_bias_linear, spec.activation)  # fmt: skip
 
     @property
     def fc1_width(self) -> int:
@@ -394,7 +401,7 @@ class DenseMLP:
 
     def split_needs(self) -> list[SplitNeed]:
         """fc1 is column-parallel, fc2 row-parallel: TP splits the FFN's width."""
-        return [SplitNeed("ffn_hidden_size", self.ffn, "tp", "the MLP's FFN width")]
+        return [SplitNeed("ffn_hidden_size", self.ffn, "tp", "the MLP")]
 
     def shape_problems(self) -> list[Problem]:
         """A gated MLP has three FFN-wide matrices where GELU has two: at GPT-3's 4 x hidden it is 1.5 times the MLP.

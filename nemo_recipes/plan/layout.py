@@ -32,6 +32,17 @@ from nemo_recipes.plan.hardware import Cluster
 _SHAPE_FIELDS = tuple(name for name, value in vars(Shape).items() if isinstance(value, property))
 _SHAPE_KEY = attrgetter(*_SHAPE_FIELDS)  # the tuple of their values, read in C: a plan search reads it per layout
 _SHAPE_PARAMS: dict[tuple, tuple[LayerParams, int, int]] = {}
+_SHAPE_ARCHITECTURES: dict[tuple, Architecture] = {}
+
+
+def shape_architecture(spec: RecipeSpec) -> Architecture:
+    """`Architecture.of(spec)`, built once per shape: the rules ask its blocks for their split needs and shape
+    problems on every layout a plan search tries. Read its blocks, not its `spec` (the first of that shape's)."""
+    key = _SHAPE_KEY(spec)
+    architecture = _SHAPE_ARCHITECTURES.get(key)
+    if architecture is None:
+        architecture = _SHAPE_ARCHITECTURES[key] = Architecture.of(spec)
+    return architecture
 
 
 def layer_params(spec: RecipeSpec) -> LayerParams:
@@ -130,6 +141,10 @@ class Layout:
         """Ranks that share the distributed optimizer's state: Megatron-Core builds its shards on the data-parallel
         group that includes the CP ranks."""
         return self.dp * self.cp
+
+    def group_size(self, group: str) -> int:
+        """The size of a parallel group a block's `SplitNeed` names (expert parallelism is issue 45's: 1 here)."""
+        return {"tp": self.tp, "cp": self.cp}.get(group, 1)
 
     def recomputed_fraction(self, spec: RecipeSpec) -> float:
         """Fraction of each model chunk's layers that full recompute covers: the first `recompute_num_layers`
