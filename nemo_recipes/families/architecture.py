@@ -8,6 +8,7 @@ Standard library only (the planner and the catalog read it on the fast path).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Optional
 
 from nemo_recipes.errors import Problem
@@ -71,14 +72,14 @@ class Architecture:
         """The layer's block of class `kind`, or None."""
         return next((b for b in self.blocks if isinstance(b, kind)), None)
 
-    @property
+    @cached_property  # the rules read it on every layout a plan search tries
     def attention(self) -> Attention:
         found = self.block(Attention)
         if found is None:  # not user input: a family whose layer lacks attention is a bug of the package
             raise TypeError(f"the {self.spec.family} family's layer has no Attention block: {self.blocks}")
         return found
 
-    @property
+    @cached_property
     def mlp(self) -> Optional[DenseMLP]:
         """The dense MLP, where the layer has one (a Mixture-of-Experts layer has none)."""
         return self.block(DenseMLP)
@@ -116,7 +117,11 @@ class Architecture:
 
     def split_needs(self) -> list[SplitNeed]:
         """Every size of the layer's blocks that a parallel group must divide, each once, in the blocks' order."""
-        return list(dict.fromkeys(need for block in self.blocks for need in block.split_needs()))
+        return list(self._split_needs)
+
+    @cached_property
+    def _split_needs(self) -> tuple[SplitNeed, ...]:  # the rules ask on every layout a plan search tries
+        return tuple(dict.fromkeys(need for block in self.blocks for need in block.split_needs()))
 
     def shape_problems(self) -> list[Problem]:
         """What the blocks say about their own shapes, whatever the layout."""

@@ -14,7 +14,7 @@ from nemo_recipes.counts import divisors, listing
 from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem
 from nemo_recipes.families.architecture import Architecture
 from nemo_recipes.plan.hardware import GPUS, Cluster
-from nemo_recipes.plan.layout import Layout, shape_architecture
+from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.stack import Program
 
 # Warn when the pipeline bubble (p-1)/(v m) (Narayanan et al. 2021, Sec. 2.2) costs half of the ideal step time or more.
@@ -52,7 +52,7 @@ def tensor_parallel_domain_rule(spec: RecipeSpec, layout: Layout) -> list[Proble
     t, per_node, gpu = layout.tp, layout.gpus_per_node, layout.cluster.gpu
     if t <= per_node and per_node % t == 0:
         return []
-    needs = [need for need in shape_architecture(spec).split_needs() if need.group == "tp"]
+    needs = [need for need in layout.architecture.split_needs() if need.group == "tp"]
     within_node = [d for d in divisors(per_node) if all(need.met_by(d) for need in needs)]
     fix = (
         f"use tensor_parallel in {listing(within_node)} (divides the {per_node} GPUs of a node) and raise "
@@ -124,7 +124,7 @@ def attention_heads_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     """The attention's own shape (`Attention.head_problems`), then every block's split needs (`SplitNeed`: heads
     and query groups over TP, TransformerConfig's `num_query_groups % tensor_model_parallel_size`; the MLP
     column-wise)."""
-    architecture = shape_architecture(spec)
+    architecture = layout.architecture
     return [*architecture.attention.head_problems(), *split_problems(architecture, layout)]
 
 
@@ -132,8 +132,7 @@ def split_problems(architecture: Architecture, layout: Layout) -> list[Problem]:
     """A problem for each split need `layout` misses. The attention's needs are the model's shape, so their fix is
     another parallel size (one problem per group: a size that meets the first meets the rest, listed); any other
     block's (an FFN width) is the user's to round, so its problem names its field."""
-    needs = architecture.split_needs()
-    unmet = [need for need in needs if not need.met_by(layout.group_size(need.group))]
+    unmet = [need for need in architecture.split_needs() if need.value % layout.group_size(need.group)]
     if not unmet:
         return []
     attention = architecture.attention.split_needs()
@@ -242,13 +241,13 @@ def interleaved_microbatches_rule(spec: RecipeSpec, layout: Layout) -> list[Prob
 
 def gated_ffn_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     """The MLP's advice on its own shape (`DenseMLP.shape_problems`: a gated MLP at 4 x hidden)."""
-    mlp = shape_architecture(spec).mlp
+    mlp = layout.architecture.mlp
     return mlp.shape_problems() if mlp is not None else []
 
 
 def rotary_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     """RoPE over an even channel count of each head (`Attention.rotary_problems`)."""
-    return shape_architecture(spec).attention.rotary_problems()
+    return layout.architecture.attention.rotary_problems()
 
 
 def context_parallel_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
