@@ -18,10 +18,9 @@ from typing import Any, Optional
 from nemo_recipes.catalog import COUNT_MAX, RecipeSpec
 from nemo_recipes.counts import divisors
 from nemo_recipes.errors import WARNING, InvalidInputError, Problem
-from nemo_recipes.families import Architecture
 from nemo_recipes.plan import Cluster, validate
 from nemo_recipes.plan.data import checked_data
-from nemo_recipes.plan.layout import Layout
+from nemo_recipes.plan.layout import Layout, shape_architecture
 from nemo_recipes.smoke_training.judge import MIN_STEPS
 
 #: Head dimension, heads and sequence of the scaled-down model: a few hundred thousand parameters, whose steps take
@@ -192,7 +191,7 @@ def _split_multiples(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, int]
     split needs (`SplitNeed`: heads, query groups and FFN over TP), so that Megatron builds the scaled model."""
     sizes = {"tp": layout["tensor_parallel"], "cp": layout["context_parallel"]}
     multiples: dict[str, int] = {}
-    for need in Architecture.of(spec).split_needs():
+    for need in shape_architecture(spec).split_needs():
         multiples[need.field] = math.lcm(multiples.get(need.field, 1), sizes.get(need.group, 1))
     return multiples
 
