@@ -8,8 +8,10 @@ Standard library only (the planner and the catalog read it on the fast path).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Optional
 
+from nemo_recipes.errors import Problem
 from nemo_recipes.families.blocks import (
     NORM_EPSILON,
     Attention,
@@ -19,6 +21,7 @@ from nemo_recipes.families.blocks import (
     Gemm,
     Shape,
     Split,
+    SplitNeed,
     Tensor,
     norm,
 )
@@ -69,14 +72,14 @@ class Architecture:
         """The layer's block of class `kind`, or None."""
         return next((b for b in self.blocks if isinstance(b, kind)), None)
 
-    @property
+    @cached_property  # the rules read it on every layout a plan search tries
     def attention(self) -> Attention:
         found = self.block(Attention)
         if found is None:  # not user input: a family whose layer lacks attention is a bug of the package
             raise TypeError(f"the {self.spec.family} family's layer has no Attention block: {self.blocks}")
         return found
 
-    @property
+    @cached_property
     def mlp(self) -> Optional[DenseMLP]:
         """The dense MLP, where the layer has one (a Mixture-of-Experts layer has none)."""
         return self.block(DenseMLP)
@@ -111,6 +114,18 @@ class Architecture:
         for block in self.blocks:
             total += block.stored_activations_per_sbh()
         return total
+
+    def split_needs(self) -> list[SplitNeed]:
+        """Every size of the layer's blocks that a parallel group must divide, each once, in the blocks' order."""
+        return list(self._split_needs)
+
+    @cached_property
+    def _split_needs(self) -> tuple[SplitNeed, ...]:  # the rules ask on every layout a plan search tries
+        return tuple(dict.fromkeys(need for block in self.blocks for need in block.split_needs()))
+
+    def shape_problems(self) -> list[Problem]:
+        """What the blocks say about their own shapes, whatever the layout."""
+        return [p for block in self.blocks for p in block.shape_problems()]
 
     def layer_params(self) -> LayerParams:
         tensors = self.layer_tensors()
@@ -154,4 +169,4 @@ class Architecture:
         )
 
 
-__all__ = ["NORM_EPSILON", "Architecture", "LayerParams", "Shape", "Split", "Tensor", "TokenFlops"]
+__all__ = ["NORM_EPSILON", "Architecture", "LayerParams", "Shape", "Split", "SplitNeed", "Tensor", "TokenFlops"]

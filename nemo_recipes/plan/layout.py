@@ -18,19 +18,27 @@ the stages, and the first and last stages hold one transformer layer fewer.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Optional
 
 from nemo_recipes.catalog import DERIVED_SOURCES, RecipeSpec
+from nemo_recipes.counts import divisors
 from nemo_recipes.families.architecture import Architecture, LayerParams, Shape
 from nemo_recipes.plan.hardware import Cluster
 
 # The values `Architecture` reads (its `Shape`): a plan search lays out one shape hundreds of times, changing only
-# parallelism and batch, so the parameter counts of a shape are counted once per process (`_shape_params`).
+# parallelism and batch, so the parameter counts of a shape are counted once per process (`_shaped`).
 _SHAPE_FIELDS = tuple(name for name, value in vars(Shape).items() if isinstance(value, property))
 _SHAPE_KEY = attrgetter(*_SHAPE_FIELDS)  # the tuple of their values, read in C: a plan search reads it per layout
-_SHAPE_PARAMS: dict[tuple, tuple[LayerParams, int, int]] = {}
+_SHAPES: dict[tuple, tuple[Architecture, LayerParams, int, int]] = {}
+
+
+def shape_architecture(spec: RecipeSpec) -> Architecture:
+    """`Architecture.of(spec)`, built once per shape (a `Layout` holds it: the rules ask its blocks for their split
+    needs and shape problems on every layout a plan search tries). Read its blocks, not its `spec` (the first spec
+    of that shape)."""
+    return _shaped(spec)[0]
 
 
 def layer_params(spec: RecipeSpec) -> LayerParams:
@@ -67,6 +75,8 @@ class Layout:
     layers_last_stage: int  # transformer layers on the last stage (which also runs the output layer)
     layers_per_chunk: int  # per model chunk; recompute_num_layers counts in these
     params_per_rank: float  # parameters held by one GPU of the most loaded stage
+    #: The blocks of the spec's shape (`shape_architecture`), which the rules read: not a size, so not compared.
+    architecture: Architecture = field(compare=False, repr=False)
 
     @classmethod
     def of(cls, spec: RecipeSpec, cluster: Optional[Cluster] = None) -> "Layout":
@@ -83,6 +93,7 @@ class Layout:
         stage_slots = math.ceil(slots / p)
         end_layers = stage_slots - (1 if counted else 0)  # the first and last stages give a slot to embedding/loss
         most = stage_slots if (p > 2 or not counted) else end_layers
+        shaped = _shaped(spec)
         layout = cls(
             cluster=cluster,
             tp=t,
@@ -104,8 +115,9 @@ class Layout:
             layers_last_stage=end_layers if p > 1 else spec.num_layers,
             layers_per_chunk=max(1, math.ceil(slots / (p * v))),
             params_per_rank=0.0,
+            architecture=shaped[0],
         )
-        object.__setattr__(layout, "params_per_rank", _params_per_rank(spec, layout))
+        object.__setattr__(layout, "params_per_rank", _params_per_rank(spec, layout, shaped))
         return layout
 
     @property
@@ -130,6 +142,10 @@ class Layout:
         group that includes the CP ranks."""
         return self.dp * self.cp
 
+    def group_size(self, group: str) -> int:
+        """The size of a parallel group a block's `SplitNeed` names (expert parallelism is issue 45's: 1 here)."""
+        return self.tp if group == "tp" else self.cp if group == "cp" else 1
+
     def recomputed_fraction(self, spec: RecipeSpec) -> float:
         """Fraction of each model chunk's layers that full recompute covers: the first `recompute_num_layers`
         layers of every chunk (Megatron's 'block' method, as the training objects build it), all of them when unset."""
@@ -139,20 +155,16 @@ class Layout:
         return min(n, self.layers_per_chunk) / self.layers_per_chunk
 
 
-def _shape_params(spec: RecipeSpec) -> tuple[LayerParams, int, int]:
-    """One layer's parameters, the final norm's and the position table's, counted once per shape."""
+def _shaped(spec: RecipeSpec) -> tuple[Architecture, LayerParams, int, int]:
+    """The architecture of the spec's shape, one layer's parameters, the final norm's and the position table's,
+    counted once per shape."""
     key = _SHAPE_KEY(spec)
-    counted = _SHAPE_PARAMS.get(key)
-    if counted is None:
+    shaped = _SHAPES.get(key)
+    if shaped is None:
         architecture = Architecture.of(spec)
-        counted = (architecture.layer_params(), architecture.norm_params, architecture.position_params)
-        _SHAPE_PARAMS[key] = counted
-    return counted
-
-
-def divisors(n: int) -> list[int]:
-    """The divisors of `n`, smallest first: the sizes a parallel split of `n` GPUs, layers or heads can take."""
-    return [d for d in range(1, n + 1) if n % d == 0]
+        shaped = (architecture, architecture.layer_params(), architecture.norm_params, architecture.position_params)
+        _SHAPES[key] = shaped
+    return shaped
 
 
 def pipeline_sizes(spec: RecipeSpec) -> list[int]:
@@ -165,14 +177,14 @@ def pipeline_sizes(spec: RecipeSpec) -> list[int]:
     return sorted(sizes)
 
 
-def _params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
+def _params_per_rank(spec: RecipeSpec, layout: Layout, shaped: tuple[Architecture, LayerParams, int, int]) -> float:
     """Parameters on one GPU of the most loaded stage (perf-model.md 2.1: `(transformer/p + embedding) / t` plus
     replicated norms and biases). The first stage holds the word embeddings (and learned positions, replicated over
     TP); the last holds the final norm and the output layer, which with tied embeddings and PP > 1 is a second copy
     of the word embeddings (Megatron keeps one on the last stage and all-reduces their gradients). CP does not split
     parameters."""
     t = layout.tp
-    layer, norms, positions = _shape_params(spec)
+    _, layer, norms, positions = shaped
     per_layer = layer.per_rank(t)
     vocab = spec.padded_vocab_size * spec.hidden_size / t
     if layout.pp == 1:
