@@ -32,7 +32,7 @@ from nemo_recipes.recipe_checks import (  # noqa: F401  (re-exported: the catalo
     plain_name_problems,
     type_problems,
 )
-from nemo_recipes.recipe_fields import default_sources
+from nemo_recipes.recipe_fields import RECIPE_FIELDS, default_sources
 
 Precision = Literal["bf16", "fp16", "fp8"]
 Recompute = Literal["none", "selective", "full"]
@@ -399,6 +399,12 @@ def not_a_spec(value: Any, field: str = "spec") -> list[Problem]:
 
 def field_names() -> tuple[str, ...]:
     return tuple(f.name for f in fields(RecipeSpec))
+
+
+def fields_of(spec: RecipeSpec) -> tuple[str, ...]:
+    """The fields that belong to `spec`, in table order: every field, but the expert ones (`recipe_fields`'
+    `experts_only`) only in a recipe with experts, so that a dense recipe reads as it always did (`show`, `diff`)."""
+    return tuple(f.name for f in RECIPE_FIELDS if f.applies(spec))
 
 
 def config_class_name(spec: RecipeSpec) -> str:

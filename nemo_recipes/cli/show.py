@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from nemo_recipes.catalog import DERIVED_SOURCES, FAMILIES, field_names, get_recipe
+from nemo_recipes.catalog import DERIVED_SOURCES, FAMILIES, fields_of, get_recipe
 from nemo_recipes.catalog import source as source_of
 from nemo_recipes.cli import _output
 from nemo_recipes.cli.verbs import VERBS
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     spec, overrides = apply_overrides(base, args.overrides)
 
     fields = {}
-    for name in field_names():
+    for name in fields_of(spec):
         if name in _TITLE_FIELDS:
             continue
         value, original = getattr(spec, name), getattr(base, name)

@@ -31,7 +31,7 @@ NEMO_RECIPES = (
     "counted in the pipeline split; global batch 32, sequence 4096"
 )
 MOE = f"128 experts, top-8, no shared expert: {qwen3.REPORT}, Sec. 2; {NEMO_CONFIG}"
-LAYOUT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "sequence_parallel", "expert_parallel",
+LAYOUT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel",
                  "expert_tensor_parallel", "micro_batch_size", "global_batch_size", "num_nodes",
                  "pipeline_counts_embedding_and_loss")  # fmt: skip
 
@@ -70,7 +70,6 @@ ARCHITECTURE: dict[str, Any] = dict(
     moe_token_dispatcher_type="alltoall",
     moe_grouped_gemm=True,
     moe_permute_fusion=True,
-    sequence_parallel=True,
     expert_tensor_parallel=1,
 )
 
