@@ -456,9 +456,10 @@ def dense_layer(spec: Any) -> tuple[Attention, DenseMLP]:
     return (Attention.of(spec), DenseMLP.of(spec))
 
 
-def moe_layer(spec: Any) -> tuple[Attention, MoE]:
-    """The blocks of a Mixture-of-Experts decoder layer: attention, then the experts in place of the MLP."""
-    return (Attention.of(spec), MoE.of(spec))
+def moe_layer(spec: Any) -> tuple[Attention, Block]:
+    """The blocks of a Mixture-of-Experts decoder layer: attention, then the experts in place of the MLP; a dense MLP
+    where the spec has no experts (num_moe_experts unset), which is what Megatron-Core then builds."""
+    return (Attention.of(spec), MoE.of(spec) if spec.num_moe_experts is not None else DenseMLP.of(spec))
 
 
 #: Every block's Megatron keys, by role (the exporter, the importer and the planner's check of `restore_from` read

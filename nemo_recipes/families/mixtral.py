@@ -35,7 +35,8 @@ NEMO_SCHEDULE = (
     "1,168,251 steps of 512 x 4096 tokens (cosine over all of them)"
 )
 
-LAYOUT_FIELDS = ("tensor_parallel", "pipeline_parallel", "virtual_pipeline", "context_parallel",                  "expert_parallel", "expert_tensor_parallel", "micro_batch_size", "global_batch_size", "num_nodes",
+LAYOUT_FIELDS = ("tensor_parallel", "pipeline_parallel", "virtual_pipeline", "context_parallel", "expert_parallel",
+                 "expert_tensor_parallel", "micro_batch_size", "global_batch_size", "num_nodes",
                  "seq_length")  # fmt: skip
 MOE = f"{PAPER} (8 experts, top-2, softmax gating over the chosen two); {NEMO_CONFIG}"
 
