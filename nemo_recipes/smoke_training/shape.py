@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from nemo_recipes.catalog import COUNT_MAX, RecipeSpec
+from nemo_recipes.counts import divisors
 from nemo_recipes.errors import WARNING, InvalidInputError, Problem
+from nemo_recipes.families import Architecture
 from nemo_recipes.plan import Cluster, validate
 from nemo_recipes.plan.data import checked_data
-from nemo_recipes.plan.layout import Layout, divisors
+from nemo_recipes.plan.layout import Layout
 from nemo_recipes.smoke_training.judge import MIN_STEPS
 
 #: Head dimension, heads and sequence of the scaled-down model: a few hundred thousand parameters, whose steps take
@@ -187,13 +189,14 @@ def smoke_shape(
 
 def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
     tp, cp = layout["tensor_parallel"], layout["context_parallel"]
-    attention = _small_attention(spec, tp)
+    split = _split_multiples(spec, layout)
+    attention = _small_attention(spec, split)
     seq = math.lcm(SEQ_LENGTH, tp, 2 * cp)
     return {
         **attention,
         **_small_experts(spec, attention["hidden_size"], layout),
         "num_layers": _small_layers(spec, layout),
-        "ffn_hidden_size": _small_ffn(spec, attention["hidden_size"], tp),
+        "ffn_hidden_size": _small_ffn(spec, attention["hidden_size"], split),
         "seq_length": seq,
         "vocab_size": VOCAB_SIZE,
         "make_vocab_size_divisible_by": VOCAB_MULTIPLE,
@@ -202,19 +205,38 @@ def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _small_attention(spec: RecipeSpec, tp: int) -> dict[str, Any]:
+def _split_multiples(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, int]:
+    """What each width the blocks split must be a multiple of on this layout: the parallel sizes of its blocks'
+    split needs (`SplitNeed`: heads, query groups and FFN over TP), so that Megatron builds the scaled model."""
+    sizes = {"tp": layout["tensor_parallel"], "cp": layout["context_parallel"], "ep": layout.get("expert_parallel", 1)}
+    sizes["etp"] = layout.get("expert_tensor_parallel") or sizes["tp"]
+    multiples: dict[str, int] = {}
+    for need in Architecture.of(spec).split_needs():
+        multiples[need.field] = math.lcm(multiples.get(need.field, 1), sizes.get(need.group, 1))
+    return multiples
+
+
+def _at_least(value: int, field: str, split: dict[str, int]) -> int:
+    """`value`, rounded up to what the blocks' split needs ask of `field` on the layout."""
+    multiple = split.get(field, 1)
+    return -(-value // multiple) * multiple
+
+
+def _small_attention(spec: RecipeSpec, split: dict[str, int]) -> dict[str, Any]:
     """Hidden size, heads, query groups and head dimension of the scaled model. Multi-head attention stays multi-head
-    with HEAD_DIM channels a head. Grouped-query attention stays grouped: at least QUERY_GROUPS groups, a multiple of
-    TP (Megatron splits whole groups over the TP ranks), each shared by the recipe's heads per group up to
-    HEADS_PER_GROUP (Llama 3 8B keeps its 4; 70B's 8 and 405B's 16 would pass a million parameters), in GQA_HIDDEN
-    channels. An explicit head dimension (kv_channels) stays explicit, at the scaled model's."""
+    with HEAD_DIM channels a head, HEADS heads or as many as the split needs ask. Grouped-query attention stays
+    grouped: a multiple of QUERY_GROUPS groups and of what the split needs ask (Megatron splits whole groups over the
+    TP ranks), each shared by the recipe's heads per group up to HEADS_PER_GROUP (Llama 3 8B keeps its 4; 70B's 8
+    and 405B's 16 would pass a million parameters), in GQA_HIDDEN channels. An explicit head dimension
+    (kv_channels) stays explicit, at the scaled model's."""
     if spec.kv_groups == spec.num_attention_heads:
-        heads = max(HEADS, tp)
+        heads = _at_least(HEADS, "num_attention_heads", split)
+        heads = _at_least(heads, "num_query_groups", split)  # MHA: a group per head
         groups, hidden = (None if spec.num_query_groups is None else heads), heads * HEAD_DIM
     else:
-        groups = math.lcm(QUERY_GROUPS, tp)
+        groups = math.lcm(QUERY_GROUPS, split.get("num_query_groups", 1))  # even, as the recipes' counts
         per_group = min(spec.num_attention_heads // spec.kv_groups, max(2, HEADS_PER_GROUP * QUERY_GROUPS // groups))
-        heads, hidden = groups * per_group, GQA_HIDDEN
+        heads, hidden = _at_least(groups * per_group, "num_attention_heads", split), GQA_HIDDEN
     return {
         "hidden_size": hidden,
         "num_attention_heads": heads,
@@ -223,9 +245,11 @@ def _small_attention(spec: RecipeSpec, tp: int) -> dict[str, Any]:
     }
 
 
-def _small_ffn(spec: RecipeSpec, hidden: int, tp: int) -> int:
-    """The recipe's FFN-to-hidden ratio (GPT-3 4, Llama 3 8B 3.5), rounded to a multiple of TP."""
-    return tp * max(1, round(hidden * spec.ffn_hidden_size / spec.hidden_size / tp))
+def _small_ffn(spec: RecipeSpec, hidden: int, split: dict[str, int]) -> int:
+    """The recipe's FFN-to-hidden ratio (GPT-3 4, Llama 3 8B 3.5), rounded to a multiple of what the split needs
+    ask."""
+    multiple = split.get("ffn_hidden_size", 1)
+    return multiple * max(1, round(hidden * spec.ffn_hidden_size / spec.hidden_size / multiple))
 
 
 def _small_experts(spec: RecipeSpec, hidden: int, layout: dict[str, Any]) -> dict[str, Any]:
