@@ -14,7 +14,7 @@ from nemo_recipes.errors import ERROR
 from nemo_recipes.families import Architecture, get_family
 from nemo_recipes.families.blocks import MEGATRON_KEYS, Attention, DenseMLP, LayerGroup, MoE
 from nemo_recipes.families.registry import REGISTRY
-from nemo_recipes.plan import validate
+from nemo_recipes.plan import Cluster, validate
 from nemo_recipes.plan.layout import Layout
 
 #: Total parameters of the models NeMo 2.7.3 builds from its own MixtralConfig8x7B/8x22B, Qwen3Config30B_A3B and
@@ -102,7 +102,7 @@ def test_moe_families_are_registered_and_refuse_conversion_by_name():
 @pytest.mark.parametrize("name", COUNTS)
 def test_moe_rows_plan_valid_on_nemos_layouts_with_experts_over_ep(name):
     spec = RECIPES[name]
-    report = validate(spec)
+    report = validate(spec, Cluster.of(spec.num_nodes, spec.num_gpus_per_node))
     assert not [p for p in report.problems if p.severity == ERROR], report.problems
     layout = Layout.of(spec)
     # The experts' share of one GPU's parameters: the stage's layers' experts over EP x ETP.
@@ -114,7 +114,8 @@ def test_moe_rows_plan_valid_on_nemos_layouts_with_experts_over_ep(name):
 
 def _errors(name: str, **overrides) -> dict[str, str]:
     spec = RECIPES[name].replace(**overrides)
-    return {p.field: p.message for p in validate(spec).problems if p.severity == ERROR}
+    problems = validate(spec, Cluster.of(spec.num_nodes, spec.num_gpus_per_node)).problems
+    return {p.field: p.message for p in problems if p.severity == ERROR}
 
 
 def test_every_moe_rule_megatron_core_enforces_is_reported_at_once():
