@@ -78,3 +78,46 @@ def test_nemos_own_moe_factories_still_resolve_beside_ours():
         found = run.cli.resolve_factory(llm.pretrain, theirs)
         assert found.__module__ == f"nemo.collections.llm.recipes.{theirs}"
         assert run.cli.resolve_factory(llm.pretrain, ours).__module__.startswith("nemo_recipes.")
+
+
+#: Where our built config differs from NeMo's on purpose (the rest, experts and router included, is NeMo's).
+DIFFERENT = {
+    # The catalog's one initialisation rule, sqrt(2 / 5h), for every row (NeMo's configs: 0.02), and what Megatron
+    # derives from it; fused bias-SwiGLU and bias-dropout-add, speed-ups the catalog turns on for every row.
+    "init_method_std", "init_method", "output_layer_init_method", "embedding_init_method",
+    "embedding_init_method_std", "bias_activation_fusion", "bias_dropout_fusion",
+    # NeMo's Qwen3 presets the vocabulary and its padding multiple (ours: the tokenizer's, the same rows), and
+    # holds max_position_embeddings, which GPTConfig lacks (its RoPE reads seq_length).
+    "vocab_size", "make_vocab_size_divisible_by", "max_position_embeddings",
+    # 30B-A3B: NeMo's recipe recomputes full/uniform/1 on the recipe; ours full/block over the chunk (the same layers).
+    "recompute_granularity", "recompute_method", "recompute_num_layers",
+    # Apex's persistent LayerNorm kernel, which the catalog asks for on every row (a no-op with RMSNorm).
+    "persist_layer_norm",
+    # Mixtral: NeMo's MixtralConfig presets bf16 on the model config; ours come from the trainer's
+    # MegatronMixedPrecision plugin (precision=bf16), which writes them into the config at setup.
+    "bf16", "params_dtype", "autocast_dtype",
+    # Mixtral: the catalog overlaps pipeline send/receive with compute on an interleaved schedule
+    # (training/overlap.pipeline_comm_values), which NeMo's Mixtral recipes leave at Megatron-Core's defaults.
+    "overlap_p2p_comm", "batch_p2p_comm",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(NEMO))
+def test_the_built_config_is_nemos_in_every_field_that_decides_the_model(name):
+    import dataclasses
+
+    import fiddle as fdl
+
+    from nemo_recipes.smoke_training import cpu_compat
+    from nemo_recipes.training.model import model_config
+
+    config = model_config(RECIPES[name])
+    config.moe_permute_fusion = False  # Megatron-Core refuses it without Transformer Engine, on both sides
+    ours = fdl.build(cpu_compat.cpu_model_settings(config))
+    theirs = NEMO[name](**cpu_compat.CPU_MODEL_SETTINGS, moe_permute_fusion=False)
+    differ = {
+        f.name: (getattr(ours, f.name, "missing"), getattr(theirs, f.name))
+        for f in dataclasses.fields(theirs)
+        if getattr(ours, f.name, "missing") != getattr(theirs, f.name)
+    }
+    assert set(differ) <= DIFFERENT, {k: v for k, v in differ.items() if k not in DIFFERENT}
