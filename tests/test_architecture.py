@@ -28,7 +28,8 @@ ALLOWED: dict[str, set[str]] = {
     "families": CORE,
     # The table of recipe fields (section, help, source, bounds, NeMo paths) and the bounds it is made of.
     "field_limits": set(),
-    "recipe_fields": {"field_limits"},
+    "expert_fields": {"field_limits"},
+    "recipe_fields": {"field_limits", "expert_fields"},
     # A blend by budget: the catalog's checks need no file; epochs read the sources' manifests (data.manifest,
     # standard library only), where plan and the plugin resolve them.
     "budget": CORE | {"data"},
@@ -41,7 +42,8 @@ ALLOWED: dict[str, set[str]] = {
     "training": CORE | {"catalog", "families", "plan", "overrides", "budget", "recipe_fields"},
     "executors": CORE | {"catalog", "plan", "overrides", "_version", "budget"},
     "watching": CORE | {"catalog", "families", "plan"},
-    "smoke_training": CORE | {"catalog", "budget", "plan", "overrides", "data", "training", "executors", "conversion"},
+    "smoke_training": CORE
+    | {"catalog", "families", "budget", "plan", "overrides", "data", "training", "executors", "conversion"},
     "conversion": CORE | {"catalog", "families", "data"},
     "cli": CORE
     | {
@@ -79,6 +81,7 @@ LIGHT = {
     "families",
     "budget",
     "field_limits",
+    "expert_fields",
     "recipe_fields",
     "recipe_checks",
     "catalog",

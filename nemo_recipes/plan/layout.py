@@ -77,6 +77,10 @@ class Layout:
     params_per_rank: float  # parameters held by one GPU of the most loaded stage
     #: The blocks of the spec's shape (`shape_architecture`), which the rules read: not a size, so not compared.
     architecture: Architecture = field(compare=False, repr=False)
+    expert_params_per_rank: float = 0.0  # of which routed experts' (split over EP x ETP, sharded over expert DP)
+    expert_data_parallel: int = 1  # expert-data-parallel size, world / (ETP x EP x PP): the experts' replicas
+    ep: int = 1  # expert parallelism: GPUs the routed experts are split over
+    etp: int = 1  # expert tensor parallelism: GPUs each expert's matrices are split over (TP where unset)
 
     @classmethod
     def of(cls, spec: RecipeSpec, cluster: Optional[Cluster] = None) -> "Layout":
@@ -118,6 +122,13 @@ class Layout:
             architecture=shaped[0],
         )
         object.__setattr__(layout, "params_per_rank", _params_per_rank(spec, layout, shaped))
+        if spec.num_moe_experts is not None:
+            experts = _expert_params_per_rank(spec, layout, shaped)
+            object.__setattr__(layout, "expert_params_per_rank", experts)
+            expert_model = spec.expert_tensor_parallel_size * spec.expert_parallel * p
+            object.__setattr__(layout, "expert_data_parallel", max(1, world // expert_model))
+            object.__setattr__(layout, "ep", spec.expert_parallel)
+            object.__setattr__(layout, "etp", spec.expert_tensor_parallel_size)
         return layout
 
     @property
@@ -143,8 +154,8 @@ class Layout:
         return self.dp * self.cp
 
     def group_size(self, group: str) -> int:
-        """The size of a parallel group a block's `SplitNeed` names (expert parallelism is issue 45's: 1 here)."""
-        return self.tp if group == "tp" else self.cp if group == "cp" else 1
+        """The size of a parallel group a block's `SplitNeed` names."""
+        return {"tp": self.tp, "cp": self.cp, "ep": self.ep, "etp": self.etp}[group]
 
     def recomputed_fraction(self, spec: RecipeSpec) -> float:
         """Fraction of each model chunk's layers that full recompute covers: the first `recompute_num_layers`
@@ -185,7 +196,7 @@ def _params_per_rank(spec: RecipeSpec, layout: Layout, shaped: tuple[Architectur
     parameters."""
     t = layout.tp
     _, layer, norms, positions = shaped
-    per_layer = layer.per_rank(t)
+    per_layer = layer.per_rank(t, spec.expert_parallel * spec.expert_tensor_parallel_size)
     vocab = spec.padded_vocab_size * spec.hidden_size / t
     if layout.pp == 1:
         return spec.num_layers * per_layer + vocab * (1 if spec.share_embeddings else 2) + positions + norms
@@ -193,6 +204,15 @@ def _params_per_rank(spec: RecipeSpec, layout: Layout, shaped: tuple[Architectur
     last = layout.layers_last_stage * per_layer + vocab + norms
     middle = layout.layers_per_stage * per_layer if layout.pp > 2 else 0.0
     return max(first, last, middle)
+
+
+def _expert_params_per_rank(
+    spec: RecipeSpec, layout: Layout, shaped: tuple[Architecture, LayerParams, int, int]
+) -> float:
+    """The routed experts' share of `_params_per_rank`: the most loaded stage's layers' experts over EP x ETP."""
+    layer = shaped[1]
+    layers = spec.num_layers if layout.pp == 1 else max(layout.layers_first_stage, layout.layers_per_stage)
+    return layers * layer.expert / (spec.expert_parallel * spec.expert_tensor_parallel_size)
 
 
 def derived_values(spec: RecipeSpec) -> dict[str, Any]:

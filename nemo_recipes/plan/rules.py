@@ -13,6 +13,7 @@ from nemo_recipes.catalog import RecipeSpec, data_problems
 from nemo_recipes.counts import divisors, listing
 from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem
 from nemo_recipes.families.architecture import Architecture
+from nemo_recipes.plan.expert_rules import EXPERT_RULES
 from nemo_recipes.plan.hardware import GPUS, Cluster
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.stack import Program
@@ -146,8 +147,8 @@ def split_problems(architecture: Architecture, layout: Layout) -> list[Problem]:
                     need.value,
                     f"{need.field}={need.value} is not divisible by {field}={size} ({need.what} is split "
                     f"{_SPLIT_HOW[need.group]}).",
-                    f"use {_article(need.field)} {need.field} that is a multiple of {size}, or a {field} that "
-                    "divides it.",
+                    f"use {_article(need.field)} {need.field} that is a multiple of {size}, or {_article(field)} "
+                    f"{field} that divides it.",
                 )
             )
         elif need.group not in reported:
@@ -435,6 +436,7 @@ RULES: tuple[Rule, ...] = (
     tp_comm_overlap_rule,
     pipeline_bubble_rule,
     distributed_optimizer_rule,
+    *EXPERT_RULES,
 )
 # Rules about policy or advice rather than feasibility: a job that breaks them still runs (TP across nodes is slow,
 # a data blend is checked when data loads). Every other rule is structural: without it the job cannot be laid out or

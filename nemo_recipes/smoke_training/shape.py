@@ -40,8 +40,19 @@ VOCAB_SIZE = 1000
 VOCAB_MULTIPLE = 128
 MICRO_BATCH = 2
 
+#: A scaled Mixture of Experts: at most this many experts a layer (Qwen3-MoE's 128 of 24 channels would pass a
+#: million parameters), each token routed to at most a quarter of them and at least 2 (top-1 needs another router).
+EXPERTS = 8
+
 #: Layout fields a user may set for the smoke run; the rest of the layout is derived from the processes.
-LAYOUT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "virtual_pipeline")
+LAYOUT_FIELDS = (
+    "tensor_parallel",
+    "pipeline_parallel",
+    "context_parallel",
+    "virtual_pipeline",
+    "expert_parallel",
+    "expert_tensor_parallel",
+)
 
 
 @dataclass(frozen=True)
@@ -103,6 +114,12 @@ def fit_layout(spec: RecipeSpec, processes: int, given: dict[str, Any]) -> dict[
         "context_parallel": cp,
         "virtual_pipeline": given.get("virtual_pipeline"),
     }
+    if spec.num_moe_experts is not None:  # EP as large as the recipe's and as the processes allow, ETP 1
+        etp = given.get("expert_tensor_parallel") or 1
+        experts = min(spec.num_moe_experts, EXPERTS)
+        fitting = [d for d in divisors(max(1, processes // (etp * pp))) if experts % d == 0]
+        ep = given.get("expert_parallel") or max(d for d in fitting if d <= max(1, spec.expert_parallel))
+        layout.update(expert_parallel=ep, expert_tensor_parallel=etp)
     return layout
 
 
@@ -176,6 +193,7 @@ def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
     seq = math.lcm(SEQ_LENGTH, tp, 2 * cp)
     return {
         **attention,
+        **_small_experts(spec, attention["hidden_size"], layout),
         "num_layers": _small_layers(spec, layout),
         "ffn_hidden_size": _small_ffn(spec, attention["hidden_size"], split),
         "seq_length": seq,
@@ -189,7 +207,8 @@ def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
 def _split_multiples(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, int]:
     """What each width the blocks split must be a multiple of on this layout: the parallel sizes of its blocks'
     split needs (`SplitNeed`: heads, query groups and FFN over TP), so that Megatron builds the scaled model."""
-    sizes = {"tp": layout["tensor_parallel"], "cp": layout["context_parallel"]}
+    sizes = {"tp": layout["tensor_parallel"], "cp": layout["context_parallel"], "ep": layout.get("expert_parallel", 1)}
+    sizes["etp"] = layout.get("expert_tensor_parallel") or sizes["tp"]
     multiples: dict[str, int] = {}
     for need in shape_architecture(spec).split_needs():
         multiples[need.field] = math.lcm(multiples.get(need.field, 1), sizes.get(need.group, 1))
@@ -230,6 +249,27 @@ def _small_ffn(spec: RecipeSpec, hidden: int, split: dict[str, int]) -> int:
     ask."""
     multiple = split.get("ffn_hidden_size", 1)
     return multiple * max(1, round(hidden * spec.ffn_hidden_size / spec.hidden_size / multiple))
+
+
+def _small_experts(spec: RecipeSpec, hidden: int, layout: dict[str, Any]) -> dict[str, Any]:
+    """A Mixture of Experts scaled like the rest: at most EXPERTS experts, top-k at most a quarter of them (at least
+    2), each expert's and the shared expert's width at the recipe's ratio to hidden but at most a quarter of it (8 of
+    Mixtral's 3.5 x hidden experts would pass a million parameters), a multiple of ETP and TP."""
+    if spec.num_moe_experts is None:
+        return {}
+    experts = min(spec.num_moe_experts, EXPERTS)
+    etp, tp = layout.get("expert_tensor_parallel") or layout["tensor_parallel"], layout["tensor_parallel"]
+    expert_ffn = spec.moe_ffn_hidden_size or spec.ffn_hidden_size
+    values = {
+        "num_moe_experts": experts,
+        "moe_router_topk": min(spec.moe_router_topk, max(2, experts // 4)),
+        "moe_ffn_hidden_size": etp * max(1, round(min(hidden * expert_ffn / spec.hidden_size, hidden / 4) / etp)),
+    }
+    if spec.moe_shared_expert_intermediate_size:
+        shared = spec.moe_shared_expert_intermediate_size
+        width = min(hidden * shared / spec.hidden_size, hidden / 4)
+        values["moe_shared_expert_intermediate_size"] = tp * max(1, round(width / tp))
+    return values
 
 
 def _small_layers(spec: RecipeSpec, layout: dict[str, Any]) -> int:
