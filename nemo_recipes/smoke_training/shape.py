@@ -39,8 +39,19 @@ VOCAB_SIZE = 1000
 VOCAB_MULTIPLE = 128
 MICRO_BATCH = 2
 
+#: Routed experts of a scaled Mixture-of-Experts model (fewer where the recipe has fewer), each token going to at
+#: most half of them, so that a routing collapsed onto its top-k stands apart from a balanced one (routing_checks.py).
+EXPERTS = 4
+
 #: Layout fields a user may set for the smoke run; the rest of the layout is derived from the processes.
-LAYOUT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "virtual_pipeline")
+LAYOUT_FIELDS = (
+    "tensor_parallel",
+    "pipeline_parallel",
+    "context_parallel",
+    "virtual_pipeline",
+    "expert_parallel",
+    "expert_tensor_parallel",
+)
 
 
 @dataclass(frozen=True)
@@ -58,8 +69,14 @@ class SmokeShape:
     @property
     def layout(self) -> str:
         s = self.spec
-        return f"TP{s.tensor_parallel} PP{s.pipeline_parallel} CP{s.context_parallel} DP{Layout.of(s).dp}" + (
-            f" VP{s.virtual_pipeline}" if s.virtual_pipeline else ""
+        return (
+            f"TP{s.tensor_parallel} PP{s.pipeline_parallel} CP{s.context_parallel} DP{Layout.of(s).dp}"
+            + (f" VP{s.virtual_pipeline}" if s.virtual_pipeline else "")
+            + (
+                f" EP{s.expert_parallel} ETP{s.expert_tensor_parallel or s.tensor_parallel}"
+                if s.num_moe_experts
+                else ""
+            )
         )
 
     @property
@@ -72,6 +89,11 @@ class SmokeShape:
             "cp": s.context_parallel,
             "dp": Layout.of(s).dp,
             "sequence_parallel": s.sequence_parallel_enabled,
+            **(
+                {"ep": s.expert_parallel, "etp": s.expert_tensor_parallel or s.tensor_parallel}
+                if s.num_moe_experts
+                else {}
+            ),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -90,18 +112,27 @@ def _largest_divisor_at_most(n: int, limit: int) -> int:
 
 
 def fit_layout(spec: RecipeSpec, processes: int, given: dict[str, Any]) -> dict[str, Any]:
-    """TP, then PP, as large as the recipe's and as the processes allow; the rest is data parallelism."""
+    """TP, then PP, as large as the recipe's and as the processes allow; the rest is data parallelism. A model with
+    experts fits expert parallelism first (as large as the recipe's, the processes and the scaled experts allow: its
+    smoke run exists to exercise it), then TP, its expert-TP, and PP within what the expert groups leave
+    (Megatron-Core needs ETP x EP x PP to divide the processes)."""
     cp = given.get("context_parallel", 1)
     tp = given.get("tensor_parallel") or _largest_divisor_at_most(processes // max(cp, 1) or 1, spec.tensor_parallel)
+    layout: dict[str, Any] = {"tensor_parallel": tp, "context_parallel": cp}
+    room = processes
+    if spec.num_moe_experts:
+        etp = given.get("expert_tensor_parallel", spec.expert_tensor_parallel)
+        if etp is not None and "expert_tensor_parallel" not in given:
+            etp = _largest_divisor_at_most(processes, etp)
+        ep = given.get("expert_parallel") or _largest_divisor_at_most(
+            math.gcd(max(1, processes // (etp or tp)), _small_experts(spec)), spec.expert_parallel
+        )
+        layout.update(expert_parallel=ep, expert_tensor_parallel=etp)
+        room = max(1, processes // (ep * (etp or tp)))
     pp = given.get("pipeline_parallel") or _largest_divisor_at_most(
-        max(1, processes // max(tp * cp, 1)), spec.pipeline_parallel
+        max(1, math.gcd(room, processes // max(tp * cp, 1))), spec.pipeline_parallel
     )
-    layout = {
-        "tensor_parallel": tp,
-        "pipeline_parallel": pp,
-        "context_parallel": cp,
-        "virtual_pipeline": given.get("virtual_pipeline"),
-    }
+    layout.update(pipeline_parallel=pp, virtual_pipeline=given.get("virtual_pipeline"))
     return layout
 
 
@@ -172,16 +203,39 @@ def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
     tp, cp = layout["tensor_parallel"], layout["context_parallel"]
     attention = _small_attention(spec, tp)
     seq = math.lcm(SEQ_LENGTH, tp, 2 * cp)
+    hidden = attention["hidden_size"]
     return {
         **attention,
         "num_layers": _small_layers(spec, layout),
-        "ffn_hidden_size": _small_ffn(spec, attention["hidden_size"], tp),
+        "ffn_hidden_size": _small_ffn(spec, hidden, tp),
         "seq_length": seq,
         "vocab_size": VOCAB_SIZE,
         "make_vocab_size_divisible_by": VOCAB_MULTIPLE,
         "micro_batch_size": MICRO_BATCH,
         "recompute_num_layers": None,
+        **(_small_experts_shape(spec, hidden, layout) if spec.num_moe_experts else {}),
     }
+
+
+def _small_experts(spec: RecipeSpec) -> int:
+    return min(spec.num_moe_experts or 1, EXPERTS)
+
+
+def _small_experts_shape(spec: RecipeSpec, hidden: int, layout: dict[str, Any]) -> dict[str, Any]:
+    """`EXPERTS` routed experts, top-k of them at most half (Mixtral's top-2 of 8 stays top-2, Qwen3's top-8 of 128
+    becomes top-2 of 4), each expert's FFN and the shared experts' at the recipe's ratio to the hidden size (a
+    multiple of the expert-TP size); everything else about routing (score function, balancing, dispatcher) stays."""
+    experts = _small_experts(spec)
+    etp = layout.get("expert_tensor_parallel") or layout["tensor_parallel"]
+    values: dict[str, Any] = {
+        "num_moe_experts": experts,
+        "moe_router_topk": max(1, min(spec.moe_router_topk, experts // 2)),
+    }
+    for field in ("moe_ffn_hidden_size", "moe_shared_expert_intermediate_size"):
+        width = getattr(spec, field)
+        if width is not None:
+            values[field] = etp * max(1, round(hidden * width / spec.hidden_size / etp))
+    return values
 
 
 def _small_attention(spec: RecipeSpec, tp: int) -> dict[str, Any]:
