@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from nemo_recipes.catalog import COUNT_MAX, RecipeSpec
+from nemo_recipes.counts import divisors
 from nemo_recipes.errors import WARNING, InvalidInputError, Problem
+from nemo_recipes.families import Architecture
 from nemo_recipes.plan import Cluster, validate
 from nemo_recipes.plan.data import checked_data
-from nemo_recipes.plan.layout import Layout, divisors
+from nemo_recipes.plan.layout import Layout
 from nemo_recipes.smoke_training.judge import MIN_STEPS
 
 #: Head dimension, heads and sequence of the scaled-down model: a few hundred thousand parameters, whose steps take
@@ -39,9 +41,9 @@ VOCAB_SIZE = 1000
 VOCAB_MULTIPLE = 128
 MICRO_BATCH = 2
 
-#: Routed experts of a scaled Mixture-of-Experts model (fewer where the recipe has fewer), each token going to at
-#: most half of them, so that a routing collapsed onto its top-k stands apart from a balanced one (routing_checks.py).
-EXPERTS = 4
+#: A scaled Mixture of Experts: at most this many experts a layer (Qwen3-MoE's 128 of 24 channels would pass a
+#: million parameters), each token routed to at most a quarter of them and at least 2 (top-1 needs another router).
+EXPERTS = 8
 
 #: Layout fields a user may set for the smoke run; the rest of the layout is derived from the processes.
 LAYOUT_FIELDS = (
@@ -112,23 +114,23 @@ def _largest_divisor_at_most(n: int, limit: int) -> int:
 
 
 def fit_layout(spec: RecipeSpec, processes: int, given: dict[str, Any]) -> dict[str, Any]:
-    """TP, then PP, as large as the recipe's and as the processes allow; the rest is data parallelism. A model with
-    experts fits expert parallelism first (as large as the recipe's, the processes and the scaled experts allow: its
-    smoke run exists to exercise it), then TP, its expert-TP, and PP within what the expert groups leave
-    (Megatron-Core needs ETP x EP x PP to divide the processes)."""
+    """TP, then PP, as large as the recipe's and as the processes allow; the rest is data parallelism. With experts,
+    EP (ETP 1) comes before PP: as large as the recipe's, the processes and the scaled experts allow (the smoke run
+    exists to exercise it: Mixtral's PP4 EP8 on 2 processes is EP2, not PP2), and PP takes what ETP x EP leaves, since
+    Megatron-Core needs ETP x EP x PP to divide the processes."""
     cp = given.get("context_parallel", 1)
     tp = given.get("tensor_parallel") or _largest_divisor_at_most(processes // max(cp, 1) or 1, spec.tensor_parallel)
     layout: dict[str, Any] = {"tensor_parallel": tp, "context_parallel": cp}
     room = processes
-    if spec.num_moe_experts:
-        etp = given.get("expert_tensor_parallel", spec.expert_tensor_parallel)
-        if etp is not None and "expert_tensor_parallel" not in given:
-            etp = _largest_divisor_at_most(processes, etp)
-        ep = given.get("expert_parallel") or _largest_divisor_at_most(
-            math.gcd(max(1, processes // (etp or tp)), _small_experts(spec)), spec.expert_parallel
-        )
+    if spec.num_moe_experts is not None:
+        etp = given.get("expert_tensor_parallel") or 1
+        experts = min(spec.num_moe_experts, EXPERTS)
+        fitting = [
+            d for d in divisors(max(1, processes // (etp * given.get("pipeline_parallel", 1)))) if experts % d == 0
+        ]
+        ep = given.get("expert_parallel") or max(d for d in fitting if d <= max(1, spec.expert_parallel))
         layout.update(expert_parallel=ep, expert_tensor_parallel=etp)
-        room = max(1, processes // (ep * (etp or tp)))
+        room = max(1, processes // (ep * etp))
     pp = given.get("pipeline_parallel") or _largest_divisor_at_most(
         max(1, math.gcd(room, processes // max(tp * cp, 1))), spec.pipeline_parallel
     )
@@ -201,56 +203,54 @@ def smoke_shape(
 
 def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
     tp, cp = layout["tensor_parallel"], layout["context_parallel"]
-    attention = _small_attention(spec, tp)
+    split = _split_multiples(spec, layout)
+    attention = _small_attention(spec, split)
     seq = math.lcm(SEQ_LENGTH, tp, 2 * cp)
-    hidden = attention["hidden_size"]
     return {
         **attention,
+        **_small_experts(spec, attention["hidden_size"], layout),
         "num_layers": _small_layers(spec, layout),
-        "ffn_hidden_size": _small_ffn(spec, hidden, tp),
+        "ffn_hidden_size": _small_ffn(spec, attention["hidden_size"], split),
         "seq_length": seq,
         "vocab_size": VOCAB_SIZE,
         "make_vocab_size_divisible_by": VOCAB_MULTIPLE,
         "micro_batch_size": MICRO_BATCH,
         "recompute_num_layers": None,
-        **(_small_experts_shape(spec, hidden, layout) if spec.num_moe_experts else {}),
     }
 
 
-def _small_experts(spec: RecipeSpec) -> int:
-    return min(spec.num_moe_experts or 1, EXPERTS)
+def _split_multiples(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, int]:
+    """What each width the blocks split must be a multiple of on this layout: the parallel sizes of its blocks'
+    split needs (`SplitNeed`: heads, query groups and FFN over TP), so that Megatron builds the scaled model."""
+    sizes = {"tp": layout["tensor_parallel"], "cp": layout["context_parallel"], "ep": layout.get("expert_parallel", 1)}
+    sizes["etp"] = layout.get("expert_tensor_parallel") or sizes["tp"]
+    multiples: dict[str, int] = {}
+    for need in Architecture.of(spec).split_needs():
+        multiples[need.field] = math.lcm(multiples.get(need.field, 1), sizes.get(need.group, 1))
+    return multiples
 
 
-def _small_experts_shape(spec: RecipeSpec, hidden: int, layout: dict[str, Any]) -> dict[str, Any]:
-    """`EXPERTS` routed experts, top-k of them at most half (Mixtral's top-2 of 8 stays top-2, Qwen3's top-8 of 128
-    becomes top-2 of 4), each expert's FFN and the shared experts' at the recipe's ratio to the hidden size (a
-    multiple of the expert-TP size); everything else about routing (score function, balancing, dispatcher) stays."""
-    experts = _small_experts(spec)
-    etp = layout.get("expert_tensor_parallel") or layout["tensor_parallel"]
-    values: dict[str, Any] = {
-        "num_moe_experts": experts,
-        "moe_router_topk": max(1, min(spec.moe_router_topk, experts // 2)),
-    }
-    for field in ("moe_ffn_hidden_size", "moe_shared_expert_intermediate_size"):
-        width = getattr(spec, field)
-        if width is not None:
-            values[field] = etp * max(1, round(hidden * width / spec.hidden_size / etp))
-    return values
+def _at_least(value: int, field: str, split: dict[str, int]) -> int:
+    """`value`, rounded up to what the blocks' split needs ask of `field` on the layout."""
+    multiple = split.get(field, 1)
+    return -(-value // multiple) * multiple
 
 
-def _small_attention(spec: RecipeSpec, tp: int) -> dict[str, Any]:
+def _small_attention(spec: RecipeSpec, split: dict[str, int]) -> dict[str, Any]:
     """Hidden size, heads, query groups and head dimension of the scaled model. Multi-head attention stays multi-head
-    with HEAD_DIM channels a head. Grouped-query attention stays grouped: at least QUERY_GROUPS groups, a multiple of
-    TP (Megatron splits whole groups over the TP ranks), each shared by the recipe's heads per group up to
-    HEADS_PER_GROUP (Llama 3 8B keeps its 4; 70B's 8 and 405B's 16 would pass a million parameters), in GQA_HIDDEN
-    channels. An explicit head dimension (kv_channels) stays explicit, at the scaled model's."""
+    with HEAD_DIM channels a head, HEADS heads or as many as the split needs ask. Grouped-query attention stays
+    grouped: a multiple of QUERY_GROUPS groups and of what the split needs ask (Megatron splits whole groups over the
+    TP ranks), each shared by the recipe's heads per group up to HEADS_PER_GROUP (Llama 3 8B keeps its 4; 70B's 8
+    and 405B's 16 would pass a million parameters), in GQA_HIDDEN channels. An explicit head dimension
+    (kv_channels) stays explicit, at the scaled model's."""
     if spec.kv_groups == spec.num_attention_heads:
-        heads = max(HEADS, tp)
+        heads = _at_least(HEADS, "num_attention_heads", split)
+        heads = _at_least(heads, "num_query_groups", split)  # MHA: a group per head
         groups, hidden = (None if spec.num_query_groups is None else heads), heads * HEAD_DIM
     else:
-        groups = math.lcm(QUERY_GROUPS, tp)
+        groups = math.lcm(QUERY_GROUPS, split.get("num_query_groups", 1))  # even, as the recipes' counts
         per_group = min(spec.num_attention_heads // spec.kv_groups, max(2, HEADS_PER_GROUP * QUERY_GROUPS // groups))
-        heads, hidden = groups * per_group, GQA_HIDDEN
+        heads, hidden = _at_least(groups * per_group, "num_attention_heads", split), GQA_HIDDEN
     return {
         "hidden_size": hidden,
         "num_attention_heads": heads,
@@ -259,9 +259,32 @@ def _small_attention(spec: RecipeSpec, tp: int) -> dict[str, Any]:
     }
 
 
-def _small_ffn(spec: RecipeSpec, hidden: int, tp: int) -> int:
-    """The recipe's FFN-to-hidden ratio (GPT-3 4, Llama 3 8B 3.5), rounded to a multiple of TP."""
-    return tp * max(1, round(hidden * spec.ffn_hidden_size / spec.hidden_size / tp))
+def _small_ffn(spec: RecipeSpec, hidden: int, split: dict[str, int]) -> int:
+    """The recipe's FFN-to-hidden ratio (GPT-3 4, Llama 3 8B 3.5), rounded to a multiple of what the split needs
+    ask."""
+    multiple = split.get("ffn_hidden_size", 1)
+    return multiple * max(1, round(hidden * spec.ffn_hidden_size / spec.hidden_size / multiple))
+
+
+def _small_experts(spec: RecipeSpec, hidden: int, layout: dict[str, Any]) -> dict[str, Any]:
+    """A Mixture of Experts scaled like the rest: at most EXPERTS experts, top-k at most a quarter of them (at least
+    2), each expert's and the shared expert's width at the recipe's ratio to hidden but at most a quarter of it (8 of
+    Mixtral's 3.5 x hidden experts would pass a million parameters), a multiple of ETP and TP."""
+    if spec.num_moe_experts is None:
+        return {}
+    experts = min(spec.num_moe_experts, EXPERTS)
+    etp, tp = layout.get("expert_tensor_parallel") or layout["tensor_parallel"], layout["tensor_parallel"]
+    expert_ffn = spec.moe_ffn_hidden_size or spec.ffn_hidden_size
+    values = {
+        "num_moe_experts": experts,
+        "moe_router_topk": min(spec.moe_router_topk, max(2, experts // 4)),
+        "moe_ffn_hidden_size": etp * max(1, round(min(hidden * expert_ffn / spec.hidden_size, hidden / 4) / etp)),
+    }
+    if spec.moe_shared_expert_intermediate_size:
+        shared = spec.moe_shared_expert_intermediate_size
+        width = min(hidden * shared / spec.hidden_size, hidden / 4)
+        values["moe_shared_expert_intermediate_size"] = tp * max(1, round(width / tp))
+    return values
 
 
 def _small_layers(spec: RecipeSpec, layout: dict[str, Any]) -> int:
