@@ -30,6 +30,13 @@ TRACKED = {
     "seq_aux_loss": "seq_load_balancing_loss",
     "global_aux_loss": "global_load_balancing_loss",
 }
+#: The checks' names (the tests and the report read them).
+ROUTED_CHECK = "tokens routed per expert recorded"
+COLLAPSE_CHECK = "routing not collapsed"
+BALANCING_CHECK = "balancing loss present and finite"
+EXPERT_STATE_CHECK = "expert weights restored on every expert-parallel rank"
+EXPERT_REPLICAS_CHECK = "expert-data-parallel replicas identical"
+
 #: Relative slack on the loss's upper bound E/k: it is computed in fp32 from probabilities that sum to 1 only to
 #: rounding.
 BOUND_SLACK = 1e-3
@@ -43,7 +50,7 @@ def moe_checks(
     moe = [r for r in records if r.get("event") == "moe" and r.get("phase") in phases]
     if not moe:
         if experts_expected:
-            return [Check("tokens routed per expert recorded", False, "no router was found in the trained model")]
+            return [Check(ROUTED_CHECK, False, "no router was found in the trained model")]
         return []
     config = moe[0]
     routing = [r for r in records if r.get("event") == "routing" and r.get("phase") in phases]
@@ -55,7 +62,7 @@ def moe_checks(
     ]
     replicas = replicas_check(
         records,
-        name="expert-data-parallel replicas identical",
+        name=EXPERT_REPLICAS_CHECK,
         coordinates=("etp", "pp", "ep"),
         field="expert_digest",
         replicas="expert-data-parallel",
@@ -70,7 +77,7 @@ def _recorded_check(
     config: dict[str, Any],
     tokens_per_step: int,
 ) -> Check:
-    name = "tokens routed per expert recorded"
+    name = ROUTED_CHECK
     wrong: list[str] = []
     layers = sorted({layer for r in routing for layer in r.get("tokens_per_expert", {})}, key=int)
     if not layers:
@@ -118,7 +125,7 @@ def effective_experts(counts: list[int]) -> float:
 
 
 def _collapse_check(routing: list[dict[str, Any]], config: dict[str, Any]) -> Check:
-    name = "routing not collapsed"
+    name = COLLAPSE_CHECK
     experts, topk = config["experts"], config["topk"]
     if topk >= experts:
         return Check(name, True, f"top-{topk} of {experts} experts: every token goes to every expert")
@@ -157,7 +164,7 @@ def _collapse_check(routing: list[dict[str, Any]], config: dict[str, Any]) -> Ch
 
 
 def _balancing_check(routing: list[dict[str, Any]], config: dict[str, Any]) -> Check:
-    name = "balancing loss present and finite"
+    name = BALANCING_CHECK
     kinds = config.get("load_balancing")
     kinds = kinds if isinstance(kinds, list) else [kinds]
     coeffs = config.get("aux_loss_coeff")
@@ -208,7 +215,7 @@ def _balancing_check(routing: list[dict[str, Any]], config: dict[str, Any]) -> C
 
 def _expert_state_check(records: list[dict[str, Any]], phases: tuple[str, ...]) -> Check:
     """Per rank, the expert and router tensors after the resume's load equal those saved at that step."""
-    name = "expert weights restored on every expert-parallel rank"
+    name = EXPERT_STATE_CHECK
     states = [r for r in records if r.get("event") == "state" and r.get("phase") in phases]
     loads = [i for i, r in enumerate(states) if r.get("when") == "loaded" and (r.get("step") or 0) > 0]
     if not loads:
