@@ -133,7 +133,7 @@ def _collapse_check(routing: list[dict[str, Any]], config: dict[str, Any]) -> Ch
     if topk >= experts:
         return Check(name, True, f"top-{topk} of {experts} experts: every token goes to every expert")
     totals: dict[tuple[str, str], list[int]] = {}
-    wrong = []
+    hot_lines, dead_lines = [], []
     for r in routing:
         for layer, counts in r.get("tokens_per_expert", {}).items():
             key = (r["phase"], layer)
@@ -141,7 +141,7 @@ def _collapse_check(routing: list[dict[str, Any]], config: dict[str, Any]) -> Ch
             tokens = sum(counts) / topk  # each token is assigned k times
             hot = [e for e, c in enumerate(counts) if tokens and c >= tokens]
             if hot:
-                wrong.append(
+                hot_lines.append(
                     f"{r['phase']} step {r['step']} layer {layer}: expert(s) {hot} chosen by every token {counts}"
                 )
     if not totals:
@@ -149,12 +149,14 @@ def _collapse_check(routing: list[dict[str, Any]], config: dict[str, Any]) -> Ch
     for (phase, layer), counts in totals.items():
         dead = [e for e, c in enumerate(counts) if c == 0]
         if dead:
-            wrong.append(f"{phase} layer {layer}: expert(s) {dead} received no token {counts}")
+            dead_lines.append(f"{phase} layer {layer}: expert(s) {dead} received no token {counts}")
     worst = min(totals, key=lambda key: effective_experts(totals[key]))
+    wrong = dead_lines[:2] + hot_lines[:2]  # a few of each kind
+    more = len(dead_lines) + len(hot_lines) - len(wrong)
     return Check(
         name,
         not wrong,
-        "; ".join(wrong[:3]) + (f" (and {len(wrong) - 3} more)" if len(wrong) > 3 else "")
+        "; ".join(wrong) + (f" (and {more} more)" if more else "")
         or f"no expert chosen by every token at any step, none left without tokens in a phase, in all "
         f"{len({layer for _, layer in totals})} layers; fewest effective experts (1 / sum(share^2), {topk} when "
         f"collapsed onto the top-{topk}, {experts} when balanced): {effective_experts(totals[worst]):.2f} "
