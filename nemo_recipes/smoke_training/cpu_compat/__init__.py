@@ -29,8 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from nemo_recipes.errors import InputError, Problem
-from nemo_recipes.smoke_training.cpu_compat.patches import PATCHES, Patch  # noqa: F401  (the package's names)
+from nemo_recipes.smoke_training.cpu_compat.moe_patches import MOE_PATCHES
+from nemo_recipes.smoke_training.cpu_compat.patches import PATCHES as DENSE_PATCHES
+from nemo_recipes.smoke_training.cpu_compat.patches import Patch  # noqa: F401  (the package's names)
 from nemo_recipes.smoke_training.cpu_compat.scope import TRACE_ENV, cpu_scope  # noqa: F401
+
+#: Every patch: the dense path's, then the Mixture-of-Experts layers' (each installs only where its library needs it).
+PATCHES: tuple[Patch, ...] = DENSE_PATCHES + MOE_PATCHES
 
 #: The releases the patches were written and tested against (constraints.txt pins the same; a test keeps them equal).
 PINNED = {"nemo-toolkit": "2.7.3", "megatron-core": "0.15.3", "torch": "2.13.0"}
@@ -138,9 +143,21 @@ CPU_MODEL_SETTINGS: dict[str, Any] = {
 }
 
 
+#: Mixture-of-Experts values a CPU run needs (moe-cpu.md), written only into a config with experts.
+CPU_MOE_SETTINGS: dict[str, Any] = {
+    # Without Transformer Engine the local layer spec builds the legacy GroupedMLP for grouped GEMM, which needs the
+    # CUDA `grouped_gemm` package (moe/experts.py:115); SequentialMLP holds the same weights under the same keys.
+    "moe_grouped_gemm": False,
+    # The fused permutation is Transformer Engine's (transformer_config.py:1423 imports TE-only symbols).
+    "moe_permute_fusion": False,
+}
+
+
 def cpu_model_settings(config: Any) -> Any:
-    """`CPU_MODEL_SETTINGS` written into a model config (a run.Config before it is built, or a built GPTConfig)."""
-    for field, value in CPU_MODEL_SETTINGS.items():
+    """`CPU_MODEL_SETTINGS` (and, with experts, `CPU_MOE_SETTINGS`) written into a model config (a run.Config before
+    it is built, or a built GPTConfig)."""
+    moe = CPU_MOE_SETTINGS if getattr(config, "num_moe_experts", None) else {}
+    for field, value in {**CPU_MODEL_SETTINGS, **moe}.items():
         setattr(config, field, value)
     return config
 
