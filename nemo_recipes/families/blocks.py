@@ -335,8 +335,12 @@ class MoE:
     #: tensor with a leading global-expert axis under `mlp.experts.experts.` (experts.py, `sharded_state_dict`:
     #: "interchangeable with SequentialMLP's"). Their in-memory module names differ: `EXPERT_MODULE_KEYS`.
     MEGATRON_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
-        "pre_moe_norm.weight": ("pre_mlp_layernorm.weight",),  # both specs: a MoE's norm is never fused into fc1
-        "pre_moe_norm.bias": ("pre_mlp_layernorm.bias",),
+        # The pre-norm is a module of its own in both specs (the router reads its output), but the specs save it
+        # apart: Transformer Engine's as `pre_mlp_layernorm.weight`, the local spec's (the CPU's) under the dense
+        # fused name, its `sharded_state_dict_keys_map` renaming `pre_mlp_layernorm.` to `mlp.linear_fc1.layer_norm_`
+        # whether or not the layer has experts (Megatron-Core 0.15 models/gpt/gpt_layer_specs.py:304-306).
+        "pre_moe_norm.weight": ("pre_mlp_layernorm.weight", "mlp.linear_fc1.layer_norm_weight"),
+        "pre_moe_norm.bias": ("pre_mlp_layernorm.bias", "mlp.linear_fc1.layer_norm_bias"),
         "router.weight": ("mlp.router.weight",),
         "experts.fc1.weight": ("mlp.experts.experts.linear_fc1.weight",),
         "experts.fc1.bias": ("mlp.experts.experts.linear_fc1.bias",),
