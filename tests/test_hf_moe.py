@@ -69,7 +69,8 @@ def _tensors(directory: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
-    """family -> (HF directory, imported checkpoint, the recipe's spec with the model's shape), made once."""
+    """family -> (HF directory, imported checkpoint, the recipe's spec with the model's shape, the parameters the
+    import reports), made once."""
     from nemo_recipes.conversion.hf_import import import_hf
 
     root = tmp_path_factory.mktemp("hf-moe")
@@ -78,7 +79,7 @@ def imported(tmp_path_factory):
         _model(family).to(torch.bfloat16).save_pretrained(root / family)
         spec, given = _spec(family)
         report = import_hf(str(root / family), spec, str(root / f"{family}-ckpt"), given=given)
-        made[family] = (root / family, root / f"{family}-ckpt", spec.replace(**report.overrides))
+        made[family] = (root / family, root / f"{family}-ckpt", spec.replace(**report.overrides), report.parameters)
     return made
 
 
@@ -86,10 +87,12 @@ def imported(tmp_path_factory):
 def test_import_then_export_is_bit_identical(family, imported, tmp_path):
     from nemo_recipes.conversion.hf_export import export_hf
 
-    hf, ckpt, spec = imported[family]
+    hf, ckpt, spec, parameters = imported[family]
     report = export_hf(str(ckpt), str(tmp_path / "back"), spec)
     original, back = _tensors(hf), _tensors(tmp_path / "back")
     assert sorted(original) == sorted(back)
+    padding = 2 * (spec.padded_vocab_size - VOCAB) * spec.hidden_size  # the embedding's and output layer's rows
+    assert parameters - padding == report.parameters == sum(t.numel() for t in original.values())  # each tensor once
     assert all(tensor.dtype == back[k].dtype and torch.equal(tensor, back[k]) for k, tensor in original.items())
     config = json.loads((tmp_path / "back" / "config.json").read_text())
     assert config["architectures"] == [report.architecture] == [ARCHITECTURE[family]]
@@ -110,7 +113,7 @@ def test_at_expert_parallel_2_megatron_holds_each_expert_computes_the_logits_and
 
     ids = torch.randint(0, VOCAB, (SEQ,), generator=torch.Generator().manual_seed(3)).tolist()
     models = []
-    for family, (_, ckpt, spec) in imported.items():
+    for family, (_, ckpt, spec, _) in imported.items():
         (tmp_path / family).mkdir()
         models.append({"spec": {**spec.to_dict(), "expert_parallel": 2}, "weights": str(ckpt / "weights"),
                        "ids": ids, "out": str(tmp_path / family)})  # fmt: skip
@@ -122,7 +125,7 @@ def test_at_expert_parallel_2_megatron_holds_each_expert_computes_the_logits_and
          str(config)], capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-5000:]
-    for family, (hf, _, spec) in imported.items():
+    for family, (hf, _, spec, _) in imported.items():
         out = tmp_path / family
         original = _tensors(hf)
         reference = torch.tensor(json.loads((out / "logits.json").read_text()))

@@ -300,7 +300,9 @@ class _Converter:
     def __init__(self, weights: HFWeights, arch: Architecture, mapping: Any):
         self.weights, self.arch, self.mapping = weights, arch, mapping
         self.roles = {PREFIX + GLOBAL_KEYS[role]: role for role in GLOBAL_KEYS}
-        self.roles.update({PREFIX + "decoder.layers." + key: role for role, keys in LAYER_KEYS.items() for key in keys})
+        # The architecture's roles only: a dense MLP's fused norm and a MoE's local-spec norm share a key.
+        layer = {t.role for t in arch.layer_tensors()}
+        self.roles.update({PREFIX + "decoder.layers." + key: role for role in layer for key in LAYER_KEYS[role]})
         self.layer: Optional[int] = None
         self.converted: dict[str, Any] = {}
         self.dtypes: set[Any] = set()  # of the model's tensors, as stored
@@ -379,5 +381,5 @@ def _write_checkpoint(converter: "_Converter", directory: Path, dtype: Any) -> i
         for expert in range(experts)
     })  # fmt: skip
     save_streaming(directory, chunks, converter, dtype, objects)
-    first = {PREFIX + "decoder.layers." + keys[0] for keys in LAYER_KEYS.values()}
+    first = {PREFIX + "decoder.layers." + LAYER_KEYS[t.role][0] for t in arch.layer_tensors()}  # each tensor once
     return sum(math.prod(c.size) for c in chunks if c.layer is None or (c.layer == 0 and c.key in first))
