@@ -1,5 +1,6 @@
 """The table of truth: every family's rows (`families/`: the five GPT recipes of the seed, three Llama-3-shaped ones,
-two Qwen3 dense ones) as `RecipeSpec` rows, and every value a recipe needs.
+two Qwen3 dense ones, two Mixtral and two Qwen3-MoE Mixtures of Experts) as `RecipeSpec` rows, and every value a
+recipe needs.
 
 Plain data, standard library only (no nemo, torch, megatron or nemo_run), so that listing recipes, planning and the
 fast CLI verbs answer at once. Everything else (NeMo objects, executors, the planner) reads its numbers from here.
@@ -20,6 +21,7 @@ from nemo_recipes import budget
 from nemo_recipes.errors import InvalidInputError, Problem, did_you_mean
 from nemo_recipes.families import DEFAULT as DEFAULT_FAMILY
 from nemo_recipes.families import REGISTRY, Architecture, family_of, get_family
+from nemo_recipes.families.blocks import channels_per_head
 from nemo_recipes.recipe_checks import (  # noqa: F401  (re-exported: the catalog's names for the checks and bounds)
     COUNT_MAX,
     DATASET_SUFFIXES,
@@ -32,7 +34,7 @@ from nemo_recipes.recipe_checks import (  # noqa: F401  (re-exported: the catalo
     plain_name_problems,
     type_problems,
 )
-from nemo_recipes.recipe_fields import default_sources
+from nemo_recipes.recipe_fields import RECIPE_FIELDS, default_sources
 
 Precision = Literal["bf16", "fp16", "fp8"]
 Recompute = Literal["none", "selective", "full"]
@@ -194,7 +196,7 @@ class RecipeSpec:
     @property
     def head_dim(self) -> int:
         """Channels per attention head: kv_channels, or hidden / heads as Megatron-Core derives it when unset."""
-        return self.kv_channels or self.hidden_size // self.num_attention_heads
+        return channels_per_head(self.hidden_size, self.num_attention_heads, self.kv_channels)
 
     @property
     def gated_linear_unit(self) -> bool:
@@ -399,6 +401,12 @@ def not_a_spec(value: Any, field: str = "spec") -> list[Problem]:
 
 def field_names() -> tuple[str, ...]:
     return tuple(f.name for f in fields(RecipeSpec))
+
+
+def fields_of(spec: RecipeSpec) -> tuple[str, ...]:
+    """The fields that belong to `spec`, in table order: every field, but the expert ones (`recipe_fields`'
+    `experts_only`) only in a recipe with experts, so that a dense recipe reads as it always did (`show`, `diff`)."""
+    return tuple(f.name for f in RECIPE_FIELDS if f.applies(spec))
 
 
 def config_class_name(spec: RecipeSpec) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from nemo_recipes.errors import Problem
 from nemo_recipes.families.blocks import (
     NORM_EPSILON,
     Attention,
@@ -21,6 +22,7 @@ from nemo_recipes.families.blocks import (
     MoE,
     Shape,
     Split,
+    SplitNeed,
     Tensor,
     norm,
 )
@@ -141,6 +143,15 @@ class Architecture:
             total += block.stored_activations_per_sbh()
         return total
 
+    def split_needs(self) -> list[SplitNeed]:
+        """Every size of the layers' blocks (every group's) that a parallel group must divide, each once, in the
+        blocks' order."""
+        return list(dict.fromkeys(need for g in self.groups for block in g.blocks for need in block.split_needs()))
+
+    def shape_problems(self) -> list[Problem]:
+        """What the blocks say about their own shapes, whatever the layout."""
+        return list(dict.fromkeys(p for g in self.groups for block in g.blocks for p in block.shape_problems()))
+
     def layer_params(self) -> LayerParams:
         return _params([t for block in self.blocks for t in block.tensors()])
 
@@ -192,4 +203,14 @@ def _params(tensors: list[Tensor]) -> LayerParams:
     )
 
 
-__all__ = ["NORM_EPSILON", "Architecture", "LayerGroup", "LayerParams", "Shape", "Split", "Tensor", "TokenFlops"]
+__all__ = [
+    "NORM_EPSILON",
+    "Architecture",
+    "LayerGroup",
+    "LayerParams",
+    "Shape",
+    "Split",
+    "SplitNeed",
+    "Tensor",
+    "TokenFlops",
+]

@@ -14,8 +14,12 @@ Standard library only: the planner and the catalog read it on the fast path.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Optional, Protocol
+
+from nemo_recipes.counts import divisors, listing
+from nemo_recipes.errors import WARNING, Problem
 
 #: How a tensor is stored over the GPUs: column-parallel (split along its output rows), row-parallel (split along its
 #: input columns), a full copy on every TP rank, or split over expert parallelism by its leading expert axis.
@@ -66,6 +70,19 @@ class Collective:
     elements_per_token: int
 
 
+@dataclass(frozen=True)
+class SplitNeed:
+    """A size of a block that a parallel group must divide (Megatron-Core refuses the model otherwise)."""
+
+    field: str  # the recipe field a user changes to fix it: num_attention_heads, num_query_groups, ffn_hidden_size, ...
+    value: int  # the size that must be divisible
+    group: Literal["tp", "ep", "etp", "cp"]  # which parallel size must divide it
+    what: str  # prose: what is split, for the problem's message (e.g. "attention heads"; "the MLP": "{what} is split")
+
+    def met_by(self, size: int) -> bool:
+        return self.value % size == 0
+
+
 class Shape(Protocol):
     """The recipe values the blocks read (a `catalog.RecipeSpec` has them all): a protocol rather than the class, so
     that this module stays below the catalog, which reads it."""
@@ -99,6 +116,12 @@ class Shape(Protocol):
     @property
     def qk_layernorm(self) -> bool: ...
     @property
+    def kv_channels(self) -> Optional[int]: ...
+    @property
+    def rotary_percent(self) -> float: ...
+    @property
+    def activation(self) -> str: ...
+    @property
     def family(self) -> str: ...
     @property
     def num_moe_experts(self) -> Optional[int]: ...
@@ -123,6 +146,20 @@ class Block(Protocol):
     def gemms(self) -> list[Gemm]: ...
     def stored_activations_per_sbh(self) -> float: ...
     def collectives(self) -> list[Collective]: ...
+    def split_needs(self) -> list[SplitNeed]:
+        """The sizes each parallel group must divide (the rules refuse a layout that misses one; the plan search
+        and the smoke shapes choose sizes that meet them all)."""
+        ...
+
+    def shape_problems(self) -> list[Problem]:
+        """What is wrong with the block's own shape, whatever the layout (a head count that does not divide the
+        hidden size; advice on a family's choice, as warnings)."""
+        ...
+
+
+def channels_per_head(hidden: int, heads: int, kv_channels: Optional[int] = None) -> int:
+    """Channels per attention head: kv_channels, or hidden / heads as Megatron-Core derives it when unset."""
+    return kv_channels or hidden // heads
 
 
 def norm(role: str, hidden: int, normalization: str) -> list[Tensor]:
@@ -149,6 +186,10 @@ class Attention:
     bias: bool
     qkv_bias: bool = False
     qk_norm: bool = False
+    #: Whether the recipe sets the head dimension (kv_channels); unset, Megatron-Core derives it as hidden / heads.
+    head_dim_given: bool = True
+    #: RoPE's share of each head's channels; None without RoPE (learned or no positions).
+    rotary_percent: Optional[float] = None
 
     MEGATRON_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
         "input_norm.weight": ("self_attention.linear_qkv.layer_norm_weight", "input_layernorm.weight"),
@@ -174,6 +215,8 @@ class Attention:
             bias=spec.add_bias_linear,
             qkv_bias=getattr(spec, "qkv_bias", False),
             qk_norm=spec.qk_layernorm,
+            head_dim_given=spec.kv_channels is not None,
+            rotary_percent=spec.rotary_percent if spec.position_embedding_type == "rope" else None,
         )
 
     @property
@@ -221,6 +264,61 @@ class Attention:
         """The output projection's all-reduce over TP; with CP, K and V go round the ring."""
         return [Collective("tp", "all-reduce", self.hidden), Collective("cp", "ring", 2 * self.kv_width)]
 
+    def split_needs(self) -> list[SplitNeed]:
+        """Megatron-Core splits whole heads and whole query groups over TP (TransformerConfig:
+        `num_attention_heads % tensor_model_parallel_size`, `num_query_groups % tensor_model_parallel_size`)."""
+        return [
+            SplitNeed("num_attention_heads", self.heads, "tp", "attention heads"),
+            SplitNeed("num_query_groups", self.groups, "tp", "query groups"),
+        ]
+
+    def shape_problems(self) -> list[Problem]:
+        """Heads of a whole size, query groups that split the heads evenly, RoPE over an even channel count."""
+        return [*self.head_problems(), *self.rotary_problems()]
+
+    def head_problems(self) -> list[Problem]:
+        h, heads, groups = self.hidden, self.heads, self.groups
+        problems = []
+        if not self.head_dim_given and h % heads:
+            problems.append(
+                Problem(
+                    "num_attention_heads",
+                    heads,
+                    f"hidden_size={h} is not divisible by {heads} heads, so heads have no whole size.",
+                    f"use a head count that divides {h} (for example "
+                    f"{listing(d for d in divisors(h) if 8 <= d <= 256)}), or set kv_channels (the head dimension) "
+                    "explicitly.",
+                )
+            )
+        if heads % groups:
+            problems.append(
+                Problem(
+                    "num_query_groups",
+                    groups,
+                    f"{heads} attention heads cannot be split into {groups} query groups.",
+                    f"use num_query_groups in {listing(divisors(heads))}.",
+                )
+            )
+        return problems
+
+    def rotary_problems(self) -> list[Problem]:
+        """RoPE rotates channel pairs: Megatron-Core's RotaryEmbedding takes int(kv_channels x rotary_percent)
+        channels and builds one frequency per pair, so an odd or zero count cannot be applied to the heads."""
+        if self.rotary_percent is None:
+            return []
+        rotary_dim = int(self.head_dim * self.rotary_percent)
+        if rotary_dim >= 2 and rotary_dim % 2 == 0:
+            return []
+        return [
+            Problem(
+                "rotary_percent",
+                self.rotary_percent,
+                f"RoPE rotates int(head_dim x rotary_percent) = {rotary_dim} channels of each head "
+                f"(head_dim={self.head_dim}); it rotates channel pairs, so that must be a positive even number.",
+                "choose rotary_percent (or kv_channels) so that head_dim x rotary_percent is even, e.g. 1.0.",
+            )
+        ]
+
     def split_qkv(self, qkv: Any) -> tuple[Any, Any, Any]:
         """Megatron's fused QKV rows as (queries, keys, values), each in head order. Megatron groups them by query
         group: the group's query heads, then its key head, then its value head. A weight [rows, in] or a bias
@@ -260,6 +358,8 @@ class DenseMLP:
     gated: bool
     normalization: str
     bias: bool
+    #: The recipe's activation (gelu, swiglu, geglu), for the block's advice; `gated` is what the maths read.
+    activation: str = ""
 
     MEGATRON_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
         "pre_mlp_norm.weight": ("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"),
@@ -273,7 +373,7 @@ class DenseMLP:
     @classmethod
     def of(cls, spec: Any) -> "DenseMLP":
         return cls(spec.hidden_size, spec.ffn_hidden_size, spec.gated_linear_unit, spec.normalization,
-                   spec.add_bias_linear)  # fmt: skip
+                   spec.add_bias_linear, spec.activation)  # fmt: skip
 
     @property
     def fc1_width(self) -> int:
@@ -307,19 +407,38 @@ class DenseMLP:
         """fc2's all-reduce over TP."""
         return [Collective("tp", "all-reduce", self.hidden)]
 
+    def split_needs(self) -> list[SplitNeed]:
+        """fc1 is column-parallel, fc2 row-parallel: TP splits the FFN's width."""
+        return [SplitNeed("ffn_hidden_size", self.ffn, "tp", "the MLP")]
+
+    def shape_problems(self) -> list[Problem]:
+        """A gated MLP has three FFN-wide matrices where GELU has two: at GPT-3's 4 x hidden it is 1.5 times the MLP.
+        The Llama papers keep the MLP's size with about 8/3 x hidden, rounded up (Llama 2 7B: 11008 for 4096)."""
+        h = self.hidden
+        if not self.gated or self.ffn != 4 * h:
+            return []
+        same_size = math.ceil(8 * h / 3 / 256) * 256
+        return [
+            Problem(
+                "ffn_hidden_size",
+                self.ffn,
+                f"activation={self.activation} at 4 x hidden gives the MLP three {self.ffn}-wide matrices: "
+                "1.5 times the parameters and FLOPs of a GELU MLP of the same width.",
+                f"for a gated MLP of a GELU MLP's size set ffn_hidden_size to about 8/3 x hidden, e.g. {same_size}; "
+                "or keep 4 x hidden on purpose.",
+                WARNING,
+            )
+        ]
+
 
 @dataclass(frozen=True)
 class MoE:
-    """A Mixture-of-Experts MLP with its pre-norm (Megatron-Core's MoELayer, `transformer/moe/`): a router (a linear
-    layer hidden -> experts, no bias, a full copy on every rank: `TopKRouter.weight`), `experts` routed experts of
-    which each token visits `top_k`, each a `DenseMLP` of `expert_ffn` (Megatron's moe_ffn_hidden_size), and
-    optionally a shared expert of `shared_ffn` (moe_shared_expert_intermediate_size) every token visits.
-
-    How the GPUs hold it: the routed experts split over expert parallelism (EP: each rank `experts / EP` whole
-    experts, `MoELayer`'s num_local_experts) and each expert's matrices over expert-tensor parallelism (ETP: fc1
-    column-wise, fc2 row-wise, as TP splits a dense MLP); the router and the norm are whole everywhere; the shared
-    expert splits over TP like a dense MLP (`SharedExpertMLP`). The expert-bias balancing of a sigmoid router is a
-    buffer, not a parameter: it counts nowhere."""
+    """A Mixture-of-Experts MLP with its pre-norm (Megatron-Core's MoELayer): a router (hidden -> experts, no bias,
+    whole on every rank: `TopKRouter.weight`), `experts` routed experts of which each token visits `top_k`, each a
+    `DenseMLP` of `expert_ffn` (moe_ffn_hidden_size), and optionally a shared expert of `shared_ffn`
+    (moe_shared_expert_intermediate_size) every token visits. The routed experts split over EP (whole experts:
+    MoELayer's num_local_experts) and each expert's matrices over ETP (fc1 column-, fc2 row-wise); the shared expert
+    splits over TP like a dense MLP. A sigmoid router's expert bias is a buffer, not a parameter: it counts nowhere."""
 
     hidden: int
     experts: int
@@ -335,10 +454,8 @@ class MoE:
     #: tensor with a leading global-expert axis under `mlp.experts.experts.` (experts.py, `sharded_state_dict`:
     #: "interchangeable with SequentialMLP's"). Their in-memory module names differ: `EXPERT_MODULE_KEYS`.
     MEGATRON_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
-        # The pre-norm is a module of its own in both specs (the router reads its output), but the specs save it
-        # apart: Transformer Engine's as `pre_mlp_layernorm.weight`, the local spec's (the CPU's) under the dense
-        # fused name, its `sharded_state_dict_keys_map` renaming `pre_mlp_layernorm.` to `mlp.linear_fc1.layer_norm_`
-        # whether or not the layer has experts (Megatron-Core 0.15 models/gpt/gpt_layer_specs.py:304-306).
+        # TE's spec keeps the norm apart (the router reads it); the local spec's keys map renames it as a dense
+        # layer's even with experts (gpt_layer_specs.py: "pre_mlp_layernorm." -> "mlp.linear_fc1.layer_norm_").
         "pre_moe_norm.weight": ("pre_mlp_layernorm.weight", "mlp.linear_fc1.layer_norm_weight"),
         "pre_moe_norm.bias": ("pre_mlp_layernorm.bias", "mlp.linear_fc1.layer_norm_bias"),
         "router.weight": ("mlp.router.weight",),
@@ -351,9 +468,8 @@ class MoE:
         "shared.fc2.weight": ("mlp.shared_experts.linear_fc2.weight",),
         "shared.fc2.bias": ("mlp.shared_experts.linear_fc2.bias",),
     }
-    #: An expert tensor's role -> its module key for local expert `{i}` (numbered from 0 on each EP rank), in the
-    #: model's own `state_dict()`: (Transformer Engine's TEGroupedMLP, one GroupedLinear holding `weight0`,
-    #: `weight1`, ...; the local spec's SequentialMLP, one MLP module per expert) (Megatron-Core 0.14 experts.py).
+    #: Role -> the `state_dict()` key of local expert `{i}` (from 0 on each EP rank): (Transformer Engine's
+    #: TEGroupedMLP, weight0, weight1, ...; the local spec's SequentialMLP, a module per expert) (experts.py).
     EXPERT_MODULE_KEYS: ClassVar[dict[str, tuple[str, str]]] = {
         "experts.fc1.weight": ("mlp.experts.linear_fc1.weight{i}", "mlp.experts.local_experts.{i}.linear_fc1.weight"),
         "experts.fc1.bias": ("mlp.experts.linear_fc1.bias{i}", "mlp.experts.local_experts.{i}.linear_fc1.bias"),
@@ -413,8 +529,7 @@ class MoE:
         return sum(t.numel for t in self.expert_tensors()) // self.experts
 
     @property
-    def idle_params_per_token(self) -> int:
-        """The parameters of the experts a token does not visit: the total less the active count, per layer."""
+    def idle_params_per_token(self) -> int:  # the experts a token does not visit: total less active, per layer
         return (self.experts - self.top_k) * self.params_per_expert
 
     def weight_macs_per_token(self) -> int:
@@ -444,6 +559,20 @@ class MoE:
         sent = self.top_k * self.hidden
         return [Collective("ep", "all-to-all", sent), Collective("ep", "all-to-all", sent)]
 
+    def split_needs(self) -> list[SplitNeed]:
+        """Whole experts on each EP rank (Megatron-Core's MoELayer asserts num_moe_experts % EP == 0); each expert's
+        width over expert TP (its fc1 column-, fc2 row-parallel); the shared expert's over TP, as a dense MLP's."""
+        needs = [
+            SplitNeed("num_moe_experts", self.experts, "ep", "each expert layer"),
+            SplitNeed("moe_ffn_hidden_size", self.expert_ffn, "etp", "each expert's MLP"),
+        ]
+        if self.shared_ffn:
+            needs.append(SplitNeed("moe_shared_expert_intermediate_size", self.shared_ffn, "tp", "the shared expert"))
+        return needs
+
+    def shape_problems(self) -> list[Problem]:  # its sizes' rules are the layout's: `plan/expert_rules.py`
+        return []
+
 
 @dataclass(frozen=True)
 class LayerGroup:
@@ -460,9 +589,10 @@ def dense_layer(spec: Any) -> tuple[Attention, DenseMLP]:
     return (Attention.of(spec), DenseMLP.of(spec))
 
 
-def moe_layer(spec: Any) -> tuple[Attention, MoE]:
-    """The blocks of a Mixture-of-Experts decoder layer: attention, then the experts in place of the MLP."""
-    return (Attention.of(spec), MoE.of(spec))
+def moe_layer(spec: Any) -> tuple[Attention, Block]:
+    """The blocks of a Mixture-of-Experts decoder layer: attention, then the experts in place of the MLP; a dense MLP
+    where the spec has no experts (num_moe_experts unset), which is what Megatron-Core then builds."""
+    return (Attention.of(spec), MoE.of(spec) if spec.num_moe_experts is not None else DenseMLP.of(spec))
 
 
 #: Every block's Megatron keys, by role (the exporter, the importer and the planner's check of `restore_from` read

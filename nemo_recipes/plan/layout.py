@@ -23,6 +23,7 @@ from operator import attrgetter
 from typing import Any, Optional
 
 from nemo_recipes.catalog import DERIVED_SOURCES, RecipeSpec
+from nemo_recipes.counts import divisors
 from nemo_recipes.families.architecture import Architecture, LayerParams, Shape
 from nemo_recipes.plan.hardware import Cluster
 
@@ -31,6 +32,17 @@ from nemo_recipes.plan.hardware import Cluster
 _SHAPE_FIELDS = tuple(name for name, value in vars(Shape).items() if isinstance(value, property))
 _SHAPE_KEY = attrgetter(*_SHAPE_FIELDS)  # the tuple of their values, read in C: a plan search reads it per layout
 _SHAPE_PARAMS: dict[tuple, tuple[LayerParams, int, int]] = {}
+_SHAPE_ARCHITECTURES: dict[tuple, Architecture] = {}
+
+
+def shape_architecture(spec: RecipeSpec) -> Architecture:
+    """`Architecture.of(spec)`, built once per shape: the rules ask its blocks for their split needs and shape
+    problems on every layout a plan search tries. Read its blocks, not its `spec` (the first of that shape's)."""
+    key = _SHAPE_KEY(spec)
+    architecture = _SHAPE_ARCHITECTURES.get(key)
+    if architecture is None:
+        architecture = _SHAPE_ARCHITECTURES[key] = Architecture.of(spec)
+    return architecture
 
 
 def layer_params(spec: RecipeSpec) -> LayerParams:
@@ -67,6 +79,10 @@ class Layout:
     layers_last_stage: int  # transformer layers on the last stage (which also runs the output layer)
     layers_per_chunk: int  # per model chunk; recompute_num_layers counts in these
     params_per_rank: float  # parameters held by one GPU of the most loaded stage
+    expert_params_per_rank: float = 0.0  # of which routed experts' (split over EP x ETP, sharded over expert DP)
+    expert_data_parallel: int = 1  # expert-data-parallel size, world / (ETP x EP x PP): the experts' replicas
+    ep: int = 1  # expert parallelism: GPUs the routed experts are split over
+    etp: int = 1  # expert tensor parallelism: GPUs each expert's matrices are split over (TP where unset)
 
     @classmethod
     def of(cls, spec: RecipeSpec, cluster: Optional[Cluster] = None) -> "Layout":
@@ -106,6 +122,13 @@ class Layout:
             params_per_rank=0.0,
         )
         object.__setattr__(layout, "params_per_rank", _params_per_rank(spec, layout))
+        if spec.num_moe_experts is not None:
+            experts = _expert_params_per_rank(spec, layout)
+            object.__setattr__(layout, "expert_params_per_rank", experts)
+            expert_model = spec.expert_tensor_parallel_size * spec.expert_parallel * p
+            object.__setattr__(layout, "expert_data_parallel", max(1, world // expert_model))
+            object.__setattr__(layout, "ep", spec.expert_parallel)
+            object.__setattr__(layout, "etp", spec.expert_tensor_parallel_size)
         return layout
 
     @property
@@ -130,6 +153,10 @@ class Layout:
         group that includes the CP ranks."""
         return self.dp * self.cp
 
+    def group_size(self, group: str) -> int:
+        """The size of a parallel group a block's `SplitNeed` names."""
+        return {"tp": self.tp, "cp": self.cp, "ep": self.ep, "etp": self.etp}[group]
+
     def recomputed_fraction(self, spec: RecipeSpec) -> float:
         """Fraction of each model chunk's layers that full recompute covers: the first `recompute_num_layers`
         layers of every chunk (Megatron's 'block' method, as the training objects build it), all of them when unset."""
@@ -150,11 +177,6 @@ def _shape_params(spec: RecipeSpec) -> tuple[LayerParams, int, int]:
     return counted
 
 
-def divisors(n: int) -> list[int]:
-    """The divisors of `n`, smallest first: the sizes a parallel split of `n` GPUs, layers or heads can take."""
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def pipeline_sizes(spec: RecipeSpec) -> list[int]:
     """The pipeline sizes whose stages split the layers evenly: the divisors of `num_layers`, and with
     `pipeline_counts_embedding_and_loss` also those (above 1) of the `num_layers + 2` slots it splits."""
@@ -173,7 +195,7 @@ def _params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
     parameters."""
     t = layout.tp
     layer, norms, positions = _shape_params(spec)
-    per_layer = layer.per_rank(t)
+    per_layer = layer.per_rank(t, spec.expert_parallel * spec.expert_tensor_parallel_size)
     vocab = spec.padded_vocab_size * spec.hidden_size / t
     if layout.pp == 1:
         return spec.num_layers * per_layer + vocab * (1 if spec.share_embeddings else 2) + positions + norms
@@ -181,6 +203,13 @@ def _params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
     last = layout.layers_last_stage * per_layer + vocab + norms
     middle = layout.layers_per_stage * per_layer if layout.pp > 2 else 0.0
     return max(first, last, middle)
+
+
+def _expert_params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
+    """The routed experts' share of `_params_per_rank`: the most loaded stage's layers' experts over EP x ETP."""
+    layer = _shape_params(spec)[0]
+    layers = spec.num_layers if layout.pp == 1 else max(layout.layers_first_stage, layout.layers_per_stage)
+    return layers * layer.expert / (spec.expert_parallel * spec.expert_tensor_parallel_size)
 
 
 def derived_values(spec: RecipeSpec) -> dict[str, Any]:

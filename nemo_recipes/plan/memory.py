@@ -35,7 +35,7 @@ from typing import Any, Optional, Union
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.families.architecture import Architecture
-from nemo_recipes.families.blocks import Attention, DenseMLP
+from nemo_recipes.families.blocks import Attention, DenseMLP, channels_per_head
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.stack import FP32_BYTES, Program, program_for
@@ -99,8 +99,8 @@ def layer_activation_bytes(
     """Activation bytes one dense transformer layer of these widths stores for the backward pass (Korthikanti Table 2,
     generalised as the module docstring states). `attention_core=False` when selective recompute or fused attention
     drops the score tensors. A recipe's layer is its family's blocks: `LayoutActivations.of` asks them."""
-    d = head_dim or hidden / heads  # Q and the projection input are heads x d wide, K and V groups x d each
-    blocks = (Attention(hidden, heads, kv_groups, d, "", False), DenseMLP(hidden, ffn, gated, "", False))  # type: ignore[arg-type]
+    d = channels_per_head(hidden, heads, head_dim)
+    blocks = (Attention(hidden, heads, kv_groups, d, "", False), DenseMLP(hidden, ffn, gated, "", False))
     sharded = 0.0
     for block in blocks:
         sharded += block.stored_activations_per_sbh()
@@ -342,10 +342,14 @@ ModelState = tuple[tuple[float, float, float], float, float, float, float]
 
 
 def model_state(spec: RecipeSpec, layout: Layout, program: Program) -> ModelState:
-    params = layout.params_per_rank
+    """The routed experts' optimizer state shards over the expert-data-parallel group, the rest over DP x CP
+    (Megatron-Core's distributed optimizer builds one per group); the bytes per parameter are the dense ones'."""
+    params, experts = layout.params_per_rank, layout.expert_params_per_rank
     per_param = state_bytes_per_param(spec.distributed_optimizer, layout.optimizer_shards, program.gradient_bytes)
     w_bytes, g_bytes, o_bytes = per_param
-    weights, gradients, optimizer = params * w_bytes / GIB, params * g_bytes / GIB, params * o_bytes / GIB
+    expert_o_bytes = state_bytes_per_param(spec.distributed_optimizer, layout.expert_data_parallel)[2]
+    optimizer = ((params - experts) * o_bytes + experts * expert_o_bytes) / GIB
+    weights, gradients = params * w_bytes / GIB, params * g_bytes / GIB
     return per_param, weights, gradients, optimizer, tp_overlap_buffer_bytes(spec, layout, program) / GIB
 
 
