@@ -5,7 +5,9 @@ by its path (`planted`), handed to `smoke(faults={phase: planted(name, ...)})`.
 
 Faults of the resume (weights not restored, gradient sync off); issue 31's (the loss across the resume, the optimizer
 as built, the checkpoint files); the data fed (the loader, the replicas, the labels); issue 46's (every optimizer
-step the optimizer's: its step counter, each group's learning rate, the AdamW update)."""
+step the optimizer's: its step counter, each group's learning rate, the AdamW update); and a Mixture-of-Experts
+model's (routing collapsed, top-k ignored, the balancing loss dropped, an expert-parallel rank's experts not
+restored)."""
 
 from __future__ import annotations
 
@@ -332,6 +334,68 @@ class BlendWeightsEqualised(Callback):
         builder.normalize = normalize
 
 
+class RouterLogitsZeroed(Callback):
+    """Every router's gating returns zeros (a router whose weights never reach its logits): the top-k of equal
+    scores is always the same k experts, every token goes to them and the others get none, while the load-balancing
+    loss, uniform probabilities times those counts, reads exactly 1, as if balanced."""
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        from megatron.core.transformer.moe.router import TopKRouter
+
+        original = TopKRouter.gating
+
+        def gating(self: Any, input: Any) -> Any:
+            return original(self, input) * 0.0
+
+        TopKRouter.gating = gating
+
+
+class RouterTopOne(Callback):
+    """The routers pick one expert per token whatever the recipe's top-k (k read as 1 in the routing)."""
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        from megatron.core.transformer.moe import router
+
+        original = router.topk_routing_with_score_function
+
+        def topk_routing_with_score_function(logits: Any, topk: int, *args: Any, **kwargs: Any) -> Any:
+            return original(logits, 1, *args, **kwargs)
+
+        router.topk_routing_with_score_function = topk_routing_with_score_function
+
+
+class BalancingLossDropped(Callback):
+    """The routers never attach (nor log) their load-balancing loss, as with its coefficient dropped."""
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        from megatron.core.transformer.moe.router import TopKRouter
+
+        def _apply_aux_loss(self: Any, probs: Any, scores_for_aux_loss: Any, routing_map: Any) -> Any:
+            return probs
+
+        TopKRouter._apply_aux_loss = _apply_aux_loss
+
+
+class ExpertsNotRestoredOnLastEPRank(Callback):
+    """After the resume's load, the last expert-parallel rank's routed experts are drawn afresh (normal(0, 0.02)),
+    as if its expert shard of the checkpoint had not been read; every other tensor is restored."""
+
+    def on_train_start(self, trainer: Any, pl_module: Any) -> None:
+        import torch
+        from megatron.core import parallel_state as ps
+
+        last = ps.get_expert_model_parallel_world_size() - 1
+        if not trainer.ckpt_path or ps.get_expert_model_parallel_rank() != last:
+            return
+        generator = torch.Generator().manual_seed(11)
+        with torch.no_grad():
+            for name, param in pl_module.named_parameters():
+                if ".mlp.experts." in name:
+                    param.copy_(torch.empty(param.shape).normal_(0.0, 0.02, generator=generator).to(param.dtype))
+        for optimizer in trainer.optimizers:  # the optimizer's main copies too, or the first step would undo it
+            getattr(optimizer, "mcore_optimizer", optimizer).reload_model_params()
+
+
 #: Fault name -> the callback that plants it.
 FAULTS: dict[str, type[Callback]] = {
     "weights-not-restored": WeightsNotRestored,
@@ -352,6 +416,10 @@ FAULTS: dict[str, type[Callback]] = {
     "positions-restart-mid-sequence": PositionsRestartMidSequence,
     "output-projections-unscaled": OutputProjectionsUnscaled,
     "blend-weights-equalised": BlendWeightsEqualised,
+    "router-logits-zeroed": RouterLogitsZeroed,
+    "router-top-one": RouterTopOne,
+    "balancing-loss-dropped": BalancingLossDropped,
+    "experts-not-restored-on-last-ep-rank": ExpertsNotRestoredOnLastEPRank,
 }
 
 

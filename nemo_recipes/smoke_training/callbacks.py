@@ -82,6 +82,14 @@ class SmokeMetrics(Callback):
                     "cp": ps.get_context_parallel_world_size(),
                     "dp": ps.get_data_parallel_world_size(),
                     "sequence_parallel": bool(getattr(pl_module.config, "sequence_parallel", False)),
+                    **(
+                        {
+                            "ep": ps.get_expert_model_parallel_world_size(),
+                            "etp": ps.get_expert_tensor_parallel_world_size(),
+                        }
+                        if getattr(pl_module.config, "num_moe_experts", None)
+                        else {}
+                    ),
                 },
                 "consumed_samples": getattr(sampler, "init_consumed_samples", None),
                 "resumed_from": str(trainer.ckpt_path) if trainer.ckpt_path else None,

@@ -84,33 +84,43 @@ def invariance_check(losses: list[tuple[int, float]], reference: list[tuple[int,
     return Check("layout invariant", not bad, detail)
 
 
-def replicas_check(records: list[dict[str, Any]]) -> Optional[Check]:
+def replicas_check(
+    records: list[dict[str, Any]],
+    *,
+    name: str = "data-parallel replicas identical",
+    coordinates: tuple[str, ...] = ("tp", "pp", "cp"),
+    field: str = "digest",
+    replicas: str = "DP",
+) -> Optional[Check]:
     """Ranks at the same tensor/pipeline/context coordinates hold bit-identical weights at the end of training
-    (None when the record has no data-parallel replicas)."""
+    (None when the record has no data-parallel replicas). With expert parallelism the routed experts are judged apart
+    (`field="expert_digest"`): the same experts are held by the ranks of one expert-parallel and expert-TP rank, the
+    expert-data-parallel replicas, and differ across expert-parallel ranks by design."""
     ends = [r for r in records if r.get("event") == "replicas"]
     if not ends:
         return None
-    ranks = ends[-1].get("ranks") or []
+    ranks = [rank for rank in ends[-1].get("ranks") or [] if field in rank]
     groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for rank in ranks:
-        groups.setdefault((rank.get("tp"), rank.get("pp"), rank.get("cp")), []).append(rank)
+        groups.setdefault(tuple(rank.get(c) for c in coordinates), []).append(rank)
     replicated = {key: members for key, members in groups.items() if len(members) > 1}
     if not replicated:
         return None
     split = {
-        key: sorted({m["digest"] for m in members})
+        key: sorted({m[field] for m in members})
         for key, members in replicated.items()
-        if len({m["digest"] for m in members}) > 1
+        if len({m[field] for m in members}) > 1
     }
+    where = "/".join(c.upper() for c in coordinates)
     if split:
         key, digests = next(iter(split.items()))
         detail = (
-            f"at step {ends[-1].get('step')}, TP/PP/CP rank {key}: the DP replicas hold different weights "
+            f"at step {ends[-1].get('step')}, {where} rank {key}: the {replicas} replicas hold different weights "
             f"(digests {', '.join(digests)}); {len(split)} of {len(replicated)} group(s) differ"
         )
     else:
         detail = (
             f"at step {ends[-1].get('step')}, {len(replicated)} group(s) of "
-            f"{len(next(iter(replicated.values())))} DP replicas, each bit-identical"
+            f"{len(next(iter(replicated.values())))} {replicas} replicas, each bit-identical"
         )
-    return Check("data-parallel replicas identical", not split, detail)
+    return Check(name, not split, detail)

@@ -110,22 +110,32 @@ def coordinates() -> dict[str, int]:
     }
 
 
-def weight_digest(trainer: Any) -> str:
-    """The digest of the weights this rank computes with (its model chunks' parameters, as the step left them)."""
+def weight_digest(trainer: Any, replicated: bool = True) -> str:
+    """The digest of the weights this rank computes with (its model chunks' parameters, as the step left them):
+    those replicated over the data-parallel group, or (`replicated=False`) those Megatron keeps out of its
+    all-reduce, the routed experts under expert parallelism (`allreduce=False`, tensor_parallel/layers.py:821), which
+    each expert-parallel rank holds for its own experts and only its expert-data-parallel group shares."""
     return digest(
         (f"{index}.{name}", parameter)
         for index, model in enumerate(_gpt_models(trainer))
         for name, parameter in model.named_parameters()
+        if getattr(parameter, "allreduce", True) == replicated
     )
 
 
 class ReplicaDigests(Callback):
-    """At the end of training, every rank's weight digest with its coordinates in the layout; rank 0 records them."""
+    """At the end of training, every rank's weight digest with its coordinates in the layout; rank 0 records them.
+    With expert parallelism, the experts' digest apart, with the rank's expert-parallel coordinates."""
 
     def __init__(self, path: str, phase: str):
         self.path, self.phase = path, phase
 
     def on_train_end(self, trainer: Any, pl_module: Any) -> None:
-        ranks = per_rank({"rank": trainer.global_rank, **coordinates(), "digest": weight_digest(trainer)})
+        mine = {"rank": trainer.global_rank, **coordinates(), "digest": weight_digest(trainer)}
+        if getattr(getattr(pl_module, "config", None), "expert_model_parallel_size", 1) > 1:
+            from nemo_recipes.smoke_training.routing import expert_coordinates
+
+            mine.update(expert_coordinates(), expert_digest=weight_digest(trainer, replicated=False))
+        ranks = per_rank(mine)
         if trainer.global_rank == 0:
             append(self.path, {"event": "replicas", "phase": self.phase, "step": trainer.global_step, "ranks": ranks})

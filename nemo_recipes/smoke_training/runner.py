@@ -37,6 +37,7 @@ from nemo_recipes.smoke_training.launchers import Launcher, SmokeError, local_pr
 from nemo_recipes.smoke_training.learned import Learned, learned, unigram_entropy
 from nemo_recipes.smoke_training.preconditions import NO_DROPOUT
 from nemo_recipes.smoke_training.resume_loss import resume_loss_check
+from nemo_recipes.smoke_training.routing_checks import moe_checks
 from nemo_recipes.smoke_training.shape import SmokeShape, smoke_shape
 from nemo_recipes.smoke_training.step_checks import step_checks
 from nemo_recipes.user_paths import overlap_problems
@@ -478,9 +479,12 @@ def smoke(
     adam = {"beta1": plan.spec.adam_beta1, "beta2": plan.spec.adam_beta2, "eps": plan.spec.adam_eps}
     report.verdict.checks += step_checks(space.records(), PHASES, lr_schedule(plan.spec), adam)
     report.verdict.checks.append(causality_check(space.records(), PHASES))
-    # Issue 46 item 5 waits for the MoE families (issue 45): their checks (tokens routed per expert and layer each
-    # step, routing not collapsed, the auxiliary or bias-balancing loss present and finite, expert tensors equal
-    # across the save and resume at every expert-parallel rank) are recorded beside `steps` and judged here.
+    report.verdict.checks += moe_checks(
+        space.records(),
+        PHASES,
+        tokens_per_step=plan.spec.global_batch_size * plan.spec.seq_length,
+        experts_expected=bool(getattr(plan.spec, "num_moe_experts", None)),
+    )
     if uninterrupted:
         tokens = plan.spec.global_batch_size * plan.spec.seq_length
         report.verdict.checks.append(

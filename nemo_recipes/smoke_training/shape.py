@@ -71,8 +71,14 @@ class SmokeShape:
     @property
     def layout(self) -> str:
         s = self.spec
-        return f"TP{s.tensor_parallel} PP{s.pipeline_parallel} CP{s.context_parallel} DP{Layout.of(s).dp}" + (
-            f" VP{s.virtual_pipeline}" if s.virtual_pipeline else ""
+        return (
+            f"TP{s.tensor_parallel} PP{s.pipeline_parallel} CP{s.context_parallel} DP{Layout.of(s).dp}"
+            + (f" VP{s.virtual_pipeline}" if s.virtual_pipeline else "")
+            + (
+                f" EP{s.expert_parallel} ETP{s.expert_tensor_parallel or s.tensor_parallel}"
+                if s.num_moe_experts
+                else ""
+            )
         )
 
     @property
@@ -85,6 +91,11 @@ class SmokeShape:
             "cp": s.context_parallel,
             "dp": Layout.of(s).dp,
             "sequence_parallel": s.sequence_parallel_enabled,
+            **(
+                {"ep": s.expert_parallel, "etp": s.expert_tensor_parallel or s.tensor_parallel}
+                if s.num_moe_experts
+                else {}
+            ),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -103,24 +114,27 @@ def _largest_divisor_at_most(n: int, limit: int) -> int:
 
 
 def fit_layout(spec: RecipeSpec, processes: int, given: dict[str, Any]) -> dict[str, Any]:
-    """TP, then PP, as large as the recipe's and as the processes allow; the rest is data parallelism."""
+    """TP, then PP, as large as the recipe's and as the processes allow; the rest is data parallelism. With experts,
+    EP (ETP 1) comes before PP: as large as the recipe's, the processes and the scaled experts allow (the smoke run
+    exists to exercise it: Mixtral's PP4 EP8 on 2 processes is EP2, not PP2), and PP takes what ETP x EP leaves, since
+    Megatron-Core needs ETP x EP x PP to divide the processes."""
     cp = given.get("context_parallel", 1)
     tp = given.get("tensor_parallel") or _largest_divisor_at_most(processes // max(cp, 1) or 1, spec.tensor_parallel)
-    pp = given.get("pipeline_parallel") or _largest_divisor_at_most(
-        max(1, processes // max(tp * cp, 1)), spec.pipeline_parallel
-    )
-    layout = {
-        "tensor_parallel": tp,
-        "pipeline_parallel": pp,
-        "context_parallel": cp,
-        "virtual_pipeline": given.get("virtual_pipeline"),
-    }
-    if spec.num_moe_experts is not None:  # EP as large as the recipe's and as the processes allow, ETP 1
+    layout: dict[str, Any] = {"tensor_parallel": tp, "context_parallel": cp}
+    room = processes
+    if spec.num_moe_experts is not None:
         etp = given.get("expert_tensor_parallel") or 1
         experts = min(spec.num_moe_experts, EXPERTS)
-        fitting = [d for d in divisors(max(1, processes // (etp * pp))) if experts % d == 0]
+        fitting = [
+            d for d in divisors(max(1, processes // (etp * given.get("pipeline_parallel", 1)))) if experts % d == 0
+        ]
         ep = given.get("expert_parallel") or max(d for d in fitting if d <= max(1, spec.expert_parallel))
         layout.update(expert_parallel=ep, expert_tensor_parallel=etp)
+        room = max(1, processes // (ep * etp))
+    pp = given.get("pipeline_parallel") or _largest_divisor_at_most(
+        max(1, math.gcd(room, processes // max(tp * cp, 1))), spec.pipeline_parallel
+    )
+    layout.update(pipeline_parallel=pp, virtual_pipeline=given.get("virtual_pipeline"))
     return layout
 
 

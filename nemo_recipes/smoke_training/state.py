@@ -29,7 +29,7 @@ def inner_optimizers(optimizer: Any) -> Iterator[Any]:
         yield getattr(part, "optimizer", part)
 
 
-def state_digests(trainer: Any, pl_module: Any) -> dict[str, str]:
+def state_digests(trainer: Any, pl_module: Any) -> dict[str, Any]:
     """This rank's digest of each component."""
     named: dict[str, list[tuple[str, Any]]] = {name: [] for name in COMPONENTS}
     named["weights"] = [(name, p) for name, p in pl_module.named_parameters()]
@@ -58,7 +58,13 @@ def state_digests(trainer: Any, pl_module: Any) -> dict[str, str]:
         scheduler = config.scheduler
         named["schedule"].append((f"{s}.last_epoch", scheduler.last_epoch))
         named["schedule"].append((f"{s}.last_lr", list(scheduler.get_last_lr())))
-    return {name: digest(pairs) for name, pairs in named.items()}
+    digests: dict[str, Any] = {name: digest(pairs) for name, pairs in named.items()}
+    if getattr(getattr(pl_module, "config", None), "num_moe_experts", None):
+        from nemo_recipes.smoke_training.routing import expert_coordinates, expert_digest
+
+        # The routed experts and routers alone, with the rank's expert-parallel coordinates (routing_checks.py).
+        digests.update({"expert weights": expert_digest(pl_module), **expert_coordinates()})
+    return digests
 
 
 class StateDigests(Callback):

@@ -60,6 +60,7 @@ def build_phase_recipe(
     from nemo_recipes.smoke_training.fed import FedRecorder
     from nemo_recipes.smoke_training.preconditions import INIT_SEED
     from nemo_recipes.smoke_training.replicas import LayoutInvariantStart, ReplicaDigests
+    from nemo_recipes.smoke_training.routing import RoutingRecorder
     from nemo_recipes.smoke_training.state import StateDigests
     from nemo_recipes.smoke_training.steps import OptimizerSteps
     from nemo_recipes.smoke_training.straight_through import ReseedAt, TrainOnWithoutSaving
@@ -90,6 +91,7 @@ def build_phase_recipe(
     recipe.trainer.callbacks.append(run.Config(OptimizerSteps, path=metrics, phase=phase))
     recipe.trainer.callbacks.append(run.Config(Causality, path=metrics, phase=phase))
     recipe.trainer.callbacks.append(run.Config(ReplicaDigests, path=metrics, phase=phase))
+    recipe.trainer.callbacks.append(run.Config(RoutingRecorder, path=metrics, phase=phase))
     recipe.trainer.callbacks.append(run.Config(FedRecorder, path=metrics, phase=phase))
     if invariant_init:
         recipe.trainer.callbacks.append(run.Config(LayoutInvariantStart, seed=INIT_SEED))
@@ -212,12 +214,20 @@ def inspect_checkpoints(root: Path) -> list[dict[str, Any]]:
             index = read_index(weights)
             tensors = [k for k, v in index.state_dict_metadata.items() if type(v).__name__ == "TensorStorageMetadata"]
             entry["tensors"] = len(tensors)
-            entry["optimizer"] = any(key.startswith("optimizer") for key in tensors)
+            entry["optimizer"] = any(is_optimizer_key(key) for key in tensors)
             entry["read"] = read_every_item(weights, index)
         except Exception as error:  # an unreadable checkpoint is a finding, not a crash of the report
             entry["error"] = f"{type(error).__name__}: {error}"
         found.append(entry)
     return found
+
+
+def is_optimizer_key(key: str) -> bool:
+    """A distributed checkpoint's key of optimizer state: `optimizer.*`, or with expert parallelism, where Megatron
+    chains a dense and an expert optimizer (optimizer/__init__.py:592-651), `chained_N.optimizer.*`
+    (optimizer.py:1208)."""
+    head, _, rest = key.partition(".")
+    return key.startswith("optimizer") or (head.startswith("chained_") and rest.startswith("optimizer"))
 
 
 def read_every_item(weights: Path, index: Any = None) -> dict[str, int]:

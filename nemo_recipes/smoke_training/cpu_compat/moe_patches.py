@@ -1,7 +1,7 @@
 """The CPU compatibility layer's patches for Mixture-of-Experts layers (Megatron-Core 0.15.3 without Transformer
-Engine): the router's linear layer, the all-to-all token dispatcher's CUDA streams and the router's buffers. Facts
-checked on this machine: ../shared/reference/moe-cpu.md. Settings a CPU run needs (grouped GEMM and permute fusion
-off) are `cpu_compat.CPU_MOE_SETTINGS`; these are the library functions."""
+Engine): the router's linear layer, the all-to-all token dispatcher's CUDA streams and the router's buffers. Each was
+found by training a scaled Mixtral and Qwen3-MoE here (moe-cpu.md). Settings a CPU run needs (grouped GEMM and
+permute fusion off) are `cpu_compat.CPU_MOE_SETTINGS`; these are the library functions."""
 
 from __future__ import annotations
 
