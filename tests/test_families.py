@@ -80,7 +80,7 @@ def test_a_layer_is_its_familys_blocks_and_every_tensor_has_one_megatron_key_and
     assert architecture.blocks == family.layer(spec)
     roles = [t.role for t in architecture.layer_tensors()]
     assert len(roles) == len(set(roles)) and set(roles) <= set(MEGATRON_KEYS)
-    if family.hf is None:  # the MoE families convert with a later issue: `hf export` refuses them by name
+    if family.hf is None:  # a family without a Hugging Face class: `hf export` refuses it by name
         return
     mapped = [role for rule in family.hf.layer if set(rule.roles) <= set(roles) for role in rule.roles]
     assert sorted(mapped) == sorted(roles)  # each tensor converted by exactly one declared rule, both ways

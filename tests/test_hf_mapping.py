@@ -101,3 +101,41 @@ def test_qwen3_query_and_key_norms_take_the_names_nemos_qwen3_converters_give_th
         assert layer[role].shape == (spec.head_dim,)
         assert hf[f"model.layers.5.self_attn.{hf_name}.weight"] is layer[role]
     assert not torch.equal(layer["q_norm.weight"], layer["k_norm.weight"])  # a swap would show
+
+
+def _small_moe(name: str):
+    """The MoE row with 4 experts of FFN 96, top-2, its attention as `_small` makes it."""
+    return _small(name).replace(num_moe_experts=4, moe_router_topk=2, moe_ffn_hidden_size=96, ffn_hidden_size=96,
+                                expert_parallel=1, expert_tensor_parallel=None)  # fmt: skip
+
+
+@pytest.mark.parametrize("name, family", [("mixtral_moe_8x7b", "mixtral"), ("qwen3_moe_30b_a3b", "qwen3_moe")])
+def test_a_moe_layer_to_hugging_face_and_back_is_bit_identical_and_reads_experts_as_nemo_does(name, family):
+    """Each expert's fc1 (Megatron's stacked experts, global index first) splits into gate and up as NeMo's
+    `TransformFns.split_fc1` splits a `local_experts.{i}.linear_fc1` (HFMixtralExporter, HFQwen3Exporter)."""
+    from nemo.lightning.io.state import TransformFns
+
+    spec = _small_moe(name)
+    arch, mapping = Architecture.of(spec), REGISTRY[family].hf
+    layer = _layer(arch, 4)
+    hf = mapping.layer_to_hf(arch, 2, layer)
+    assert list(hf) == mapping.layer_keys(arch, 2)
+    experts = "model.layers.2." + ("block_sparse_moe.experts" if family == "mixtral" else "mlp.experts")
+    gate, up, down = ("w1", "w3", "w2") if family == "mixtral" else ("gate_proj", "up_proj", "down_proj")
+    for e in range(4):
+        nemo_gate, nemo_up = TransformFns.split_fc1(layer["experts.fc1.weight"][e])
+        assert torch.equal(hf[f"{experts}.{e}.{gate}.weight"], nemo_gate)
+        assert torch.equal(hf[f"{experts}.{e}.{up}.weight"], nemo_up)
+        assert torch.equal(hf[f"{experts}.{e}.{down}.weight"], layer["experts.fc2.weight"][e])
+    back = mapping.layer_from_hf(arch, 2, {k: v.contiguous() for k, v in hf.items()})
+    assert sorted(back) == sorted(layer) and all(torch.equal(back[r], t) for r, t in layer.items())
+
+
+def test_what_the_moe_classes_cannot_hold_is_refused_by_field():
+    mixtral, qwen3_moe = REGISTRY["mixtral"].hf, REGISTRY["qwen3_moe"].hf
+    assert not mixtral.problems(RECIPES["mixtral_moe_8x22b"]) and not qwen3_moe.problems(RECIPES["qwen3_moe_235b_a22b"])
+    assert [p.field for p in mixtral.problems(RECIPES["llama_8b"])] == ["num_moe_experts"]
+    changed = RECIPES["qwen3_moe_30b_a3b"].replace(moe_router_score_function="sigmoid", moe_router_pre_softmax=True,
+                                                   moe_shared_expert_intermediate_size=768)  # fmt: skip
+    assert {p.field for p in qwen3_moe.problems(changed)} == {
+        "moe_router_score_function", "moe_router_pre_softmax", "moe_shared_expert_intermediate_size"}  # fmt: skip

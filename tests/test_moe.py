@@ -89,14 +89,12 @@ def test_expert_fields_belong_to_recipes_with_experts_only():
     assert all(name.startswith(("moe_", "num_moe_", "expert_")) for name in expert)
 
 
-def test_moe_families_are_registered_and_refuse_conversion_by_name():
-    from nemo_recipes.errors import InvalidInputError
+def test_moe_families_are_registered_and_convert_to_their_hugging_face_classes():
     from nemo_recipes.families import mapping_of
 
     assert {"mixtral", "qwen3_moe"} <= set(REGISTRY)
-    with pytest.raises(InvalidInputError) as caught:
-        mapping_of("mixtral")
-    assert caught.value.problems[0].field == "family"
+    assert mapping_of("mixtral").architecture == "MixtralForCausalLM"
+    assert mapping_of("qwen3_moe").architecture == "Qwen3MoeForCausalLM"
 
 
 @pytest.mark.parametrize("name", COUNTS)

@@ -97,7 +97,9 @@ def shape_of(spec: Any, config: Mapping[str, Any], given: Mapping[str, Any]) -> 
                 )
             )
     for key, (only, why) in mapping.fixed.items():
-        value = config.get(key, only)
+        # Left out, the class's default (Qwen3MoeConfig's norm_topk_prob is False), else the only value held.
+        default = mapping.config_defaults[key](config) if key in mapping.config_defaults else only
+        value = config.get(key, default)
         if value != only and not (isinstance(only, float) and isinstance(value, float) and abs(value - only) < 1e-12):
             problems.append(
                 _problem(

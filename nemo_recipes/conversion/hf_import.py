@@ -30,9 +30,15 @@ from nemo_recipes.user_paths import not_regular
 
 RECORD = IMPORT_RECORD  # beside weights/: where the checkpoint came from, the recipe fields it sets, the spec
 TOKENIZER_DIR = "tokenizer"  # beside weights/: the model's tokenizer, which `hf export` writes back
-#: Linear layers whose (empty) extra state Megatron saves per layer; its loader expects each of them.
-EXTRA_STATE = ("self_attention.linear_proj", "self_attention.linear_qkv", "mlp.linear_fc1", "mlp.linear_fc2")
-#: Buffers older GPT-2 checkpoints carry (the causal mask), not weights: skipped.
+#: Linear layers whose (empty) extra state Megatron saves per layer; its loader expects each of them: attention's,
+#: then a dense MLP's, then (per expert) the routed experts'.
+EXTRA_STATE = ("self_attention.linear_proj", "self_attention.linear_qkv")
+DENSE_EXTRA_STATE = ("mlp.linear_fc1", "mlp.linear_fc2")
+EXPERT_EXTRA_STATE = ("mlp.experts.experts.linear_fc1", "mlp.experts.experts.linear_fc2")
+#: Roles whose key differs between Megatron's two layer specs in a checkpoint (a MoE layer's pre-norm:
+#: `blocks.MoE.MEGATRON_KEYS`): written under every key, so that a run of either spec (Transformer Engine's on a GPU,
+#: the local one on a CPU) finds it; a load reads the keys its model asks for and leaves the others.
+EVERY_SPEC = ("pre_moe_norm.weight", "pre_moe_norm.bias")
 
 
 @dataclass
@@ -282,7 +288,8 @@ def megatron_chunks(arch: Architecture, mapping: Any) -> list[Chunk]:
     for index in range(spec.num_layers):
         for t in arch.layer_tensors():
             # Transformer Engine's layer spec (the one the recipes train) fuses each norm into the next linear layer.
-            chunks.append(Chunk(PREFIX + "decoder.layers." + LAYER_KEYS[t.role][0], (spec.num_layers, *t.shape), index))
+            keys = LAYER_KEYS[t.role] if t.role in EVERY_SPEC else LAYER_KEYS[t.role][:1]
+            chunks += [Chunk(PREFIX + "decoder.layers." + key, (spec.num_layers, *t.shape), index) for key in keys]
     return chunks
 
 
@@ -293,7 +300,9 @@ class _Converter:
     def __init__(self, weights: HFWeights, arch: Architecture, mapping: Any):
         self.weights, self.arch, self.mapping = weights, arch, mapping
         self.roles = {PREFIX + GLOBAL_KEYS[role]: role for role in GLOBAL_KEYS}
-        self.roles.update({PREFIX + "decoder.layers." + keys[0]: role for role, keys in LAYER_KEYS.items()})
+        # The architecture's roles only: a dense MLP's fused norm and a MoE's local-spec norm share a key.
+        layer = {t.role for t in arch.layer_tensors()}
+        self.roles.update({PREFIX + "decoder.layers." + key: role for role in layer for key in LAYER_KEYS[role]})
         self.layer: Optional[int] = None
         self.converted: dict[str, Any] = {}
         self.dtypes: set[Any] = set()  # of the model's tensors, as stored
@@ -323,7 +332,8 @@ class _Converter:
             hf = {key: self._read(key) for key in self.mapping.layer_keys(self.arch, chunk.layer)}
             self.converted = self.mapping.layer_from_hf(self.arch, chunk.layer, hf)
             self.layer = chunk.layer
-        return self.converted.pop(role)
+        # Each tensor dropped once given (a tensor written under every spec's key: given to each, one vector a layer).
+        return self.converted[role] if role in EVERY_SPEC else self.converted.pop(role)
 
 
 def _non_finite_problem(keys: list[str]) -> Problem:
@@ -355,11 +365,21 @@ def _write_checkpoint(converter: "_Converter", directory: Path, dtype: Any) -> i
     chunks = megatron_chunks(arch, mapping)
     layers = arch.spec.num_layers
     # Megatron saves a list of each layer's extra state (None without FP8): torch.distributed.checkpoint serialises
-    # a non-tensor value as Megatron's save planner serialises that list.
+    # a non-tensor value as Megatron's save planner serialises that list. An expert's is sharded by layer and global
+    # expert (SequentialMLP's offsets: `shard_{layer}.{expert}_{layers}.{experts}`).
+    names = EXTRA_STATE + (DENSE_EXTRA_STATE if arch.mlp is not None else ())
     objects = {
         f"{PREFIX}decoder.layers.{name}._extra_state/shard_{index}_{layers}": [None]
-        for name in EXTRA_STATE
+        for name in names
         for index in range(layers)
     }
+    experts = arch.moe.experts if arch.moe is not None else 0
+    objects.update({
+        f"{PREFIX}decoder.layers.{name}._extra_state/shard_{index}.{expert}_{layers}.{experts}": [None]
+        for name in EXPERT_EXTRA_STATE
+        for index in range(layers)
+        for expert in range(experts)
+    })  # fmt: skip
     save_streaming(directory, chunks, converter, dtype, objects)
-    return sum(math.prod(c.size) for c in chunks if c.layer in (None, 0))
+    first = {PREFIX + "decoder.layers." + LAYER_KEYS[t.role][0] for t in arch.layer_tensors()}  # each tensor once
+    return sum(math.prod(c.size) for c in chunks if c.layer is None or (c.layer == 0 and c.key in first))

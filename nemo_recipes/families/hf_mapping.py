@@ -1,6 +1,7 @@
 """A family's Hugging Face names as ONE declared mapping that export and import both read: each rule pairs Megatron
 roles of a block with Hugging Face keys and knows how to go either way (the same tensor, transposed, fused QKV as
-separate or concatenated projections, a gated fc1 as gate and up), so that no direction is written by hand.
+separate or concatenated projections, a gated fc1 as gate and up, a layer's routed experts as one module each), so
+that no direction is written by hand.
 
 The converter (`conversion.hf_export`, `conversion.hf_import`) calls `layer_to_hf`/`layer_from_hf` of the family's
 `HFMapping`; the rules run tensor methods only, so this module imports no torch (standard library: the registry of
@@ -20,8 +21,7 @@ class Rule(Protocol):
 
     @property
     def roles(self) -> tuple[str, ...]: ...
-    @property
-    def keys(self) -> tuple[str, ...]: ...
+    def keys_for(self, arch: Any) -> tuple[str, ...]: ...
     def to_hf(self, arch: Any, tensors: tuple[Any, ...]) -> tuple[Any, ...]: ...
     def from_hf(self, arch: Any, tensors: tuple[Any, ...]) -> tuple[Any, ...]: ...
 
@@ -46,6 +46,14 @@ class _OneRole:
     @property
     def roles(self) -> tuple[str, ...]:
         return (self.role,)
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        raise NotImplementedError  # every rule of one role names its keys
+
+    def keys_for(self, arch: Any) -> tuple[str, ...]:
+        """The rule's Hugging Face keys for `arch` (the same for every architecture but a per-expert rule's)."""
+        return self.keys
 
 
 @dataclass(frozen=True)
@@ -125,6 +133,54 @@ class GateUp(_OneRole):
 
 
 @dataclass(frozen=True)
+class Experts:
+    """A Mixture-of-Experts layer's routed experts as the Hugging Face class holds them, one module per expert:
+    `gate`, `up` and `down` are the keys of expert `{expert}` (Mixtral's `block_sparse_moe.experts.{expert}.w1`,
+    `w3`, `w2`; Qwen3-MoE's `mlp.experts.{expert}.gate_proj`, `up_proj`, `down_proj`).
+
+    Megatron's side is what its distributed checkpoint stores, whatever EP and ETP trained it: each of fc1 and fc2
+    one tensor per layer with a leading axis of the *global* expert index (SequentialMLP and TEGroupedMLP's
+    `sharded_state_dict` (Megatron-Core 0.15 moe/experts.py) offset each rank's local expert `i` to
+    `ep_rank x local_experts + i` on that axis; NeMo 2.7.3 saves with `singleton_local_shards=False`, so no
+    per-expert keys), each expert's fc1 the gate rows then the up rows (the ETP shards of both halves placed as a
+    dense SwiGLU fc1's: `apply_swiglu_sharded_factory`). NeMo 2.7.3's HFMixtralImporter/Exporter map
+    `local_experts.*.linear_fc1` to `w1`/`w3` the same way (`TransformFns.merge_fc1`/`split_fc1`)."""
+
+    gate: str
+    up: str
+    down: str
+    fc1: str = "experts.fc1.weight"
+    fc2: str = "experts.fc2.weight"
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return (self.fc1, self.fc2)
+
+    def keys_for(self, arch: Any) -> tuple[str, ...]:
+        """Every expert's gate, up and down keys, expert by expert (0 to experts - 1: the global index)."""
+        experts = arch.moe.experts if arch.moe is not None else 0
+        return tuple(key.format(expert=e) for e in range(experts) for key in (self.gate, self.up, self.down))
+
+    def to_hf(self, arch: Any, tensors: tuple[Any, ...]) -> tuple[Any, ...]:
+        fc1, fc2 = tensors
+        out: list[Any] = []
+        for expert in range(fc1.shape[0]):
+            gate, up = fc1[expert].chunk(2)
+            out += [gate, up, fc2[expert]]
+        return tuple(out)
+
+    def from_hf(self, arch: Any, tensors: tuple[Any, ...]) -> tuple[Any, ...]:
+        experts = len(tensors) // 3
+        gate, down = tensors[0], tensors[2]
+        fc1 = gate.new_empty((experts, 2 * gate.shape[0], *gate.shape[1:]))
+        fc2 = down.new_empty((experts, *down.shape))
+        for expert in range(experts):
+            fc1[expert] = concat_rows(tensors[3 * expert], tensors[3 * expert + 1])
+            fc2[expert] = tensors[3 * expert + 2]
+        return (fc1, fc2)
+
+
+@dataclass(frozen=True)
 class HFMapping:
     """A family's Hugging Face class, both ways: `layer` (rules in the order the class's files list a layer's
     tensors) under `layer_prefix` (with `{index}`), `globals` (Megatron role -> key of the tensors outside the
@@ -159,21 +215,21 @@ class HFMapping:
         """The Hugging Face keys of layer `index`, in the class's order."""
         p = self.layer_prefix.format(index=index)
         roles = {t.role for t in arch.layer_tensors()}
-        return [p + key for rule in self._rules(roles) for key in rule.keys]
+        return [p + key for rule in self._rules(roles) for key in rule.keys_for(arch)]
 
     def layer_to_hf(self, arch: Any, index: int, tensors: Mapping[str, Any]) -> dict[str, Any]:
         p = self.layer_prefix.format(index=index)
         out: dict[str, Any] = {}
         for rule in self._rules(tensors):
             converted = rule.to_hf(arch, tuple(tensors[role] for role in rule.roles))
-            out.update({p + key: t for key, t in zip(rule.keys, converted, strict=True)})
+            out.update({p + key: t for key, t in zip(rule.keys_for(arch), converted, strict=True)})
         return out
 
     def layer_from_hf(self, arch: Any, index: int, hf: Mapping[str, Any]) -> dict[str, Any]:
         p = self.layer_prefix.format(index=index)
         out: dict[str, Any] = {}
         for rule in self._rules({t.role for t in arch.layer_tensors()}):
-            converted = rule.from_hf(arch, tuple(hf[p + key] for key in rule.keys))
+            converted = rule.from_hf(arch, tuple(hf[p + key] for key in rule.keys_for(arch)))
             out.update(dict(zip(rule.roles, converted, strict=True)))
         return out
 

@@ -18,8 +18,10 @@ from typing import Any
 from nemo_recipes.catalog import RecipeSpec
 
 
-def load_model(spec: RecipeSpec, weights: str) -> tuple[Any, Any]:
-    """(Megatron GPTModel with the checkpoint's weights, NeMo tokenizer), in this single process."""
+def load_model(spec: RecipeSpec, weights: str, expert_parallel: int = 1) -> tuple[Any, Any]:
+    """(Megatron GPTModel with the checkpoint's weights, NeMo tokenizer), in this single process, or with
+    `expert_parallel` > 1 on each of that many processes (started by torchrun: its environment names the group),
+    each holding its share of the experts."""
     import fiddle as fdl
     import torch.distributed as dist
     from megatron.core import dist_checkpointing, parallel_state
@@ -35,8 +37,10 @@ def load_model(spec: RecipeSpec, weights: str) -> tuple[Any, Any]:
     if not dist.is_initialized():
         os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
         os.environ.setdefault("MASTER_PORT", str(29_500 + os.getpid() % 1000))
-        dist.init_process_group("gloo" if cpu else "nccl", rank=0, world_size=1)
-    parallel_state.initialize_model_parallel(1, 1)
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        rank = int(os.environ.get("RANK", "0"))
+        dist.init_process_group("gloo" if cpu else "nccl", rank=rank, world_size=world)
+    parallel_state.initialize_model_parallel(1, 1, expert_model_parallel_size=expert_parallel)
     if cpu:
         cpu_compat.engage()
     # NeMo's own seeding (on CPU, the layer's patch installs Megatron's RNG tracker with CPU states): attention's
