@@ -23,8 +23,11 @@ from nemo_recipes.smoke_training.record import append
 def expected_optimizer(spec: Any) -> dict[str, Any]:
     """What the recipe asks of the optimizer (training/parts.py `optim`) and of the initialisation, as plain
     values."""
+    from nemo_recipes.smoke_training.built_fields import recipe_values
+
     half = spec.precision in ("bf16", "fp8", "fp16")
     return {
+        "recipe": recipe_values(spec),
         "init_method_std": spec.init_method_std,
         "num_layers": spec.num_layers,
         "lr": spec.max_lr,
@@ -106,7 +109,10 @@ def as_built(trainer: Any, pl_module: Any, expected: dict[str, Any]) -> dict[str
     if not parts:
         config_wrong.append("no Megatron optimizer built")
     frozen = [n for n, p in pl_module.named_parameters() if not p.requires_grad]
+    from nemo_recipes.smoke_training.module_fields import measured_fields
+
     return {
+        "fields": measured_fields(trainer, pl_module, expected["recipe"]),
         "config": config_wrong,
         "weight_decay": decay_wrong,
         "precision": precision_wrong,
