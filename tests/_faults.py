@@ -386,6 +386,17 @@ class GradientsDoubled(Callback):
         nemo_optim.finalize_model_grads = finalize_model_grads
 
 
+class TokenizerVocabularyShort(Callback):
+    """NeMo's AutoTokenizer reports one id fewer than the tokenizer holds (its last added token not counted): the run's
+    tokenizer is not the one the data was written with, though its padded model vocabulary is the same."""
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        from nemo.collections.common.tokenizers.huggingface.auto_tokenizer import AutoTokenizer
+
+        original = AutoTokenizer.vocab_size
+        AutoTokenizer.vocab_size = property(lambda self: original.fget(self) - 1)  # type: ignore[method-assign]
+
+
 #: Fault name -> the callback that plants it.
 FAULTS: dict[str, type[Callback]] = {
     "weights-not-restored": WeightsNotRestored,
@@ -409,6 +420,7 @@ FAULTS: dict[str, type[Callback]] = {
     "norm-epsilon-ignored": NormEpsilonIgnored,
     "reported-loss-doubled": ReportedLossDoubled,
     "gradients-doubled": GradientsDoubled,
+    "tokenizer-vocabulary-short": TokenizerVocabularyShort,
 }
 
 

@@ -41,6 +41,7 @@ from nemo_recipes.smoke_training.reference_checks import gradient_reference_chec
 from nemo_recipes.smoke_training.resume_loss import resume_loss_check
 from nemo_recipes.smoke_training.shape import SmokeShape, smoke_shape
 from nemo_recipes.smoke_training.step_checks import step_checks
+from nemo_recipes.smoke_training.tokenizer_checks import data_tokenizers, tokenizer_check
 from nemo_recipes.user_paths import overlap_problems
 
 PHASES = ("train", "resume")
@@ -483,6 +484,9 @@ def smoke(
     report.verdict.checks.append(causality_check(space.records(), PHASES))
     report.verdict.checks.append(loss_reference_check(space.records(), PHASES))
     report.verdict.checks.append(gradient_reference_check(space.records(), PHASES))
+    report.verdict.checks.append(
+        tokenizer_check(space.records(), PHASES, data_tokenizers(plan.spec.data_paths or ()))
+    )
     # Issue 46 item 5 waits for the MoE families (issue 45): their checks (tokens routed per expert and layer each
     # step, routing not collapsed, the auxiliary or bias-balancing loss present and finite, expert tensors equal
     # across the save and resume at every expert-parallel rank) are recorded beside `steps` and judged here.
