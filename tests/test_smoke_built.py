@@ -22,8 +22,8 @@ from nemo_recipes.smoke_training.fed_checks import BLEND_CHECK, POSITIONS_CHECK 
 from nemo_recipes.smoke_training.forward_checks import CAUSALITY_CHECK  # noqa: E402
 from nemo_recipes.smoke_training.reference_checks import GRADIENT_REFERENCE_CHECK, LOSS_REFERENCE_CHECK  # noqa: E402
 from nemo_recipes.smoke_training.resume_loss import RESUME_LOSS_CHECK  # noqa: E402
-from nemo_recipes.smoke_training.tokenizer_checks import TOKENIZER_CHECK  # noqa: E402
 from nemo_recipes.smoke_training.step_checks import ADAMW_CHECK, GROUP_LR_CHECK, STEP_COUNTER_CHECK  # noqa: E402
+from nemo_recipes.smoke_training.tokenizer_checks import TOKENIZER_CHECK  # noqa: E402
 
 pytestmark = [pytest.mark.nemo, pytest.mark.slow]
 
@@ -109,12 +109,12 @@ def test_eleven_independent_bugs_in_one_run_each_fail_their_own_check(two_plays,
     Megatron's builder equalises, which only the sources of the samples fed show: about half of the 64 samples from
     each play, 32 from the first where 57.6 are due, far outside 4 binomial standard errors (4.8 samples); the data
     fed is otherwise in the sampler's order (global batch 16, so that 4 steps draw 64 samples). And three more, each
-seen by one check only: the norms built with eps 1e-2 where the recipe says 1e-5 (the config object unchanged: only
-the modules show it), NeMo's reduction reporting twice the mean loss (the gradient, from the micro-batches' own
-losses, is right: only the loss recomputed from the logits differs), and every gradient doubled after Megatron's
-reduction (Adam is blind to the scale, clipping scales the doubled gradient the AdamW check reads, the reported loss
-is the forward's: only the gradient recomputed from the logits differs), and NeMo's tokenizer one id short of the one
-the plays were written with (the padded model vocabulary, 512, unchanged: only the manifest's count shows it)."""
+    seen by one check only: the norms built with eps 1e-2 where the recipe says 1e-5 (the config object unchanged: only
+    the modules show it), NeMo's reduction reporting twice the mean loss (the gradient, from the micro-batches' own
+    losses, is right: only the loss recomputed from the logits differs), and every gradient doubled after Megatron's
+    reduction (Adam is blind to the scale, clipping scales the doubled gradient the AdamW check reads, the reported loss
+    is the forward's: only the gradient recomputed from the logits differs), and NeMo's tokenizer one id short of the
+    one the plays were written with (the padded model vocabulary, 512, unchanged: only the manifest shows it)."""
     (macbeth, tempest), tokenizer = two_plays
     blend = {"data_paths": (macbeth, tempest), "data_weights": (9.0, 1.0), "tokenizer_path": tokenizer}
     report = smoke(

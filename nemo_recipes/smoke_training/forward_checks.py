@@ -39,6 +39,6 @@ def causality_check(records: list[dict[str, Any]], phases: tuple[str, ...]) -> C
         not wrong,
         "; ".join(wrong[:3])
         or f"token {measured[0][2]['t']} of {measured[0][2]['length']} changed: outputs before it unchanged "
-        f"(largest change {worst:.3g}), changed from it on (each rank's last model chunk: logits, or the hidden states it hands on); measured at the start "
-        f"of {where}",
+        f"(largest change {worst:.3g}), changed from it on (each rank's last model chunk: logits, or the hidden "
+        f"states it hands on); measured at the start of {where}",
     )

@@ -484,9 +484,7 @@ def smoke(
     report.verdict.checks.append(causality_check(space.records(), PHASES))
     report.verdict.checks.append(loss_reference_check(space.records(), PHASES))
     report.verdict.checks.append(gradient_reference_check(space.records(), PHASES))
-    report.verdict.checks.append(
-        tokenizer_check(space.records(), PHASES, data_tokenizers(plan.spec.data_paths or ()))
-    )
+    report.verdict.checks.append(tokenizer_check(space.records(), PHASES, data_tokenizers(plan.spec.data_paths or ())))
     # Issue 46 item 5 waits for the MoE families (issue 45): their checks (tokens routed per expert and layer each
     # step, routing not collapsed, the auxiliary or bias-balancing loss present and finite, expert tensors equal
     # across the save and resume at every expert-parallel rank) are recorded beside `steps` and judged here.

@@ -16,7 +16,8 @@ ROUND_TRIP_IDS = 256
 
 
 def _document(tokens: list[int], eod: Any) -> list[int]:
-    runs, run = [], []
+    runs: list[list[int]] = []
+    run: list[int] = []
     for token in tokens:
         if token == eod:
             runs.append(run)
@@ -42,7 +43,7 @@ def tokenizer_facts(trainer: Any) -> dict[str, Any]:
         return found  # the learnable corpus's ids were written without a tokenizer
     ids = _document([int(t) for t in dataset[0]["tokens"].tolist()], eod)
     back = [int(t) for t in tokenizer.text_to_ids(tokenizer.ids_to_text(ids))]
-    differ = next((i for i, (a, b) in enumerate(zip(ids, back)) if a != b), None)
+    differ = next((i for i, (a, b) in enumerate(zip(ids, back, strict=False)) if a != b), None)
     if differ is None and len(ids) != len(back):
         differ = min(len(ids), len(back))
     found["round trip"] = {"ids": len(ids), "back": len(back), "first difference": differ}

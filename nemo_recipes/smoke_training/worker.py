@@ -60,11 +60,11 @@ def build_phase_recipe(
     from nemo_recipes.smoke_training.fed import FedRecorder
     from nemo_recipes.smoke_training.preconditions import INIT_SEED
     from nemo_recipes.smoke_training.reference import LossReference
-    from nemo_recipes.smoke_training.tokenizer_probe import TokenizerFacts
     from nemo_recipes.smoke_training.replicas import LayoutInvariantStart, ReplicaDigests
     from nemo_recipes.smoke_training.state import StateDigests
     from nemo_recipes.smoke_training.steps import OptimizerSteps
     from nemo_recipes.smoke_training.straight_through import ReseedAt, TrainOnWithoutSaving
+    from nemo_recipes.smoke_training.tokenizer_probe import TokenizerFacts
     from nemo_recipes.training.factories import build_recipe
 
     nodes, per_node = world_from_environment()
