@@ -17,6 +17,7 @@ from typing import Any
 from lightning.pytorch.callbacks import Callback
 
 from nemo_recipes.smoke_training.checksums import digest, per_rank
+from nemo_recipes.smoke_training.module_fields import measured_fields
 from nemo_recipes.smoke_training.record import append
 
 
@@ -109,10 +110,8 @@ def as_built(trainer: Any, pl_module: Any, expected: dict[str, Any]) -> dict[str
     if not parts:
         config_wrong.append("no Megatron optimizer built")
     frozen = [n for n, p in pl_module.named_parameters() if not p.requires_grad]
-    from nemo_recipes.smoke_training.module_fields import measured_fields
-
     return {
-        "fields": measured_fields(trainer, pl_module, expected["recipe"]),
+        "fields": measured_fields(pl_module, parts, expected["recipe"]),
         "config": config_wrong,
         "weight_decay": decay_wrong,
         "precision": precision_wrong,

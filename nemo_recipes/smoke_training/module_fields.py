@@ -25,16 +25,14 @@ def megatron_models(pl_module: Any) -> list[Any]:
 class Built:
     """What one rank built: its GPT modules (one per virtual pipeline chunk), their layers, the optimizer parts."""
 
-    def __init__(self, trainer: Any, pl_module: Any, recipe: dict[str, Any]):
+    def __init__(self, pl_module: Any, parts: list[Any], recipe: dict[str, Any]):
         from megatron.core import parallel_state as ps
-
-        from nemo_recipes.smoke_training.built import mcore_parts
 
         self.recipe = recipe
         self.tp = ps.get_tensor_model_parallel_world_size()
         self.models = megatron_models(pl_module)
         self.layers = [m for m in pl_module.modules() if type(m).__name__ == "TransformerLayer"]
-        self.parts = [part for optimizer in trainer.optimizers for part in mcore_parts(optimizer)]
+        self.parts = parts
         self.parameters = list(pl_module.parameters())
         self.head = recipe["kv_channels"] or recipe["hidden_size"] // recipe["num_attention_heads"]
 
@@ -248,9 +246,10 @@ MEASURES: dict[str, Callable[[Built], Pair]] = {
 }
 
 
-def measured_fields(trainer: Any, pl_module: Any, recipe: dict[str, Any]) -> dict[str, Any]:
-    """{field: [seen, recipe]} for every field this rank's modules show (a measure that fails is a finding)."""
-    built = Built(trainer, pl_module, recipe)
+def measured_fields(pl_module: Any, parts: list[Any], recipe: dict[str, Any]) -> dict[str, Any]:
+    """{field: [seen, recipe]} for every field this rank's modules and Megatron optimizer `parts` show (a measure
+    that fails is a finding)."""
+    built = Built(pl_module, parts, recipe)
     found: dict[str, Any] = {}
     for name, measure in MEASURES.items():
         try:
