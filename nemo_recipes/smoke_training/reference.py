@@ -8,8 +8,12 @@ its share of the vocabulary; every data-parallel replica), before the optimizer 
   NeMo reports for the step, which the judge compares with the reported one (reference_checks.py);
 - the gradient of that mean with respect to the output layer's weight, (softmax - one-hot) x hidden / tokens, against
   the gradient Megatron's backward left in the weight's fp32 buffer (this rank's shard with the distributed
-  optimizer), on the vocabulary rows no rank fed as input: with embeddings shared, a fed token's row also holds the
-  input embedding's gradient, which only a whole backward recomputes.
+  optimizer), on every row, or with embeddings shared on the vocabulary rows no rank fed as input: a fed token's row
+  then also holds the input embedding's gradient, which only a whole backward recomputes.
+
+Every label counts (the recipes' data mask no tokens: NeMo's eod_mask_loss off, no padding inside the corpus); a
+masked token would make the reported mean differ, and this check fail, until the mask is read here too. Only the
+output layer's gradient has a reference: a gradient wrong in the layers below alone is not seen here.
 
 A loss or gradient scaled wrongly anywhere between the logits and the optimizer (the loss function, NeMo's reduction,
 the gradient's scaling or reduction) makes them differ. The comparison reads the logits Megatron computed: a wrong
@@ -47,6 +51,7 @@ class Capture:
         self.batches: list[dict[str, Any]] = []
         self.fed: list[Any] = []
         self.weight: Any = None
+        self.tied = False
         self.hooks: list[Any] = []
         for model in megatron_models(pl_module):
             self.hooks.append(model.register_forward_pre_hook(self._inputs, with_kwargs=True))
@@ -64,6 +69,8 @@ class Capture:
     def _logits(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any], output: Any) -> None:
         weight = kwargs.get("weight")
         self.weight = module.weight if weight is None else weight
+        # Tied: the embedding's weight handed in, or the last stage's copy that Megatron keeps in sync with it.
+        self.tied = weight is not None or bool(getattr(module.weight, "shared_embedding", False))
         logits = output[0] if isinstance(output, tuple) else output
         self.batches[-1]["hidden"] = args[0].detach().clone()
         self.batches[-1]["logits"] = logits.detach().clone()
@@ -131,13 +138,15 @@ def reference(capture: Capture, parts: list[Any], vocabulary: int) -> dict[str, 
     shard = _shard_range(parts, weight)
     if megatron is None or shard is None:
         return {**found, "gradient": None}
-    free = fed[start : start + rows] == 0  # rows no rank fed as input: the output layer's gradient alone
+    # With tied embeddings, only the rows no rank fed as input hold the output layer's gradient alone.
+    free = fed[start : start + rows] == 0 if capture.tied else torch.ones(rows, dtype=torch.bool)
     mask = torch.zeros(weight.numel(), dtype=torch.bool)
     mask[shard[0] : shard[1]] = True
     mask &= free.unsqueeze(-1).expand(rows, weight.shape[-1]).reshape(-1)
     ours, theirs = gradient.reshape(-1)[mask], megatron.detach().double().reshape(-1)[mask]
     found["gradient"] = {
         "rows": int(free.sum()),
+        "tied": capture.tied,
         "elements": int(mask.sum()),
         "norm": float(theirs.norm()),
         "reference": float(ours.norm()),

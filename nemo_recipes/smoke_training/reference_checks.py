@@ -84,6 +84,7 @@ def gradient_reference_check(records: list[dict[str, Any]], phases: tuple[str, .
                 f"{g['reference']:.4g} (difference {g['difference'] / g['reference']:.1%}, ratio "
                 f"{g['norm'] / g['reference']:.3g})"
             )
+    tied = any(mine["gradient"].get("tied") for _, _, mine in measured)
     if not wrong and not elements:
         wrong.append("every vocabulary row was fed as input: no row holds the output layer's gradient alone")
     return Check(
@@ -91,6 +92,7 @@ def gradient_reference_check(records: list[dict[str, Any]], phases: tuple[str, .
         not wrong,
         "; ".join(wrong[:3])
         or f"the output layer's gradient as Megatron reduced it equals (softmax - one-hot) x hidden / tokens within "
-        f"{GRADIENT_TOLERANCE:.0%} (norm of the difference) on {elements} elements of the rows no rank fed as input "
-        f"({', '.join(map(str, sorted(rows)))} rows per rank); {_where(measured)}",
+        f"{GRADIENT_TOLERANCE:.0%} (norm of the difference) on {elements} elements of "
+        + ("the rows no rank fed as input (embeddings tied: " if tied else "every row (")
+        + f"{', '.join(map(str, sorted(rows)))} rows per rank); {_where(measured)}",
     )
