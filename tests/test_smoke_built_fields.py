@@ -23,14 +23,14 @@ def _records(fields_per_rank):
     return [{"event": "built", "phase": "train", "ranks": [{"fields": f} for f in fields_per_rank]}]
 
 
-def _all(seen_as_recipe=True):
+def _all():
     return {name: [1, 1] for name in built_fields.MEASURED}
 
 
 def test_the_line_names_the_field_the_rank_and_both_values():
     good = _all()
     check = built_fields_check(_records([good, good]), ("train",))
-    assert check.passed and check.name == BUILT_FIELDS_CHECK and "2 rank-phases" in check.detail, check
+    assert check.passed and check.name == BUILT_FIELDS_CHECK and "every rank (train: 2)" in check.detail, check
     bad = {**good, "norm_epsilon": [0.01, 1e-5]}
     check = built_fields_check(_records([good, bad]), ("train",))
     assert not check.passed and check.detail == "train rank 1: norm_epsilon 0.01 (recipe 1e-05)", check

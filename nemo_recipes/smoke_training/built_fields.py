@@ -81,11 +81,12 @@ def built_fields_check(records: list[dict[str, Any]], phases: tuple[str, ...]) -
     built = [r for r in records if r.get("event") == "built" and r.get("phase") in phases]
     if not built:
         return Check(BUILT_FIELDS_CHECK, False, "no record of the model as built")
-    wrong, seen_somewhere, ranks = [], set(), 0
+    wrong, seen_somewhere = [], set()
+    ranks: dict[str, int] = {}
     example: dict[str, Any] = {}
     for record in built:
         for rank, mine in enumerate(record.get("ranks") or []):
-            ranks += 1
+            ranks[record.get("phase")] = ranks.get(record.get("phase"), 0) + 1
             for name, (seen, want) in (mine.get("fields") or {}).items():
                 seen_somewhere.add(name)
                 example.setdefault(name, seen)
@@ -102,6 +103,7 @@ def built_fields_check(records: list[dict[str, Any]], phases: tuple[str, ...]) -
         not wrong,
         "; ".join(wrong[:4]) + (f" (and {len(wrong) - 4} more)" if len(wrong) > 4 else "")
         if wrong
-        else f"measured on the built modules of {ranks} rank-phases: {placed}; {elsewhere} compared by the "
+        else f"measured on the built modules of every rank ({', '.join(f'{p}: {n}' for p, n in ranks.items())}): "
+        f"{placed}; {elsewhere} compared by the "
         "optimizer's checks" + (f"; {why}" if why else ""),
     )
