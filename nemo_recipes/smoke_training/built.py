@@ -111,7 +111,7 @@ def as_built(trainer: Any, pl_module: Any, expected: dict[str, Any]) -> dict[str
         config_wrong.append("no Megatron optimizer built")
     frozen = [n for n, p in pl_module.named_parameters() if not p.requires_grad]
     return {
-        "fields": measured_fields(pl_module, parts, expected["recipe"]),
+        "fields": measured_fields(trainer, parts, expected["recipe"]),
         "config": config_wrong,
         "weight_decay": decay_wrong,
         "precision": precision_wrong,

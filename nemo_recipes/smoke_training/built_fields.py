@@ -86,7 +86,8 @@ def built_fields_check(records: list[dict[str, Any]], phases: tuple[str, ...]) -
     example: dict[str, Any] = {}
     for record in built:
         for rank, mine in enumerate(record.get("ranks") or []):
-            ranks[record.get("phase")] = ranks.get(record.get("phase"), 0) + 1
+            phase = str(record.get("phase"))
+            ranks[phase] = ranks.get(phase, 0) + 1
             for name, (seen, want) in (mine.get("fields") or {}).items():
                 seen_somewhere.add(name)
                 example.setdefault(name, seen)

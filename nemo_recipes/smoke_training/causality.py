@@ -57,7 +57,7 @@ def probe(trainer: Any, pl_module: Any) -> dict[str, Any]:
         with torch.no_grad(), scope:
             if ps.get_pipeline_model_parallel_world_size() > 1:
                 both = torch.cat([tokens, changed]).to(device)
-                output = _through_the_stages(pl_module, both, positions.expand(2, -1))
+                output = _through_the_stages(trainer, both, positions.expand(2, -1))
                 # Logits [batch, sequence, vocabulary]; hidden states [sequence, batch, hidden].
                 outputs = [output[0], output[1]] if output.shape[1] == length else [output[:, 0], output[:, 1]]
                 outputs = [o.unsqueeze(0) for o in outputs]
@@ -85,7 +85,7 @@ def probe(trainer: Any, pl_module: Any) -> dict[str, Any]:
     }
 
 
-def _through_the_stages(pl_module: Any, tokens: Any, positions: Any) -> Any:
+def _through_the_stages(trainer: Any, tokens: Any, positions: Any) -> Any:
     """This rank's last chunk's output of a forward through every pipeline stage and virtual chunk in order, each
     chunk's hidden states sent to the next chunk's rank (a shape, then the values in fp32)."""
     import torch
@@ -94,7 +94,7 @@ def _through_the_stages(pl_module: Any, tokens: Any, positions: Any) -> Any:
 
     from nemo_recipes.smoke_training.module_fields import megatron_models
 
-    chunks = megatron_models(pl_module)
+    chunks = megatron_models(trainer)
     stages, stage = ps.get_pipeline_model_parallel_world_size(), ps.get_pipeline_model_parallel_rank()
     previous, following = ps.get_pipeline_model_parallel_prev_rank(), ps.get_pipeline_model_parallel_next_rank()
     dtype = next(chunks[0].parameters()).dtype

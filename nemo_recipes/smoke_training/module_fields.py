@@ -17,23 +17,32 @@ def _one(values: set[Any]) -> Any:
     return next(iter(values)) if len(values) == 1 else sorted(map(repr, values))
 
 
-def megatron_models(pl_module: Any) -> list[Any]:
-    """Megatron-Core's GPT modules (one per virtual pipeline chunk), not NeMo's Lightning module of the same name."""
-    return [m for m in pl_module.modules() if type(m).__name__ == "GPTModel" and "megatron" in type(m).__module__]
+def megatron_models(trainer: Any) -> list[Any]:
+    """Megatron-Core's GPT modules of this rank, one per virtual pipeline chunk in chunk order, not NeMo's Lightning
+    module of the same name: from the strategy's model (`trainer.model`, every chunk), as the Lightning module holds
+    the first chunk only."""
+    found = {
+        id(m): m for m in trainer.model.modules() if type(m).__name__ == "GPTModel" and "megatron" in type(m).__module__
+    }
+    return list(found.values())
+
+
+def _layers(models: list[Any]) -> list[Any]:
+    return [m for model in models for m in model.modules() if type(m).__name__ == "TransformerLayer"]
 
 
 class Built:
     """What one rank built: its GPT modules (one per virtual pipeline chunk), their layers, the optimizer parts."""
 
-    def __init__(self, pl_module: Any, parts: list[Any], recipe: dict[str, Any]):
+    def __init__(self, trainer: Any, parts: list[Any], recipe: dict[str, Any]):
         from megatron.core import parallel_state as ps
 
         self.recipe = recipe
         self.tp = ps.get_tensor_model_parallel_world_size()
-        self.models = megatron_models(pl_module)
-        self.layers = [m for m in pl_module.modules() if type(m).__name__ == "TransformerLayer"]
+        self.models = megatron_models(trainer)
+        self.layers = _layers(self.models)
         self.parts = parts
-        self.parameters = list(pl_module.parameters())
+        self.parameters = [p for model in self.models for p in model.parameters()]
         self.head = recipe["kv_channels"] or recipe["hidden_size"] // recipe["num_attention_heads"]
 
     def shapes(self, get: Callable[[Any], Any]) -> Any:
@@ -246,10 +255,10 @@ MEASURES: dict[str, Callable[[Built], Pair]] = {
 }
 
 
-def measured_fields(pl_module: Any, parts: list[Any], recipe: dict[str, Any]) -> dict[str, Any]:
+def measured_fields(trainer: Any, parts: list[Any], recipe: dict[str, Any]) -> dict[str, Any]:
     """{field: [seen, recipe]} for every field this rank's modules and Megatron optimizer `parts` show (a measure
     that fails is a finding)."""
-    built = Built(pl_module, parts, recipe)
+    built = Built(trainer, parts, recipe)
     found: dict[str, Any] = {}
     for name, measure in MEASURES.items():
         try:

@@ -47,13 +47,13 @@ def _shard_range(parts: list[Any], param: Any) -> Optional[tuple[int, int]]:
 class Capture:
     """Megatron's logits, the hidden states and labels of each micro-batch of one step, and the ids fed as input."""
 
-    def __init__(self, pl_module: Any):
+    def __init__(self, trainer: Any):
         self.batches: list[dict[str, Any]] = []
         self.fed: list[Any] = []
         self.weight: Any = None
         self.tied = False
         self.hooks: list[Any] = []
-        for model in megatron_models(pl_module):
+        for model in megatron_models(trainer):
             self.hooks.append(model.register_forward_pre_hook(self._inputs, with_kwargs=True))
             if model.post_process:
                 self.hooks.append(model.output_layer.register_forward_hook(self._logits, with_kwargs=True))
@@ -164,7 +164,7 @@ class LossReference(Callback):
         self.capture: Optional[Capture] = None
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:
-        self.capture = Capture(pl_module)
+        self.capture = Capture(trainer)
 
     def on_before_optimizer_step(self, trainer: Any, pl_module: Any, optimizer: Any) -> None:
         import time
@@ -178,7 +178,7 @@ class LossReference(Callback):
         capture, self.capture = self.capture, None
         capture.remove()
         parts = [part for o in trainer.optimizers for part in mcore_parts(o)]
-        vocabulary = max(m.vocab_size for m in megatron_models(pl_module))
+        vocabulary = max(m.vocab_size for m in megatron_models(trainer))
         ranks = per_rank(reference(capture, parts, vocabulary))
         if trainer.global_rank == 0:
             append(
