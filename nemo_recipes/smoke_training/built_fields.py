@@ -75,6 +75,11 @@ def _equal(seen: Any, want: Any) -> bool:
     return bool(seen == want)
 
 
+def _shown(value: Any) -> str:
+    """A measured float to 6 digits (a RoPE base recovered from fp32 frequencies reads 1000000.07)."""
+    return f"{value:.6g}" if isinstance(value, float) else repr(value)
+
+
 def built_fields_check(records: list[dict[str, Any]], phases: tuple[str, ...]) -> Check:
     """Each rank's measured fields (the "fields" of its "built" record: {field: [seen, recipe]}, a field absent where
     the rank holds no module that shows it) equal the recipe's; every measured field seen on some rank."""
@@ -96,7 +101,7 @@ def built_fields_check(records: list[dict[str, Any]], phases: tuple[str, ...]) -
     missing = [name for name in MEASURED if name not in seen_somewhere]
     wrong += [f"{name} not shown by any rank's modules" for name in missing]
     wrong += [f"{name}: neither compared nor explained (built_fields.py)" for name in unplaced()]
-    placed = ", ".join(f"{name} {example[name]!r}" for name in MEASURED if name in example)
+    placed = ", ".join(f"{name} {_shown(example[name])}" for name in MEASURED if name in example)
     elsewhere = ", ".join(sorted(ELSEWHERE))
     why = "; ".join(f"not compared: {name}: {reason}" for name, reason in NOT_COMPARED.items())
     return Check(
