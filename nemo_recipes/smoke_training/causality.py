@@ -49,8 +49,10 @@ def probe(trainer: Any, pl_module: Any) -> dict[str, Any]:
     chunks = _ddp_chunks(trainer)
     for chunk in chunks:  # parameters gathered now; the training's own hooks are put back below
         chunk.disable_forward_pre_hook(param_sync=True)
-    was_training = pl_module.training
+    # Every chunk without dropout: the Lightning module holds the first virtual chunk only, the strategy's model all.
+    modes = [(module, module.training) for module in [*pl_module.modules(), *trainer.model.modules()]]
     pl_module.eval()
+    trainer.model.eval()
     # Without CUDA, Megatron's attention asks for a CUDA buffer the first time it runs: the scope serves it here.
     scope = contextlib.nullcontext() if cpu_compat.cuda_available() else cpu_compat.cpu_scope()
     try:
@@ -67,7 +69,8 @@ def probe(trainer: Any, pl_module: Any) -> dict[str, Any]:
                     for x in (tokens, changed)
                 ]
     finally:
-        pl_module.train(was_training)
+        for module, training in modes:
+            module.training = training
         for chunk in chunks:
             chunk.enable_forward_pre_hook()
     if outputs[0].shape[1] != length and outputs[0].shape[0] != length:
