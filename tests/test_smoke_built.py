@@ -172,14 +172,6 @@ def test_a_tensor_rank_reinitialised_at_the_first_resumed_step_fails_the_resumed
     assert sorted(failed) == sorted([RESUME_LOSS_CHECK, ADAMW_CHECK]), _explain(report)
     # Step 3's loss is taken before its update (the one that re-initialised the shard): step 4 departs.
     assert failed[RESUME_LOSS_CHECK].startswith("step 4:"), failed
-    assert failed[BUILT_FIELDS_CHECK].startswith("train rank 0: norm_epsilon 0.01 (recipe 1e-05)"), failed
-    assert failed[BUILT_FIELDS_CHECK].count("(recipe") == 2, failed  # eps alone, in both phases
-    assert failed[LOSS_REFERENCE_CHECK].startswith("train step 1 rank 0: reported loss"), failed
-    assert "(ratio 2)" in failed[LOSS_REFERENCE_CHECK], failed
-    assert failed[GRADIENT_REFERENCE_CHECK].startswith("train step 1 rank 0: output layer gradient"), failed
-    assert "ratio 2)" in failed[GRADIENT_REFERENCE_CHECK], failed
-    assert failed[TOKENIZER_CHECK].startswith("train: the run's AutoTokenizer has 511 ids"), failed
-    assert "manifest 512" in failed[TOKENIZER_CHECK], failed
     # Issue 46: the shard changed between the load and the step, so the step is not AdamW's from what was restored:
     # on tensor rank 1 only.
     assert failed[ADAMW_CHECK].startswith("resume step 3 rank 1:") and "rank 0" not in failed[ADAMW_CHECK], failed
