@@ -396,6 +396,71 @@ class ExpertsNotRestoredOnLastEPRank(Callback):
             getattr(optimizer, "mcore_optimizer", optimizer).reload_model_params()
 
 
+class NormEpsilonIgnored(Callback):
+    """NeMo's GPTConfig.configure_model returns a model whose norms were built with eps 1e-2, whatever the recipe's
+    norm_epsilon (the config object still says the recipe's: only the modules show it)."""
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        from nemo.collections.llm.gpt.model.base import GPTConfig
+
+        original = GPTConfig.configure_model
+
+        def configure_model(self: Any, *args: Any, **kwargs: Any) -> Any:
+            model = original(self, *args, **kwargs)
+            for module in model.modules():
+                if "Norm" in type(module).__name__ and hasattr(module, "eps"):
+                    module.eps = 1e-2
+            return model
+
+        GPTConfig.configure_model = configure_model
+
+
+class ReportedLossDoubled(Callback):
+    """NeMo's MaskedTokenLossReduction.reduce reports twice the mean loss of the global batch (as a reduction that
+    divided the summed loss by half the tokens would); the gradient, from the micro-batches' own losses, is right."""
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        from nemo.lightning.megatron_parallel import MaskedTokenLossReduction
+
+        original = MaskedTokenLossReduction.reduce
+
+        def reduce(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return 2.0 * original(self, *args, **kwargs)
+
+        MaskedTokenLossReduction.reduce = reduce
+
+
+class GradientsDoubled(Callback):
+    """Megatron-Core's finalize_model_grads (as NeMo's MegatronOptimizerModule calls it) leaves every gradient
+    twice its value, as a gradient scaled by a wrong factor (1 / DP taken for 2 / DP) would."""
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        import nemo.lightning.pytorch.optim.megatron as nemo_optim
+
+        original = nemo_optim.finalize_model_grads
+
+        def finalize_model_grads(model: Any, *args: Any, **kwargs: Any) -> Any:
+            found = original(model, *args, **kwargs)
+            for chunk in model:
+                for param in chunk.parameters():
+                    if getattr(param, "main_grad", None) is not None:
+                        param.main_grad.mul_(2.0)
+            return found
+
+        nemo_optim.finalize_model_grads = finalize_model_grads
+
+
+class TokenizerVocabularyShort(Callback):
+    """NeMo's AutoTokenizer reports one id fewer than the tokenizer holds (its last added token not counted): the run's
+    tokenizer is not the one the data was written with, though its padded model vocabulary is the same."""
+
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        from nemo.collections.common.tokenizers.huggingface.auto_tokenizer import AutoTokenizer
+
+        original = AutoTokenizer.vocab_size
+        AutoTokenizer.vocab_size = property(lambda self: original.fget(self) - 1)  # type: ignore[method-assign]
+
+
 #: Fault name -> the callback that plants it.
 FAULTS: dict[str, type[Callback]] = {
     "weights-not-restored": WeightsNotRestored,
@@ -420,6 +485,10 @@ FAULTS: dict[str, type[Callback]] = {
     "router-top-one": RouterTopOne,
     "balancing-loss-dropped": BalancingLossDropped,
     "experts-not-restored-on-last-ep-rank": ExpertsNotRestoredOnLastEPRank,
+    "norm-epsilon-ignored": NormEpsilonIgnored,
+    "reported-loss-doubled": ReportedLossDoubled,
+    "gradients-doubled": GradientsDoubled,
+    "tokenizer-vocabulary-short": TokenizerVocabularyShort,
 }
 
 

@@ -43,7 +43,18 @@ ALLOWED: dict[str, set[str]] = {
     "executors": CORE | {"catalog", "plan", "overrides", "_version", "budget"},
     "watching": CORE | {"catalog", "families", "plan"},
     "smoke_training": CORE
-    | {"catalog", "families", "budget", "plan", "overrides", "data", "training", "executors", "conversion"},
+    | {
+        "catalog",
+        "families",
+        "budget",
+        "recipe_fields",
+        "plan",
+        "overrides",
+        "data",
+        "training",
+        "executors",
+        "conversion",
+    },
     "conversion": CORE | {"catalog", "families", "data"},
     "cli": CORE
     | {

@@ -4,7 +4,7 @@ the loss across the resume (compared with the first phase trained on past its st
 as built, the final checkpoint's files; and issue 46's checks from principles (every optimizer step the
 optimizer's, the forward pass, the initialisation, a blend's shares).
 
-At the shortest smoke the judge allows (4 steps, stopped after 2): one bug per run for issue 31's, issue 46's seven
+At the shortest smoke the judge allows (4 steps, stopped after 2): one bug per run for issue 31's, issue 46's eleven
 in one run (each touches a quantity no other check reads); the tensor-parallel one needs two processes."""
 
 from __future__ import annotations
@@ -17,10 +17,13 @@ pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (tier 
 
 from nemo_recipes.smoke_training import smoke  # noqa: E402
 from nemo_recipes.smoke_training.built_checks import INIT_CHECK  # noqa: E402
+from nemo_recipes.smoke_training.built_fields import BUILT_FIELDS_CHECK  # noqa: E402
 from nemo_recipes.smoke_training.fed_checks import BLEND_CHECK, POSITIONS_CHECK  # noqa: E402
 from nemo_recipes.smoke_training.forward_checks import CAUSALITY_CHECK  # noqa: E402
+from nemo_recipes.smoke_training.reference_checks import GRADIENT_REFERENCE_CHECK, LOSS_REFERENCE_CHECK  # noqa: E402
 from nemo_recipes.smoke_training.resume_loss import RESUME_LOSS_CHECK  # noqa: E402
 from nemo_recipes.smoke_training.step_checks import ADAMW_CHECK, GROUP_LR_CHECK, STEP_COUNTER_CHECK  # noqa: E402
+from nemo_recipes.smoke_training.tokenizer_checks import TOKENIZER_CHECK  # noqa: E402
 
 pytestmark = [pytest.mark.nemo, pytest.mark.slow]
 
@@ -77,10 +80,19 @@ def two_plays(tmp_path_factory):
 
 
 #: Planted in both phases, so that the run and its uninterrupted twin agree.
-BOTH = ("causal-mask-off", "positions-restart-mid-sequence", "output-projections-unscaled", "blend-weights-equalised")
+BOTH = (
+    "causal-mask-off",
+    "positions-restart-mid-sequence",
+    "output-projections-unscaled",
+    "blend-weights-equalised",
+    "norm-epsilon-ignored",
+    "reported-loss-doubled",
+    "gradients-doubled",
+    "tokenizer-vocabulary-short",
+)
 
 
-def test_seven_independent_bugs_in_one_run_each_fail_their_own_check(two_plays, tmp_path):
+def test_eleven_independent_bugs_in_one_run_each_fail_their_own_check(two_plays, tmp_path):
     """Issue 46, items 1 to 4, in one short run (the checks are independent, so one run proves each): Adam's moments
     zeroed inside the first resumed step (step 3), the inner Adam step of the second resumed step (step 4) skipped
     but reported done, and the last parameter group at half the schedule's learning rate in both phases. Each
@@ -96,7 +108,13 @@ def test_seven_independent_bugs_in_one_run_each_fail_their_own_check(two_plays, 
     sees (both phases train the same model from it). And in the data: a 9:1 blend of two plays whose weights
     Megatron's builder equalises, which only the sources of the samples fed show: about half of the 64 samples from
     each play, 32 from the first where 57.6 are due, far outside 4 binomial standard errors (4.8 samples); the data
-    fed is otherwise in the sampler's order (global batch 16, so that 4 steps draw 64 samples)."""
+    fed is otherwise in the sampler's order (global batch 16, so that 4 steps draw 64 samples). And three more, each
+    seen by one check only: the norms built with eps 1e-2 where the recipe says 1e-5 (the config object unchanged: only
+    the modules show it), NeMo's reduction reporting twice the mean loss (the gradient, from the micro-batches' own
+    losses, is right: only the loss recomputed from the logits differs), and every gradient doubled after Megatron's
+    reduction (Adam is blind to the scale, clipping scales the doubled gradient the AdamW check reads, the reported loss
+    is the forward's: only the gradient recomputed from the logits differs), and NeMo's tokenizer one id short of the
+    one the plays were written with (the padded model vocabulary, 512, unchanged: only the manifest shows it)."""
     (macbeth, tempest), tokenizer = two_plays
     blend = {"data_paths": (macbeth, tempest), "data_weights": (9.0, 1.0), "tokenizer_path": tokenizer}
     report = smoke(
@@ -117,13 +135,22 @@ def test_seven_independent_bugs_in_one_run_each_fail_their_own_check(two_plays, 
     )
     failed = _failed(report)
     expected = [RESUME_LOSS_CHECK, ADAMW_CHECK, STEP_COUNTER_CHECK, GROUP_LR_CHECK, CAUSALITY_CHECK, POSITIONS_CHECK]
-    expected += [INIT_CHECK, BLEND_CHECK]
+    expected += [INIT_CHECK, BLEND_CHECK, BUILT_FIELDS_CHECK, LOSS_REFERENCE_CHECK, GRADIENT_REFERENCE_CHECK]
+    expected += [TOKENIZER_CHECK]
     assert sorted(failed) == sorted(expected), _explain(report)
     assert failed[CAUSALITY_CHECK].startswith("train rank 0: outputs change from position 0 when token 32"), failed
     assert failed[POSITIONS_CHECK].startswith("step 1 rank 0: sequence 0 position 32 fed id 0"), failed
     assert "linear_proj.weight std" in failed[INIT_CHECK] and "linear_qkv" not in failed[INIT_CHECK], failed
     assert failed[BLEND_CHECK].startswith("source 0 gave 32 of 64 samples, its share 0.9 expects 57.6"), failed
     assert failed[RESUME_LOSS_CHECK].startswith("step 4:"), failed
+    assert failed[BUILT_FIELDS_CHECK].startswith("train rank 0: norm_epsilon 0.01 (recipe 1e-05)"), failed
+    assert failed[BUILT_FIELDS_CHECK].count("(recipe") == 2, failed  # eps alone, in both phases
+    assert failed[LOSS_REFERENCE_CHECK].startswith("train step 1 rank 0: reported loss"), failed
+    assert "(ratio 2)" in failed[LOSS_REFERENCE_CHECK], failed
+    assert failed[GRADIENT_REFERENCE_CHECK].startswith("train step 1 rank 0: output layer gradient"), failed
+    assert "ratio 2)" in failed[GRADIENT_REFERENCE_CHECK], failed
+    assert failed[TOKENIZER_CHECK].startswith("train: the run's AutoTokenizer has 511 ids"), failed
+    assert "manifest 512" in failed[TOKENIZER_CHECK], failed
     assert failed[ADAMW_CHECK].startswith("resume step 3 rank 0:") and "moment" in failed[ADAMW_CHECK], failed
     assert failed[STEP_COUNTER_CHECK] == "resume rank 0 at step 4: Adam's step 3", failed
     assert "group 0.1 lr" in failed[GROUP_LR_CHECK] and "group 0.0" not in failed[GROUP_LR_CHECK], failed

@@ -17,14 +17,18 @@ from typing import Any
 from lightning.pytorch.callbacks import Callback
 
 from nemo_recipes.smoke_training.checksums import digest, per_rank
+from nemo_recipes.smoke_training.module_fields import measured_fields
 from nemo_recipes.smoke_training.record import append
 
 
 def expected_optimizer(spec: Any) -> dict[str, Any]:
     """What the recipe asks of the optimizer (training/parts.py `optim`) and of the initialisation, as plain
     values."""
+    from nemo_recipes.smoke_training.built_fields import recipe_values
+
     half = spec.precision in ("bf16", "fp8", "fp16")
     return {
+        "recipe": recipe_values(spec),
         "init_method_std": spec.init_method_std,
         "num_layers": spec.num_layers,
         "lr": spec.max_lr,
@@ -107,6 +111,7 @@ def as_built(trainer: Any, pl_module: Any, expected: dict[str, Any]) -> dict[str
         config_wrong.append("no Megatron optimizer built")
     frozen = [n for n, p in pl_module.named_parameters() if not p.requires_grad]
     return {
+        "fields": measured_fields(trainer, parts, expected["recipe"]),
         "config": config_wrong,
         "weight_decay": decay_wrong,
         "precision": precision_wrong,

@@ -20,11 +20,7 @@ def causality_check(records: list[dict[str, Any]], phases: tuple[str, ...]) -> C
     if not probes:
         return Check(CAUSALITY_CHECK, False, "no causality probe recorded")
     if not measured:
-        return Check(
-            CAUSALITY_CHECK,
-            True,
-            "not measured: a layout with pipeline stages feeds hidden states to all but the first",
-        )
+        return Check(CAUSALITY_CHECK, False, "no rank measured the outputs' change")
     wrong = [
         f"{r['phase']} rank {rank}: outputs change from position {mine['first']} when token {mine['t']} changes "
         f"(largest change before it {mine['before']:.3g}, at or after it {mine['from']:.3g})"
@@ -33,12 +29,16 @@ def causality_check(records: list[dict[str, Any]], phases: tuple[str, ...]) -> C
         for r, rank, mine in measured
         if mine["before"] > CAUSAL_RATIO * mine["from"] or mine["from"] == 0
     ]
-    where = ", ".join(sorted({f"{r['phase']} ({len(r.get('ranks') or [])} ranks)" for r, _, _ in measured}))
+    ranks: dict[str, list[int]] = {}
+    for r, rank, _ in measured:
+        ranks.setdefault(r["phase"], []).append(rank)
+    where = ", ".join(f"{phase} (ranks {', '.join(map(str, sorted(set(rs))))})" for phase, rs in sorted(ranks.items()))
     worst = max(mine["before"] for _, _, mine in measured)
     return Check(
         CAUSALITY_CHECK,
         not wrong,
         "; ".join(wrong[:3])
         or f"token {measured[0][2]['t']} of {measured[0][2]['length']} changed: outputs before it unchanged "
-        f"(largest change {worst:.3g}), changed from it on; measured at the start of {where}",
+        f"(largest change {worst:.3g}), changed from it on (each rank's last model chunk: logits, or the hidden "
+        f"states it hands on); measured at the start of {where}",
     )

@@ -29,6 +29,7 @@ from nemo_recipes.errors import (
 )
 from nemo_recipes.smoke_training import cpu_compat, record
 from nemo_recipes.smoke_training.built_checks import built_checks
+from nemo_recipes.smoke_training.built_fields import built_fields_check
 from nemo_recipes.smoke_training.fed_checks import fed_checks
 from nemo_recipes.smoke_training.forward_checks import causality_check
 from nemo_recipes.smoke_training.invariance import invariance_check, reference_plan, replicas_check
@@ -36,10 +37,12 @@ from nemo_recipes.smoke_training.judge import Verdict, judge, step_ranges
 from nemo_recipes.smoke_training.launchers import Launcher, SmokeError, local_processes
 from nemo_recipes.smoke_training.learned import Learned, learned, unigram_entropy
 from nemo_recipes.smoke_training.preconditions import NO_DROPOUT
+from nemo_recipes.smoke_training.reference_checks import gradient_reference_check, loss_reference_check
 from nemo_recipes.smoke_training.resume_loss import resume_loss_check
 from nemo_recipes.smoke_training.routing_checks import moe_checks
 from nemo_recipes.smoke_training.shape import SmokeShape, smoke_shape
 from nemo_recipes.smoke_training.step_checks import step_checks
+from nemo_recipes.smoke_training.tokenizer_checks import data_tokenizers, tokenizer_check
 from nemo_recipes.user_paths import overlap_problems
 
 PHASES = ("train", "resume")
@@ -476,9 +479,13 @@ def smoke(
         blend=blend_shares(plan.spec),
     )
     report.verdict.checks += built_checks(space.records(), PHASES, plan.spec.restore_from)
+    report.verdict.checks.append(built_fields_check(space.records(), PHASES))
     adam = {"beta1": plan.spec.adam_beta1, "beta2": plan.spec.adam_beta2, "eps": plan.spec.adam_eps}
     report.verdict.checks += step_checks(space.records(), PHASES, lr_schedule(plan.spec), adam)
     report.verdict.checks.append(causality_check(space.records(), PHASES))
+    report.verdict.checks.append(loss_reference_check(space.records(), PHASES))
+    report.verdict.checks.append(gradient_reference_check(space.records(), PHASES))
+    report.verdict.checks.append(tokenizer_check(space.records(), PHASES, data_tokenizers(plan.spec.data_paths or ())))
     report.verdict.checks += moe_checks(
         space.records(),
         PHASES,

@@ -59,11 +59,13 @@ def build_phase_recipe(
     from nemo_recipes.smoke_training.causality import Causality
     from nemo_recipes.smoke_training.fed import FedRecorder
     from nemo_recipes.smoke_training.preconditions import INIT_SEED
+    from nemo_recipes.smoke_training.reference import LossReference
     from nemo_recipes.smoke_training.replicas import LayoutInvariantStart, ReplicaDigests
     from nemo_recipes.smoke_training.routing import RoutingRecorder
     from nemo_recipes.smoke_training.state import StateDigests
     from nemo_recipes.smoke_training.steps import OptimizerSteps
     from nemo_recipes.smoke_training.straight_through import ReseedAt, TrainOnWithoutSaving
+    from nemo_recipes.smoke_training.tokenizer_probe import TokenizerFacts
     from nemo_recipes.training.factories import build_recipe
 
     nodes, per_node = world_from_environment()
@@ -90,6 +92,8 @@ def build_phase_recipe(
     recipe.trainer.callbacks.append(run.Config(StateDigests, path=metrics, phase=phase))
     recipe.trainer.callbacks.append(run.Config(OptimizerSteps, path=metrics, phase=phase))
     recipe.trainer.callbacks.append(run.Config(Causality, path=metrics, phase=phase))
+    recipe.trainer.callbacks.append(run.Config(LossReference, path=metrics, phase=phase))
+    recipe.trainer.callbacks.append(run.Config(TokenizerFacts, path=metrics, phase=phase))
     recipe.trainer.callbacks.append(run.Config(ReplicaDigests, path=metrics, phase=phase))
     recipe.trainer.callbacks.append(run.Config(RoutingRecorder, path=metrics, phase=phase))
     recipe.trainer.callbacks.append(run.Config(FedRecorder, path=metrics, phase=phase))
