@@ -8,7 +8,7 @@ Standard library only (the planner and the catalog read it on the fast path).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from nemo_recipes.families.blocks import (
     NORM_EPSILON,
@@ -17,6 +17,7 @@ from nemo_recipes.families.blocks import (
     Collective,
     DenseMLP,
     Gemm,
+    MultiLatentAttention,
     Shape,
     Split,
     Tensor,
@@ -70,8 +71,9 @@ class Architecture:
         return next((b for b in self.blocks if isinstance(b, kind)), None)
 
     @property
-    def attention(self) -> Attention:
-        found = self.block(Attention)
+    def attention(self) -> Union[Attention, MultiLatentAttention]:
+        """The layer's attention block, multi-head/grouped-query or multi-latent (both answer `heads`, `head_dim`)."""
+        found = self.block(Attention) or self.block(MultiLatentAttention)
         if found is None:  # not user input: a family whose layer lacks attention is a bug of the package
             raise TypeError(f"the {self.spec.family} family's layer has no Attention block: {self.blocks}")
         return found
