@@ -85,6 +85,8 @@ class RecipeSpec:
     virtual_pipeline: Optional[int] = None
     sequence_parallel: Optional[bool] = None
     pipeline_counts_embedding_and_loss: bool = False
+    pipeline_first_stage_layers: Optional[int] = None
+    pipeline_last_stage_layers: Optional[int] = None
 
     # Batch.
     micro_batch_size: int

@@ -252,6 +252,24 @@ RECIPE_FIELDS: tuple[RecipeField, ...] = (
         ),
         conversion="pipeline_split",
     ),
+    RecipeField(
+        "pipeline_first_stage_layers",
+        "parallel",
+        "transformer layers on the first pipeline stage; unset: an even share",
+        "none: the stages share the layers evenly (Megatron-Core's default); set, the other stages share the rest "
+        "evenly (num_layers_in_first_pipeline_stage, as NeMo's deepseek_v3 recipe: 3 of 61 over PP 16)",
+        count(COUNT_MAX, optional=True),
+        nemo=("trainer.strategy.num_layers_in_first_pipeline_stage",),
+    ),
+    RecipeField(
+        "pipeline_last_stage_layers",
+        "parallel",
+        "transformer layers on the last pipeline stage (which also runs the output layer); unset: an even share",
+        "none: the stages share the layers evenly (Megatron-Core's default); set, the other stages share the rest "
+        "evenly (num_layers_in_last_pipeline_stage, as NeMo's deepseek_v3 recipe: 2 of 61 over PP 16)",
+        count(COUNT_MAX, optional=True),
+        nemo=("trainer.strategy.num_layers_in_last_pipeline_stage",),
+    ),
     # ---- batch: the data module ----
     RecipeField(
         "micro_batch_size",

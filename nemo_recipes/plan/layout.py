@@ -83,6 +83,13 @@ class Layout:
         stage_slots = math.ceil(slots / p)
         end_layers = stage_slots - (1 if counted else 0)  # the first and last stages give a slot to embedding/loss
         most = stage_slots if (p > 2 or not counted) else end_layers
+        first_layers = last_layers = end_layers if p > 1 else spec.num_layers
+        divide = slots % p == 0 and (slots // p) % v == 0
+        chunk = max(1, math.ceil(slots / (p * v)))
+        uneven = _uneven_stages(spec, p, v)
+        if uneven is not None:
+            first_layers, most, last_layers, divide = uneven
+            chunk = max(1, math.ceil(most / v))
         layout = cls(
             cluster=cluster,
             tp=t,
@@ -98,11 +105,11 @@ class Layout:
             sequence_parallel=spec.sequence_parallel_enabled and t > 1,
             tokens_per_rank=b * spec.seq_length / c,
             pipeline_slots=slots,
-            layers_divide=slots % p == 0 and (slots // p) % v == 0,
-            layers_first_stage=end_layers if p > 1 else spec.num_layers,
+            layers_divide=divide,
+            layers_first_stage=first_layers,
             layers_per_stage=most,
-            layers_last_stage=end_layers if p > 1 else spec.num_layers,
-            layers_per_chunk=max(1, math.ceil(slots / (p * v))),
+            layers_last_stage=last_layers,
+            layers_per_chunk=chunk,
             params_per_rank=0.0,
         )
         object.__setattr__(layout, "params_per_rank", _params_per_rank(spec, layout))
@@ -137,6 +144,23 @@ class Layout:
             return 0.0
         n = spec.recompute_num_layers or self.layers_per_chunk
         return min(n, self.layers_per_chunk) / self.layers_per_chunk
+
+
+def _uneven_stages(spec: RecipeSpec, p: int, v: int) -> Optional[tuple[int, int, int, bool]]:
+    """With the first or the last stage's layers set (`pipeline_first_stage_layers`, `pipeline_last_stage_layers`):
+    (first stage's layers, the most loaded stage's, the last stage's, whether Megatron-Core accepts the split), the
+    stages not set sharing the rest evenly (TransformerConfig.__post_init__, 'Uneven PP': each set stage and each
+    middle stage's share divisible by VP). None when neither is set or there is no pipeline."""
+    first, last = spec.pipeline_first_stage_layers, spec.pipeline_last_stage_layers
+    if p == 1 or (first is None and last is None):
+        return None
+    rest, middle = spec.num_layers - (first or 0) - (last or 0), p - (first is not None) - (last is not None)
+    share = math.ceil(rest / middle) if middle > 0 else 0
+    divide = rest >= 0 and (rest % middle == 0 and share % v == 0 if middle > 0 else rest == 0)
+    divide = divide and all(n is None or n % v == 0 for n in (first, last))
+    first_layers = share if first is None else first
+    last_layers = share if last is None else last
+    return first_layers, max(first_layers, share, last_layers), last_layers, divide
 
 
 def _shape_params(spec: RecipeSpec) -> tuple[LayerParams, int, int]:
