@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional, Union
 
+from nemo_recipes.errors import Problem
 from nemo_recipes.families.blocks import (
     NORM_EPSILON,
     Attention,
@@ -20,6 +21,7 @@ from nemo_recipes.families.blocks import (
     MultiLatentAttention,
     Shape,
     Split,
+    SplitNeed,
     Tensor,
     norm,
 )
@@ -114,6 +116,14 @@ class Architecture:
             total += block.stored_activations_per_sbh()
         return total
 
+    def split_needs(self) -> list[SplitNeed]:
+        """Every size of the layer's blocks that a parallel group must divide, each once, in the blocks' order."""
+        return list(dict.fromkeys(need for block in self.blocks for need in block.split_needs()))
+
+    def shape_problems(self) -> list[Problem]:
+        """What the blocks say about their own shapes, whatever the layout."""
+        return [p for block in self.blocks for p in block.shape_problems()]
+
     def layer_params(self) -> LayerParams:
         tensors = self.layer_tensors()
         return LayerParams(
@@ -156,4 +166,4 @@ class Architecture:
         )
 
 
-__all__ = ["NORM_EPSILON", "Architecture", "LayerParams", "Shape", "Split", "Tensor", "TokenFlops"]
+__all__ = ["NORM_EPSILON", "Architecture", "LayerParams", "Shape", "Split", "SplitNeed", "Tensor", "TokenFlops"]

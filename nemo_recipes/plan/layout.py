@@ -23,6 +23,7 @@ from operator import attrgetter
 from typing import Any, Optional
 
 from nemo_recipes.catalog import DERIVED_SOURCES, RecipeSpec
+from nemo_recipes.counts import divisors
 from nemo_recipes.families.architecture import Architecture, LayerParams, Shape
 from nemo_recipes.plan.hardware import Cluster
 
@@ -172,11 +173,6 @@ def _shape_params(spec: RecipeSpec) -> tuple[LayerParams, int, int]:
         counted = (architecture.layer_params(), architecture.norm_params, architecture.position_params)
         _SHAPE_PARAMS[key] = counted
     return counted
-
-
-def divisors(n: int) -> list[int]:
-    """The divisors of `n`, smallest first: the sizes a parallel split of `n` GPUs, layers or heads can take."""
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def pipeline_sizes(spec: RecipeSpec) -> list[int]:
