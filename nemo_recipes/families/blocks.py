@@ -491,6 +491,25 @@ class MultiLatentAttention:
             Collective("cp", "ring", self.heads * (self.q_head_dim + self.v_head_dim)),
         ]
 
+    def split_needs(self) -> list[SplitNeed]:
+        """The up projections split whole heads over TP (TransformerConfig: `num_attention_heads %
+        tensor_model_parallel_size`); the down projections are whole on every rank."""
+        return [SplitNeed("num_attention_heads", self.heads, "tp", "attention heads")]
+
+    def shape_problems(self) -> list[Problem]:
+        """The rotary channels of queries and the shared key are rotated in pairs (Megatron-Core's RotaryEmbedding
+        and YarnRotaryEmbedding build one frequency per pair of qk_pos_emb_head_dim)."""
+        if self.rope_dim >= 2 and self.rope_dim % 2 == 0:
+            return []
+        return [
+            Problem(
+                "qk_pos_emb_head_dim",
+                self.rope_dim,
+                "RoPE rotates channel pairs: the rotary channels of each query and key must be a positive even number.",
+                "set qk_pos_emb_head_dim to an even number, e.g. 64 (DeepSeek-V2 and V3).",
+            )
+        ]
+
 
 @dataclass(frozen=True)
 class DenseMLP:
