@@ -32,7 +32,7 @@ from nemo_recipes.recipe_checks import (  # noqa: F401  (re-exported: the catalo
     plain_name_problems,
     type_problems,
 )
-from nemo_recipes.recipe_fields import default_sources
+from nemo_recipes.recipe_fields import FIELDS, default_sources
 
 Precision = Literal["bf16", "fp16", "fp8"]
 Recompute = Literal["none", "selective", "full"]
@@ -72,6 +72,16 @@ class RecipeSpec:
     normalization: Normalization = "LayerNorm"
     norm_epsilon: float = 1e-5
     qk_layernorm: bool = False  # a norm of each head's queries and keys before RoPE (Megatron-Core's qk_layernorm)
+    # Multi-latent attention (DeepSeek-V2/V3) in place of multi-head attention when kv_lora_rank is set; a model with
+    # MLA states all five, Megatron-Core's MLATransformerConfig names and defaults.
+    q_lora_rank: Optional[int] = None
+    kv_lora_rank: Optional[int] = None
+    qk_head_dim: int = 128
+    qk_pos_emb_head_dim: int = 64
+    v_head_dim: int = 128
+    # Multi-token prediction (DeepSeek-V3's MTP module): extra layers that predict further tokens during training.
+    mtp_num_layers: Optional[int] = None
+    mtp_loss_scaling_factor: Optional[float] = None
     activation: Activation = "gelu"
     add_bias_linear: bool = True
     share_embeddings: bool = True
@@ -370,6 +380,12 @@ def not_a_spec(value: Any, field: str = "spec") -> list[Problem]:
 
 def field_names() -> tuple[str, ...]:
     return tuple(f.name for f in fields(RecipeSpec))
+
+
+def fields_of(spec: RecipeSpec) -> tuple[str, ...]:
+    """The fields that belong to `spec`, in order: every field but those meaningful only where another is set
+    (`recipe_fields.RecipeField.applies`: multi-latent attention's ranks in a model without MLA)."""
+    return tuple(name for name in field_names() if FIELDS[name].applies(spec))
 
 
 def config_class_name(spec: RecipeSpec) -> str:

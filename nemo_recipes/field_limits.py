@@ -5,7 +5,7 @@ constants they are made of (`recipe_checks` re-exports them). Standard library o
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 #: Where Megatron, PyTorch and NumPy count: the largest token count or step a recipe takes.
 INT64_MAX = 2**63 - 1
@@ -64,3 +64,32 @@ FRACTION = (
     Limit(">=", 0, "must be in [0, 1).", "set {name} between 0 and 1."),
     Limit("<", 1, "must be in [0, 1).", "set {name} between 0 and 1."),
 )
+
+
+class RecipeField(NamedTuple):
+    """One recipe field (a named tuple, not a dataclass: `plan`'s start-up imports no `dataclasses`)."""
+
+    name: str
+    section: str
+    help: str
+    #: Where the default comes from; None where the field has no default (each row gives it: its family's sources).
+    source: Optional[str]
+    #: The range of a numeric field; a field without limits is checked by its type alone (a choice, a flag, a path).
+    limits: tuple[Limit, ...] = ()
+    #: NeMo-Run configuration paths the value is written to (`model.config.num_layers`), read back from the first.
+    nemo: tuple[str, ...] = ()
+    #: The name of the conversion between the value and its paths (`training/nemo_fields.CONVERSIONS`), where the
+    #: value is not copied as it is.
+    conversion: Optional[str] = None
+    #: Why NeMo's configuration does not hold the field (set exactly when `nemo` is empty).
+    not_in_nemo: Optional[str] = None
+    #: Why the value, although written to NeMo's configuration, is not read back from it (None: it is).
+    not_read_back: Optional[str] = None
+    #: The field that must be set (not None) for this one to mean something (`applies`): multi-latent attention's
+    #: fields in a model with MLA (`kv_lora_rank`), a stage's own layer count where it is set. None: every recipe.
+    applies_when: Optional[str] = None
+
+    def applies(self, spec: Any) -> bool:
+        """Whether the field belongs to `spec`: `show` lists it, the NeMo configuration holds it and `introspect`
+        reads it back only then (a dense model's configuration has no place for MLA's ranks)."""
+        return self.applies_when is None or getattr(spec, self.applies_when, None) is not None

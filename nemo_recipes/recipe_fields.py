@@ -18,7 +18,7 @@ so in `source` = None and its rows' sources are their family's. Standard library
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 from nemo_recipes.field_limits import (
     COUNT_MAX,
@@ -29,32 +29,12 @@ from nemo_recipes.field_limits import (
     POSITIVE,
     SIZE_MAX,
     Limit,
+    RecipeField,
     at_least_one,
     at_most,
     count,
 )
-
-
-class RecipeField(NamedTuple):
-    """One recipe field (a named tuple, not a dataclass: `plan`'s start-up imports no `dataclasses`)."""
-
-    name: str
-    section: str
-    help: str
-    #: Where the default comes from; None where the field has no default (each row gives it: its family's sources).
-    source: Optional[str]
-    #: The range of a numeric field; a field without limits is checked by its type alone (a choice, a flag, a path).
-    limits: tuple[Limit, ...] = ()
-    #: NeMo-Run configuration paths the value is written to (`model.config.num_layers`), read back from the first.
-    nemo: tuple[str, ...] = ()
-    #: The name of the conversion between the value and its paths (`training/nemo_fields.CONVERSIONS`), where the
-    #: value is not copied as it is.
-    conversion: Optional[str] = None
-    #: Why NeMo's configuration does not hold the field (set exactly when `nemo` is empty).
-    not_in_nemo: Optional[str] = None
-    #: Why the value, although written to NeMo's configuration, is not read back from it (None: it is).
-    not_read_back: Optional[str] = None
-
+from nemo_recipes.latent_fields import LATENT_ATTENTION_FIELDS
 
 #: The sections of the table, in the order of `RecipeSpec`'s fields.
 SECTIONS = (
@@ -170,6 +150,7 @@ RECIPE_FIELDS: tuple[RecipeField, ...] = (
         "a norm of each head's queries and keys before attention (QK-norm)",
         "off: queries and keys enter attention unnormalised, as GPT-3, Llama 3 and Megatron-Core's default",
     ),
+    *LATENT_ATTENTION_FIELDS,
     _model(
         "activation",
         "the MLP: gelu, geglu (gated GELU) or swiglu (gated SiLU)",
@@ -260,6 +241,7 @@ RECIPE_FIELDS: tuple[RecipeField, ...] = (
         "evenly (num_layers_in_first_pipeline_stage, as NeMo's deepseek_v3 recipe: 3 of 61 over PP 16)",
         count(COUNT_MAX, optional=True),
         nemo=("trainer.strategy.num_layers_in_first_pipeline_stage",),
+        applies_when="pipeline_first_stage_layers",
     ),
     RecipeField(
         "pipeline_last_stage_layers",
@@ -269,6 +251,7 @@ RECIPE_FIELDS: tuple[RecipeField, ...] = (
         "evenly (num_layers_in_last_pipeline_stage, as NeMo's deepseek_v3 recipe: 2 of 61 over PP 16)",
         count(COUNT_MAX, optional=True),
         nemo=("trainer.strategy.num_layers_in_last_pipeline_stage",),
+        applies_when="pipeline_last_stage_layers",
     ),
     # ---- batch: the data module ----
     RecipeField(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from nemo_recipes.catalog import DERIVED_SOURCES, FAMILIES, field_names, get_recipe
+from nemo_recipes.catalog import DERIVED_SOURCES, FAMILIES, field_names, fields_of, get_recipe
 from nemo_recipes.catalog import source as source_of
 from nemo_recipes.cli import _output
 from nemo_recipes.cli.verbs import VERBS
@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
 
     fields = {}
     for name in field_names():
-        if name in _TITLE_FIELDS:
+        if name in _TITLE_FIELDS or not (name in fields_of(spec) or name in overrides):
             continue
         value, original = getattr(spec, name), getattr(base, name)
         overridden = name in overrides

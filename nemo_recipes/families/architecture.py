@@ -18,13 +18,13 @@ from nemo_recipes.families.blocks import (
     Collective,
     DenseMLP,
     Gemm,
-    MultiLatentAttention,
     Shape,
     Split,
     SplitNeed,
     Tensor,
     norm,
 )
+from nemo_recipes.families.latent_attention import MultiLatentAttention
 from nemo_recipes.families.registry import get_family
 
 

@@ -339,7 +339,7 @@ def values_under(spec: RecipeSpec, owner: str) -> dict[str, Any]:
     values: dict[str, Any] = {}
     done: set[str] = set()
     for entry in RECIPE_FIELDS:
-        if not any(_parent(path) == owner for path in entry.nemo):
+        if not any(_parent(path) == owner for path in entry.nemo) or not entry.applies(spec):
             continue
         if entry.conversion is None:
             written = dict.fromkeys(entry.nemo, getattr(spec, entry.name))
