@@ -1,6 +1,7 @@
-"""The bounds a recipe field can declare (`recipe_fields`), each with the problem a value beyond it is told; the
-constants they are made of (`recipe_checks` re-exports them). Standard library only: it is on the fast path, where
-`plan` imports neither `dataclasses` nor `inspect`, so the records are named tuples (frozen all the same)."""
+"""The record of one recipe field (`RecipeField`, whose table is `recipe_fields`) and the bounds it can declare, each
+with the problem a value beyond it is told; the constants they are made of (`recipe_checks` re-exports them).
+Standard library only: it is on the fast path, where `plan` imports neither `dataclasses` nor `inspect`, so the
+records are named tuples (frozen all the same)."""
 
 from __future__ import annotations
 
@@ -85,11 +86,16 @@ class RecipeField(NamedTuple):
     not_in_nemo: Optional[str] = None
     #: Why the value, although written to NeMo's configuration, is not read back from it (None: it is).
     not_read_back: Optional[str] = None
+    #: The field means something only in a model with experts (`num_moe_experts` set): `show` lists it, the NeMo
+    #: configuration holds it and `introspect` reads it back for such recipes only (`applies`).
+    experts_only: bool = False
     #: The field that must be set (not None) for this one to mean something (`applies`): multi-latent attention's
     #: fields in a model with MLA (`kv_lora_rank`), a stage's own layer count where it is set. None: every recipe.
     applies_when: Optional[str] = None
 
     def applies(self, spec: Any) -> bool:
-        """Whether the field belongs to `spec`: `show` lists it, the NeMo configuration holds it and `introspect`
-        reads it back only then (a dense model's configuration has no place for MLA's ranks)."""
-        return self.applies_when is None or getattr(spec, self.applies_when, None) is not None
+        """Whether the field belongs to `spec`: every field does, but an expert field to a recipe with experts and
+        one with `applies_when` where that field is set (a dense model's configuration has no place for MLA's
+        ranks)."""
+        experts = not self.experts_only or getattr(spec, "num_moe_experts", None) is not None
+        return experts and (self.applies_when is None or getattr(spec, self.applies_when, None) is not None)

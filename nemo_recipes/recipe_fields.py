@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from nemo_recipes.expert_fields import EXPERT_MODEL_FIELDS, EXPERT_PARALLEL_FIELDS
 from nemo_recipes.field_limits import (
     COUNT_MAX,
     FRACTION,
@@ -176,6 +177,7 @@ RECIPE_FIELDS: tuple[RecipeField, ...] = (
         FRACTION,
     ),
     _model("attention_dropout", "dropout of the attention probabilities", "0.1, NeMo GPTConfig default", FRACTION),
+    *EXPERT_MODEL_FIELDS,
     # ---- parallelism: NeMo's MegatronStrategy ----
     RecipeField(
         "tensor_parallel",
@@ -253,6 +255,7 @@ RECIPE_FIELDS: tuple[RecipeField, ...] = (
         nemo=("trainer.strategy.num_layers_in_last_pipeline_stage",),
         applies_when="pipeline_last_stage_layers",
     ),
+    *EXPERT_PARALLEL_FIELDS,
     # ---- batch: the data module ----
     RecipeField(
         "micro_batch_size",

@@ -28,8 +28,9 @@ ALLOWED: dict[str, set[str]] = {
     "families": CORE,
     # The table of recipe fields (section, help, source, bounds, NeMo paths) and the bounds it is made of.
     "field_limits": set(),
+    "expert_fields": {"field_limits"},
     "latent_fields": {"field_limits"},
-    "recipe_fields": {"field_limits", "latent_fields"},
+    "recipe_fields": {"field_limits", "expert_fields", "latent_fields"},
     # A blend by budget: the catalog's checks need no file; epochs read the sources' manifests (data.manifest,
     # standard library only), where plan and the plugin resolve them.
     "budget": CORE | {"data"},
@@ -80,6 +81,7 @@ LIGHT = {
     "families",
     "budget",
     "field_limits",
+    "expert_fields",
     "latent_fields",
     "recipe_fields",
     "recipe_checks",

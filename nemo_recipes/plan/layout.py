@@ -68,6 +68,8 @@ class Layout:
     layers_last_stage: int  # transformer layers on the last stage (which also runs the output layer)
     layers_per_chunk: int  # per model chunk; recompute_num_layers counts in these
     params_per_rank: float  # parameters held by one GPU of the most loaded stage
+    expert_params_per_rank: float = 0.0  # of which routed experts' (split over EP x ETP, sharded over expert DP)
+    expert_data_parallel: int = 1  # expert-data-parallel size, world / (ETP x EP x PP): the experts' replicas
 
     @classmethod
     def of(cls, spec: RecipeSpec, cluster: Optional[Cluster] = None) -> "Layout":
@@ -114,6 +116,11 @@ class Layout:
             params_per_rank=0.0,
         )
         object.__setattr__(layout, "params_per_rank", _params_per_rank(spec, layout))
+        if spec.num_moe_experts is not None:
+            experts = _expert_params_per_rank(spec, layout)
+            object.__setattr__(layout, "expert_params_per_rank", experts)
+            expert_model = spec.expert_tensor_parallel_size * spec.expert_parallel * p
+            object.__setattr__(layout, "expert_data_parallel", max(1, world // expert_model))
         return layout
 
     @property
@@ -193,7 +200,7 @@ def _params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
     parameters."""
     t = layout.tp
     layer, norms, positions = _shape_params(spec)
-    per_layer = layer.per_rank(t)
+    per_layer = layer.per_rank(t, spec.expert_parallel * spec.expert_tensor_parallel_size)
     vocab = spec.padded_vocab_size * spec.hidden_size / t
     if layout.pp == 1:
         return spec.num_layers * per_layer + vocab * (1 if spec.share_embeddings else 2) + positions + norms
@@ -201,6 +208,13 @@ def _params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
     last = layout.layers_last_stage * per_layer + vocab + norms
     middle = layout.layers_per_stage * per_layer if layout.pp > 2 else 0.0
     return max(first, last, middle)
+
+
+def _expert_params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
+    """The routed experts' share of `_params_per_rank`: the most loaded stage's layers' experts over EP x ETP."""
+    layer = _shape_params(spec)[0]
+    layers = spec.num_layers if layout.pp == 1 else max(layout.layers_first_stage, layout.layers_per_stage)
+    return layers * layer.expert / (spec.expert_parallel * spec.expert_tensor_parallel_size)
 
 
 def derived_values(spec: RecipeSpec) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from typing import Callable, Iterable, Optional
 
 from nemo_recipes.catalog import RecipeSpec, data_problems
 from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem
+from nemo_recipes.plan.expert_rules import EXPERT_RULES
 from nemo_recipes.plan.hardware import GPUS, Cluster
 from nemo_recipes.plan.layout import Layout, divisors
 from nemo_recipes.plan.stack import Program
@@ -496,6 +497,7 @@ RULES: tuple[Rule, ...] = (
     tp_comm_overlap_rule,
     pipeline_bubble_rule,
     distributed_optimizer_rule,
+    *EXPERT_RULES,
 )
 # Rules about policy or advice rather than feasibility: a job that breaks them still runs (TP across nodes is slow,
 # a data blend is checked when data loads). Every other rule is structural: without it the job cannot be laid out or
