@@ -106,6 +106,12 @@ class RecipeSpec:
     moe_token_dispatcher_type: Dispatcher = "allgather"
     moe_grouped_gemm: bool = False
     moe_permute_fusion: bool = False
+    # DeepSeek-style routing (`routing_fields`): group-limited, scaled, its bias's rate, leading dense layers.
+    moe_router_num_groups: Optional[int] = None
+    moe_router_group_topk: Optional[int] = None
+    moe_router_topk_scaling_factor: Optional[float] = None
+    moe_router_bias_update_rate: float = 1e-3
+    moe_first_dense_layers: int = 0
 
     # Parallelism.
     tensor_parallel: int

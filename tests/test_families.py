@@ -19,7 +19,7 @@ def test_an_unknown_family_is_refused_with_field_value_and_fix(name, hint):
     (problem,) = caught.value.problems
     assert (problem.field, problem.value) == ("family", name)
     assert hint in problem.message
-    assert problem.fix == "use one of: gpt, llama, qwen3, mixtral, qwen3_moe."
+    assert problem.fix == "use one of: gpt, llama, qwen3, mixtral, qwen3_moe, deepseek."
 
 
 def test_every_row_belongs_to_the_family_module_that_lists_it():
