@@ -44,7 +44,8 @@ ALLOWED: dict[str, set[str]] = {
     "training": CORE | {"catalog", "families", "plan", "overrides", "budget", "recipe_fields"},
     "executors": CORE | {"catalog", "plan", "overrides", "_version", "budget"},
     "watching": CORE | {"catalog", "families", "plan"},
-    "smoke_training": CORE | {"catalog", "budget", "plan", "overrides", "data", "training", "executors", "conversion"},
+    "smoke_training": CORE
+    | {"catalog", "families", "budget", "plan", "overrides", "data", "training", "executors", "conversion"},
     "conversion": CORE | {"catalog", "families", "data"},
     "cli": CORE
     | {

@@ -6,6 +6,7 @@ leak into the other tests of this session."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -202,3 +203,34 @@ def test_rmsnorm_with_sequence_parallelism_is_torchs_rmsnorm_marked_for_the_tens
     such gradients over the TP group (as TE's RMSNorm marks its own), and the model keeps sequence parallelism on."""
     assert llama_runs["norm_before"] == "refused: sequence parallel not supported by torch LayerNorm"
     assert llama_runs["norm_after"] == "RMSNorm sequence_parallel=True marks=[True]"
+
+
+def test_a_lock_left_by_a_stopped_run_does_not_hang_the_next_one(tmp_path):
+    """Megatron-Core's import takes a lock in torch's shared extensions directory and waits for it with no bound; a
+    worker stopped inside that import leaves it. A smoke worker builds in a directory of its own, so a left lock
+    (planted here where torch's default directory is) stops nobody, and its directory goes when it ends."""
+    cache = tmp_path / "cache"
+    stale = cache / "torch_extensions" / "py311_cpu" / "managed_alloc_runtime" / "lock"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("")
+    run = tmp_path / "run"
+    code = textwrap.dedent(
+        f"""
+        from nemo_recipes.smoke_training import cpu_compat
+        private = cpu_compat.private_extension_builds({str(run)!r}, "train", 0)
+        import megatron.core.inference.unified_memory
+        print("imported in", private)
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TORCH_EXTENSIONS_DIR"}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "XDG_CACHE_HOME": str(cache)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"imported in {run / '.torch_extensions' / 'train-rank0'}" in done.stdout
+    assert not (run / ".torch_extensions").exists()
+    assert stale.exists()  # the user's lock is theirs: untouched

@@ -1,11 +1,13 @@
-"""Tier (b): our factories through NeMo's own CLI (`nemo llm pretrain --factory gpt_*`), in subprocesses.
+"""Tier (b): our factories through NeMo's own CLI (`nemo llm pretrain --factory gpt_*`).
 
-Each `nemo` call imports all of NeMo (~15-20 s here), so the dry runs (one per recipe, and one with an argument)
-start together and are checked one by one.
+Each `nemo` process imports all of NeMo (~15-20 s here), so the dry runs of every recipe and the bad-input command
+lines run in one process through NeMo-Run's own CLI application (tests/_nemo_cli.py says what that changes: the
+process, nothing else); one dry run with a factory argument, and `--to-yaml`, go through the `nemo` executable itself.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -19,10 +21,22 @@ pytest.importorskip("nemo.collections.llm", reason="NeMo is not installed (tier 
 
 from nemo_recipes.catalog import RECIPES, config_class_name  # noqa: E402
 
-# One pytest-xdist worker for the module (scripts/test.sh: --dist loadgroup): its eight dry runs start once.
+# One pytest-xdist worker for the module (scripts/test.sh: --dist loadgroup): its command lines run once.
 pytestmark = [pytest.mark.nemo, pytest.mark.slow, pytest.mark.xdist_group("nemo_cli")]
 
 NEMO = shutil.which("nemo") or str(Path(sys.executable).with_name("nemo"))
+DRIVER = Path(__file__).with_name("_nemo_cli.py")
+
+#: Factory calls the CLI must refuse -> (what the message must name, and say).
+BAD_FACTORIES = {
+    "gpt_13b(tensor_parallel=3)": ("tensor_parallel", "num_attention_heads"),
+    "gpt_13b(micro_batch_sise=2)": ("micro_batch_sise", "did you mean 'micro_batch_size'?"),
+    "gpt_13b(precision=fp9)": ("precision", "one of 'bf16', 'fp16', 'fp8'"),
+    # Issue 13: a positional argument was taken as the name; "four" got NeMo-Run's nested "Failed to parse".
+    "gpt_7b(4)": ("positional argument", "takes keyword arguments only"),
+    "gpt_7b(num_nodes=four)": ("num_nodes='four'", "must be an integer. Fix: set num_nodes"),
+    "gpt_7b(max_lr=inf)": ("max_lr=inf", "must be a finite number"),
+}
 
 
 def _env(tmp: Path) -> dict[str, str]:
@@ -37,25 +51,38 @@ def _env(tmp: Path) -> dict[str, str]:
     }
 
 
-def _start(args: list[str], tmp: Path) -> subprocess.Popen:
-    return subprocess.Popen(
-        [NEMO, "llm", "pretrain", *args],
+def _dry_run(factory: str) -> list[str]:
+    return ["llm", "pretrain", "--factory", factory, "--dryrun", "--yes"]
+
+
+# Session scope: a worker may run other modules' tests between this module's, and a module fixture would then start
+# the runs again (seen in CI: 144 s of set-up twice).
+@pytest.fixture(scope="session")
+def dry_runs(tmp_path_factory) -> dict[str, tuple[int, str]]:
+    """factory call -> (exit code, output) of `nemo llm pretrain --factory CALL --dryrun --yes`: every recipe and
+    every bad call in one process, `gpt_70b(num_nodes=8)` through the `nemo` executable beside it."""
+    tmp = tmp_path_factory.mktemp("dry")
+    calls = [*RECIPES, *BAD_FACTORIES]
+    outside = "gpt_70b(num_nodes=8)"
+    own = subprocess.Popen(
+        [NEMO, *_dry_run(outside)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(tmp), cwd=tmp
+    )
+    together = subprocess.run(
+        [sys.executable, str(DRIVER), json.dumps([_dry_run(call) for call in calls])],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
         env=_env(tmp),
         cwd=tmp,
+        timeout=900,
     )
-
-
-# Session scope: a worker may run other modules' tests between this module's, and a module fixture would then start
-# the nine dry runs again (seen in CI: 144 s of set-up twice).
-@pytest.fixture(scope="session")
-def dry_runs(tmp_path_factory) -> dict[str, tuple[int, str]]:
-    tmp = tmp_path_factory.mktemp("dry")
-    running = {name: _start(["--factory", name, "--dryrun", "--yes"], tmp) for name in RECIPES}
-    running["gpt_70b(num_nodes=8)"] = _start(["--factory", "gpt_70b(num_nodes=8)", "--dryrun", "--yes"], tmp)
-    return {name: (p.wait(timeout=600), p.stdout.read()) for name, p in running.items()}
+    found = {}
+    for index, call in enumerate(calls):
+        framed = re.search(rf"@@@ begin {index}\n(.*?)\n@@@ end {index} code=(\d+)", together.stdout, re.DOTALL)
+        assert framed, f"no output framed for {call} (driver exit {together.returncode}):\n{together.stdout[-3000:]}"
+        found[call] = (int(framed.group(2)), framed.group(1))
+    found[outside] = (own.wait(timeout=600), own.stdout.read())
+    return found
 
 
 def _value(output: str, key: str) -> int:
@@ -110,28 +137,10 @@ def test_to_yaml_round_trips(tmp_path):
     assert "tensor_model_parallel_size: 1" in target.read_text()
 
 
-@pytest.mark.parametrize(
-    "factory,field,expected",
-    [
-        ("gpt_13b(tensor_parallel=3)", "tensor_parallel", "num_attention_heads"),
-        ("gpt_13b(micro_batch_sise=2)", "micro_batch_sise", "did you mean 'micro_batch_size'?"),
-        ("gpt_13b(precision=fp9)", "precision", "one of 'bf16', 'fp16', 'fp8'"),
-        # Issue 13: a positional argument was taken as the name; "four" got NeMo-Run's nested "Failed to parse".
-        ("gpt_7b(4)", "positional argument", "takes keyword arguments only"),
-        ("gpt_7b(num_nodes=four)", "num_nodes='four'", "must be an integer. Fix: set num_nodes"),
-        ("gpt_7b(max_lr=inf)", "max_lr=inf", "must be a finite number"),
-    ],
-)
-def test_bad_input_gets_one_clear_message(tmp_path, factory, field, expected):
-    done = subprocess.run(
-        [NEMO, "llm", "pretrain", "--factory", factory, "--dryrun", "--yes"],
-        capture_output=True,
-        text=True,
-        env=_env(tmp_path),
-        cwd=tmp_path,
-        timeout=600,
-    )
-    output = done.stdout + done.stderr
-    assert done.returncode != 0
+@pytest.mark.parametrize("factory", list(BAD_FACTORIES))
+def test_bad_input_gets_one_clear_message(dry_runs, factory):
+    code, output = dry_runs[factory]
+    field, expected = BAD_FACTORIES[factory]
+    assert code != 0
     assert field in output and expected in output, output
     assert "nemo_recipes/" not in output, f"a traceback through our code:\n{output}"

@@ -5,13 +5,9 @@ model times and the collectives it needs. A family says which blocks its layers 
 architecture (`families.architecture`) composes them; the Hugging Face names of each block's tensors are the
 family's declared mapping (`families.hf_mapping`).
 
-Blocks: `Attention` (multi-head and grouped-query; a bias on QKV only and QK-norm are its options),
-`MultiLatentAttention` (DeepSeek-V2/V3's low-rank compressed queries and keys/values, with the same methods, in
-`families.latent_attention`), `DenseMLP` (GELU, or gated: SwiGLU, GeGLU), `MoE` (router, routed experts split over
-expert parallelism, optional shared experts: counts total and active per token).
-
-Standard library only: the planner and the catalog read it on the fast path.
-"""
+Blocks: `Attention` (multi-head and grouped-query; QKV bias and QK-norm as options), `DenseMLP` (GELU, SwiGLU, GeGLU),
+`MoE` (router, routed experts split over EP, optional shared experts); multi-latent attention is `latent_attention`'s.
+Standard library only: the planner and the catalog read it on the fast path."""
 
 from __future__ import annotations
 
@@ -81,7 +77,7 @@ class SplitNeed:
     field: str  # the recipe field a user changes to fix it: num_attention_heads, num_query_groups, ffn_hidden_size, ...
     value: int  # the size that must be divisible
     group: Literal["tp", "ep", "etp", "cp"]  # which parallel size must divide it
-    what: str  # prose: what is split, for the problem's message (e.g. "attention heads")
+    what: str  # prose: what is split, for the problem's message (e.g. "attention heads"; "the MLP": "{what} is split")
 
     def met_by(self, size: int) -> bool:
         return self.value % size == 0
@@ -124,6 +120,8 @@ class Shape(Protocol):
     @property
     def rotary_percent(self) -> float: ...
     @property
+    def activation(self) -> str: ...
+    @property
     def family(self) -> str: ...
     @property
     def num_moe_experts(self) -> Optional[int]: ...
@@ -157,6 +155,11 @@ class Block(Protocol):
         """What is wrong with the block's own shape, whatever the layout (a head count that does not divide the
         hidden size; advice on a family's choice, as warnings)."""
         ...
+
+
+def channels_per_head(hidden: int, heads: int, kv_channels: Optional[int] = None) -> int:
+    """Channels per attention head: kv_channels, or hidden / heads as Megatron-Core derives it when unset."""
+    return kv_channels or hidden // heads
 
 
 def norm(role: str, hidden: int, normalization: str) -> list[Tensor]:
@@ -370,7 +373,7 @@ class DenseMLP:
     @classmethod
     def of(cls, spec: Any) -> "DenseMLP":
         return cls(spec.hidden_size, spec.ffn_hidden_size, spec.gated_linear_unit, spec.normalization,
-                   spec.add_bias_linear, getattr(spec, "activation", ""))  # fmt: skip
+                   spec.add_bias_linear, spec.activation)  # fmt: skip
 
     @property
     def fc1_width(self) -> int:
@@ -406,7 +409,7 @@ class DenseMLP:
 
     def split_needs(self) -> list[SplitNeed]:
         """fc1 is column-parallel, fc2 row-parallel: TP splits the FFN's width."""
-        return [SplitNeed("ffn_hidden_size", self.ffn, "tp", "the MLP's FFN width")]
+        return [SplitNeed("ffn_hidden_size", self.ffn, "tp", "the MLP")]
 
     def shape_problems(self) -> list[Problem]:
         """A gated MLP has three FFN-wide matrices where GELU has two: at GPT-3's 4 x hidden it is 1.5 times the MLP.
@@ -430,16 +433,12 @@ class DenseMLP:
 
 @dataclass(frozen=True)
 class MoE:
-    """A Mixture-of-Experts MLP with its pre-norm (Megatron-Core's MoELayer, `transformer/moe/`): a router (a linear
-    layer hidden -> experts, no bias, a full copy on every rank: `TopKRouter.weight`), `experts` routed experts of
-    which each token visits `top_k`, each a `DenseMLP` of `expert_ffn` (Megatron's moe_ffn_hidden_size), and
-    optionally a shared expert of `shared_ffn` (moe_shared_expert_intermediate_size) every token visits.
-
-    How the GPUs hold it: the routed experts split over expert parallelism (EP: each rank `experts / EP` whole
-    experts, `MoELayer`'s num_local_experts) and each expert's matrices over expert-tensor parallelism (ETP: fc1
-    column-wise, fc2 row-wise, as TP splits a dense MLP); the router and the norm are whole everywhere; the shared
-    expert splits over TP like a dense MLP (`SharedExpertMLP`). The expert-bias balancing of a sigmoid router is a
-    buffer, not a parameter: it counts nowhere."""
+    """A Mixture-of-Experts MLP with its pre-norm (Megatron-Core's MoELayer): a router (hidden -> experts, no bias,
+    whole on every rank: `TopKRouter.weight`), `experts` routed experts of which each token visits `top_k`, each a
+    `DenseMLP` of `expert_ffn` (moe_ffn_hidden_size), and optionally a shared expert of `shared_ffn`
+    (moe_shared_expert_intermediate_size) every token visits. The routed experts split over EP (whole experts:
+    MoELayer's num_local_experts) and each expert's matrices over ETP (fc1 column-, fc2 row-wise); the shared expert
+    splits over TP like a dense MLP. A sigmoid router's expert bias is a buffer, not a parameter: it counts nowhere."""
 
     hidden: int
     experts: int
@@ -467,9 +466,8 @@ class MoE:
         "shared.fc2.weight": ("mlp.shared_experts.linear_fc2.weight",),
         "shared.fc2.bias": ("mlp.shared_experts.linear_fc2.bias",),
     }
-    #: An expert tensor's role -> its module key for local expert `{i}` (numbered from 0 on each EP rank), in the
-    #: model's own `state_dict()`: (Transformer Engine's TEGroupedMLP, one GroupedLinear holding `weight0`,
-    #: `weight1`, ...; the local spec's SequentialMLP, one MLP module per expert) (Megatron-Core 0.14 experts.py).
+    #: Role -> the `state_dict()` key of local expert `{i}` (from 0 on each EP rank): (Transformer Engine's
+    #: TEGroupedMLP, weight0, weight1, ...; the local spec's SequentialMLP, a module per expert) (experts.py).
     EXPERT_MODULE_KEYS: ClassVar[dict[str, tuple[str, str]]] = {
         "experts.fc1.weight": ("mlp.experts.linear_fc1.weight{i}", "mlp.experts.local_experts.{i}.linear_fc1.weight"),
         "experts.fc1.bias": ("mlp.experts.linear_fc1.bias{i}", "mlp.experts.local_experts.{i}.linear_fc1.bias"),
@@ -529,8 +527,7 @@ class MoE:
         return sum(t.numel for t in self.expert_tensors()) // self.experts
 
     @property
-    def idle_params_per_token(self) -> int:
-        """The parameters of the experts a token does not visit: the total less the active count, per layer."""
+    def idle_params_per_token(self) -> int:  # the experts a token does not visit: total less active, per layer
         return (self.experts - self.top_k) * self.params_per_expert
 
     def weight_macs_per_token(self) -> int:
@@ -561,10 +558,17 @@ class MoE:
         return [Collective("ep", "all-to-all", sent), Collective("ep", "all-to-all", sent)]
 
     def split_needs(self) -> list[SplitNeed]:
-        """Issue 45's (the experts over EP, their FFN over expert TP)."""
-        return []
+        """Whole experts on each EP rank (Megatron-Core's MoELayer asserts num_moe_experts % EP == 0); each expert's
+        width over expert TP (its fc1 column-, fc2 row-parallel); the shared expert's over TP, as a dense MLP's."""
+        needs = [
+            SplitNeed("num_moe_experts", self.experts, "ep", "each expert layer"),
+            SplitNeed("moe_ffn_hidden_size", self.expert_ffn, "etp", "each expert's MLP"),
+        ]
+        if self.shared_ffn:
+            needs.append(SplitNeed("moe_shared_expert_intermediate_size", self.shared_ffn, "tp", "the shared expert"))
+        return needs
 
-    def shape_problems(self) -> list[Problem]:
+    def shape_problems(self) -> list[Problem]:  # its sizes' rules are the layout's: `plan/expert_rules.py`
         return []
 
 

@@ -131,9 +131,12 @@ def train_phase(
     reseed_at: Optional[int] = None,
 ) -> None:
     """Train one phase with NeMo's `llm.pretrain`; rank 0 then records the checkpoints it finds."""
+    from nemo_recipes.smoke_training import cpu_compat
+
+    # Before anything imports Megatron-Core (the recipe's builders do): its import takes a lock a stopped run can leave.
+    cpu_compat.private_extension_builds(dir, phase, int(os.environ.get("RANK", "0")))
     import fiddle as fdl
 
-    from nemo_recipes.smoke_training import cpu_compat
     from nemo_recipes.smoke_training.callbacks import attempt
     from nemo_recipes.smoke_training.record import append
 

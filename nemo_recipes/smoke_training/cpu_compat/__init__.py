@@ -20,7 +20,12 @@ silently misses its target on another release would make a CPU run prove nothing
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import importlib.metadata
+import os
+import shutil
+from pathlib import Path
 from typing import Any
 
 from nemo_recipes.errors import InputError, Problem
@@ -59,6 +64,29 @@ def version_problems(installed: dict[str, str | None] | None = None) -> list[str
                 f"the patches were written for {pinned}"
             )
     return lines
+
+
+def private_extension_builds(run_dir: str | Path, phase: str, rank: int) -> Path:
+    """Give this process a torch-extensions directory of its own inside the run's directory (unless the user set
+    TORCH_EXTENSIONS_DIR), removed when the process ends.
+
+    Why: importing Megatron-Core 0.15.3 (`megatron/core/inference/unified_memory.py`) compiles a CUDA extension with
+    torch's `load_inline`, which on a CPU fails, but first takes a lock file in the shared default directory
+    (~/.cache/torch_extensions/.../managed_alloc_runtime/lock) and waits, with no bound, for any lock it finds there.
+    A worker stopped inside that import (Ctrl-C, a phase's timeout, SIGKILL) leaves the lock behind, and every later
+    Megatron import on the machine then hangs for ever. In a directory of its own, a left lock stops nobody."""
+    path = Path(run_dir) / ".torch_extensions" / f"{phase}-rank{rank}"
+    if "TORCH_EXTENSIONS_DIR" not in os.environ:
+        path.mkdir(parents=True, exist_ok=True)
+        os.environ["TORCH_EXTENSIONS_DIR"] = str(path)
+        atexit.register(_remove, path)
+    return Path(os.environ["TORCH_EXTENSIONS_DIR"])
+
+
+def _remove(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    with contextlib.suppress(OSError):  # the last rank to end removes the parent
+        path.parent.rmdir()
 
 
 def check_versions() -> None:
