@@ -80,12 +80,6 @@ def _copier(value: list[Any]) -> Callable[[], list[Any]]:
     return lambda: list(value)
 
 
-def _default(field: dataclasses.Field) -> Any:
-    if field.default_factory is not dataclasses.MISSING:
-        return field.default_factory()
-    return field.default
-
-
 def _config_class(class_name: str, recipe_name: str) -> type[GPTConfig]:
     spec = RECIPES[recipe_name]
     parent = nemo_config_base(spec)
@@ -119,8 +113,15 @@ def model_config(spec: RecipeSpec) -> run.Config[GPTConfig]:
     """`run.Config` of the recipe's config class, carrying only the values that differ from its defaults (so a
     custom shape built from the closest recipe reads as 'gpt_7b with num_layers=16')."""
     cls = CONFIG_CLASSES.get(spec.name) or nemo_config_base(spec)
-    base = {f.name: _default(f) for f in dataclasses.fields(cls)}
-    changed = {k: v for k, v in model_config_values(spec).items() if base.get(k, dataclasses.MISSING) != v}
+    # A list default (moe_layer_freq) is a default_factory, which fiddle cannot read back unset: always written.
+    base = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
+    values = model_config_values(spec)
+    if spec.name in RECIPES:  # a value the row's class holds that the spec no longer sets (mtp_num_layers=None)
+        parent = {f.name: f.default for f in dataclasses.fields(nemo_config_base(spec))}
+        dropped = [k for k in model_config_values(RECIPES[spec.name]) if k not in values]
+        reset = {k: parent[k] for k in dropped if parent.get(k, dataclasses.MISSING) is not dataclasses.MISSING}
+        values = {**reset, **values}  # back to NeMo's class's default, written
+    changed = {k: v for k, v in values.items() if base.get(k, dataclasses.MISSING) != v}
     return run.Config(cls, **changed)
 
 
