@@ -1,5 +1,6 @@
 """The table of truth: every family's rows (`families/`: the five GPT recipes of the seed, three Llama-3-shaped ones,
-two Qwen3 dense ones) as `RecipeSpec` rows, and every value a recipe needs.
+two Qwen3 dense ones, two Mixtral and two Qwen3-MoE Mixtures of Experts) as `RecipeSpec` rows, and every value a
+recipe needs.
 
 Plain data, standard library only (no nemo, torch, megatron or nemo_run), so that listing recipes, planning and the
 fast CLI verbs answer at once. Everything else (NeMo objects, executors, the planner) reads its numbers from here.

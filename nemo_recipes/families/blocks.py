@@ -454,8 +454,10 @@ class MoE:
     #: tensor with a leading global-expert axis under `mlp.experts.experts.` (experts.py, `sharded_state_dict`:
     #: "interchangeable with SequentialMLP's"). Their in-memory module names differ: `EXPERT_MODULE_KEYS`.
     MEGATRON_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
-        "pre_moe_norm.weight": ("pre_mlp_layernorm.weight",),  # both specs: a MoE's norm is never fused into fc1
-        "pre_moe_norm.bias": ("pre_mlp_layernorm.bias",),
+        # TE's spec keeps the norm apart (the router reads it); the local spec's keys map renames it as a dense
+        # layer's even with experts (gpt_layer_specs.py: "pre_mlp_layernorm." -> "mlp.linear_fc1.layer_norm_").
+        "pre_moe_norm.weight": ("pre_mlp_layernorm.weight", "mlp.linear_fc1.layer_norm_weight"),
+        "pre_moe_norm.bias": ("pre_mlp_layernorm.bias", "mlp.linear_fc1.layer_norm_bias"),
         "router.weight": ("mlp.router.weight",),
         "experts.fc1.weight": ("mlp.experts.experts.linear_fc1.weight",),
         "experts.fc1.bias": ("mlp.experts.experts.linear_fc1.bias",),
