@@ -154,6 +154,16 @@ class Architecture:
         """What the blocks say about their own shapes, whatever the layout."""
         return list(dict.fromkeys(p for g in self.groups for block in g.blocks for p in block.shape_problems()))
 
+    def group_params(self) -> list[tuple[int, LayerParams]]:
+        """Each group's layer count and one of its layers' parameters, first layers first."""
+        return [(g.count, _params([t for b in g.blocks for t in b.tensors()])) for g in self.groups]
+
+    def mtp_params(self) -> LayerParams:
+        """Every multi-token prediction layer's parameters (Megatron-Core builds them on the last pipeline stage)."""
+        one = _params(self.mtp_tensors()) if self.mtp_layers else LayerParams(0, 0)
+        n = self.mtp_layers
+        return LayerParams(n * one.sharded, n * one.replicated, n * one.expert)
+
     def layer_params(self) -> LayerParams:
         return _params([t for block in self.blocks for t in block.tensors()])
 

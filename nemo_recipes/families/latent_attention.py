@@ -7,10 +7,30 @@ the catalog read it on the fast path.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional, Protocol
 
 from nemo_recipes.errors import Problem
 from nemo_recipes.families.blocks import Collective, Gemm, SplitNeed, Tensor, norm
+
+
+class LatentShape(Protocol):
+    """The recipe values beyond `blocks.Shape` that decide a model with multi-latent attention, multi-token
+    prediction or leading dense layers (the planner caches a shape's counts by both protocols' values)."""
+
+    @property
+    def q_lora_rank(self) -> Optional[int]: ...
+    @property
+    def kv_lora_rank(self) -> Optional[int]: ...
+    @property
+    def qk_head_dim(self) -> int: ...
+    @property
+    def qk_pos_emb_head_dim(self) -> int: ...
+    @property
+    def v_head_dim(self) -> int: ...
+    @property
+    def mtp_num_layers(self) -> Optional[int]: ...
+    @property
+    def moe_first_dense_layers(self) -> int: ...
 
 
 @dataclass(frozen=True)

@@ -25,14 +25,16 @@ from typing import Any, Optional
 from nemo_recipes.catalog import DERIVED_SOURCES, RecipeSpec
 from nemo_recipes.counts import divisors
 from nemo_recipes.families.architecture import Architecture, LayerParams, Shape
+from nemo_recipes.families.latent_attention import LatentShape
 from nemo_recipes.plan.hardware import Cluster
 
 # The values `Architecture` reads (its `Shape`): a plan search lays out one shape hundreds of times, changing only
 # parallelism and batch, so the parameter counts of a shape are counted once per process (`_shape_params`).
-_SHAPE_FIELDS = tuple(name for name, value in vars(Shape).items() if isinstance(value, property))
+_SHAPE_FIELDS = tuple(n for p in (Shape, LatentShape) for n, value in vars(p).items() if isinstance(value, property))
 _SHAPE_KEY = attrgetter(*_SHAPE_FIELDS)  # the tuple of their values, read in C: a plan search reads it per layout
 _SHAPE_PARAMS: dict[tuple, tuple[LayerParams, int, int]] = {}
 _SHAPE_ARCHITECTURES: dict[tuple, Architecture] = {}
+_SHAPE_GROUPS: dict[tuple, tuple[list[tuple[int, LayerParams]], LayerParams]] = {}
 
 
 def shape_architecture(spec: RecipeSpec) -> Architecture:
@@ -217,16 +219,40 @@ def _params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
     TP); the last holds the final norm and the output layer, which with tied embeddings and PP > 1 is a second copy
     of the word embeddings (Megatron keeps one on the last stage and all-reduces their gradients). CP does not split
     parameters."""
-    t = layout.tp
-    layer, norms, positions = _shape_params(spec)
-    per_layer = layer.per_rank(t, spec.expert_parallel * spec.expert_tensor_parallel_size)
+    t, split = layout.tp, spec.expert_parallel * spec.expert_tensor_parallel_size
+    _, norms, positions = _shape_params(spec)
+    architecture, mtp_params = _shape_groups(spec)
     vocab = spec.padded_vocab_size * spec.hidden_size / t
+    mtp = mtp_params.per_rank(t, split)  # on the last stage
     if layout.pp == 1:
-        return spec.num_layers * per_layer + vocab * (1 if spec.share_embeddings else 2) + positions + norms
-    first = layout.layers_first_stage * per_layer + vocab + positions
-    last = layout.layers_last_stage * per_layer + vocab + norms
-    middle = layout.layers_per_stage * per_layer if layout.pp > 2 else 0.0
-    return max(first, last, middle)
+        layers = _layers_params(architecture, 0, spec.num_layers, t, split)
+        return layers + vocab * (1 if spec.share_embeddings else 2) + positions + norms + mtp
+    first = _layers_params(architecture, 0, layout.layers_first_stage, t, split) + vocab + positions
+    last_start = spec.num_layers - layout.layers_last_stage
+    last = _layers_params(architecture, last_start, spec.num_layers, t, split) + vocab + norms + mtp
+    starts = range(layout.layers_first_stage, last_start, max(1, layout.layers_per_stage))
+    middle = max((_layers_params(architecture, a, a + layout.layers_per_stage, t, split) for a in starts), default=0.0)
+    return max(first, last, middle if layout.pp > 2 else 0.0)
+
+
+def _shape_groups(spec: RecipeSpec) -> tuple[list[tuple[int, LayerParams]], LayerParams]:
+    """Each layer group's count and parameters, and the MTP layers', counted once per shape."""
+    key = _SHAPE_KEY(spec)
+    counted = _SHAPE_GROUPS.get(key)
+    if counted is None:
+        architecture = shape_architecture(spec)
+        counted = _SHAPE_GROUPS[key] = (architecture.group_params(), architecture.mtp_params())
+    return counted
+
+
+def _layers_params(groups: list[tuple[int, LayerParams]], start: int, end: int, tp: int, split: int) -> float:
+    """Parameters on one GPU of the decoder layers [start, end), each counted as its group's (first layers first)."""
+    total, at = 0.0, 0
+    for count, params in groups:
+        overlap = max(0, min(end, at + count) - max(start, at))
+        total += overlap * params.per_rank(tp, split)
+        at += count
+    return total
 
 
 def _expert_params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
