@@ -289,7 +289,7 @@ def _read_blend(config: Any) -> dict[str, Any]:
 def _write_moe_layer_freq(spec: RecipeSpec) -> dict[str, Any]:
     """The leading dense layers as Megatron-Core's per-layer pattern (1: experts, 0: a dense MLP), as NeMo's
     DeepSeekV3Config writes its first three; none is Megatron's default, 1 (every layer)."""
-    k = spec.moe_first_dense_layers
+    k = min(spec.moe_first_dense_layers, spec.num_layers)
     return {"model.config.moe_layer_freq": [0] * k + [1] * (spec.num_layers - k) if k else 1}
 
 
