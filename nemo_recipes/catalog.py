@@ -79,6 +79,16 @@ class RecipeSpec:
     normalization: Normalization = "LayerNorm"
     norm_epsilon: float = 1e-5
     qk_layernorm: bool = False  # a norm of each head's queries and keys before RoPE (Megatron-Core's qk_layernorm)
+    # Multi-latent attention (DeepSeek-V2/V3) in place of multi-head attention when kv_lora_rank is set; a model with
+    # MLA states all five, Megatron-Core's MLATransformerConfig names and defaults.
+    q_lora_rank: Optional[int] = None
+    kv_lora_rank: Optional[int] = None
+    qk_head_dim: int = 128
+    qk_pos_emb_head_dim: int = 64
+    v_head_dim: int = 128
+    # Multi-token prediction (DeepSeek-V3's MTP module): extra layers that predict further tokens during training.
+    mtp_num_layers: Optional[int] = None
+    mtp_loss_scaling_factor: Optional[float] = None
     activation: Activation = "gelu"
     add_bias_linear: bool = True
     share_embeddings: bool = True
@@ -98,6 +108,12 @@ class RecipeSpec:
     moe_token_dispatcher_type: Dispatcher = "allgather"
     moe_grouped_gemm: bool = False
     moe_permute_fusion: bool = False
+    # DeepSeek-style routing (`routing_fields`): group-limited, scaled, its bias's rate, leading dense layers.
+    moe_router_num_groups: Optional[int] = None
+    moe_router_group_topk: Optional[int] = None
+    moe_router_topk_scaling_factor: Optional[float] = None
+    moe_router_bias_update_rate: float = 1e-3
+    moe_first_dense_layers: int = 0
 
     # Parallelism.
     tensor_parallel: int
@@ -106,6 +122,8 @@ class RecipeSpec:
     virtual_pipeline: Optional[int] = None
     sequence_parallel: Optional[bool] = None
     pipeline_counts_embedding_and_loss: bool = False
+    pipeline_first_stage_layers: Optional[int] = None
+    pipeline_last_stage_layers: Optional[int] = None
     expert_parallel: int = 1
     expert_tensor_parallel: Optional[int] = None
 

@@ -93,6 +93,14 @@ EXPERT_MISSED = [
         "expert's MLP is split column-wise over expert TP). Fix: use a moe_ffn_hidden_size that is a multiple of 5, "
         "or an expert_tensor_parallel that divides it.",
     ),
+    (
+        "moe_shared_expert_intermediate_size",
+        "deepseek_v3_671b",
+        dict(moe_shared_expert_intermediate_size=2047),
+        "error: moe_shared_expert_intermediate_size=2047: moe_shared_expert_intermediate_size=2047 is not divisible "
+        "by tensor_parallel=2 (the shared expert is split column-wise over TP). Fix: use a "
+        "moe_shared_expert_intermediate_size that is a multiple of 2, or a tensor_parallel that divides it.",
+    ),
 ]
 
 

@@ -5,12 +5,9 @@ model times and the collectives it needs. A family says which blocks its layers 
 architecture (`families.architecture`) composes them; the Hugging Face names of each block's tensors are the
 family's declared mapping (`families.hf_mapping`).
 
-Blocks: `Attention` (multi-head and grouped-query; a bias on QKV only and QK-norm are its options; multi-latent
-attention is one more class with the same methods), `DenseMLP` (GELU, or gated: SwiGLU, GeGLU), `MoE` (router,
-routed experts split over expert parallelism, optional shared experts: counts total and active per token).
-
-Standard library only: the planner and the catalog read it on the fast path.
-"""
+Blocks: `Attention` (multi-head and grouped-query; QKV bias and QK-norm as options), `DenseMLP` (GELU, SwiGLU, GeGLU),
+`MoE` (router, routed experts split over EP, optional shared experts); multi-latent attention is `latent_attention`'s.
+Standard library only: the planner and the catalog read it on the fast path."""
 
 from __future__ import annotations
 
@@ -63,10 +60,13 @@ class Gemm:
 @dataclass(frozen=True)
 class Collective:
     """A communication a block needs per token and pass: the group it runs over (`tp`, `cp`, `ep`), its kind and how
-    many elements per token it moves (the throughput model turns them into seconds)."""
+    many elements per token it moves (the throughput model turns them into seconds). Under sequence parallelism a
+    TP all-reduce is an all-gather before the block and a reduce-scatter after it; a block whose gathered input is
+    narrower than what it scatters (multi-latent attention gathers its latents, not the hidden state) says the two
+    halves apart: each moves half an all-reduce's bytes."""
 
     group: Literal["tp", "cp", "ep"]
-    kind: Literal["all-reduce", "ring", "all-to-all"]
+    kind: Literal["all-reduce", "all-gather", "reduce-scatter", "ring", "all-to-all"]
     elements_per_token: int
 
 

@@ -25,20 +25,26 @@ from typing import Any, Optional
 from nemo_recipes.catalog import DERIVED_SOURCES, RecipeSpec
 from nemo_recipes.counts import divisors
 from nemo_recipes.families.architecture import Architecture, LayerParams, Shape
+from nemo_recipes.families.latent_attention import LatentShape
 from nemo_recipes.plan.hardware import Cluster
 
 # The values `Architecture` reads (its `Shape`): a plan search lays out one shape hundreds of times, changing only
-# parallelism and batch, so the parameter counts of a shape are counted once per process (`_shaped`).
-_SHAPE_FIELDS = tuple(name for name, value in vars(Shape).items() if isinstance(value, property))
+# parallelism and batch, so the parameter counts of a shape are counted once per process (`_shape_params`).
+_SHAPE_FIELDS = tuple(n for p in (Shape, LatentShape) for n, value in vars(p).items() if isinstance(value, property))
 _SHAPE_KEY = attrgetter(*_SHAPE_FIELDS)  # the tuple of their values, read in C: a plan search reads it per layout
-_SHAPES: dict[tuple, tuple[Architecture, LayerParams, int, int]] = {}
+_SHAPE_PARAMS: dict[tuple, tuple[LayerParams, int, int]] = {}
+_SHAPE_ARCHITECTURES: dict[tuple, Architecture] = {}
+_SHAPE_GROUPS: dict[tuple, tuple[list[tuple[int, LayerParams]], LayerParams]] = {}
 
 
 def shape_architecture(spec: RecipeSpec) -> Architecture:
-    """`Architecture.of(spec)`, built once per shape (a `Layout` holds it: the rules ask its blocks for their split
-    needs and shape problems on every layout a plan search tries). Read its blocks, not its `spec` (the first spec
-    of that shape)."""
-    return _shaped(spec)[0]
+    """`Architecture.of(spec)`, built once per shape: the rules ask its blocks for their split needs and shape
+    problems on every layout a plan search tries. Read its blocks, not its `spec` (the first of that shape's)."""
+    key = _SHAPE_KEY(spec)
+    architecture = _SHAPE_ARCHITECTURES.get(key)
+    if architecture is None:
+        architecture = _SHAPE_ARCHITECTURES[key] = Architecture.of(spec)
+    return architecture
 
 
 def layer_params(spec: RecipeSpec) -> LayerParams:
@@ -97,7 +103,13 @@ class Layout:
         stage_slots = math.ceil(slots / p)
         end_layers = stage_slots - (1 if counted else 0)  # the first and last stages give a slot to embedding/loss
         most = stage_slots if (p > 2 or not counted) else end_layers
-        shaped = _shaped(spec)
+        first_layers = last_layers = end_layers if p > 1 else spec.num_layers
+        divide = slots % p == 0 and (slots // p) % v == 0
+        chunk = max(1, math.ceil(slots / (p * v)))
+        uneven = _uneven_stages(spec, p, v)
+        if uneven is not None:
+            first_layers, most, last_layers, divide = uneven
+            chunk = max(1, math.ceil(most / v))
         layout = cls(
             cluster=cluster,
             tp=t,
@@ -113,17 +125,17 @@ class Layout:
             sequence_parallel=spec.sequence_parallel_enabled and t > 1,
             tokens_per_rank=b * spec.seq_length / c,
             pipeline_slots=slots,
-            layers_divide=slots % p == 0 and (slots // p) % v == 0,
-            layers_first_stage=end_layers if p > 1 else spec.num_layers,
+            layers_divide=divide,
+            layers_first_stage=first_layers,
             layers_per_stage=most,
-            layers_last_stage=end_layers if p > 1 else spec.num_layers,
-            layers_per_chunk=max(1, math.ceil(slots / (p * v))),
+            layers_last_stage=last_layers,
+            layers_per_chunk=chunk,
             params_per_rank=0.0,
-            architecture=shaped[0],
+            architecture=shape_architecture(spec),
         )
-        object.__setattr__(layout, "params_per_rank", _params_per_rank(spec, layout, shaped))
+        object.__setattr__(layout, "params_per_rank", _params_per_rank(spec, layout))
         if spec.num_moe_experts is not None:
-            experts = _expert_params_per_rank(spec, layout, shaped)
+            experts = _expert_params_per_rank(spec, layout)
             object.__setattr__(layout, "expert_params_per_rank", experts)
             expert_model = spec.expert_tensor_parallel_size * spec.expert_parallel * p
             object.__setattr__(layout, "expert_data_parallel", max(1, world // expert_model))
@@ -166,16 +178,32 @@ class Layout:
         return min(n, self.layers_per_chunk) / self.layers_per_chunk
 
 
-def _shaped(spec: RecipeSpec) -> tuple[Architecture, LayerParams, int, int]:
-    """The architecture of the spec's shape, one layer's parameters, the final norm's and the position table's,
-    counted once per shape."""
+def _uneven_stages(spec: RecipeSpec, p: int, v: int) -> Optional[tuple[int, int, int, bool]]:
+    """With the first or the last stage's layers set (`pipeline_first_stage_layers`, `pipeline_last_stage_layers`):
+    (first stage's layers, the most loaded stage's, the last stage's, whether Megatron-Core accepts the split), the
+    stages not set sharing the rest evenly (TransformerConfig.__post_init__, 'Uneven PP': each set stage and each
+    middle stage's share divisible by VP). None when neither is set or there is no pipeline."""
+    first, last = spec.pipeline_first_stage_layers, spec.pipeline_last_stage_layers
+    if p == 1 or (first is None and last is None):
+        return None
+    rest, middle = spec.num_layers - (first or 0) - (last or 0), p - (first is not None) - (last is not None)
+    share = math.ceil(rest / middle) if middle > 0 else 0
+    divide = rest >= 0 and (rest % middle == 0 and share % v == 0 if middle > 0 else rest == 0)
+    divide = divide and all(n is None or n % v == 0 for n in (first, last))
+    first_layers = share if first is None else first
+    last_layers = share if last is None else last
+    return first_layers, max(first_layers, share, last_layers), last_layers, divide
+
+
+def _shape_params(spec: RecipeSpec) -> tuple[LayerParams, int, int]:
+    """One layer's parameters, the final norm's and the position table's, counted once per shape."""
     key = _SHAPE_KEY(spec)
-    shaped = _SHAPES.get(key)
-    if shaped is None:
+    counted = _SHAPE_PARAMS.get(key)
+    if counted is None:
         architecture = Architecture.of(spec)
-        shaped = (architecture, architecture.layer_params(), architecture.norm_params, architecture.position_params)
-        _SHAPES[key] = shaped
-    return shaped
+        counted = (architecture.layer_params(), architecture.norm_params, architecture.position_params)
+        _SHAPE_PARAMS[key] = counted
+    return counted
 
 
 def pipeline_sizes(spec: RecipeSpec) -> list[int]:
@@ -188,29 +216,51 @@ def pipeline_sizes(spec: RecipeSpec) -> list[int]:
     return sorted(sizes)
 
 
-def _params_per_rank(spec: RecipeSpec, layout: Layout, shaped: tuple[Architecture, LayerParams, int, int]) -> float:
+def _params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
     """Parameters on one GPU of the most loaded stage (perf-model.md 2.1: `(transformer/p + embedding) / t` plus
     replicated norms and biases). The first stage holds the word embeddings (and learned positions, replicated over
     TP); the last holds the final norm and the output layer, which with tied embeddings and PP > 1 is a second copy
     of the word embeddings (Megatron keeps one on the last stage and all-reduces their gradients). CP does not split
     parameters."""
-    t = layout.tp
-    _, layer, norms, positions = shaped
-    per_layer = layer.per_rank(t, spec.expert_parallel * spec.expert_tensor_parallel_size)
+    t, split = layout.tp, spec.expert_parallel * spec.expert_tensor_parallel_size
+    _, norms, positions = _shape_params(spec)
+    architecture, mtp_params = _shape_groups(spec)
     vocab = spec.padded_vocab_size * spec.hidden_size / t
+    mtp = mtp_params.per_rank(t, split)  # on the last stage
     if layout.pp == 1:
-        return spec.num_layers * per_layer + vocab * (1 if spec.share_embeddings else 2) + positions + norms
-    first = layout.layers_first_stage * per_layer + vocab + positions
-    last = layout.layers_last_stage * per_layer + vocab + norms
-    middle = layout.layers_per_stage * per_layer if layout.pp > 2 else 0.0
-    return max(first, last, middle)
+        layers = _layers_params(architecture, 0, spec.num_layers, t, split)
+        return layers + vocab * (1 if spec.share_embeddings else 2) + positions + norms + mtp
+    first = _layers_params(architecture, 0, layout.layers_first_stage, t, split) + vocab + positions
+    last_start = spec.num_layers - layout.layers_last_stage
+    last = _layers_params(architecture, last_start, spec.num_layers, t, split) + vocab + norms + mtp
+    starts = range(layout.layers_first_stage, last_start, max(1, layout.layers_per_stage))
+    middle = max((_layers_params(architecture, a, a + layout.layers_per_stage, t, split) for a in starts), default=0.0)
+    return max(first, last, middle if layout.pp > 2 else 0.0)
 
 
-def _expert_params_per_rank(
-    spec: RecipeSpec, layout: Layout, shaped: tuple[Architecture, LayerParams, int, int]
-) -> float:
+def _shape_groups(spec: RecipeSpec) -> tuple[list[tuple[int, LayerParams]], LayerParams]:
+    """Each layer group's count and parameters, and the MTP layers', counted once per shape."""
+    key = _SHAPE_KEY(spec)
+    counted = _SHAPE_GROUPS.get(key)
+    if counted is None:
+        architecture = shape_architecture(spec)
+        counted = _SHAPE_GROUPS[key] = (architecture.group_params(), architecture.mtp_params())
+    return counted
+
+
+def _layers_params(groups: list[tuple[int, LayerParams]], start: int, end: int, tp: int, split: int) -> float:
+    """Parameters on one GPU of the decoder layers [start, end), each counted as its group's (first layers first)."""
+    total, at = 0.0, 0
+    for count, params in groups:
+        overlap = max(0, min(end, at + count) - max(start, at))
+        total += overlap * params.per_rank(tp, split)
+        at += count
+    return total
+
+
+def _expert_params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
     """The routed experts' share of `_params_per_rank`: the most loaded stage's layers' experts over EP x ETP."""
-    layer = shaped[1]
+    layer = _shape_params(spec)[0]
     layers = spec.num_layers if layout.pp == 1 else max(layout.layers_first_stage, layout.layers_per_stage)
     return layers * layer.expert / (spec.expert_parallel * spec.expert_tensor_parallel_size)
 

@@ -208,6 +208,7 @@ def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
     return {
         **attention,
         **_small_experts(spec, attention["hidden_size"], layout),
+        **_small_latents(spec, attention["hidden_size"]),
         "num_layers": _small_layers(spec, layout),
         "ffn_hidden_size": _small_ffn(spec, attention["hidden_size"], split),
         "seq_length": seq,
@@ -215,6 +216,9 @@ def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
         "make_vocab_size_divisible_by": VOCAB_MULTIPLE,
         "micro_batch_size": MICRO_BATCH,
         "recompute_num_layers": None,
+        # The recipe's own first and last stages (DeepSeek-V3's 3 and 2 of 61) are the full-size layout's.
+        "pipeline_first_stage_layers": None,
+        "pipeline_last_stage_layers": None,
     }
 
 
@@ -233,6 +237,22 @@ def _at_least(value: int, field: str, split: dict[str, int]) -> int:
     """`value`, rounded up to what the blocks' split needs ask of `field` on the layout."""
     multiple = split.get(field, 1)
     return -(-value // multiple) * multiple
+
+
+def _small_latents(spec: RecipeSpec, hidden: int) -> dict[str, Any]:
+    """Multi-latent attention scaled with the hidden size: the latents at a half (queries) and a quarter (keys and
+    values) of it, as DeepSeek-V3's 1536 and 512 are of its 7168 within a factor of two, heads of 16 + 8 rotary
+    query/key and 16 value channels; the leading dense layers at most one of the scaled layers."""
+    if spec.kv_lora_rank is None:
+        return {}
+    return {
+        "q_lora_rank": None if spec.q_lora_rank is None else hidden // 2,
+        "kv_lora_rank": hidden // 4,
+        "qk_head_dim": 16,
+        "qk_pos_emb_head_dim": 8,
+        "v_head_dim": 16,
+        "moe_first_dense_layers": min(spec.moe_first_dense_layers, 1),
+    }
 
 
 def _small_attention(spec: RecipeSpec, split: dict[str, int]) -> dict[str, Any]:
