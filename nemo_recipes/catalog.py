@@ -41,6 +41,11 @@ Normalization = Literal["LayerNorm", "RMSNorm"]
 # gelu: GPT-3's MLP. swiglu: gated linear unit with SiLU (Llama). geglu: gated linear unit with GELU, what Megatron-Core
 # builds from gated_linear_unit=True alone (its activation_func defaults to GELU).
 Activation = Literal["gelu", "geglu", "swiglu"]
+# Megatron-Core's router and dispatcher choices that this stack builds (the 'flex' dispatcher needs DeepEP, and
+# 'global_aux_loss' is newer than what NeMo 2.7.3's recipes use).
+RouterScore = Literal["softmax", "sigmoid"]
+LoadBalancing = Literal["aux_loss", "seq_aux_loss", "sinkhorn", "none"]
+Dispatcher = Literal["allgather", "alltoall"]
 
 #: The default vocabulary: GPT-2's byte-level BPE (Radford et al. 2019), the tokenizer of GPT-3 and Megatron's GPT
 #: examples.
@@ -77,6 +82,20 @@ class RecipeSpec:
     share_embeddings: bool = True
     hidden_dropout: float = 0.1
     attention_dropout: float = 0.1
+    # Mixture of Experts (`expert_fields`): Megatron-Core's names and defaults; a dense model leaves them so.
+    num_moe_experts: Optional[int] = None
+    moe_router_topk: int = 2
+    moe_ffn_hidden_size: Optional[int] = None
+    moe_shared_expert_intermediate_size: Optional[int] = None
+    moe_router_score_function: RouterScore = "softmax"
+    moe_router_pre_softmax: bool = False
+    moe_router_load_balancing_type: LoadBalancing = "aux_loss"
+    moe_aux_loss_coeff: float = 0.0
+    moe_router_enable_expert_bias: bool = False
+    moe_expert_capacity_factor: Optional[float] = None
+    moe_token_dispatcher_type: Dispatcher = "allgather"
+    moe_grouped_gemm: bool = False
+    moe_permute_fusion: bool = False
 
     # Parallelism.
     tensor_parallel: int
@@ -85,6 +104,8 @@ class RecipeSpec:
     virtual_pipeline: Optional[int] = None
     sequence_parallel: Optional[bool] = None
     pipeline_counts_embedding_and_loss: bool = False
+    expert_parallel: int = 1
+    expert_tensor_parallel: Optional[int] = None
 
     # Batch.
     micro_batch_size: int
@@ -185,6 +206,16 @@ class RecipeSpec:
         """The name of the family whose module lists this row (`families.registry.family_of`), which names the model
         config class (`config_class_name`)."""
         return family_of(self.name)
+
+    @property
+    def expert_tensor_parallel_size(self) -> int:
+        """ETP as Megatron-Core takes it: the field, or TP when unset (parallel_state.initialize_model_parallel)."""
+        return self.expert_tensor_parallel or self.tensor_parallel
+
+    @property
+    def active_parameters(self) -> int:
+        """Parameters one token uses (a Mixture of Experts: its top-k experts'); a dense model's total."""
+        return Architecture.of(self).active_parameters
 
     @property
     def model_parallel_size(self) -> int:
@@ -373,8 +404,9 @@ def field_names() -> tuple[str, ...]:
 def config_class_name(spec: RecipeSpec) -> str:
     """GPTConfig7B for gpt_7b, GPTConfig1_3B for gpt_1_3b, LlamaConfig70B for llama_70b: the name of the recipe's NeMo
     model config class (nemo_recipes.training.model), which NeMo-Run writes as the config's target. The family's
-    display name keeps GPT 70B and Llama 70B apart."""
-    return FAMILIES[spec.family] + "Config" + spec.size_label.replace(".", "_")
+    display name keeps GPT 70B and Llama 70B apart; a label's dots and dashes become underscores
+    (Qwen3MoEConfig30B_A3B)."""
+    return FAMILIES[spec.family] + "Config" + spec.size_label.replace(".", "_").replace("-", "_")
 
 
 def recipe_names() -> tuple[str, ...]:

@@ -1,11 +1,12 @@
-"""The bounds a recipe field can declare (`recipe_fields`), each with the problem a value beyond it is told; the
-constants they are made of (`recipe_checks` re-exports them). Standard library only: it is on the fast path, where
-`plan` imports neither `dataclasses` nor `inspect`, so the records are named tuples (frozen all the same)."""
+"""The record of one recipe field (`RecipeField`, whose table is `recipe_fields`) and the bounds it can declare, each
+with the problem a value beyond it is told; the constants they are made of (`recipe_checks` re-exports them).
+Standard library only: it is on the fast path, where `plan` imports neither `dataclasses` nor `inspect`, so the
+records are named tuples (frozen all the same)."""
 
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 #: Where Megatron, PyTorch and NumPy count: the largest token count or step a recipe takes.
 INT64_MAX = 2**63 - 1
@@ -64,3 +65,31 @@ FRACTION = (
     Limit(">=", 0, "must be in [0, 1).", "set {name} between 0 and 1."),
     Limit("<", 1, "must be in [0, 1).", "set {name} between 0 and 1."),
 )
+
+
+class RecipeField(NamedTuple):
+    """One recipe field (a named tuple, not a dataclass: `plan`'s start-up imports no `dataclasses`)."""
+
+    name: str
+    section: str
+    help: str
+    #: Where the default comes from; None where the field has no default (each row gives it: its family's sources).
+    source: Optional[str]
+    #: The range of a numeric field; a field without limits is checked by its type alone (a choice, a flag, a path).
+    limits: tuple[Limit, ...] = ()
+    #: NeMo-Run configuration paths the value is written to (`model.config.num_layers`), read back from the first.
+    nemo: tuple[str, ...] = ()
+    #: The name of the conversion between the value and its paths (`training/nemo_fields.CONVERSIONS`), where the
+    #: value is not copied as it is.
+    conversion: Optional[str] = None
+    #: Why NeMo's configuration does not hold the field (set exactly when `nemo` is empty).
+    not_in_nemo: Optional[str] = None
+    #: Why the value, although written to NeMo's configuration, is not read back from it (None: it is).
+    not_read_back: Optional[str] = None
+    #: The field means something only in a model with experts (`num_moe_experts` set): `show` lists it, the NeMo
+    #: configuration holds it and `introspect` reads it back for such recipes only (`applies`).
+    experts_only: bool = False
+
+    def applies(self, spec: Any) -> bool:
+        """Whether the field belongs to `spec`: every field does, but an expert field to a recipe with experts."""
+        return not self.experts_only or getattr(spec, "num_moe_experts", None) is not None

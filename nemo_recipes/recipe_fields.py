@@ -18,8 +18,9 @@ so in `source` = None and its rows' sources are their family's. Standard library
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
+from nemo_recipes.expert_fields import EXPERT_MODEL_FIELDS, EXPERT_PARALLEL_FIELDS
 from nemo_recipes.field_limits import (
     COUNT_MAX,
     FRACTION,
@@ -29,32 +30,11 @@ from nemo_recipes.field_limits import (
     POSITIVE,
     SIZE_MAX,
     Limit,
+    RecipeField,
     at_least_one,
     at_most,
     count,
 )
-
-
-class RecipeField(NamedTuple):
-    """One recipe field (a named tuple, not a dataclass: `plan`'s start-up imports no `dataclasses`)."""
-
-    name: str
-    section: str
-    help: str
-    #: Where the default comes from; None where the field has no default (each row gives it: its family's sources).
-    source: Optional[str]
-    #: The range of a numeric field; a field without limits is checked by its type alone (a choice, a flag, a path).
-    limits: tuple[Limit, ...] = ()
-    #: NeMo-Run configuration paths the value is written to (`model.config.num_layers`), read back from the first.
-    nemo: tuple[str, ...] = ()
-    #: The name of the conversion between the value and its paths (`training/nemo_fields.CONVERSIONS`), where the
-    #: value is not copied as it is.
-    conversion: Optional[str] = None
-    #: Why NeMo's configuration does not hold the field (set exactly when `nemo` is empty).
-    not_in_nemo: Optional[str] = None
-    #: Why the value, although written to NeMo's configuration, is not read back from it (None: it is).
-    not_read_back: Optional[str] = None
-
 
 #: The sections of the table, in the order of `RecipeSpec`'s fields.
 SECTIONS = (
@@ -195,6 +175,7 @@ RECIPE_FIELDS: tuple[RecipeField, ...] = (
         FRACTION,
     ),
     _model("attention_dropout", "dropout of the attention probabilities", "0.1, NeMo GPTConfig default", FRACTION),
+    *EXPERT_MODEL_FIELDS,
     # ---- parallelism: NeMo's MegatronStrategy ----
     RecipeField(
         "tensor_parallel",
@@ -252,6 +233,7 @@ RECIPE_FIELDS: tuple[RecipeField, ...] = (
         ),
         conversion="pipeline_split",
     ),
+    *EXPERT_PARALLEL_FIELDS,
     # ---- batch: the data module ----
     RecipeField(
         "micro_batch_size",

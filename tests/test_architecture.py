@@ -28,7 +28,8 @@ ALLOWED: dict[str, set[str]] = {
     "families": CORE,
     # The table of recipe fields (section, help, source, bounds, NeMo paths) and the bounds it is made of.
     "field_limits": set(),
-    "recipe_fields": {"field_limits"},
+    "expert_fields": {"field_limits"},
+    "recipe_fields": {"field_limits", "expert_fields"},
     # A blend by budget: the catalog's checks need no file; epochs read the sources' manifests (data.manifest,
     # standard library only), where plan and the plugin resolve them.
     "budget": CORE | {"data"},
@@ -79,6 +80,7 @@ LIGHT = {
     "families",
     "budget",
     "field_limits",
+    "expert_fields",
     "recipe_fields",
     "recipe_checks",
     "catalog",

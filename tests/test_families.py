@@ -19,7 +19,7 @@ def test_an_unknown_family_is_refused_with_field_value_and_fix(name, hint):
     (problem,) = caught.value.problems
     assert (problem.field, problem.value) == ("family", name)
     assert hint in problem.message
-    assert problem.fix == "use one of: gpt, llama, qwen3."
+    assert problem.fix == "use one of: gpt, llama, qwen3, mixtral, qwen3_moe."
 
 
 def test_every_row_belongs_to_the_family_module_that_lists_it():
@@ -80,6 +80,8 @@ def test_a_layer_is_its_familys_blocks_and_every_tensor_has_one_megatron_key_and
     assert architecture.blocks == family.layer(spec)
     roles = [t.role for t in architecture.layer_tensors()]
     assert len(roles) == len(set(roles)) and set(roles) <= set(MEGATRON_KEYS)
+    if family.hf is None:  # the MoE families convert with a later issue: `hf export` refuses them by name
+        return
     mapped = [role for rule in family.hf.layer if set(rule.roles) <= set(roles) for role in rule.roles]
     assert sorted(mapped) == sorted(roles)  # each tensor converted by exactly one declared rule, both ways
 

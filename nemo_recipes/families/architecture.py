@@ -17,6 +17,8 @@ from nemo_recipes.families.blocks import (
     Collective,
     DenseMLP,
     Gemm,
+    LayerGroup,
+    MoE,
     Shape,
     Split,
     Tensor,
@@ -31,9 +33,15 @@ class LayerParams:
 
     sharded: int  # column/row-parallel weights and column-parallel biases: divided by TP
     replicated: int  # row-parallel biases and norms: a full copy on every TP rank
+    expert: int = 0  # routed experts' tensors: divided by EP (whole experts) x ETP (each expert's matrices)
 
-    def per_rank(self, tp: int) -> float:
-        return self.sharded / tp + self.replicated
+    def per_rank(self, tp: int, expert_split: int = 1) -> float:
+        """On one GPU at TP `tp`, with the routed experts over `expert_split` = EP x ETP GPUs."""
+        return self.sharded / tp + self.replicated + self.expert / expert_split
+
+    @property
+    def total(self) -> int:
+        return self.sharded + self.replicated + self.expert
 
 
 @dataclass(frozen=True)
@@ -56,14 +64,35 @@ class TokenFlops:
 
 @dataclass(frozen=True)
 class Architecture:
-    """The model Megatron-Core's GPTModel builds for a recipe: its layers are its family's blocks (`Family.layer`)."""
+    """The model Megatron-Core's GPTModel builds for a recipe: its layers are its family's blocks, in groups of alike
+    layers (`Family.pattern`: one group where every layer is the same). The counts and FLOPs of the whole model sum
+    over the groups exactly; the per-layer answers (`layer_tensors`, `layer_params`, `layer_gemms`, ...) are those
+    of `blocks`, the most numerous group's layer, which is every layer where the family has one kind."""
 
     spec: Shape
-    blocks: tuple[Block, ...]
+    groups: tuple[LayerGroup, ...]
 
     @classmethod
     def of(cls, spec: Shape) -> "Architecture":
-        return cls(spec, get_family(spec.family).layer(spec))
+        groups = get_family(spec.family).pattern(spec)
+        if sum(group.count for group in groups) != spec.num_layers:  # a family's pattern is the package's, not input
+            raise ValueError(f"the {spec.family} family's layer groups {groups} do not add up to {spec.num_layers}")
+        return cls(spec, groups)
+
+    @property
+    def blocks(self) -> tuple[Block, ...]:
+        """The blocks of the most numerous group's layers (the first such group on a tie)."""
+        return max(self.groups, key=lambda group: group.count).blocks
+
+    @property
+    def uniform(self) -> bool:
+        """Whether every layer is made of the same blocks."""
+        return len({group.blocks for group in self.groups}) == 1
+
+    @property
+    def moe(self) -> Optional[MoE]:
+        """The Mixture-of-Experts block of the model's expert layers, or None for a dense model."""
+        return next((b for group in self.groups for b in group.blocks if isinstance(b, MoE)), None)
 
     def block(self, kind: type) -> Optional[Any]:
         """The layer's block of class `kind`, or None."""
@@ -113,11 +142,7 @@ class Architecture:
         return total
 
     def layer_params(self) -> LayerParams:
-        tensors = self.layer_tensors()
-        return LayerParams(
-            sharded=sum(t.numel for t in tensors if t.split != "replicated"),
-            replicated=sum(t.numel for t in tensors if t.split == "replicated"),
-        )
+        return _params([t for block in self.blocks for t in block.tensors()])
 
     @property
     def norm_params(self) -> int:
@@ -136,22 +161,35 @@ class Architecture:
 
     @property
     def num_parameters(self) -> int:
-        """Exact parameter count of the model NeMo builds (Narayanan et al. 2021, Eq. 2, is the GPT-3 case)."""
-        per_layer = self.layer_params()
-        layers = self.spec.num_layers * (per_layer.sharded + per_layer.replicated)
+        """Exact parameter count of the model NeMo builds (Narayanan et al. 2021, Eq. 2, is the GPT-3 case): every
+        group's layers, the embeddings, the positions, the final norm."""
+        layers = sum(g.count * _params([t for b in g.blocks for t in b.tensors()]).total for g in self.groups)
         return layers + self.embedding_params + self.position_params + self.norm_params
 
+    @property
+    def active_parameters(self) -> int:
+        """The parameters one token's forward pass uses: all of them less, in every expert layer, the experts the
+        router does not send it to (`MoE.idle_params_per_token`). A dense model's is its total."""
+        idle = sum(g.count * b.idle_params_per_token for g in self.groups for b in g.blocks if isinstance(b, MoE))
+        return self.num_parameters - idle
+
     def forward_flops_per_token(self) -> TokenFlops:
-        """Forward FLOPs per token of the whole model (perf-model.md 2.2): 2 per weight of the layers' GEMMs, the
-        attention's scores and attention over V, `2·h·V` for the logits."""
+        """Forward FLOPs per token of the whole model (perf-model.md 2.2): 2 per weight of the layers' GEMMs (a
+        Mixture of Experts': the active ones, `MoE.weight_macs_per_token`), the attention's scores and attention
+        over V, `2·h·V` for the logits."""
         s = self.spec
-        dense = 2.0 * sum(block.weight_macs_per_token() for block in self.blocks)
-        attention = sum(block.attention_flops_per_token(s.seq_length) for block in self.blocks)
-        return TokenFlops(
-            dense=s.num_layers * dense,
-            attention=s.num_layers * attention,
-            logits=2.0 * s.hidden_size * s.padded_vocab_size,
-        )
+        dense = sum(g.count * 2.0 * sum(b.weight_macs_per_token() for b in g.blocks) for g in self.groups)
+        attention = sum(g.count * sum(b.attention_flops_per_token(s.seq_length) for b in g.blocks) for g in self.groups)
+        return TokenFlops(dense=dense, attention=attention, logits=2.0 * s.hidden_size * s.padded_vocab_size)
 
 
-__all__ = ["NORM_EPSILON", "Architecture", "LayerParams", "Shape", "Split", "Tensor", "TokenFlops"]
+def _params(tensors: list[Tensor]) -> LayerParams:
+    """Tensors' parameters by how they are split: over TP, whole on every TP rank, or over EP x ETP."""
+    return LayerParams(
+        sharded=sum(t.numel for t in tensors if t.split in ("column", "row")),
+        replicated=sum(t.numel for t in tensors if t.split == "replicated"),
+        expert=sum(t.numel for t in tensors if t.split == "expert"),
+    )
+
+
+__all__ = ["NORM_EPSILON", "Architecture", "LayerGroup", "LayerParams", "Shape", "Split", "Tensor", "TokenFlops"]

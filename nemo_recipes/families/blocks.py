@@ -7,7 +7,7 @@ family's declared mapping (`families.hf_mapping`).
 
 Blocks: `Attention` (multi-head and grouped-query; a bias on QKV only and QK-norm are its options; multi-latent
 attention is one more class with the same methods), `DenseMLP` (GELU, or gated: SwiGLU, GeGLU), `MoE` (router,
-routed experts, shared experts; its maths arrive with issue 45: the methods are there, the facts not yet).
+routed experts split over expert parallelism, optional shared experts: counts total and active per token).
 
 Standard library only: the planner and the catalog read it on the fast path.
 """
@@ -15,7 +15,7 @@ Standard library only: the planner and the catalog read it on the fast path.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal, Optional, Protocol
 
 #: How a tensor is stored over the GPUs: column-parallel (split along its output rows), row-parallel (split along its
 #: input columns), a full copy on every TP rank, or split over expert parallelism by its leading expert axis.
@@ -100,6 +100,14 @@ class Shape(Protocol):
     def qk_layernorm(self) -> bool: ...
     @property
     def family(self) -> str: ...
+    @property
+    def num_moe_experts(self) -> Optional[int]: ...
+    @property
+    def moe_router_topk(self) -> int: ...
+    @property
+    def moe_ffn_hidden_size(self) -> Optional[int]: ...
+    @property
+    def moe_shared_expert_intermediate_size(self) -> Optional[int]: ...
 
 
 class Block(Protocol):
@@ -302,12 +310,16 @@ class DenseMLP:
 
 @dataclass(frozen=True)
 class MoE:
-    """A Mixture-of-Experts MLP with its pre-norm: a router (hidden -> experts, replicated), `experts` routed
-    experts of which each token visits `top_k`, each a `DenseMLP` of `expert_ffn`, their tensors stacked on a
-    leading expert axis that expert parallelism splits, and optionally a shared expert of `shared_ffn` every token
-    visits. Its facts (capacity, dispatch, load balance) arrive with issue 45: the structure is here, and the answers
-    below are the first-order ones every MoE shares (a token's FLOPs are its top-k experts', its all-to-alls carry
-    its hidden state out to them and back)."""
+    """A Mixture-of-Experts MLP with its pre-norm (Megatron-Core's MoELayer, `transformer/moe/`): a router (a linear
+    layer hidden -> experts, no bias, a full copy on every rank: `TopKRouter.weight`), `experts` routed experts of
+    which each token visits `top_k`, each a `DenseMLP` of `expert_ffn` (Megatron's moe_ffn_hidden_size), and
+    optionally a shared expert of `shared_ffn` (moe_shared_expert_intermediate_size) every token visits.
+
+    How the GPUs hold it: the routed experts split over expert parallelism (EP: each rank `experts / EP` whole
+    experts, `MoELayer`'s num_local_experts) and each expert's matrices over expert-tensor parallelism (ETP: fc1
+    column-wise, fc2 row-wise, as TP splits a dense MLP); the router and the norm are whole everywhere; the shared
+    expert splits over TP like a dense MLP (`SharedExpertMLP`). The expert-bias balancing of a sigmoid router is a
+    buffer, not a parameter: it counts nowhere."""
 
     hidden: int
     experts: int
@@ -316,36 +328,94 @@ class MoE:
     gated: bool
     normalization: str
     shared_ffn: int = 0
+    bias: bool = False  # Megatron-Core allows biases in experts only with ETP = 1 (transformer_config.py)
 
+    #: Keys in Megatron's distributed checkpoint (what `nemo-recipes hf export` and the restore check read): the
+    #: local spec's SequentialMLP and Transformer Engine's TEGroupedMLP both save each layer's experts as one
+    #: tensor with a leading global-expert axis under `mlp.experts.experts.` (experts.py, `sharded_state_dict`:
+    #: "interchangeable with SequentialMLP's"). Their in-memory module names differ: `EXPERT_MODULE_KEYS`.
     MEGATRON_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
-        "pre_moe_norm.weight": ("pre_mlp_layernorm.weight",),
+        "pre_moe_norm.weight": ("pre_mlp_layernorm.weight",),  # both specs: a MoE's norm is never fused into fc1
         "pre_moe_norm.bias": ("pre_mlp_layernorm.bias",),
         "router.weight": ("mlp.router.weight",),
-        "experts.fc1.weight": ("mlp.experts.linear_fc1.weight",),
-        "experts.fc2.weight": ("mlp.experts.linear_fc2.weight",),
+        "experts.fc1.weight": ("mlp.experts.experts.linear_fc1.weight",),
+        "experts.fc1.bias": ("mlp.experts.experts.linear_fc1.bias",),
+        "experts.fc2.weight": ("mlp.experts.experts.linear_fc2.weight",),
+        "experts.fc2.bias": ("mlp.experts.experts.linear_fc2.bias",),
         "shared.fc1.weight": ("mlp.shared_experts.linear_fc1.weight",),
+        "shared.fc1.bias": ("mlp.shared_experts.linear_fc1.bias",),
         "shared.fc2.weight": ("mlp.shared_experts.linear_fc2.weight",),
+        "shared.fc2.bias": ("mlp.shared_experts.linear_fc2.bias",),
+    }
+    #: An expert tensor's role -> its module key for local expert `{i}` (numbered from 0 on each EP rank), in the
+    #: model's own `state_dict()`: (Transformer Engine's TEGroupedMLP, one GroupedLinear holding `weight0`,
+    #: `weight1`, ...; the local spec's SequentialMLP, one MLP module per expert) (Megatron-Core 0.14 experts.py).
+    EXPERT_MODULE_KEYS: ClassVar[dict[str, tuple[str, str]]] = {
+        "experts.fc1.weight": ("mlp.experts.linear_fc1.weight{i}", "mlp.experts.local_experts.{i}.linear_fc1.weight"),
+        "experts.fc1.bias": ("mlp.experts.linear_fc1.bias{i}", "mlp.experts.local_experts.{i}.linear_fc1.bias"),
+        "experts.fc2.weight": ("mlp.experts.linear_fc2.weight{i}", "mlp.experts.local_experts.{i}.linear_fc2.weight"),
+        "experts.fc2.bias": ("mlp.experts.linear_fc2.bias{i}", "mlp.experts.local_experts.{i}.linear_fc2.bias"),
     }
 
-    def _expert(self, ffn: int) -> DenseMLP:
-        return DenseMLP(self.hidden, ffn, self.gated, self.normalization, False)
+    @classmethod
+    def of(cls, spec: Any) -> "MoE":
+        """The MoE block of a recipe with experts: moe_ffn_hidden_size unset is ffn_hidden_size, as Megatron-Core
+        sets it (transformer_config.py)."""
+        return cls(
+            hidden=spec.hidden_size,
+            experts=spec.num_moe_experts,
+            top_k=spec.moe_router_topk,
+            expert_ffn=spec.moe_ffn_hidden_size or spec.ffn_hidden_size,
+            gated=spec.gated_linear_unit,
+            normalization=spec.normalization,
+            shared_ffn=spec.moe_shared_expert_intermediate_size or 0,
+            bias=spec.add_bias_linear,
+        )
 
-    def tensors(self) -> list[Tensor]:
-        h, e, expert = self.hidden, self.experts, self._expert(self.expert_ffn)
+    def _expert(self, ffn: int) -> DenseMLP:
+        return DenseMLP(self.hidden, ffn, self.gated, self.normalization, self.bias)
+
+    def expert_tensors(self) -> list[Tensor]:
+        """The routed experts' tensors, each stacked on a leading axis of `experts`: what EP and ETP split."""
+        e, h, expert = self.experts, self.hidden, self._expert(self.expert_ffn)
         tensors = [
-            *norm("pre_moe_norm", h, self.normalization),  # not fused into fc1, as a dense MLP's: the router reads it
-            Tensor("router.weight", (e, h), "replicated"),
             Tensor("experts.fc1.weight", (e, expert.fc1_width, h), "expert"),
             Tensor("experts.fc2.weight", (e, h, self.expert_ffn), "expert"),
+        ]
+        if self.bias:
+            tensors += [Tensor("experts.fc1.bias", (e, expert.fc1_width), "expert")]
+            tensors += [Tensor("experts.fc2.bias", (e, h), "expert")]
+        return tensors
+
+    def tensors(self) -> list[Tensor]:
+        h = self.hidden
+        tensors = [
+            *norm("pre_moe_norm", h, self.normalization),  # not fused into fc1, as a dense MLP's: the router reads it
+            Tensor("router.weight", (self.experts, h), "replicated"),
+            *self.expert_tensors(),
         ]
         if self.shared_ffn:
             shared = self._expert(self.shared_ffn)
             tensors += [Tensor("shared.fc1.weight", (shared.fc1_width, h), "column")]
             tensors += [Tensor("shared.fc2.weight", (h, self.shared_ffn), "row")]
+            if self.bias:
+                tensors += [Tensor("shared.fc1.bias", (shared.fc1_width,), "column")]
+                tensors += [Tensor("shared.fc2.bias", (h,), "replicated")]
         return tensors
 
+    @property
+    def params_per_expert(self) -> int:
+        """One routed expert's parameters (its fc1 and fc2, with their biases if any)."""
+        return sum(t.numel for t in self.expert_tensors()) // self.experts
+
+    @property
+    def idle_params_per_token(self) -> int:
+        """The parameters of the experts a token does not visit: the total less the active count, per layer."""
+        return (self.experts - self.top_k) * self.params_per_expert
+
     def weight_macs_per_token(self) -> int:
-        """The router's, the top-k experts' a token visits and the shared expert's."""
+        """The router's, the top-k experts' a token visits and the shared expert's: the active weights, once each
+        (a token's FLOPs are 2 per active weight; a dropless router computes exactly top_k experts per token)."""
         shared = self._expert(self.shared_ffn).weight_macs_per_token() if self.shared_ffn else 0
         routed = self.top_k * self._expert(self.expert_ffn).weight_macs_per_token()
         return self.hidden * self.experts + routed + shared
@@ -355,7 +425,7 @@ class MoE:
 
     def gemms(self) -> list[Gemm]:
         """The routed experts' GEMMs as if a token went through top_k of them one after the other (grouped GEMMs
-        and their uneven loads are issue 45's); the shared expert's as a dense MLP's."""
+        and their uneven loads are the MoE throughput model's, a later task); the shared expert's as a dense MLP's."""
         routed = self._expert(self.expert_ffn).gemms() * self.top_k
         shared = self._expert(self.shared_ffn).gemms() if self.shared_ffn else []
         return [Gemm(self.hidden, self.experts, "replicated"), *routed, *shared]
@@ -371,9 +441,24 @@ class MoE:
         return [Collective("ep", "all-to-all", sent), Collective("ep", "all-to-all", sent)]
 
 
+@dataclass(frozen=True)
+class LayerGroup:
+    """`count` consecutive decoder layers made of the same `blocks`. A family whose layers differ gives its pattern
+    as groups in order (`Family.layers`: DeepSeek-V3's first 3 layers dense, then 58 of experts); a family whose
+    layers are all alike gives one block tuple (`Family.layer`), one group of every layer."""
+
+    count: int
+    blocks: tuple[Block, ...]
+
+
 def dense_layer(spec: Any) -> tuple[Attention, DenseMLP]:
     """The blocks of a dense decoder layer: attention, then the MLP."""
     return (Attention.of(spec), DenseMLP.of(spec))
+
+
+def moe_layer(spec: Any) -> tuple[Attention, MoE]:
+    """The blocks of a Mixture-of-Experts decoder layer: attention, then the experts in place of the MLP."""
+    return (Attention.of(spec), MoE.of(spec))
 
 
 #: Every block's Megatron keys, by role (the exporter, the importer and the planner's check of `restore_from` read

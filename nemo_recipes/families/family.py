@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
-from nemo_recipes.families.blocks import Block, dense_layer
+from nemo_recipes.families.blocks import Block, LayerGroup, dense_layer
 from nemo_recipes.families.hf_mapping import HFMapping
 
 
@@ -14,7 +14,8 @@ from nemo_recipes.families.hf_mapping import HFMapping
 class Family:
     """One model family, one module under `families/`. `rows` are its recipes (name -> the RecipeSpec values of the
     row; `catalog.RECIPES` collects them), `sources` where each value in which its rows differ from the catalog's
-    field defaults comes from, `layer` the blocks one decoder layer is made of for a spec (`families.blocks`), and
+    field defaults comes from, `layer` the blocks one decoder layer is made of for a spec (`families.blocks`), or
+    `layers` the groups of layers in order where they differ (`LayerGroup`: "the first k dense, then experts"), and
     `hf` its Hugging Face class and the mapping both conversions read."""
 
     name: str
@@ -24,3 +25,11 @@ class Family:
     sources: Mapping[str, str] = field(default_factory=dict)
     layer: Callable[[Any], tuple[Block, ...]] = dense_layer
     hf: Optional[HFMapping] = None
+    layers: Optional[Callable[[Any], tuple[LayerGroup, ...]]] = None
+
+    def pattern(self, spec: Any) -> tuple[LayerGroup, ...]:
+        """The spec's decoder layers as groups of alike layers, first to last: `layers`' groups, or every layer
+        `layer`'s blocks."""
+        if self.layers is not None:
+            return self.layers(spec)
+        return (LayerGroup(spec.num_layers, self.layer(spec)),)
