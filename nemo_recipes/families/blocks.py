@@ -21,6 +21,13 @@ from typing import Any, ClassVar, Literal, Optional, Protocol
 #: input columns), a full copy on every TP rank, or split over expert parallelism by its leading expert axis.
 Split = Literal["column", "row", "replicated", "expert"]
 
+#: Bytes per channel of a routed token copy that the dispatcher keeps for the backward pass: the permuted input (bf16)
+#: and the expert's output before the combine (bf16).
+PERMUTED_BYTES = 4.0
+#: The router's fp32 logits and its fp32 probabilities, per expert and token (Megatron-Core's TopKRouter computes
+#: them in fp32: moe_router_dtype / router.py).
+ROUTER_BYTES_PER_EXPERT = 8.0
+
 #: The norms' epsilon: Megatron-Core's default (TransformerConfig.layernorm_epsilon), which no recipe changes.
 NORM_EPSILON = 1e-5
 
@@ -424,16 +431,36 @@ class MoE:
         return 0.0
 
     def gemms(self) -> list[Gemm]:
-        """The routed experts' GEMMs as if a token went through top_k of them one after the other (grouped GEMMs
-        and their uneven loads are the MoE throughput model's, a later task); the shared expert's as a dense MLP's."""
-        routed = self._expert(self.expert_ffn).gemms() * self.top_k
+        """The routed experts' GEMMs as if a token went through top_k of them one after the other (what a token's
+        FLOPs are); the shared expert's as a dense MLP's. How the GPUs run them, grouped per local expert, is
+        `expert_gemms` and `dense_gemms`."""
+        router, *shared = self.dense_gemms()
+        return [router, *self.expert_gemms() * self.top_k, *shared]
+
+    def expert_gemms(self) -> list[Gemm]:
+        """One routed expert's GEMMs, whole (ETP splits them as TP splits a dense MLP's: fc1 column-wise, fc2
+        row-wise): what the grouped GEMM runs on each local expert's tokens."""
+        return self._expert(self.expert_ffn).gemms()
+
+    def dense_gemms(self) -> list[Gemm]:
+        """The GEMMs every token runs once: the router's and the shared expert's."""
         shared = self._expert(self.shared_ffn).gemms() if self.shared_ffn else []
-        return [Gemm(self.hidden, self.experts, "replicated"), *routed, *shared]
+        return [Gemm(self.hidden, self.experts, "replicated"), *shared]
+
+    def routed_activations_per_sbh(self) -> float:
+        """Bytes per s·b·h, before TP divides them, that the routed tokens store: each of a token's top_k copies
+        keeps its expert's tensors (`DenseMLP.stored_activations_per_sbh`) and the dispatcher's two buffers of it,
+        the permuted input (fc1's input, 2 bytes a channel) and the expert's output kept for the combine's
+        weighting by the router's probabilities (2 bytes a channel) (Megatron-Core's moe_utils.permute/unpermute
+        and token_dispatcher.py). Balanced routing: a rank's share of the routed tokens is top_k times its own."""
+        return self.top_k * (self._expert(self.expert_ffn).stored_activations_per_sbh() + PERMUTED_BYTES)
 
     def stored_activations_per_sbh(self) -> float:
-        routed = self.top_k * self._expert(self.expert_ffn).stored_activations_per_sbh()
+        """The routed tokens' (`routed_activations_per_sbh`), the router's fp32 logits and probabilities (4 + 4
+        bytes per expert and token) and the shared expert's."""
+        router = ROUTER_BYTES_PER_EXPERT * self.experts / self.hidden
         shared = self._expert(self.shared_ffn).stored_activations_per_sbh() if self.shared_ffn else 0.0
-        return routed + shared
+        return self.routed_activations_per_sbh() + router + shared
 
     def collectives(self) -> list[Collective]:
         """The dispatch and the combine: each token's hidden state to its top_k experts and back, over EP."""

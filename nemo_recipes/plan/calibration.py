@@ -161,6 +161,8 @@ RANGES: dict[str, tuple[float, float, bool]] = {  # name: (low, high, low exclud
     "tp_overlap": (0.0, 1.0, False),
     "power_exponent": (0.0, 1.0, False),
     "step_overhead": (0.0, 60.0, False),
+    "grouped_gemm": (0.0, 1.0, True),
+    "ep_overlap": (0.0, 1.0, False),
 }
 PRECISIONS = typing.get_args(Precision)
 TOP_KEYS = ("format", "constants", "fitted_on", "mean_abs_error_pct")

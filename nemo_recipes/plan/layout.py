@@ -67,6 +67,9 @@ class Layout:
     layers_last_stage: int  # transformer layers on the last stage (which also runs the output layer)
     layers_per_chunk: int  # per model chunk; recompute_num_layers counts in these
     params_per_rank: float  # parameters held by one GPU of the most loaded stage
+    ep: int = 1  # expert parallelism: GPUs the routed experts are split over, whole experts each
+    etp: int = 1  # expert-tensor parallelism: GPUs each expert's matrices are split over (TP when unset)
+    expert_params_per_rank: float = 0.0  # the routed experts' share of params_per_rank (over EP x ETP)
 
     @classmethod
     def of(cls, spec: RecipeSpec, cluster: Optional[Cluster] = None) -> "Layout":
@@ -104,8 +107,12 @@ class Layout:
             layers_last_stage=end_layers if p > 1 else spec.num_layers,
             layers_per_chunk=max(1, math.ceil(slots / (p * v))),
             params_per_rank=0.0,
+            ep=spec.expert_parallel,
+            etp=spec.expert_tensor_parallel_size,
         )
-        object.__setattr__(layout, "params_per_rank", _params_per_rank(spec, layout))
+        params, experts = _params_per_rank(spec, layout)
+        object.__setattr__(layout, "params_per_rank", params)
+        object.__setattr__(layout, "expert_params_per_rank", experts)
         return layout
 
     @property
@@ -129,6 +136,18 @@ class Layout:
         """Ranks that share the distributed optimizer's state: Megatron-Core builds its shards on the data-parallel
         group that includes the CP ranks."""
         return self.dp * self.cp
+
+    @property
+    def expert_data_parallel(self) -> int:
+        """Replicas of each expert shard, world / (PP x EP x ETP) (Megatron-Core's expert-data-parallel group,
+        parallel_state.initialize_model_parallel): the group that reduces the experts' gradients and shards their
+        optimizer state. Rounds down, at least 1, where the world does not divide (the rules say so)."""
+        return max(1, self.world // (self.pp * self.ep * self.etp))
+
+    @property
+    def dense_params_per_rank(self) -> float:
+        """The parameters of the most loaded stage that are not routed experts' (reduced over DP x CP)."""
+        return self.params_per_rank - self.expert_params_per_rank
 
     def recomputed_fraction(self, spec: RecipeSpec) -> float:
         """Fraction of each model chunk's layers that full recompute covers: the first `recompute_num_layers`
@@ -165,22 +184,27 @@ def pipeline_sizes(spec: RecipeSpec) -> list[int]:
     return sorted(sizes)
 
 
-def _params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
-    """Parameters on one GPU of the most loaded stage (perf-model.md 2.1: `(transformer/p + embedding) / t` plus
-    replicated norms and biases). The first stage holds the word embeddings (and learned positions, replicated over
-    TP); the last holds the final norm and the output layer, which with tied embeddings and PP > 1 is a second copy
-    of the word embeddings (Megatron keeps one on the last stage and all-reduces their gradients). CP does not split
-    parameters."""
+def _params_per_rank(spec: RecipeSpec, layout: Layout) -> tuple[float, float]:
+    """Parameters on one GPU of the most loaded stage, and the routed experts' part of them (perf-model.md 2.1:
+    `(transformer/p + embedding) / t` plus replicated norms and biases; experts over EP x ETP). The first stage holds
+    the word embeddings (and learned positions, replicated over TP); the last holds the final norm and the output
+    layer, which with tied embeddings and PP > 1 is a second copy of the word embeddings (Megatron keeps one on the
+    last stage and all-reduces their gradients). CP does not split parameters. A family whose layers differ (dense
+    first layers) is counted as its most numerous layer's (`Architecture.layer_params`)."""
     t = layout.tp
     layer, norms, positions = _shape_params(spec)
-    per_layer = layer.per_rank(t)
+    per_layer = layer.per_rank(t, layout.ep * layout.etp)
+    experts = layer.expert / (layout.ep * layout.etp)
     vocab = spec.padded_vocab_size * spec.hidden_size / t
     if layout.pp == 1:
-        return spec.num_layers * per_layer + vocab * (1 if spec.share_embeddings else 2) + positions + norms
+        whole = spec.num_layers * per_layer + vocab * (1 if spec.share_embeddings else 2) + positions + norms
+        return whole, spec.num_layers * experts
     first = layout.layers_first_stage * per_layer + vocab + positions
     last = layout.layers_last_stage * per_layer + vocab + norms
     middle = layout.layers_per_stage * per_layer if layout.pp > 2 else 0.0
-    return max(first, last, middle)
+    most = max(first, last, middle)
+    layers = {first: layout.layers_first_stage, last: layout.layers_last_stage, middle: layout.layers_per_stage}[most]
+    return most, layers * experts
 
 
 def derived_values(spec: RecipeSpec) -> dict[str, Any]:

@@ -48,6 +48,15 @@ class ModelConstants:
     # throughputs include them ("End-to-end measurement: Throughputs include all operations (data loading,
     # optimizer steps, communication, logging)", Megatron-LM README); they weigh most on short steps (small models).
     step_overhead: float = 0.09
+    # Fraction of the speed of the same GEMMs launched one by one that the grouped GEMM of a rank's local experts
+    # reaches (Transformer Engine's grouped GEMM: one launch over experts whose token counts differ; its shape
+    # losses, waves and depth, are already `kernels.gemm_efficiency`'s): an assumption, refitted on the published
+    # MoE rows by benchmarks/planner_accuracy.py (the dense rows do not move it).
+    grouped_gemm: float = 1.0
+    # Fraction of the expert-parallel dispatch and combine (all-to-all) hidden behind compute: 0, as NeMo 2.7.3's MoE
+    # recipes run them (no batch-level overlap of one micro-batch's all-to-all with another's compute); Megatron-Core's
+    # overlap_moe_expert_parallel_comm hides most of it. Refitted with `grouped_gemm` on the published MoE rows.
+    ep_overlap: float = 0.0
 
     def replace(self, **values: float) -> "ModelConstants":
         return replace_fields(self, **values)
@@ -104,6 +113,10 @@ FUSED_CROSS_ENTROPY_BYTES_PER_LOGIT = 10
 ADAM_BYTES_PER_PARAM = 34
 GRAD_BUFFER_BYTES_PER_PARAM = 4
 ACTIVATION_BYTES = 2
+# A Mixture of Experts' token permutation per routed copy and hidden channel, forward: the permute gathers each copy
+# (read 2, write 2 bytes) and the unpermute reads the expert's output and adds it, weighted, into the token's (read 2,
+# write 2) (Megatron-Core moe_utils.permute / unpermute).
+PERMUTE_BYTES_PER_HIDDEN = 8
 # Unfused attention (Megatron-LM before Transformer Engine): per score element, forward: fused scale-mask-softmax reads
 # and writes 2-byte values, dropout reads 2 and writes 2 plus a 1-byte mask (9 bytes); backward: dropout reads the
 # gradient and mask and writes 2, softmax reads output and gradient and writes 2 (11 bytes).
