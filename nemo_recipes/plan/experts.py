@@ -17,6 +17,8 @@
   domain runs over NVLink, the rest over the NICs, both at once (the slower sets the time). `ep_overlap` of
   `ModelConstants` is the fraction hidden behind compute. With ETP > 1 the copies are all-gathered before the
   experts and reduce-scattered after, over the ETP group.
+- **Latency.** `moe_layer_latency` of `ModelConstants`: seconds per MoE layer and micro-batch that no kernel's work
+  explains (the dispatcher's host synchronisation for the split sizes, launch-bound small kernels).
 - **Memory-bound work.** The permutation and unpermutation (`PERMUTE_BYTES_PER_HIDDEN`), the experts' activation
   function, and in FP8 the casts of the experts' GEMM inputs, at HBM bandwidth.
 """
@@ -51,14 +53,15 @@ class ExpertTimes:
     memory_b: float = 0.0
     dispatch_f: float = 0.0  # exposed all-to-all (dispatch and combine) and ETP gathers, forward
     dispatch_b: float = 0.0
+    latency: float = 0.0  # `moe_layer_latency`, forward and backward together
 
     @property
     def forward(self) -> float:
-        return self.matmul_f + self.memory_f + self.dispatch_f
+        return self.matmul_f + self.memory_f + self.dispatch_f + self.latency / 2
 
     @property
     def backward(self) -> float:
-        return self.matmul_b + self.memory_b + self.dispatch_b
+        return self.matmul_b + self.memory_b + self.dispatch_b + self.latency / 2
 
 
 NONE = ExpertTimes()
@@ -120,4 +123,5 @@ def expert_times(
         exchange += rates.allreduce_s(copies * moe.hidden * ACTIVATION_BYTES / layout.etp, layout.etp,
                                       group_bandwidth_gb_s(gpu, layout.etp, 1, layout.gpus_per_node))  # fmt: skip
     exposed = exchange * (1.0 - k.ep_overlap)
-    return ExpertTimes(matmul_f, matmul_b, memory_f, BACKWARD_BYTES_FACTOR * memory_f, exposed, exposed)
+    memory_b = BACKWARD_BYTES_FACTOR * memory_f
+    return ExpertTimes(matmul_f, matmul_b, memory_f, memory_b, exposed, exposed, k.moe_layer_latency)

@@ -497,7 +497,7 @@ def _step_s(
         e = layer.experts
         breakdown["expert_matmul"] = stage_layers * (e.matmul_f + e.matmul_b)
         breakdown["memory_bound"] += stage_layers * (e.memory_f + e.memory_b)
-        breakdown["ep_comm_exposed"] = stage_layers * (e.dispatch_f + e.dispatch_b)
+        breakdown["ep_comm_exposed"] = stage_layers * (e.dispatch_f + e.dispatch_b + e.latency)
     return step, breakdown
 
 
