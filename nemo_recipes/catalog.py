@@ -32,7 +32,7 @@ from nemo_recipes.recipe_checks import (  # noqa: F401  (re-exported: the catalo
     plain_name_problems,
     type_problems,
 )
-from nemo_recipes.recipe_fields import default_sources
+from nemo_recipes.recipe_fields import RECIPE_FIELDS, default_sources
 
 Precision = Literal["bf16", "fp16", "fp8", "fp8_tensorwise", "fp8_blockwise", "mxfp8"]
 #: Each FP8 precision -> Transformer Engine's scaling recipe, as NeMo 2.7.3's presets set `fp8_recipe`
@@ -88,6 +88,16 @@ class RecipeSpec:
     normalization: Normalization = "LayerNorm"
     norm_epsilon: float = 1e-5
     qk_layernorm: bool = False  # a norm of each head's queries and keys before RoPE (Megatron-Core's qk_layernorm)
+    # Multi-latent attention (DeepSeek-V2/V3) in place of multi-head attention when kv_lora_rank is set; a model with
+    # MLA states all five, Megatron-Core's MLATransformerConfig names and defaults.
+    q_lora_rank: Optional[int] = None
+    kv_lora_rank: Optional[int] = None
+    qk_head_dim: int = 128
+    qk_pos_emb_head_dim: int = 64
+    v_head_dim: int = 128
+    # Multi-token prediction (DeepSeek-V3's MTP module): extra layers that predict further tokens during training.
+    mtp_num_layers: Optional[int] = None
+    mtp_loss_scaling_factor: Optional[float] = None
     activation: Activation = "gelu"
     add_bias_linear: bool = True
     share_embeddings: bool = True
@@ -115,6 +125,8 @@ class RecipeSpec:
     virtual_pipeline: Optional[int] = None
     sequence_parallel: Optional[bool] = None
     pipeline_counts_embedding_and_loss: bool = False
+    pipeline_first_stage_layers: Optional[int] = None
+    pipeline_last_stage_layers: Optional[int] = None
     expert_parallel: int = 1
     expert_tensor_parallel: Optional[int] = None
     moe_imbalance: float = 1.0
@@ -416,6 +428,12 @@ def not_a_spec(value: Any, field: str = "spec") -> list[Problem]:
 
 def field_names() -> tuple[str, ...]:
     return tuple(f.name for f in fields(RecipeSpec))
+
+
+def fields_of(spec: RecipeSpec) -> tuple[str, ...]:
+    """The fields that belong to `spec`, in table order: every field, but the expert ones (`recipe_fields`'
+    `experts_only`) only in a recipe with experts, so that a dense recipe reads as it always did (`show`, `diff`)."""
+    return tuple(f.name for f in RECIPE_FIELDS if f.applies(spec))
 
 
 def config_class_name(spec: RecipeSpec) -> str:

@@ -4,6 +4,8 @@ overrides, the planner's CLI and the tables all read and print counts this way.
 
 from __future__ import annotations
 
+from typing import Iterable
+
 _SUFFIXES = (("T", 10**12), ("B", 10**9), ("M", 10**6), ("K", 10**3))
 
 
@@ -40,3 +42,15 @@ def parse_count(text: str) -> int:
     if value != value.to_integral_value():
         raise ValueError(f"{text!r} is not a whole number")
     return int(value)
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of `n`, smallest first: the sizes a parallel split of `n` GPUs, layers or heads can take."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def listing(values: Iterable[int], limit: int = 8) -> str:
+    """Counts a fix offers, as a reader scans them: '1, 2, 4, 8', the first `limit` then '...'."""
+    values = list(values)
+    shown = ", ".join(str(v) for v in values[:limit])
+    return shown + (", ..." if len(values) > limit else "")

@@ -89,7 +89,13 @@ class RecipeField(NamedTuple):
     #: The field means something only in a model with experts (`num_moe_experts` set): `show` lists it, the NeMo
     #: configuration holds it and `introspect` reads it back for such recipes only (`applies`).
     experts_only: bool = False
+    #: The field that must be set (not None) for this one to mean something (`applies`): multi-latent attention's
+    #: fields in a model with MLA (`kv_lora_rank`), a stage's own layer count where it is set. None: every recipe.
+    applies_when: Optional[str] = None
 
     def applies(self, spec: Any) -> bool:
-        """Whether the field belongs to `spec`: every field does, but an expert field to a recipe with experts."""
-        return not self.experts_only or getattr(spec, "num_moe_experts", None) is not None
+        """Whether the field belongs to `spec`: every field does, but an expert field to a recipe with experts and
+        one with `applies_when` where that field is set (a dense model's configuration has no place for MLA's
+        ranks)."""
+        experts = not self.experts_only or getattr(spec, "num_moe_experts", None) is not None
+        return experts and (self.applies_when is None or getattr(spec, self.applies_when, None) is not None)

@@ -35,6 +35,7 @@ from nemo_recipes.field_limits import (
     at_most,
     count,
 )
+from nemo_recipes.latent_fields import LATENT_ATTENTION_FIELDS
 
 #: The sections of the table, in the order of `RecipeSpec`'s fields.
 SECTIONS = (
@@ -150,6 +151,7 @@ RECIPE_FIELDS: tuple[RecipeField, ...] = (
         "a norm of each head's queries and keys before attention (QK-norm)",
         "off: queries and keys enter attention unnormalised, as GPT-3, Llama 3 and Megatron-Core's default",
     ),
+    *LATENT_ATTENTION_FIELDS,
     _model(
         "activation",
         "the MLP: gelu, geglu (gated GELU) or swiglu (gated SiLU)",
@@ -232,6 +234,26 @@ RECIPE_FIELDS: tuple[RecipeField, ...] = (
             "trainer.strategy.account_for_loss_in_pipeline_split",
         ),
         conversion="pipeline_split",
+    ),
+    RecipeField(
+        "pipeline_first_stage_layers",
+        "parallel",
+        "transformer layers on the first pipeline stage; unset: an even share",
+        "none: the stages share the layers evenly (Megatron-Core's default); set, the other stages share the rest "
+        "evenly (num_layers_in_first_pipeline_stage, as NeMo's deepseek_v3 recipe: 3 of 61 over PP 16)",
+        count(COUNT_MAX, optional=True),
+        nemo=("trainer.strategy.num_layers_in_first_pipeline_stage",),
+        applies_when="pipeline_first_stage_layers",
+    ),
+    RecipeField(
+        "pipeline_last_stage_layers",
+        "parallel",
+        "transformer layers on the last pipeline stage (which also runs the output layer); unset: an even share",
+        "none: the stages share the layers evenly (Megatron-Core's default); set, the other stages share the rest "
+        "evenly (num_layers_in_last_pipeline_stage, as NeMo's deepseek_v3 recipe: 2 of 61 over PP 16)",
+        count(COUNT_MAX, optional=True),
+        nemo=("trainer.strategy.num_layers_in_last_pipeline_stage",),
+        applies_when="pipeline_last_stage_layers",
     ),
     *EXPERT_PARALLEL_FIELDS,
     # ---- batch: the data module ----

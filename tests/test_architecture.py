@@ -29,7 +29,8 @@ ALLOWED: dict[str, set[str]] = {
     # The table of recipe fields (section, help, source, bounds, NeMo paths) and the bounds it is made of.
     "field_limits": set(),
     "expert_fields": {"field_limits"},
-    "recipe_fields": {"field_limits", "expert_fields"},
+    "latent_fields": {"field_limits"},
+    "recipe_fields": {"field_limits", "expert_fields", "latent_fields"},
     # A blend by budget: the catalog's checks need no file; epochs read the sources' manifests (data.manifest,
     # standard library only), where plan and the plugin resolve them.
     "budget": CORE | {"data"},
@@ -81,6 +82,7 @@ LIGHT = {
     "budget",
     "field_limits",
     "expert_fields",
+    "latent_fields",
     "recipe_fields",
     "recipe_checks",
     "catalog",

@@ -61,6 +61,25 @@ OVERRIDES = [
         ),
     ),
     ("llama_70b", dict(num_nodes=16, virtual_pipeline=None, context_parallel=1, micro_batch_size=2)),
+    (
+        "qwen3_moe_30b_a3b",  # every expert field away from the row's value
+        dict(
+            expert_parallel=8,
+            expert_tensor_parallel=None,
+            moe_router_topk=4,
+            moe_ffn_hidden_size=512,
+            moe_shared_expert_intermediate_size=1536,
+            moe_router_score_function="sigmoid",
+            moe_router_enable_expert_bias=True,
+            moe_router_pre_softmax=True,
+            moe_router_load_balancing_type="seq_aux_loss",
+            moe_aux_loss_coeff=1e-4,
+            moe_expert_capacity_factor=1.25,
+            moe_token_dispatcher_type="allgather",
+            moe_grouped_gemm=False,
+            moe_permute_fusion=False,
+        ),
+    ),
 ]
 #: Overrides NeMo's configuration holds in another form (tokens as weights, a tokenizer.json as its directory): read
 #: back as a different spec that builds the same configuration.

@@ -95,6 +95,29 @@ def test_embedding_and_loss_counted_in_the_pipeline_split():
     assert estimate_throughput(counted, Cluster.of(128, 8, "h100")).step_time_s > 0
 
 
+def test_the_first_and_last_stages_may_hold_their_own_layers():
+    # DeepSeek-V3 as NeMo's deepseek_v3 recipe splits it: 61 layers over PP 16 as 3 + 14 x 4 + 2 (Megatron-Core's
+    # num_layers_in_first/last_pipeline_stage); 61 divides by no PP above 1 otherwise.
+    spec = RECIPES["gpt_7b"].replace(num_layers=61, pipeline_parallel=16, num_nodes=16)
+    assert {p.field for p in validate(spec, Cluster.of(16, 8)).errors} == {"pipeline_parallel"}
+    split = spec.replace(pipeline_first_stage_layers=3, pipeline_last_stage_layers=2)
+    layout = Layout.of(split, Cluster.of(16, 8))
+    assert (layout.layers_first_stage, layout.layers_per_stage, layout.layers_last_stage) == (3, 4, 2)
+    assert layout.layers_divide and validate(split, Cluster.of(16, 8)).valid
+    per_layer, t = layer_params(split).per_rank(split.tensor_parallel), split.tensor_parallel
+    embedding, positions = split.padded_vocab_size * split.hidden_size / t, split.seq_length * split.hidden_size
+    # The first stage's 3 layers, embedding and learned positions outweigh a middle stage's 4 layers.
+    assert layout.params_per_rank == pytest.approx(3 * per_layer + embedding + positions)
+    assert layout.params_per_rank > 4 * per_layer
+    # 3 + 2 leaves 56 for 14 stages; 3 + 3 leaves 55, which 14 stages cannot share; a VP of 3 divides no stage.
+    for wrong in (dict(pipeline_last_stage_layers=3), dict(virtual_pipeline=3)):
+        errors = validate(split.replace(**wrong), Cluster.of(16, 8)).errors
+        assert [p.field for p in errors] == ["pipeline_first_stage_layers"], errors
+    # Megatron-Core refuses them beside the embedding and loss slots.
+    both = validate(split.replace(pipeline_counts_embedding_and_loss=True), Cluster.of(16, 8)).errors
+    assert "pipeline_counts_embedding_and_loss" in both[0].fix
+
+
 def test_recomputed_fraction_is_one_definition():
     spec = RECIPES["gpt_175b"].replace(recompute="full", virtual_pipeline=3)  # 4 layers per chunk
     layout = Layout.of(spec)

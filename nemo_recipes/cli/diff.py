@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from nemo_recipes import yaml_files
-from nemo_recipes.catalog import DERIVED_SOURCES, RECIPES, field_names, get_recipe
+from nemo_recipes.catalog import DERIVED_SOURCES, RECIPES, field_names, fields_of, get_recipe
 from nemo_recipes.cli import _output
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.errors import InvalidInputError, Problem
@@ -60,7 +60,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         kind = "recipes"
         a_spec, b_spec = get_recipe(args.a), get_recipe(args.b)
-        fields = [k for k in field_names() if k != "name"]
+        # The expert fields where either recipe has experts (`fields_of`): two dense recipes compare as they did.
+        shown = {*fields_of(a_spec), *fields_of(b_spec)}
+        fields = [k for k in field_names() if k != "name" and k in shown]
         a_values = {**{k: getattr(a_spec, k) for k in fields}, **derived_values(a_spec)}
         b_values = {**{k: getattr(b_spec, k) for k in fields}, **derived_values(b_spec)}
         derived = set(DERIVED_SOURCES)

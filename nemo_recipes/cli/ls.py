@@ -49,7 +49,23 @@ def row(spec: RecipeSpec) -> dict:
     out: dict[str, Any] = {"name": spec.name, "size_label": spec.size_label}
     out.update({key: getattr(spec, key) for _, key in COLUMNS})
     out.update(num_nodes=spec.num_nodes, num_gpus_per_node=spec.num_gpus_per_node, default_gpu=spec.default_gpu)
+    if spec.num_moe_experts is not None:  # a Mixture of Experts: its active count and expert layout
+        out.update({key: getattr(spec, key) for key in EXPERT_KEYS})
     return out
+
+
+#: The JSON keys of a Mixture-of-Experts row beyond every row's (a dense row's keys stay as they were).
+EXPERT_KEYS = ("active_parameters", "num_moe_experts", "moe_router_topk", "expert_parallel", "expert_tensor_parallel")
+
+
+def experts_cell(spec: RecipeSpec) -> str:
+    """A Mixture of Experts' routing and expert layout, `top-2 of 8, EP 8 x ETP 1`; `-` for a dense model."""
+    if spec.num_moe_experts is None:
+        return "-"
+    return (
+        f"top-{spec.moe_router_topk} of {spec.num_moe_experts}, EP {spec.expert_parallel} x ETP "
+        f"{spec.expert_tensor_parallel_size}"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,17 +76,17 @@ def run(args: argparse.Namespace) -> int:
         print("\n".join(s.name for s in specs))
     else:
         headers, rows = table(specs)
-        print(render(headers, rows, right=[False] + [True] * len(COLUMNS) + [False]))
+        print(render(headers, rows, right=[False] + [True] * (len(COLUMNS) + 1) + [False, False]))
     return _output.EXIT_OK
 
 
 def table(specs: list[RecipeSpec]) -> tuple[list[str], list[list[str]]]:
     """The table `ls` prints, as headers and cells: the docs' recipe tables (README's too) are drawn from it."""
-    headers = ["recipe"] + [h for h, _ in COLUMNS] + ["default GPUs"]
+    headers = ["recipe", COLUMNS[0][0], "active"] + [h for h, _ in COLUMNS[1:]] + ["experts", "default GPUs"]
     rows = [
-        [s.name, _output.human_count(s.num_parameters)]
+        [s.name, _output.human_count(s.num_parameters), _output.human_count(s.active_parameters)]
         + [str(getattr(s, key)) for _, key in COLUMNS[1:]]
-        + [f"{s.num_nodes} x {s.num_gpus_per_node} {s.default_gpu}"]
+        + [experts_cell(s), f"{s.num_nodes} x {s.num_gpus_per_node} {s.default_gpu}"]
         for s in specs
     ]
     return headers, rows

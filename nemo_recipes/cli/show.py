@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 
-from nemo_recipes.catalog import DERIVED_SOURCES, FAMILIES, field_names, get_recipe
+from nemo_recipes.catalog import DERIVED_SOURCES, FAMILIES, RecipeSpec, fields_of, get_recipe
 from nemo_recipes.catalog import source as source_of
 from nemo_recipes.cli import _output
 from nemo_recipes.cli.verbs import VERBS
 from nemo_recipes.overrides import apply_overrides
-from nemo_recipes.plan.layout import derived_values
+from nemo_recipes.plan.layout import Layout, derived_values
 from nemo_recipes.text_table import human_value, render
 
 HELP = VERBS["show"].help
@@ -52,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     spec, overrides = apply_overrides(base, args.overrides)
 
     fields = {}
-    for name in field_names():
+    for name in fields_of(spec):
         if name in _TITLE_FIELDS:
             continue
         value, original = getattr(spec, name), getattr(base, name)
@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
         f"({spec.num_parameters:,}), default cluster {spec.num_nodes} x {spec.num_gpus_per_node} "
         f"{spec.default_gpu}"
     )
+    if spec.num_moe_experts is not None:
+        print(f"{experts_line(spec)}")
     print()
     print(
         render(
@@ -102,6 +104,19 @@ def run(args: argparse.Namespace) -> int:
     if overrides:
         print("\n* overridden on the command line")
     return _output.EXIT_OK
+
+
+def experts_line(spec: RecipeSpec) -> str:
+    """A Mixture of Experts' active count and expert layout, under `show`'s title line."""
+    layout = Layout.of(spec)
+    per_rank = spec.num_moe_experts // spec.expert_parallel if spec.num_moe_experts % spec.expert_parallel == 0 else 0
+    held = f"{per_rank} experts per GPU" if per_rank else "experts do not divide over EP"
+    return (
+        f"  Mixture of Experts: {_output.human_count(spec.active_parameters)} active parameters a token "
+        f"({spec.active_parameters:,}), top-{spec.moe_router_topk} of {spec.num_moe_experts} experts; "
+        f"EP {spec.expert_parallel} x ETP {spec.expert_tensor_parallel_size} ({held}), expert-data-parallel "
+        f"{layout.expert_data_parallel}"
+    )
 
 
 def sources_once(fields: dict[str, dict]) -> list[str]:

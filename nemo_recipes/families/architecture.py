@@ -8,8 +8,9 @@ Standard library only (the planner and the catalog read it on the fast path).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
+from nemo_recipes.errors import Problem
 from nemo_recipes.families.blocks import (
     NORM_EPSILON,
     Attention,
@@ -21,9 +22,11 @@ from nemo_recipes.families.blocks import (
     MoE,
     Shape,
     Split,
+    SplitNeed,
     Tensor,
     norm,
 )
+from nemo_recipes.families.latent_attention import MultiLatentAttention
 from nemo_recipes.families.registry import get_family
 
 
@@ -99,8 +102,9 @@ class Architecture:
         return next((b for b in self.blocks if isinstance(b, kind)), None)
 
     @property
-    def attention(self) -> Attention:
-        found = self.block(Attention)
+    def attention(self) -> Union[Attention, MultiLatentAttention]:
+        """The layer's attention block, multi-head/grouped-query or multi-latent (both answer `heads`, `head_dim`)."""
+        found = self.block(Attention) or self.block(MultiLatentAttention)
         if found is None:  # not user input: a family whose layer lacks attention is a bug of the package
             raise TypeError(f"the {self.spec.family} family's layer has no Attention block: {self.blocks}")
         return found
@@ -140,6 +144,14 @@ class Architecture:
         for block in self.blocks:
             total += block.stored_activations_per_sbh()
         return total
+
+    def split_needs(self) -> list[SplitNeed]:
+        """Every size of the layer's blocks that a parallel group must divide, each once, in the blocks' order."""
+        return list(dict.fromkeys(need for block in self.blocks for need in block.split_needs()))
+
+    def shape_problems(self) -> list[Problem]:
+        """What the blocks say about their own shapes, whatever the layout."""
+        return [p for block in self.blocks for p in block.shape_problems()]
 
     def layer_params(self) -> LayerParams:
         return _params([t for block in self.blocks for t in block.tensors()])
@@ -192,4 +204,14 @@ def _params(tensors: list[Tensor]) -> LayerParams:
     )
 
 
-__all__ = ["NORM_EPSILON", "Architecture", "LayerGroup", "LayerParams", "Shape", "Split", "Tensor", "TokenFlops"]
+__all__ = [
+    "NORM_EPSILON",
+    "Architecture",
+    "LayerGroup",
+    "LayerParams",
+    "Shape",
+    "Split",
+    "SplitNeed",
+    "Tensor",
+    "TokenFlops",
+]

@@ -5,17 +5,22 @@ model times and the collectives it needs. A family says which blocks its layers 
 architecture (`families.architecture`) composes them; the Hugging Face names of each block's tensors are the
 family's declared mapping (`families.hf_mapping`).
 
-Blocks: `Attention` (multi-head and grouped-query; a bias on QKV only and QK-norm are its options; multi-latent
-attention is one more class with the same methods), `DenseMLP` (GELU, or gated: SwiGLU, GeGLU), `MoE` (router,
-routed experts split over expert parallelism, optional shared experts: counts total and active per token).
+Blocks: `Attention` (multi-head and grouped-query; a bias on QKV only and QK-norm are its options),
+`MultiLatentAttention` (DeepSeek-V2/V3's low-rank compressed queries and keys/values, with the same methods, in
+`families.latent_attention`), `DenseMLP` (GELU, or gated: SwiGLU, GeGLU), `MoE` (router, routed experts split over
+expert parallelism, optional shared experts: counts total and active per token).
 
 Standard library only: the planner and the catalog read it on the fast path.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Optional, Protocol
+
+from nemo_recipes.counts import divisors, listing
+from nemo_recipes.errors import WARNING, Problem
 
 #: How a tensor is stored over the GPUs: column-parallel (split along its output rows), row-parallel (split along its
 #: input columns), a full copy on every TP rank, or split over expert parallelism by its leading expert axis.
@@ -66,11 +71,27 @@ class Gemm:
 @dataclass(frozen=True)
 class Collective:
     """A communication a block needs per token and pass: the group it runs over (`tp`, `cp`, `ep`), its kind and how
-    many elements per token it moves (the throughput model turns them into seconds)."""
+    many elements per token it moves (the throughput model turns them into seconds). Under sequence parallelism a
+    TP all-reduce is an all-gather before the block and a reduce-scatter after it; a block whose gathered input is
+    narrower than what it scatters (multi-latent attention gathers its latents, not the hidden state) says the two
+    halves apart: each moves half an all-reduce's bytes."""
 
     group: Literal["tp", "cp", "ep"]
-    kind: Literal["all-reduce", "ring", "all-to-all"]
+    kind: Literal["all-reduce", "all-gather", "reduce-scatter", "ring", "all-to-all"]
     elements_per_token: int
+
+
+@dataclass(frozen=True)
+class SplitNeed:
+    """A size of a block that a parallel group must divide (Megatron-Core refuses the model otherwise)."""
+
+    field: str  # the recipe field a user changes to fix it: num_attention_heads, num_query_groups, ffn_hidden_size, ...
+    value: int  # the size that must be divisible
+    group: Literal["tp", "ep", "etp", "cp"]  # which parallel size must divide it
+    what: str  # prose: what is split, for the problem's message (e.g. "attention heads")
+
+    def met_by(self, size: int) -> bool:
+        return self.value % size == 0
 
 
 class Shape(Protocol):
@@ -106,6 +127,10 @@ class Shape(Protocol):
     @property
     def qk_layernorm(self) -> bool: ...
     @property
+    def kv_channels(self) -> Optional[int]: ...
+    @property
+    def rotary_percent(self) -> float: ...
+    @property
     def family(self) -> str: ...
     @property
     def num_moe_experts(self) -> Optional[int]: ...
@@ -130,6 +155,15 @@ class Block(Protocol):
     def gemms(self) -> list[Gemm]: ...
     def stored_activations_per_sbh(self) -> float: ...
     def collectives(self) -> list[Collective]: ...
+    def split_needs(self) -> list[SplitNeed]:
+        """The sizes each parallel group must divide (the rules refuse a layout that misses one; the plan search
+        and the smoke shapes choose sizes that meet them all)."""
+        ...
+
+    def shape_problems(self) -> list[Problem]:
+        """What is wrong with the block's own shape, whatever the layout (a head count that does not divide the
+        hidden size; advice on a family's choice, as warnings)."""
+        ...
 
 
 def norm(role: str, hidden: int, normalization: str) -> list[Tensor]:
@@ -156,6 +190,10 @@ class Attention:
     bias: bool
     qkv_bias: bool = False
     qk_norm: bool = False
+    #: Whether the recipe sets the head dimension (kv_channels); unset, Megatron-Core derives it as hidden / heads.
+    head_dim_given: bool = True
+    #: RoPE's share of each head's channels; None without RoPE (learned or no positions).
+    rotary_percent: Optional[float] = None
 
     MEGATRON_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
         "input_norm.weight": ("self_attention.linear_qkv.layer_norm_weight", "input_layernorm.weight"),
@@ -181,6 +219,8 @@ class Attention:
             bias=spec.add_bias_linear,
             qkv_bias=getattr(spec, "qkv_bias", False),
             qk_norm=spec.qk_layernorm,
+            head_dim_given=spec.kv_channels is not None,
+            rotary_percent=spec.rotary_percent if spec.position_embedding_type == "rope" else None,
         )
 
     @property
@@ -228,6 +268,61 @@ class Attention:
         """The output projection's all-reduce over TP; with CP, K and V go round the ring."""
         return [Collective("tp", "all-reduce", self.hidden), Collective("cp", "ring", 2 * self.kv_width)]
 
+    def split_needs(self) -> list[SplitNeed]:
+        """Megatron-Core splits whole heads and whole query groups over TP (TransformerConfig:
+        `num_attention_heads % tensor_model_parallel_size`, `num_query_groups % tensor_model_parallel_size`)."""
+        return [
+            SplitNeed("num_attention_heads", self.heads, "tp", "attention heads"),
+            SplitNeed("num_query_groups", self.groups, "tp", "query groups"),
+        ]
+
+    def shape_problems(self) -> list[Problem]:
+        """Heads of a whole size, query groups that split the heads evenly, RoPE over an even channel count."""
+        return [*self.head_problems(), *self.rotary_problems()]
+
+    def head_problems(self) -> list[Problem]:
+        h, heads, groups = self.hidden, self.heads, self.groups
+        problems = []
+        if not self.head_dim_given and h % heads:
+            problems.append(
+                Problem(
+                    "num_attention_heads",
+                    heads,
+                    f"hidden_size={h} is not divisible by {heads} heads, so heads have no whole size.",
+                    f"use a head count that divides {h} (for example "
+                    f"{listing(d for d in divisors(h) if 8 <= d <= 256)}), or set kv_channels (the head dimension) "
+                    "explicitly.",
+                )
+            )
+        if heads % groups:
+            problems.append(
+                Problem(
+                    "num_query_groups",
+                    groups,
+                    f"{heads} attention heads cannot be split into {groups} query groups.",
+                    f"use num_query_groups in {listing(divisors(heads))}.",
+                )
+            )
+        return problems
+
+    def rotary_problems(self) -> list[Problem]:
+        """RoPE rotates channel pairs: Megatron-Core's RotaryEmbedding takes int(kv_channels x rotary_percent)
+        channels and builds one frequency per pair, so an odd or zero count cannot be applied to the heads."""
+        if self.rotary_percent is None:
+            return []
+        rotary_dim = int(self.head_dim * self.rotary_percent)
+        if rotary_dim >= 2 and rotary_dim % 2 == 0:
+            return []
+        return [
+            Problem(
+                "rotary_percent",
+                self.rotary_percent,
+                f"RoPE rotates int(head_dim x rotary_percent) = {rotary_dim} channels of each head "
+                f"(head_dim={self.head_dim}); it rotates channel pairs, so that must be a positive even number.",
+                "choose rotary_percent (or kv_channels) so that head_dim x rotary_percent is even, e.g. 1.0.",
+            )
+        ]
+
     def split_qkv(self, qkv: Any) -> tuple[Any, Any, Any]:
         """Megatron's fused QKV rows as (queries, keys, values), each in head order. Megatron groups them by query
         group: the group's query heads, then its key head, then its value head. A weight [rows, in] or a bias
@@ -267,6 +362,8 @@ class DenseMLP:
     gated: bool
     normalization: str
     bias: bool
+    #: The recipe's activation (gelu, swiglu, geglu), for the block's advice; `gated` is what the maths read.
+    activation: str = ""
 
     MEGATRON_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
         "pre_mlp_norm.weight": ("mlp.linear_fc1.layer_norm_weight", "pre_mlp_layernorm.weight"),
@@ -280,7 +377,7 @@ class DenseMLP:
     @classmethod
     def of(cls, spec: Any) -> "DenseMLP":
         return cls(spec.hidden_size, spec.ffn_hidden_size, spec.gated_linear_unit, spec.normalization,
-                   spec.add_bias_linear)  # fmt: skip
+                   spec.add_bias_linear, getattr(spec, "activation", ""))  # fmt: skip
 
     @property
     def fc1_width(self) -> int:
@@ -313,6 +410,29 @@ class DenseMLP:
     def collectives(self) -> list[Collective]:
         """fc2's all-reduce over TP."""
         return [Collective("tp", "all-reduce", self.hidden)]
+
+    def split_needs(self) -> list[SplitNeed]:
+        """fc1 is column-parallel, fc2 row-parallel: TP splits the FFN's width."""
+        return [SplitNeed("ffn_hidden_size", self.ffn, "tp", "the MLP's FFN width")]
+
+    def shape_problems(self) -> list[Problem]:
+        """A gated MLP has three FFN-wide matrices where GELU has two: at GPT-3's 4 x hidden it is 1.5 times the MLP.
+        The Llama papers keep the MLP's size with about 8/3 x hidden, rounded up (Llama 2 7B: 11008 for 4096)."""
+        h = self.hidden
+        if not self.gated or self.ffn != 4 * h:
+            return []
+        same_size = math.ceil(8 * h / 3 / 256) * 256
+        return [
+            Problem(
+                "ffn_hidden_size",
+                self.ffn,
+                f"activation={self.activation} at 4 x hidden gives the MLP three {self.ffn}-wide matrices: "
+                "1.5 times the parameters and FLOPs of a GELU MLP of the same width.",
+                f"for a gated MLP of a GELU MLP's size set ffn_hidden_size to about 8/3 x hidden, e.g. {same_size}; "
+                "or keep 4 x hidden on purpose.",
+                WARNING,
+            )
+        ]
 
 
 @dataclass(frozen=True)
@@ -467,6 +587,13 @@ class MoE:
         sent = self.top_k * self.hidden
         return [Collective("ep", "all-to-all", sent), Collective("ep", "all-to-all", sent)]
 
+    def split_needs(self) -> list[SplitNeed]:
+        """Issue 45's (the experts over EP, their FFN over expert TP)."""
+        return []
+
+    def shape_problems(self) -> list[Problem]:
+        return []
+
 
 @dataclass(frozen=True)
 class LayerGroup:
@@ -483,9 +610,10 @@ def dense_layer(spec: Any) -> tuple[Attention, DenseMLP]:
     return (Attention.of(spec), DenseMLP.of(spec))
 
 
-def moe_layer(spec: Any) -> tuple[Attention, MoE]:
-    """The blocks of a Mixture-of-Experts decoder layer: attention, then the experts in place of the MLP."""
-    return (Attention.of(spec), MoE.of(spec))
+def moe_layer(spec: Any) -> tuple[Attention, Block]:
+    """The blocks of a Mixture-of-Experts decoder layer: attention, then the experts in place of the MLP; a dense MLP
+    where the spec has no experts (num_moe_experts unset), which is what Megatron-Core then builds."""
+    return (Attention.of(spec), MoE.of(spec) if spec.num_moe_experts is not None else DenseMLP.of(spec))
 
 
 #: Every block's Megatron keys, by role (the exporter, the importer and the planner's check of `restore_from` read

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 from nemo_recipes.families.blocks import MEGATRON_KEYS
+from nemo_recipes.families.latent_attention import MultiLatentAttention
 
 #: A role of `Architecture.layer_tensors` -> Megatron's keys under `module.decoder.layers.`: each block's own
 #: (`families.blocks`), Transformer Engine's layer spec first, then the local spec's.
-LAYER_KEYS: dict[str, tuple[str, ...]] = MEGATRON_KEYS
+LAYER_KEYS: dict[str, tuple[str, ...]] = {**MEGATRON_KEYS, **MultiLatentAttention.MEGATRON_KEYS}
 #: A role of `Architecture.global_tensors` -> Megatron's key.
 GLOBAL_KEYS: dict[str, str] = {
     "embedding.weight": "embedding.word_embeddings.weight",

@@ -35,8 +35,8 @@ NEMO_SCHEDULE = (
     "1,168,251 steps of 512 x 4096 tokens (cosine over all of them)"
 )
 
-LAYOUT_FIELDS = ("tensor_parallel", "pipeline_parallel", "virtual_pipeline", "context_parallel", "sequence_parallel",
-                 "expert_parallel", "expert_tensor_parallel", "micro_batch_size", "global_batch_size", "num_nodes",
+LAYOUT_FIELDS = ("tensor_parallel", "pipeline_parallel", "virtual_pipeline", "context_parallel", "expert_parallel",
+                 "expert_tensor_parallel", "micro_batch_size", "global_batch_size", "num_nodes",
                  "seq_length")  # fmt: skip
 MOE = f"{PAPER} (8 experts, top-2, softmax gating over the chosen two); {NEMO_CONFIG}"
 
@@ -103,12 +103,12 @@ ARCHITECTURE: dict[str, Any] = dict(
 ROWS: dict[str, dict[str, Any]] = {
     "mixtral_moe_8x7b": dict(ARCHITECTURE, size_label="8x7B", num_layers=32, hidden_size=4096, num_attention_heads=32,
                              ffn_hidden_size=14336, moe_ffn_hidden_size=14336, tensor_parallel=1,
-                             pipeline_parallel=4, virtual_pipeline=8, context_parallel=1, sequence_parallel=False,
+                             pipeline_parallel=4, virtual_pipeline=8, context_parallel=1,
                              expert_parallel=8, num_nodes=8),
     "mixtral_moe_8x22b": dict(ARCHITECTURE, size_label="8x22B", num_layers=56, hidden_size=6144,
                               num_attention_heads=48, ffn_hidden_size=16384, moe_ffn_hidden_size=16384,
                               tensor_parallel=2, pipeline_parallel=4, virtual_pipeline=14, context_parallel=2,
-                              sequence_parallel=True, expert_parallel=8, num_nodes=16),
+                              expert_parallel=8, num_nodes=16),
 }  # fmt: skip
 
 FAMILY = Family(

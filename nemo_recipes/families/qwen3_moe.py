@@ -31,9 +31,13 @@ NEMO_RECIPES = (
     "counted in the pipeline split; global batch 32, sequence 4096"
 )
 MOE = f"128 experts, top-8, no shared expert: {qwen3.REPORT}, Sec. 2; {NEMO_CONFIG}"
-LAYOUT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "sequence_parallel", "expert_parallel",
+LAYOUT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "expert_parallel",
                  "expert_tensor_parallel", "micro_batch_size", "global_batch_size", "num_nodes",
-                 "pipeline_counts_embedding_and_loss")  # fmt: skip
+                 "pipeline_counts_embedding_and_loss", "seq_length")  # fmt: skip
+NEMO_SCHEDULE = (
+    "NeMo 2.7.3's qwen3_30b_a3b/qwen3_235b_a22b pretrain_recipe: 500 warmup steps, cosine decay over 300,000 steps "
+    "of 32 x 4096 tokens"
+)
 
 #: Where the rows' values come from, where they differ from the dense Qwen3's and the catalog's.
 SOURCES: dict[str, str] = {
@@ -42,6 +46,8 @@ SOURCES: dict[str, str] = {
         ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "moe_ffn_hidden_size"), SHAPE
     ),  # fmt: skip
     **dict.fromkeys(LAYOUT_FIELDS, NEMO_RECIPES),
+    **dict.fromkeys(("warmup_tokens", "decay_tokens", "train_tokens"), NEMO_SCHEDULE),
+    "max_lr": "3e-4, min LR 3e-5 (10 %): NeMo 2.7.3's qwen3_30b_a3b/qwen3_235b_a22b pretrain_recipe",
     "ffn_hidden_size": f"6144/12288 ({NEMO_CONFIG}): the dense FFN an all-expert model never builds; the experts' "
     "width is moe_ffn_hidden_size",
     "num_moe_experts": f"128: {MOE}",
@@ -70,7 +76,6 @@ ARCHITECTURE: dict[str, Any] = dict(
     moe_token_dispatcher_type="alltoall",
     moe_grouped_gemm=True,
     moe_permute_fusion=True,
-    sequence_parallel=True,
     expert_tensor_parallel=1,
 )
 

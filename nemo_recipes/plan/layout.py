@@ -23,6 +23,7 @@ from operator import attrgetter
 from typing import Any, Optional
 
 from nemo_recipes.catalog import DERIVED_SOURCES, RecipeSpec
+from nemo_recipes.counts import divisors
 from nemo_recipes.families.architecture import Architecture, LayerParams, Shape
 from nemo_recipes.plan.hardware import Cluster
 
@@ -67,9 +68,10 @@ class Layout:
     layers_last_stage: int  # transformer layers on the last stage (which also runs the output layer)
     layers_per_chunk: int  # per model chunk; recompute_num_layers counts in these
     params_per_rank: float  # parameters held by one GPU of the most loaded stage
+    expert_params_per_rank: float = 0.0  # of which routed experts' (split over EP x ETP, sharded over expert DP)
+    expert_data_parallel: int = 1  # expert-data-parallel size, world / (ETP x EP x PP): the experts' replicas
     ep: int = 1  # expert parallelism: GPUs the routed experts are split over, whole experts each
     etp: int = 1  # expert-tensor parallelism: GPUs each expert's matrices are split over (TP when unset)
-    expert_params_per_rank: float = 0.0  # the routed experts' share of params_per_rank (over EP x ETP)
 
     @classmethod
     def of(cls, spec: RecipeSpec, cluster: Optional[Cluster] = None) -> "Layout":
@@ -86,6 +88,13 @@ class Layout:
         stage_slots = math.ceil(slots / p)
         end_layers = stage_slots - (1 if counted else 0)  # the first and last stages give a slot to embedding/loss
         most = stage_slots if (p > 2 or not counted) else end_layers
+        first_layers = last_layers = end_layers if p > 1 else spec.num_layers
+        divide = slots % p == 0 and (slots // p) % v == 0
+        chunk = max(1, math.ceil(slots / (p * v)))
+        uneven = _uneven_stages(spec, p, v)
+        if uneven is not None:
+            first_layers, most, last_layers, divide = uneven
+            chunk = max(1, math.ceil(most / v))
         layout = cls(
             cluster=cluster,
             tp=t,
@@ -101,18 +110,21 @@ class Layout:
             sequence_parallel=spec.sequence_parallel_enabled and t > 1,
             tokens_per_rank=b * spec.seq_length / c,
             pipeline_slots=slots,
-            layers_divide=slots % p == 0 and (slots // p) % v == 0,
-            layers_first_stage=end_layers if p > 1 else spec.num_layers,
+            layers_divide=divide,
+            layers_first_stage=first_layers,
             layers_per_stage=most,
-            layers_last_stage=end_layers if p > 1 else spec.num_layers,
-            layers_per_chunk=max(1, math.ceil(slots / (p * v))),
+            layers_last_stage=last_layers,
+            layers_per_chunk=chunk,
             params_per_rank=0.0,
             ep=spec.expert_parallel,
             etp=spec.expert_tensor_parallel_size,
         )
-        params, experts = _params_per_rank(spec, layout)
-        object.__setattr__(layout, "params_per_rank", params)
-        object.__setattr__(layout, "expert_params_per_rank", experts)
+        object.__setattr__(layout, "params_per_rank", _params_per_rank(spec, layout))
+        if spec.num_moe_experts is not None:
+            experts = _expert_params_per_rank(spec, layout)
+            object.__setattr__(layout, "expert_params_per_rank", experts)
+            expert_model = spec.expert_tensor_parallel_size * spec.expert_parallel * p
+            object.__setattr__(layout, "expert_data_parallel", max(1, world // expert_model))
         return layout
 
     @property
@@ -138,13 +150,6 @@ class Layout:
         return self.dp * self.cp
 
     @property
-    def expert_data_parallel(self) -> int:
-        """Replicas of each expert shard, world / (PP x EP x ETP) (Megatron-Core's expert-data-parallel group,
-        parallel_state.initialize_model_parallel): the group that reduces the experts' gradients and shards their
-        optimizer state. Rounds down, at least 1, where the world does not divide (the rules say so)."""
-        return max(1, self.world // (self.pp * self.ep * self.etp))
-
-    @property
     def dense_params_per_rank(self) -> float:
         """The parameters of the most loaded stage that are not routed experts' (reduced over DP x CP)."""
         return self.params_per_rank - self.expert_params_per_rank
@@ -158,6 +163,23 @@ class Layout:
         return min(n, self.layers_per_chunk) / self.layers_per_chunk
 
 
+def _uneven_stages(spec: RecipeSpec, p: int, v: int) -> Optional[tuple[int, int, int, bool]]:
+    """With the first or the last stage's layers set (`pipeline_first_stage_layers`, `pipeline_last_stage_layers`):
+    (first stage's layers, the most loaded stage's, the last stage's, whether Megatron-Core accepts the split), the
+    stages not set sharing the rest evenly (TransformerConfig.__post_init__, 'Uneven PP': each set stage and each
+    middle stage's share divisible by VP). None when neither is set or there is no pipeline."""
+    first, last = spec.pipeline_first_stage_layers, spec.pipeline_last_stage_layers
+    if p == 1 or (first is None and last is None):
+        return None
+    rest, middle = spec.num_layers - (first or 0) - (last or 0), p - (first is not None) - (last is not None)
+    share = math.ceil(rest / middle) if middle > 0 else 0
+    divide = rest >= 0 and (rest % middle == 0 and share % v == 0 if middle > 0 else rest == 0)
+    divide = divide and all(n is None or n % v == 0 for n in (first, last))
+    first_layers = share if first is None else first
+    last_layers = share if last is None else last
+    return first_layers, max(first_layers, share, last_layers), last_layers, divide
+
+
 def _shape_params(spec: RecipeSpec) -> tuple[LayerParams, int, int]:
     """One layer's parameters, the final norm's and the position table's, counted once per shape."""
     key = _SHAPE_KEY(spec)
@@ -167,11 +189,6 @@ def _shape_params(spec: RecipeSpec) -> tuple[LayerParams, int, int]:
         counted = (architecture.layer_params(), architecture.norm_params, architecture.position_params)
         _SHAPE_PARAMS[key] = counted
     return counted
-
-
-def divisors(n: int) -> list[int]:
-    """The divisors of `n`, smallest first: the sizes a parallel split of `n` GPUs, layers or heads can take."""
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def pipeline_sizes(spec: RecipeSpec) -> list[int]:
@@ -184,27 +201,29 @@ def pipeline_sizes(spec: RecipeSpec) -> list[int]:
     return sorted(sizes)
 
 
-def _params_per_rank(spec: RecipeSpec, layout: Layout) -> tuple[float, float]:
-    """Parameters on one GPU of the most loaded stage, and the routed experts' part of them (perf-model.md 2.1:
-    `(transformer/p + embedding) / t` plus replicated norms and biases; experts over EP x ETP). The first stage holds
-    the word embeddings (and learned positions, replicated over TP); the last holds the final norm and the output
-    layer, which with tied embeddings and PP > 1 is a second copy of the word embeddings (Megatron keeps one on the
-    last stage and all-reduces their gradients). CP does not split parameters. A family whose layers differ (dense
-    first layers) is counted as its most numerous layer's (`Architecture.layer_params`)."""
+def _params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
+    """Parameters on one GPU of the most loaded stage (perf-model.md 2.1: `(transformer/p + embedding) / t` plus
+    replicated norms and biases). The first stage holds the word embeddings (and learned positions, replicated over
+    TP); the last holds the final norm and the output layer, which with tied embeddings and PP > 1 is a second copy
+    of the word embeddings (Megatron keeps one on the last stage and all-reduces their gradients). CP does not split
+    parameters."""
     t = layout.tp
     layer, norms, positions = _shape_params(spec)
-    per_layer = layer.per_rank(t, layout.ep * layout.etp)
-    experts = layer.expert / (layout.ep * layout.etp)
+    per_layer = layer.per_rank(t, spec.expert_parallel * spec.expert_tensor_parallel_size)
     vocab = spec.padded_vocab_size * spec.hidden_size / t
     if layout.pp == 1:
-        whole = spec.num_layers * per_layer + vocab * (1 if spec.share_embeddings else 2) + positions + norms
-        return whole, spec.num_layers * experts
+        return spec.num_layers * per_layer + vocab * (1 if spec.share_embeddings else 2) + positions + norms
     first = layout.layers_first_stage * per_layer + vocab + positions
     last = layout.layers_last_stage * per_layer + vocab + norms
     middle = layout.layers_per_stage * per_layer if layout.pp > 2 else 0.0
-    most = max(first, last, middle)
-    layers = {first: layout.layers_first_stage, last: layout.layers_last_stage, middle: layout.layers_per_stage}[most]
-    return most, layers * experts
+    return max(first, last, middle)
+
+
+def _expert_params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
+    """The routed experts' share of `_params_per_rank`: the most loaded stage's layers' experts over EP x ETP."""
+    layer = _shape_params(spec)[0]
+    layers = spec.num_layers if layout.pp == 1 else max(layout.layers_first_stage, layout.layers_per_stage)
+    return layers * layer.expert / (spec.expert_parallel * spec.expert_tensor_parallel_size)
 
 
 def derived_values(spec: RecipeSpec) -> dict[str, Any]:

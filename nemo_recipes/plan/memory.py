@@ -352,19 +352,14 @@ ModelState = tuple[tuple[float, float, float], float, float, float, float]
 
 
 def model_state(spec: RecipeSpec, layout: Layout, program: Program) -> ModelState:
-    params = layout.params_per_rank
+    """The routed experts' optimizer state shards over the expert-data-parallel group, the rest over DP x CP
+    (Megatron-Core's distributed optimizer builds one per group); the bytes per parameter are the dense ones'."""
+    params, experts = layout.params_per_rank, layout.expert_params_per_rank
     per_param = state_bytes_per_param(spec.distributed_optimizer, layout.optimizer_shards, program.gradient_bytes)
     w_bytes, g_bytes, o_bytes = per_param
-    weights, gradients, optimizer = params * w_bytes / GIB, params * g_bytes / GIB, params * o_bytes / GIB
-    if layout.expert_params_per_rank:
-        # The routed experts' optimizer state is sharded over their own data-parallel group (world / (PP x EP x
-        # ETP): Megatron-Core's distributed optimizer builds a second buffer for expert parameters on the
-        # expert-data-parallel group), the dense parameters' over DP x CP; weights and main gradients are whole for
-        # every parameter a GPU holds, as for a dense model.
-        experts = layout.expert_params_per_rank
-        _, _, expert_o = state_bytes_per_param(spec.distributed_optimizer, layout.expert_data_parallel)
-        optimizer = (layout.dense_params_per_rank * o_bytes + experts * expert_o) / GIB
-        per_param = (w_bytes, g_bytes, optimizer * GIB / params)
+    expert_o_bytes = state_bytes_per_param(spec.distributed_optimizer, layout.expert_data_parallel)[2]
+    optimizer = ((params - experts) * o_bytes + experts * expert_o_bytes) / GIB
+    weights, gradients = params * w_bytes / GIB, params * g_bytes / GIB
     return per_param, weights, gradients, optimizer, tp_overlap_buffer_bytes(spec, layout, program) / GIB
 
 

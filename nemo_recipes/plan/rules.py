@@ -11,6 +11,7 @@ from typing import Callable, Iterable, Optional
 
 from nemo_recipes.catalog import RecipeSpec, data_problems
 from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem
+from nemo_recipes.plan.expert_rules import EXPERT_RULES
 from nemo_recipes.plan.hardware import GPUS, Cluster
 from nemo_recipes.plan.layout import Layout, divisors
 from nemo_recipes.plan.stack import Program
@@ -164,12 +165,50 @@ def attention_heads_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     return problems
 
 
+def _uneven_stage_problems(spec: RecipeSpec, layout: Layout) -> list[Problem]:
+    """The first or last stage's layers set: Megatron-Core's rules for them (TransformerConfig.__post_init__,
+    'Uneven PP'): a pipeline to split, no embedding and loss slots beside them, the rest even over the other stages
+    and every stage's layers divisible by VP."""
+    p, first, last = layout.pp, spec.pipeline_first_stage_layers, spec.pipeline_last_stage_layers
+    field, value = ("pipeline_first_stage_layers", first) if first is not None else ("pipeline_last_stage_layers", last)
+    if p == 1:
+        why, fix = "ignored: there is no pipeline to split (PP = 1).", f"unset {field}, or use pipeline_parallel > 1."
+        return [Problem(field, value, why, fix, WARNING)]
+    if spec.pipeline_counts_embedding_and_loss:
+        return [
+            Problem(
+                field,
+                value,
+                "cannot be set with pipeline_counts_embedding_and_loss (Megatron-Core refuses both).",
+                f"unset {field}, or set pipeline_counts_embedding_and_loss=False.",
+            )
+        ]
+    if layout.layers_divide:
+        return []
+    middle = p - (first is not None) - (last is not None)
+    rest = spec.num_layers - (first or 0) - (last or 0)
+    return [
+        Problem(
+            field,
+            value,
+            f"leaves {rest} of num_layers={spec.num_layers} layers for the {middle} other stage(s) of "
+            f"pipeline_parallel={p}, which must share them evenly"
+            + (f", each stage's share divisible by virtual_pipeline={layout.vp}" if layout.vp > 1 else "")
+            + ".",
+            "choose the first and last stages' layers so that the rest divides by the other stages "
+            "(DeepSeek-V3: 61 layers over PP 16 as 3 + 14 x 4 + 2).",
+        )
+    ]
+
+
 def pipeline_layers_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     """Megatron-Core divides the layers evenly over the stages and, interleaved, over each stage's chunks
     (TransformerConfig); with pipeline_counts_embedding_and_loss the embedding and the loss take a slot each."""
     l, p, vp = spec.num_layers, layout.pp, spec.virtual_pipeline
     slots, counted = layout.pipeline_slots, layout.pipeline_slots != l
     what = f"num_layers={l}" + (" + embedding + loss" if counted else "")
+    if spec.pipeline_first_stage_layers is not None or spec.pipeline_last_stage_layers is not None:
+        return _uneven_stage_problems(spec, layout)
     problems = []
     if slots % p:
         problems.append(
@@ -473,6 +512,7 @@ RULES: tuple[Rule, ...] = (
     tp_comm_overlap_rule,
     pipeline_bubble_rule,
     distributed_optimizer_rule,
+    *EXPERT_RULES,
 )
 # Rules about policy or advice rather than feasibility: a job that breaks them still runs (TP across nodes is slow,
 # a data blend is checked when data loads). Every other rule is structural: without it the job cannot be laid out or

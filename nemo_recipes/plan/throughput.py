@@ -260,8 +260,9 @@ def _layer_parts(
 
     # Tensor parallelism: the blocks' all-reduces (or reduce-scatter + all-gather pairs), as many backward.
     collectives = arch.layer_collectives()
-    tp_bytes = [tokens * x.elements_per_token * ACTIVATION_BYTES for x in collectives if x.group == "tp"]
-    tp_f = sum(rates.allreduce_s(b, t, group_bandwidth_gb_s(gpu, t, 1, layout.gpus_per_node)) for b in tp_bytes)
+    tp_link, tp = group_bandwidth_gb_s(gpu, t, 1, layout.gpus_per_node), [x for x in collectives if x.group == "tp"]
+    timed = [(rates.allreduce_s if x.kind == "all-reduce" else rates.gather_s, x) for x in tp]  # or a half of one
+    tp_f = sum(time(tokens * x.elements_per_token * ACTIVATION_BYTES, t, tp_link) for time, x in timed)
     tp_f *= 1.0 - (k.tp_overlap if program.tp_comm_overlap else 0.0)
 
     # Context parallelism: K and V chunks of s/c tokens go round the ring (c-1 hops) forward; the backward sends

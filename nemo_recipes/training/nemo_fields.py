@@ -24,7 +24,7 @@ from nemo_recipes import budget
 from nemo_recipes.catalog import FP8_RECIPES, RecipeSpec
 from nemo_recipes.errors import InvalidInputError, Problem
 from nemo_recipes.plan.layout import Layout
-from nemo_recipes.recipe_fields import RECIPE_FIELDS, RecipeField
+from nemo_recipes.recipe_fields import FIELDS, RECIPE_FIELDS, RecipeField
 from nemo_recipes.training.overlap import TensorParallelCommOverlap, comm_overlap_callbacks
 
 #: A configuration path NeMo-Run's objects do not hold (as opposed to one holding None).
@@ -344,7 +344,7 @@ def values_under(spec: RecipeSpec, owner: str) -> dict[str, Any]:
     values: dict[str, Any] = {}
     done: set[str] = set()
     for entry in RECIPE_FIELDS:
-        if not any(_parent(path) == owner for path in entry.nemo):
+        if not entry.applies(spec) or not any(_parent(path) == owner for path in entry.nemo):
             continue
         if entry.conversion is None:
             written = dict.fromkeys(entry.nemo, getattr(spec, entry.name))
@@ -386,6 +386,8 @@ def read_fields(config: Any) -> dict[str, Any]:
         value = next((v for v in (lookup(config, path) for path in entry.nemo) if v is not MISSING), MISSING)
         if value is not MISSING and (value is not None or _may_be_none(entry.name)):
             values[entry.name] = value
+    if values.get("num_moe_experts") is None:  # a dense model: its expert fields are the defaults, whatever NeMo holds
+        values = {k: v for k, v in values.items() if not (k in FIELDS and FIELDS[k].experts_only)}
     return {k: v for k, v in values.items() if v is not None or _may_be_none(k)}
 
 
