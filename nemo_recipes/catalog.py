@@ -20,6 +20,7 @@ from nemo_recipes import budget
 from nemo_recipes.errors import InvalidInputError, Problem, did_you_mean
 from nemo_recipes.families import DEFAULT as DEFAULT_FAMILY
 from nemo_recipes.families import REGISTRY, Architecture, family_of, get_family
+from nemo_recipes.families.blocks import channels_per_head
 from nemo_recipes.recipe_checks import (  # noqa: F401  (re-exported: the catalog's names for the checks and bounds)
     COUNT_MAX,
     DATASET_SUFFIXES,
@@ -218,7 +219,7 @@ class RecipeSpec:
     @property
     def head_dim(self) -> int:
         """Channels per attention head: kv_channels, or hidden / heads as Megatron-Core derives it when unset."""
-        return self.kv_channels or self.hidden_size // self.num_attention_heads
+        return channels_per_head(self.hidden_size, self.num_attention_heads, self.kv_channels)
 
     @property
     def gated_linear_unit(self) -> bool:

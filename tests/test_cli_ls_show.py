@@ -17,6 +17,7 @@ def test_ls_prints_one_row_per_recipe_with_the_seed_columns():
     assert lines[0].split() == [
         "recipe",
         "parameters",
+        "active",
         "layers",
         "hidden",
         "heads",
@@ -28,6 +29,7 @@ def test_ls_prints_one_row_per_recipe_with_the_seed_columns():
         "global",
         "BS",
         "seq",
+        "experts",
         "default",
         "GPUs",
     ]
@@ -35,6 +37,7 @@ def test_ls_prints_one_row_per_recipe_with_the_seed_columns():
     # The seed's 70B row, and its derived size and default cluster.
     assert lines[4].split() == [
         "gpt_70b",
+        "64.9B",
         "64.9B",
         "80",
         "8192",
@@ -45,11 +48,15 @@ def test_ls_prints_one_row_per_recipe_with_the_seed_columns():
         "1",
         "1024",
         "4096",
+        "-",
         "4",
         "x",
         "8",
         "h100-80gb",
     ]
+    # A Mixture of Experts: its active count and its experts' routing and layout.
+    mixtral = next(line for line in lines if line.startswith("mixtral_moe_8x7b "))
+    assert mixtral.split()[1:3] == ["46.7B", "12.9B"] and "top-2 of 8, EP 8 x ETP 1" in mixtral
 
 
 def test_ls_names_is_one_name_per_line():
@@ -81,6 +88,10 @@ def test_ls_json_has_stable_keys_and_catalog_values():
         spec = RECIPES[row["name"]]
         assert row["num_parameters"] == spec.num_parameters
         assert row["global_batch_size"] == spec.global_batch_size
+        moe = spec.num_moe_experts is not None  # a Mixture of Experts adds its active count and expert layout
+        assert ("active_parameters" in row) == moe and row.get("active_parameters", 0) in (0, spec.active_parameters)
+    qwen3_moe = next(row for row in data["recipes"] if row["name"] == "qwen3_moe_30b_a3b")
+    assert [qwen3_moe[k] for k in ("num_moe_experts", "moe_router_topk", "expert_parallel")] == [128, 8, 4]
 
 
 def test_show_lists_every_field_and_derived_value_with_its_source():
@@ -102,6 +113,18 @@ def test_show_lists_every_field_and_derived_value_with_its_source():
     assert rows["tensor_parallel"].split()[2:] == ["same", "as", "num_layers"]
     assert "seed table (megatron-recipes.txt" in rows["num_layers"]
     assert rows["grad_accumulation_steps"].split()[:2] == ["grad_accumulation_steps", "128"]
+
+
+def test_show_of_a_mixture_of_experts_prints_both_counts_the_expert_layout_and_its_fields():
+    out = cli("show", "qwen3_moe_30b_a3b").stdout.splitlines()
+    assert out[0].startswith("qwen3_moe_30b_a3b: Qwen3MoE 30B-A3B, 30.5B parameters (30,532,122,624)")
+    assert out[1] == (
+        "  Mixture of Experts: 3.35B active parameters a token (3,353,032,704), top-8 of 128 experts; EP 4 x ETP 1 "
+        "(32 experts per GPU), expert-data-parallel 1"
+    )
+    rows = {line.split()[0]: line.split()[1] for line in out[3:] if line and not line.startswith(" ")}
+    assert (rows["num_moe_experts"], rows["moe_router_topk"], rows["moe_ffn_hidden_size"]) == ("128", "8", "768")
+    assert (rows["expert_parallel"], rows["expert_tensor_parallel"], rows["moe_grouped_gemm"]) == ("4", "1", "true")
 
 
 def test_show_json_matches_the_catalog():

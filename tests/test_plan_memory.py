@@ -145,8 +145,8 @@ def test_gradients_are_held_in_the_bytes_of_the_program():
 
 @pytest.mark.parametrize("name", list(RECIPES))
 def test_params_per_gpu_without_parallelism_is_the_catalog_count(name):
-    spec = RECIPES[name].replace(tensor_parallel=1, pipeline_parallel=1, sequence_parallel=None)
-    assert params_per_gpu(spec) == parameter_count(spec)
+    spec = RECIPES[name].replace(tensor_parallel=1, pipeline_parallel=1, sequence_parallel=None, expert_parallel=1)
+    assert params_per_gpu(spec.replace(expert_tensor_parallel=1)) == parameter_count(spec)
 
 
 def test_params_per_gpu_of_a_llama_like_shape_is_the_catalog_count():

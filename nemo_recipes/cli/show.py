@@ -108,12 +108,15 @@ def run(args: argparse.Namespace) -> int:
 
 def experts_line(spec: RecipeSpec) -> str:
     """A Mixture of Experts' active count and expert layout, under `show`'s title line."""
-    layout = Layout.of(spec)
-    per_rank = spec.num_moe_experts // spec.expert_parallel if spec.num_moe_experts % spec.expert_parallel == 0 else 0
-    held = f"{per_rank} experts per GPU" if per_rank else "experts do not divide over EP"
+    layout, experts, ep = Layout.of(spec), spec.num_moe_experts or 0, spec.expert_parallel
+    held = (
+        f"{experts // ep} expert{'s' if experts // ep > 1 else ''} per GPU"
+        if experts % ep == 0
+        else "experts do not divide over EP"
+    )
     return (
         f"  Mixture of Experts: {_output.human_count(spec.active_parameters)} active parameters a token "
-        f"({spec.active_parameters:,}), top-{spec.moe_router_topk} of {spec.num_moe_experts} experts; "
+        f"({spec.active_parameters:,}), top-{spec.moe_router_topk} of {experts} experts; "
         f"EP {spec.expert_parallel} x ETP {spec.expert_tensor_parallel_size} ({held}), expert-data-parallel "
         f"{layout.expert_data_parallel}"
     )

@@ -146,12 +146,13 @@ class Architecture:
         return total
 
     def split_needs(self) -> list[SplitNeed]:
-        """Every size of the layer's blocks that a parallel group must divide, each once, in the blocks' order."""
-        return list(dict.fromkeys(need for block in self.blocks for need in block.split_needs()))
+        """Every size of the layers' blocks (every group's) that a parallel group must divide, each once, in the
+        blocks' order."""
+        return list(dict.fromkeys(need for g in self.groups for block in g.blocks for need in block.split_needs()))
 
     def shape_problems(self) -> list[Problem]:
         """What the blocks say about their own shapes, whatever the layout."""
-        return [p for block in self.blocks for p in block.shape_problems()]
+        return list(dict.fromkeys(p for g in self.groups for block in g.blocks for p in block.shape_problems()))
 
     def layer_params(self) -> LayerParams:
         return _params([t for block in self.blocks for t in block.tensors()])

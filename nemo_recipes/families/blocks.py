@@ -88,7 +88,7 @@ class SplitNeed:
     field: str  # the recipe field a user changes to fix it: num_attention_heads, num_query_groups, ffn_hidden_size, ...
     value: int  # the size that must be divisible
     group: Literal["tp", "ep", "etp", "cp"]  # which parallel size must divide it
-    what: str  # prose: what is split, for the problem's message (e.g. "attention heads")
+    what: str  # prose: what is split, for the problem's message (e.g. "attention heads"; "the MLP": "{what} is split")
 
     def met_by(self, size: int) -> bool:
         return self.value % size == 0
@@ -131,6 +131,8 @@ class Shape(Protocol):
     @property
     def rotary_percent(self) -> float: ...
     @property
+    def activation(self) -> str: ...
+    @property
     def family(self) -> str: ...
     @property
     def num_moe_experts(self) -> Optional[int]: ...
@@ -164,6 +166,11 @@ class Block(Protocol):
         """What is wrong with the block's own shape, whatever the layout (a head count that does not divide the
         hidden size; advice on a family's choice, as warnings)."""
         ...
+
+
+def channels_per_head(hidden: int, heads: int, kv_channels: Optional[int] = None) -> int:
+    """Channels per attention head: kv_channels, or hidden / heads as Megatron-Core derives it when unset."""
+    return kv_channels or hidden // heads
 
 
 def norm(role: str, hidden: int, normalization: str) -> list[Tensor]:
@@ -377,7 +384,7 @@ class DenseMLP:
     @classmethod
     def of(cls, spec: Any) -> "DenseMLP":
         return cls(spec.hidden_size, spec.ffn_hidden_size, spec.gated_linear_unit, spec.normalization,
-                   spec.add_bias_linear, getattr(spec, "activation", ""))  # fmt: skip
+                   spec.add_bias_linear, spec.activation)  # fmt: skip
 
     @property
     def fc1_width(self) -> int:
@@ -413,7 +420,7 @@ class DenseMLP:
 
     def split_needs(self) -> list[SplitNeed]:
         """fc1 is column-parallel, fc2 row-parallel: TP splits the FFN's width."""
-        return [SplitNeed("ffn_hidden_size", self.ffn, "tp", "the MLP's FFN width")]
+        return [SplitNeed("ffn_hidden_size", self.ffn, "tp", "the MLP")]
 
     def shape_problems(self) -> list[Problem]:
         """A gated MLP has three FFN-wide matrices where GELU has two: at GPT-3's 4 x hidden it is 1.5 times the MLP.
@@ -588,8 +595,15 @@ class MoE:
         return [Collective("ep", "all-to-all", sent), Collective("ep", "all-to-all", sent)]
 
     def split_needs(self) -> list[SplitNeed]:
-        """Issue 45's (the experts over EP, their FFN over expert TP)."""
-        return []
+        """Whole experts on each EP rank (Megatron-Core's MoELayer asserts num_moe_experts % EP == 0); each expert's
+        width over expert TP (its fc1 column-, fc2 row-parallel); the shared expert's over TP, as a dense MLP's."""
+        needs = [
+            SplitNeed("num_moe_experts", self.experts, "ep", "each expert layer"),
+            SplitNeed("moe_ffn_hidden_size", self.expert_ffn, "etp", "each expert's MLP"),
+        ]
+        if self.shared_ffn:
+            needs.append(SplitNeed("moe_shared_expert_intermediate_size", self.shared_ffn, "tp", "the shared expert"))
+        return needs
 
     def shape_problems(self) -> list[Problem]:
         return []

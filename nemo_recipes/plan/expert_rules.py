@@ -1,7 +1,8 @@
 """The rules Megatron-Core enforces for a Mixture of Experts, checked before launch (`rules.RULES` lists them with the
 others, so every problem is reported at once): each `(spec, layout) -> list[Problem]`, reading the MoE block's facts
-(`families.blocks.MoE`: experts, their widths) and the layout. A dense recipe passes each at once. Standard library
-only.
+(`families.blocks.MoE`) and the layout; the MoE block's split needs (experts over EP, their widths over ETP, the
+shared expert's over TP) are checked with every block's by `rules.split_problems`. A dense recipe passes each at
+once. Standard library only.
 
 Sources, Megatron-Core 0.15: `parallel_state.initialize_model_parallel` (the expert groups: ETP x EP x PP divides the
 world), `transformer/moe/moe_layer.py` (experts divide over EP), `tensor_parallel/layers.py` (`divide`: a linear
@@ -11,13 +12,14 @@ layer's split width divides), `transformer_config.py` `__post_init__` (the route
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Optional
 
 from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.counts import divisors, listing
 from nemo_recipes.errors import Problem
 from nemo_recipes.families.architecture import Architecture
 from nemo_recipes.families.blocks import MoE
-from nemo_recipes.plan.layout import Layout, divisors
+from nemo_recipes.plan.layout import Layout
 
 #: Rows that start a Mixture of Experts, named in fixes (a dense family's layers cannot hold experts).
 MOE_ROWS = "mixtral_moe_8x7b, qwen3_moe_30b_a3b"
@@ -53,53 +55,20 @@ def experts_in_family_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     return problems
 
 
-def expert_split_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
-    """Whole experts on each EP rank; each expert's widths over ETP; the shared expert's over TP."""
+def expert_bias_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
+    """Experts with biases split over ETP = 1 only. (Whole experts over EP and each expert's width over ETP are the
+    MoE block's split needs, which `rules.split_problems` checks with every other block's.)"""
     moe = _moe(spec)
-    if moe is None:
+    if moe is None or not moe.bias or spec.expert_tensor_parallel_size == 1:
         return []
-    ep, etp, problems = spec.expert_parallel, spec.expert_tensor_parallel_size, []
-    if moe.experts % ep:
-        problems.append(
-            Problem(
-                "expert_parallel",
-                ep,
-                f"the {moe.experts} experts of a layer do not split into whole experts over EP={ep} (Megatron-Core's "
-                "MoELayer asserts num_moe_experts % EP == 0).",
-                f"use expert_parallel in {_listing(divisors(moe.experts))}.",
-            )
+    return [
+        Problem(
+            "expert_tensor_parallel",
+            spec.expert_tensor_parallel_size,
+            "experts with biases need ETP = 1 (Megatron-Core: 'Bias in Moe is only supported when ETP==1').",
+            "set expert_tensor_parallel=1, or add_bias_linear=False.",
         )
-    if moe.expert_ffn % etp:
-        fits = [d for d in divisors(moe.expert_ffn) if d <= 64]
-        problems.append(
-            Problem(
-                "expert_tensor_parallel",
-                spec.expert_tensor_parallel,
-                f"each expert's hidden width {moe.expert_ffn} does not split over ETP={etp}"
-                + ("" if spec.expert_tensor_parallel else " (unset: ETP is TP)")
-                + " (Megatron-Core's linear layers divide it exactly).",
-                f"use expert_tensor_parallel in {_listing(fits)}.",
-            )
-        )
-    if moe.shared_ffn and moe.shared_ffn % layout.tp:
-        problems.append(
-            Problem(
-                "moe_shared_expert_intermediate_size",
-                moe.shared_ffn,
-                f"the shared expert's width {moe.shared_ffn} does not split over TP={layout.tp}.",
-                f"use a width that is a multiple of {layout.tp}, or a tensor_parallel that divides it.",
-            )
-        )
-    if moe.bias and etp > 1:
-        problems.append(
-            Problem(
-                "expert_tensor_parallel",
-                etp,
-                "experts with biases need ETP = 1 (Megatron-Core: 'Bias in Moe is only supported when ETP==1').",
-                "set expert_tensor_parallel=1, or add_bias_linear=False.",
-            )
-        )
-    return problems
+    ]
 
 
 def expert_world_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
@@ -117,7 +86,7 @@ def expert_world_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
             f"{world} GPUs are not divisible by ETP x EP x PP = {etp} x {ep} x {layout.pp} = {size}, so there is no "
             "whole number of expert-data-parallel replicas (Megatron-Core's initialize_model_parallel raises).",
             f"choose expert_parallel and expert_tensor_parallel whose product with PP divides {world} (EP x ETP in "
-            f"{_listing(d for d in divisors(world // layout.pp if world % layout.pp == 0 else 1))}), or use a "
+            f"{listing(d for d in divisors(world // layout.pp if world % layout.pp == 0 else 1))}), or use a "
             f"multiple of {size} GPUs.",
         )
     ]
@@ -186,14 +155,10 @@ def router_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     return problems
 
 
-def _listing(values: Iterable[int]) -> str:
-    return ", ".join(str(v) for v in list(values)[:8])
-
-
 #: In report order, after the dense layout rules: all structural (Megatron-Core refuses a plan that breaks one).
 EXPERT_RULES = (
     experts_in_family_rule,
-    expert_split_rule,
+    expert_bias_rule,
     expert_world_rule,
     expert_sequence_parallel_rule,
     router_rule,

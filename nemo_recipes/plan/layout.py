@@ -32,6 +32,17 @@ from nemo_recipes.plan.hardware import Cluster
 _SHAPE_FIELDS = tuple(name for name, value in vars(Shape).items() if isinstance(value, property))
 _SHAPE_KEY = attrgetter(*_SHAPE_FIELDS)  # the tuple of their values, read in C: a plan search reads it per layout
 _SHAPE_PARAMS: dict[tuple, tuple[LayerParams, int, int]] = {}
+_SHAPE_ARCHITECTURES: dict[tuple, Architecture] = {}
+
+
+def shape_architecture(spec: RecipeSpec) -> Architecture:
+    """`Architecture.of(spec)`, built once per shape: the rules ask its blocks for their split needs and shape
+    problems on every layout a plan search tries. Read its blocks, not its `spec` (the first of that shape's)."""
+    key = _SHAPE_KEY(spec)
+    architecture = _SHAPE_ARCHITECTURES.get(key)
+    if architecture is None:
+        architecture = _SHAPE_ARCHITECTURES[key] = Architecture.of(spec)
+    return architecture
 
 
 def layer_params(spec: RecipeSpec) -> LayerParams:
@@ -70,8 +81,8 @@ class Layout:
     params_per_rank: float  # parameters held by one GPU of the most loaded stage
     expert_params_per_rank: float = 0.0  # of which routed experts' (split over EP x ETP, sharded over expert DP)
     expert_data_parallel: int = 1  # expert-data-parallel size, world / (ETP x EP x PP): the experts' replicas
-    ep: int = 1  # expert parallelism: GPUs the routed experts are split over, whole experts each
-    etp: int = 1  # expert-tensor parallelism: GPUs each expert's matrices are split over (TP when unset)
+    ep: int = 1  # expert parallelism: GPUs the routed experts are split over
+    etp: int = 1  # expert tensor parallelism: GPUs each expert's matrices are split over (TP where unset)
 
     @classmethod
     def of(cls, spec: RecipeSpec, cluster: Optional[Cluster] = None) -> "Layout":
@@ -125,6 +136,8 @@ class Layout:
             object.__setattr__(layout, "expert_params_per_rank", experts)
             expert_model = spec.expert_tensor_parallel_size * spec.expert_parallel * p
             object.__setattr__(layout, "expert_data_parallel", max(1, world // expert_model))
+            object.__setattr__(layout, "ep", spec.expert_parallel)
+            object.__setattr__(layout, "etp", spec.expert_tensor_parallel_size)
         return layout
 
     @property
@@ -153,6 +166,10 @@ class Layout:
     def dense_params_per_rank(self) -> float:
         """The parameters of the most loaded stage that are not routed experts' (reduced over DP x CP)."""
         return self.params_per_rank - self.expert_params_per_rank
+
+    def group_size(self, group: str) -> int:
+        """The size of a parallel group a block's `SplitNeed` names."""
+        return {"tp": self.tp, "cp": self.cp, "ep": self.ep, "etp": self.etp}[group]
 
     def recomputed_fraction(self, spec: RecipeSpec) -> float:
         """Fraction of each model chunk's layers that full recompute covers: the first `recompute_num_layers`

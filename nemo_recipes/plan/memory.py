@@ -35,7 +35,7 @@ from typing import Any, Optional, Union
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.families.architecture import Architecture
-from nemo_recipes.families.blocks import Attention, DenseMLP
+from nemo_recipes.families.blocks import Attention, DenseMLP, channels_per_head
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.stack import FP32_BYTES, Program, program_for
@@ -99,8 +99,8 @@ def layer_activation_bytes(
     """Activation bytes one dense transformer layer of these widths stores for the backward pass (Korthikanti Table 2,
     generalised as the module docstring states). `attention_core=False` when selective recompute or fused attention
     drops the score tensors. A recipe's layer is its family's blocks: `LayoutActivations.of` asks them."""
-    d = head_dim or hidden / heads  # Q and the projection input are heads x d wide, K and V groups x d each
-    blocks = (Attention(hidden, heads, kv_groups, d, "", False), DenseMLP(hidden, ffn, gated, "", False))  # type: ignore[arg-type]
+    d = channels_per_head(hidden, heads, head_dim)
+    blocks = (Attention(hidden, heads, kv_groups, d, "", False), DenseMLP(hidden, ffn, gated, "", False))
     sharded = 0.0
     for block in blocks:
         sharded += block.stored_activations_per_sbh()

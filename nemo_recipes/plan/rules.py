@@ -7,25 +7,21 @@ throughput model refuses exactly those, so validation and estimates agree. Stand
 from __future__ import annotations
 
 import math
-from typing import Callable, Iterable, Optional
+from typing import Callable, Optional
 
 from nemo_recipes.catalog import RecipeSpec, data_problems
+from nemo_recipes.counts import divisors, listing
 from nemo_recipes.errors import ERROR, WARNING, InvalidInputError, Problem
+from nemo_recipes.families.architecture import Architecture
 from nemo_recipes.plan.expert_rules import EXPERT_RULES
 from nemo_recipes.plan.hardware import GPUS, Cluster
-from nemo_recipes.plan.layout import Layout, divisors
+from nemo_recipes.plan.layout import Layout, shape_architecture
 from nemo_recipes.plan.stack import Program
 
 # Warn when the pipeline bubble (p-1)/(v m) (Narayanan et al. 2021, Sec. 2.2) costs half of the ideal step time or more.
 BUBBLE_WARNING = 0.5
 
 Rule = Callable[[RecipeSpec, Layout], list[Problem]]
-
-
-def _listing(values: Iterable[int], limit: int = 8) -> str:
-    values = list(values)
-    shown = ", ".join(str(v) for v in values[:limit])
-    return shown + (", ..." if len(values) > limit else "")
 
 
 # ---- parallel layout ----
@@ -47,7 +43,7 @@ def world_size_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
             "number of data-parallel replicas.",
             f"use a multiple of {mp} GPUs (for example {nodes} nodes of {cluster.gpus_per_node}), or choose "
             f"tensor_parallel, pipeline_parallel and context_parallel whose product divides {world} "
-            f"(a product in {_listing(layouts)}).",
+            f"(a product in {listing(layouts)}).",
         )
     ]
 
@@ -57,9 +53,10 @@ def tensor_parallel_domain_rule(spec: RecipeSpec, layout: Layout) -> list[Proble
     t, per_node, gpu = layout.tp, layout.gpus_per_node, layout.cluster.gpu
     if t <= per_node and per_node % t == 0:
         return []
-    within_node = [d for d in divisors(per_node) if spec.num_attention_heads % d == 0]
+    needs = [need for need in shape_architecture(spec).split_needs() if need.group == "tp"]
+    within_node = [d for d in divisors(per_node) if all(need.met_by(d) for need in needs)]
     fix = (
-        f"use tensor_parallel in {_listing(within_node)} (divides the {per_node} GPUs of a node) and raise "
+        f"use tensor_parallel in {listing(within_node)} (divides the {per_node} GPUs of a node) and raise "
         "pipeline_parallel instead."
     )
     if t <= per_node:
@@ -105,63 +102,70 @@ def tensor_parallel_domain_rule(spec: RecipeSpec, layout: Layout) -> list[Proble
     ]
 
 
+#: The recipe field that sets the size of each parallel group a block's `SplitNeed` names.
+GROUP_FIELDS = {
+    "tp": "tensor_parallel",
+    "cp": "context_parallel",
+    "ep": "expert_parallel",
+    "etp": "expert_tensor_parallel",
+}
+#: How each group splits a block, for the message of a need it misses.
+_SPLIT_HOW = {"tp": "column-wise over TP", "cp": "over CP", "ep": "over EP", "etp": "column-wise over expert TP"}
+
+
+def _article(field: str) -> str:
+    """'an' before a vowel sound: a field's first word read as a word, or letter by letter when it has no vowel
+    (an ffn_hidden_size, a num_query_groups, an expert_parallel)."""
+    word = field.split("_")[0]
+    spelled = not any(c in "aeiouy" for c in word)
+    return "an" if word[:1] in ("fhlmnrsx" if spelled else "aeiou") else "a"
+
+
 def attention_heads_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
-    """Megatron-Core splits heads and query groups over TP (`num_query_groups % tensor_model_parallel_size` must be
-    0, TransformerConfig) and the MLP column-wise."""
-    t, heads, groups = layout.tp, spec.num_attention_heads, spec.kv_groups
-    problems = []
-    if spec.kv_channels is None and spec.hidden_size % heads:
-        problems.append(
-            Problem(
-                "num_attention_heads",
-                heads,
-                f"hidden_size={spec.hidden_size} is not divisible by {heads} heads, so heads have no whole size.",
-                f"use a head count that divides {spec.hidden_size} (for example "
-                f"{_listing(d for d in divisors(spec.hidden_size) if 8 <= d <= 256)}), or set kv_channels (the "
-                "head dimension) explicitly.",
-            )
-        )
-    if heads % groups:
-        problems.append(
-            Problem(
-                "num_query_groups",
-                spec.num_query_groups,
-                f"{heads} attention heads cannot be split into {groups} query groups.",
-                f"use num_query_groups in {_listing(divisors(heads))}.",
-            )
-        )
+    """The attention's own shape (`Attention.head_problems`), then every block's split needs (`SplitNeed`: heads
+    and query groups over TP, TransformerConfig's `num_query_groups % tensor_model_parallel_size`; the MLP
+    column-wise)."""
+    architecture = shape_architecture(spec)
+    return [*architecture.attention.head_problems(), *split_problems(architecture, layout)]
 
-    def ok() -> list[int]:  # only when reported: a plan search runs this rule on every layout
-        return [d for d in divisors(layout.gpus_per_node) if heads % d == 0 and groups % d == 0]
 
-    if heads % t:
-        problems.append(
-            Problem(
-                "tensor_parallel",
-                t,
-                f"num_attention_heads={heads} is not divisible by tensor_parallel={t}.",
-                f"use tensor_parallel in {_listing(ok())}.",
+def split_problems(architecture: Architecture, layout: Layout) -> list[Problem]:
+    """A problem for each split need `layout` misses. The attention's needs are the model's shape, so their fix is
+    another parallel size (one problem per group: a size that meets the first meets the rest, listed); any other
+    block's (an FFN width) is the user's to round, so its problem names its field."""
+    needs = architecture.split_needs()
+    unmet = [need for need in needs if not need.met_by(layout.group_size(need.group))]
+    if not unmet:
+        return []
+    attention = architecture.attention.split_needs()
+    problems, reported = [], set()
+    for need in unmet:
+        size, field = layout.group_size(need.group), GROUP_FIELDS[need.group]
+        if need not in attention:
+            problems.append(
+                Problem(
+                    need.field,
+                    need.value,
+                    f"{need.field}={need.value} is not divisible by {field}={size} ({need.what} is split "
+                    f"{_SPLIT_HOW[need.group]}).",
+                    f"use {_article(need.field)} {need.field} that is a multiple of {size}, or a {field} that "
+                    "divides it.",
+                )
             )
-        )
-    elif groups % t:
-        problems.append(
-            Problem(
-                "tensor_parallel",
-                t,
-                f"num_query_groups={groups} is not divisible by tensor_parallel={t}.",
-                f"use tensor_parallel in {_listing(ok())}, or num_query_groups a multiple of {t}.",
+        elif need.group not in reported:
+            reported.add(need.group)
+            same = [n for n in attention if n.group == need.group]
+            ok = [d for d in divisors(layout.gpus_per_node) if all(n.met_by(d) for n in same)]
+            # The first is the head count, which sets the model's width: not a fix to offer.
+            offer = f", or {need.field} a multiple of {size}" if need != same[0] else ""
+            problems.append(
+                Problem(
+                    field,
+                    size,
+                    f"{need.field}={need.value} is not divisible by {field}={size}.",
+                    f"use {field} in {listing(ok)}{offer}.",
+                )
             )
-        )
-    if spec.ffn_hidden_size % t:
-        problems.append(
-            Problem(
-                "ffn_hidden_size",
-                spec.ffn_hidden_size,
-                f"ffn_hidden_size={spec.ffn_hidden_size} is not divisible by tensor_parallel={t} (the MLP is split "
-                "column-wise over TP).",
-                f"use an ffn_hidden_size that is a multiple of {t}, or a tensor_parallel that divides it.",
-            )
-        )
     return problems
 
 
@@ -216,7 +220,7 @@ def pipeline_layers_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
                 "pipeline_parallel",
                 p,
                 f"{what} = {slots} is not divisible by pipeline_parallel={p}.",
-                f"use pipeline_parallel in {_listing(d for d in divisors(slots))}.",
+                f"use pipeline_parallel in {listing(d for d in divisors(slots))}.",
             )
         )
     if vp is not None and vp > 1:
@@ -240,7 +244,7 @@ def pipeline_layers_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
                     if counted
                     else f"num_layers={l} is not divisible by pipeline_parallel x virtual_pipeline = "
                     f"{p} x {vp} = {p * vp}.",
-                    f"use virtual_pipeline in {_listing(good)} or unset it." if good else "unset virtual_pipeline.",
+                    f"use virtual_pipeline in {listing(good)} or unset it." if good else "unset virtual_pipeline.",
                 )
             )
     if spec.pipeline_counts_embedding_and_loss and p == 1:
@@ -276,40 +280,14 @@ def interleaved_microbatches_rule(spec: RecipeSpec, layout: Layout) -> list[Prob
 
 
 def gated_ffn_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
-    """A gated MLP has three FFN-wide matrices where GELU has two: at GPT-3's 4 x hidden it is 1.5 times the MLP. The
-    Llama papers keep the MLP's size with about 8/3 x hidden, rounded up (Llama 2 7B: 11008 for 4096)."""
-    h = spec.hidden_size
-    if not spec.gated_linear_unit or spec.ffn_hidden_size != 4 * h:
-        return []
-    same_size = math.ceil(8 * h / 3 / 256) * 256
-    return [
-        Problem(
-            "ffn_hidden_size",
-            spec.ffn_hidden_size,
-            f"activation={spec.activation} at 4 x hidden gives the MLP three {spec.ffn_hidden_size}-wide matrices: "
-            "1.5 times the parameters and FLOPs of a GELU MLP of the same width.",
-            f"for a gated MLP of a GELU MLP's size set ffn_hidden_size to about 8/3 x hidden, e.g. {same_size}; or "
-            "keep 4 x hidden on purpose.",
-            WARNING,
-        )
-    ]
+    """The MLP's advice on its own shape (`DenseMLP.shape_problems`: a gated MLP at 4 x hidden)."""
+    mlp = shape_architecture(spec).mlp
+    return mlp.shape_problems() if mlp is not None else []
 
 
 def rotary_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
-    """RoPE rotates channel pairs: Megatron-Core's RotaryEmbedding takes int(kv_channels x rotary_percent) channels
-    and builds one frequency per pair, so an odd or zero count cannot be applied to the heads."""
-    rotary_dim = int(spec.head_dim * spec.rotary_percent)
-    if spec.position_embedding_type != "rope" or (rotary_dim >= 2 and rotary_dim % 2 == 0):
-        return []
-    return [
-        Problem(
-            "rotary_percent",
-            spec.rotary_percent,
-            f"RoPE rotates int(head_dim x rotary_percent) = {rotary_dim} channels of each head "
-            f"(head_dim={spec.head_dim}); it rotates channel pairs, so that must be a positive even number.",
-            "choose rotary_percent (or kv_channels) so that head_dim x rotary_percent is even, e.g. 1.0.",
-        )
-    ]
+    """RoPE over an even channel count of each head (`Attention.rotary_problems`)."""
+    return shape_architecture(spec).attention.rotary_problems()
 
 
 def context_parallel_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
@@ -326,7 +304,7 @@ def context_parallel_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
             c,
             f"seq_length={s} is not divisible by 2 x context_parallel = {2 * c} (CP splits each sequence into 2c "
             "chunks to balance the causal mask).",
-            f"use context_parallel in {_listing([1] + good)}, or a seq_length that is a multiple of {2 * c}.",
+            f"use context_parallel in {listing([1] + good)}, or a seq_length that is a multiple of {2 * c}.",
         )
     ]
 
@@ -383,7 +361,7 @@ def global_batch_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     lower, upper = (gbs // step) * step, (gbs // step + 1) * step
     near = " or ".join(str(v) for v in (lower, upper) if v > 0)
     mbs = [d for d in divisors(b) if gbs % (d * dp) == 0]
-    alt = f"; or micro_batch_size in {_listing(mbs)}" if mbs else ""
+    alt = f"; or micro_batch_size in {listing(mbs)}" if mbs else ""
     return [
         Problem(
             "global_batch_size",

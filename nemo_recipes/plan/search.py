@@ -1,7 +1,7 @@
 """The valid plans of a recipe on a cluster, ranked by predicted step time: what `fit`, `plan --best` and the advice
 line of `plan` choose from.
 
-Standard library only. A plan is a choice of TP (divisors of a node that divide the heads, query groups and FFN),
+Standard library only. A plan is a choice of TP (divisors of a node that meet every block's TP split need),
 PP (divisors of the pipeline split), VP, micro batch, recomputation and the distributed optimizer; it is valid when no
 rule of `validate` reports an error for it and, with a GPU, its memory fits. Valid plans are ranked by the step time
 of the throughput model (`throughput.estimate_throughput`, on the same program: same stack, same overlaps). Step times
@@ -24,10 +24,11 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, Optional
 
 from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.counts import divisors
 from nemo_recipes.errors import ERROR, InvalidInputError
 from nemo_recipes.families.architecture import Architecture
 from nemo_recipes.plan.hardware import Cluster
-from nemo_recipes.plan.layout import Layout, divisors, pipeline_sizes
+from nemo_recipes.plan.layout import Layout, pipeline_sizes, shape_architecture
 from nemo_recipes.plan.memory import LayoutActivations, ModelState, model_state, state_floor_gib, total_gib
 from nemo_recipes.plan.rules import LAYOUT_RULES, RECOMPUTE_RULES, Rule, program_problems
 from nemo_recipes.plan.stack import Program, program_for
@@ -159,11 +160,8 @@ def _laid_out(
 ) -> Iterator[tuple[RecipeSpec, Optional[Layout]]]:
     """`layouts`, each with its layout when it is already at hand (without interleaving: the distributed optimizer
     does not change a layout), else None."""
-    tps = [
-        t
-        for t in divisors(cluster.gpus_per_node)
-        if spec.num_attention_heads % t == 0 and spec.kv_groups % t == 0 and spec.ffn_hidden_size % t == 0
-    ]
+    needs = [need for need in shape_architecture(spec).split_needs() if need.group == "tp"]
+    tps = [t for t in divisors(cluster.gpus_per_node) if all(need.met_by(t) for need in needs)]
     if spec.sequence_parallel is True:
         tps = [t for t in tps if t > 1]
     distributed = [True] if spec.distributed_optimizer else [False, True]

@@ -16,10 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from nemo_recipes.catalog import COUNT_MAX, RecipeSpec
+from nemo_recipes.counts import divisors
 from nemo_recipes.errors import WARNING, InvalidInputError, Problem
+from nemo_recipes.families import Architecture
 from nemo_recipes.plan import Cluster, validate
 from nemo_recipes.plan.data import checked_data
-from nemo_recipes.plan.layout import Layout, divisors
+from nemo_recipes.plan.layout import Layout
 from nemo_recipes.smoke_training.judge import MIN_STEPS
 
 #: Head dimension, heads and sequence of the scaled-down model: a few hundred thousand parameters, whose steps take
@@ -39,8 +41,19 @@ VOCAB_SIZE = 1000
 VOCAB_MULTIPLE = 128
 MICRO_BATCH = 2
 
+#: A scaled Mixture of Experts: at most this many experts a layer (Qwen3-MoE's 128 of 24 channels would pass a
+#: million parameters), each token routed to at most a quarter of them and at least 2 (top-1 needs another router).
+EXPERTS = 8
+
 #: Layout fields a user may set for the smoke run; the rest of the layout is derived from the processes.
-LAYOUT_FIELDS = ("tensor_parallel", "pipeline_parallel", "context_parallel", "virtual_pipeline")
+LAYOUT_FIELDS = (
+    "tensor_parallel",
+    "pipeline_parallel",
+    "context_parallel",
+    "virtual_pipeline",
+    "expert_parallel",
+    "expert_tensor_parallel",
+)
 
 
 @dataclass(frozen=True)
@@ -102,6 +115,12 @@ def fit_layout(spec: RecipeSpec, processes: int, given: dict[str, Any]) -> dict[
         "context_parallel": cp,
         "virtual_pipeline": given.get("virtual_pipeline"),
     }
+    if spec.num_moe_experts is not None:  # EP as large as the recipe's and as the processes allow, ETP 1
+        etp = given.get("expert_tensor_parallel") or 1
+        experts = min(spec.num_moe_experts, EXPERTS)
+        fitting = [d for d in divisors(max(1, processes // (etp * pp))) if experts % d == 0]
+        ep = given.get("expert_parallel") or max(d for d in fitting if d <= max(1, spec.expert_parallel))
+        layout.update(expert_parallel=ep, expert_tensor_parallel=etp)
     return layout
 
 
@@ -170,12 +189,14 @@ def smoke_shape(
 
 def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
     tp, cp = layout["tensor_parallel"], layout["context_parallel"]
-    attention = _small_attention(spec, tp)
+    split = _split_multiples(spec, layout)
+    attention = _small_attention(spec, split)
     seq = math.lcm(SEQ_LENGTH, tp, 2 * cp)
     return {
         **attention,
+        **_small_experts(spec, attention["hidden_size"], layout),
         "num_layers": _small_layers(spec, layout),
-        "ffn_hidden_size": _small_ffn(spec, attention["hidden_size"], tp),
+        "ffn_hidden_size": _small_ffn(spec, attention["hidden_size"], split),
         "seq_length": seq,
         "vocab_size": VOCAB_SIZE,
         "make_vocab_size_divisible_by": VOCAB_MULTIPLE,
@@ -184,19 +205,38 @@ def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _small_attention(spec: RecipeSpec, tp: int) -> dict[str, Any]:
+def _split_multiples(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, int]:
+    """What each width the blocks split must be a multiple of on this layout: the parallel sizes of its blocks'
+    split needs (`SplitNeed`: heads, query groups and FFN over TP), so that Megatron builds the scaled model."""
+    sizes = {"tp": layout["tensor_parallel"], "cp": layout["context_parallel"], "ep": layout.get("expert_parallel", 1)}
+    sizes["etp"] = layout.get("expert_tensor_parallel") or sizes["tp"]
+    multiples: dict[str, int] = {}
+    for need in Architecture.of(spec).split_needs():
+        multiples[need.field] = math.lcm(multiples.get(need.field, 1), sizes.get(need.group, 1))
+    return multiples
+
+
+def _at_least(value: int, field: str, split: dict[str, int]) -> int:
+    """`value`, rounded up to what the blocks' split needs ask of `field` on the layout."""
+    multiple = split.get(field, 1)
+    return -(-value // multiple) * multiple
+
+
+def _small_attention(spec: RecipeSpec, split: dict[str, int]) -> dict[str, Any]:
     """Hidden size, heads, query groups and head dimension of the scaled model. Multi-head attention stays multi-head
-    with HEAD_DIM channels a head. Grouped-query attention stays grouped: at least QUERY_GROUPS groups, a multiple of
-    TP (Megatron splits whole groups over the TP ranks), each shared by the recipe's heads per group up to
-    HEADS_PER_GROUP (Llama 3 8B keeps its 4; 70B's 8 and 405B's 16 would pass a million parameters), in GQA_HIDDEN
-    channels. An explicit head dimension (kv_channels) stays explicit, at the scaled model's."""
+    with HEAD_DIM channels a head, HEADS heads or as many as the split needs ask. Grouped-query attention stays
+    grouped: a multiple of QUERY_GROUPS groups and of what the split needs ask (Megatron splits whole groups over the
+    TP ranks), each shared by the recipe's heads per group up to HEADS_PER_GROUP (Llama 3 8B keeps its 4; 70B's 8
+    and 405B's 16 would pass a million parameters), in GQA_HIDDEN channels. An explicit head dimension
+    (kv_channels) stays explicit, at the scaled model's."""
     if spec.kv_groups == spec.num_attention_heads:
-        heads = max(HEADS, tp)
+        heads = _at_least(HEADS, "num_attention_heads", split)
+        heads = _at_least(heads, "num_query_groups", split)  # MHA: a group per head
         groups, hidden = (None if spec.num_query_groups is None else heads), heads * HEAD_DIM
     else:
-        groups = math.lcm(QUERY_GROUPS, tp)
+        groups = math.lcm(QUERY_GROUPS, split.get("num_query_groups", 1))  # even, as the recipes' counts
         per_group = min(spec.num_attention_heads // spec.kv_groups, max(2, HEADS_PER_GROUP * QUERY_GROUPS // groups))
-        heads, hidden = groups * per_group, GQA_HIDDEN
+        heads, hidden = _at_least(groups * per_group, "num_attention_heads", split), GQA_HIDDEN
     return {
         "hidden_size": hidden,
         "num_attention_heads": heads,
@@ -205,9 +245,32 @@ def _small_attention(spec: RecipeSpec, tp: int) -> dict[str, Any]:
     }
 
 
-def _small_ffn(spec: RecipeSpec, hidden: int, tp: int) -> int:
-    """The recipe's FFN-to-hidden ratio (GPT-3 4, Llama 3 8B 3.5), rounded to a multiple of TP."""
-    return tp * max(1, round(hidden * spec.ffn_hidden_size / spec.hidden_size / tp))
+def _small_ffn(spec: RecipeSpec, hidden: int, split: dict[str, int]) -> int:
+    """The recipe's FFN-to-hidden ratio (GPT-3 4, Llama 3 8B 3.5), rounded to a multiple of what the split needs
+    ask."""
+    multiple = split.get("ffn_hidden_size", 1)
+    return multiple * max(1, round(hidden * spec.ffn_hidden_size / spec.hidden_size / multiple))
+
+
+def _small_experts(spec: RecipeSpec, hidden: int, layout: dict[str, Any]) -> dict[str, Any]:
+    """A Mixture of Experts scaled like the rest: at most EXPERTS experts, top-k at most a quarter of them (at least
+    2), each expert's and the shared expert's width at the recipe's ratio to hidden but at most a quarter of it (8 of
+    Mixtral's 3.5 x hidden experts would pass a million parameters), a multiple of ETP and TP."""
+    if spec.num_moe_experts is None:
+        return {}
+    experts = min(spec.num_moe_experts, EXPERTS)
+    etp, tp = layout.get("expert_tensor_parallel") or layout["tensor_parallel"], layout["tensor_parallel"]
+    expert_ffn = spec.moe_ffn_hidden_size or spec.ffn_hidden_size
+    values = {
+        "num_moe_experts": experts,
+        "moe_router_topk": min(spec.moe_router_topk, max(2, experts // 4)),
+        "moe_ffn_hidden_size": etp * max(1, round(min(hidden * expert_ffn / spec.hidden_size, hidden / 4) / etp)),
+    }
+    if spec.moe_shared_expert_intermediate_size:
+        shared = spec.moe_shared_expert_intermediate_size
+        width = min(hidden * shared / spec.hidden_size, hidden / 4)
+        values["moe_shared_expert_intermediate_size"] = tp * max(1, round(width / tp))
+    return values
 
 
 def _small_layers(spec: RecipeSpec, layout: dict[str, Any]) -> int:
