@@ -21,17 +21,11 @@ from typing import Any, ClassVar, Literal, Optional, Protocol
 
 from nemo_recipes.counts import divisors, listing
 from nemo_recipes.errors import WARNING, Problem
+from nemo_recipes.families.shape import Shape  # noqa: F401  (re-exported: the blocks' protocol of a recipe)
 
 #: How a tensor is stored over the GPUs: column-parallel (split along its output rows), row-parallel (split along its
 #: input columns), a full copy on every TP rank, or split over expert parallelism by its leading expert axis.
 Split = Literal["column", "row", "replicated", "expert"]
-
-#: Bytes per channel of a routed token copy that the dispatcher keeps for the backward pass: the permuted input (bf16)
-#: and the expert's output before the combine (bf16).
-PERMUTED_BYTES = 4.0
-#: The router's fp32 logits and its fp32 probabilities, per expert and token (Megatron-Core's TopKRouter computes
-#: them in fp32: moe_router_dtype / router.py).
-ROUTER_BYTES_PER_EXPERT = 8.0
 
 #: The norms' epsilon: Megatron-Core's default (TransformerConfig.layernorm_epsilon), which no recipe changes.
 NORM_EPSILON = 1e-5
@@ -92,56 +86,6 @@ class SplitNeed:
 
     def met_by(self, size: int) -> bool:
         return self.value % size == 0
-
-
-class Shape(Protocol):
-    """The recipe values the blocks read (a `catalog.RecipeSpec` has them all): a protocol rather than the class, so
-    that this module stays below the catalog, which reads it."""
-
-    @property
-    def num_layers(self) -> int: ...
-    @property
-    def hidden_size(self) -> int: ...
-    @property
-    def ffn_hidden_size(self) -> int: ...
-    @property
-    def num_attention_heads(self) -> int: ...
-    @property
-    def kv_groups(self) -> int: ...
-    @property
-    def head_dim(self) -> int: ...
-    @property
-    def seq_length(self) -> int: ...
-    @property
-    def padded_vocab_size(self) -> int: ...
-    @property
-    def normalization(self) -> str: ...
-    @property
-    def gated_linear_unit(self) -> bool: ...
-    @property
-    def add_bias_linear(self) -> bool: ...
-    @property
-    def share_embeddings(self) -> bool: ...
-    @property
-    def position_embedding_type(self) -> str: ...
-    @property
-    def qk_layernorm(self) -> bool: ...
-    @property
-    def kv_channels(self) -> Optional[int]: ...
-    @property
-    def rotary_percent(self) -> float: ...
-    @property
-    def activation(self) -> str: ...
-    @property
-    def family(self) -> str: ...
-    @property
-    def num_moe_experts(self) -> Optional[int]: ...
-    @property
-    def moe_router_topk(self) -> int: ...
-    @property
-    def moe_ffn_hidden_size(self) -> Optional[int]: ...
-    @property
-    def moe_shared_expert_intermediate_size(self) -> Optional[int]: ...
 
 
 class Block(Protocol):
@@ -558,34 +502,29 @@ class MoE:
         return 0.0
 
     def gemms(self) -> list[Gemm]:
-        """The routed experts' GEMMs as if a token went through top_k of them one after the other (what a token's
-        FLOPs are); the shared expert's as a dense MLP's. How the GPUs run them, grouped per local expert, is
-        `expert_gemms` and `dense_gemms`."""
+        """A token's: the router's, top_k routed experts' one after the other, the shared expert's (its FLOPs)."""
         router, *shared = self.dense_gemms()
         return [router, *self.expert_gemms() * self.top_k, *shared]
 
     def expert_gemms(self) -> list[Gemm]:
-        """One routed expert's GEMMs, whole (ETP splits them as TP splits a dense MLP's: fc1 column-wise, fc2
-        row-wise): what the grouped GEMM runs on each local expert's tokens."""
+        """One routed expert's, whole (ETP splits it as TP a dense MLP's): the grouped GEMM's, per local expert."""
         return self._expert(self.expert_ffn).gemms()
 
     def dense_gemms(self) -> list[Gemm]:
         """The GEMMs every token runs once: the router's and the shared expert's."""
-        shared = self._expert(self.shared_ffn).gemms() if self.shared_ffn else []
-        return [Gemm(self.hidden, self.experts, "replicated"), *shared]
+        return [
+            Gemm(self.hidden, self.experts, "replicated"),
+            *(self._expert(self.shared_ffn).gemms() if self.shared_ffn else []),
+        ]
 
     def routed_activations_per_sbh(self) -> float:
-        """Bytes per s·b·h, before TP divides them, that the routed tokens store: each of a token's top_k copies
-        keeps its expert's tensors (`DenseMLP.stored_activations_per_sbh`) and the dispatcher's two buffers of it,
-        the permuted input (fc1's input, 2 bytes a channel) and the expert's output kept for the combine's
-        weighting by the router's probabilities (2 bytes a channel) (Megatron-Core's moe_utils.permute/unpermute
-        and token_dispatcher.py). Balanced routing: a rank's share of the routed tokens is top_k times its own."""
-        return self.top_k * (self._expert(self.expert_ffn).stored_activations_per_sbh() + PERMUTED_BYTES)
+        """Stored bytes per s·b·h before TP: each routed copy's expert tensors, plus 2 + 2 bytes a channel of the
+        permuted input and of the output the combine weighs (Megatron-Core moe_utils.permute/unpermute)."""
+        return self.top_k * (self._expert(self.expert_ffn).stored_activations_per_sbh() + 4.0)
 
     def stored_activations_per_sbh(self) -> float:
-        """The routed tokens' (`routed_activations_per_sbh`), the router's fp32 logits and probabilities (4 + 4
-        bytes per expert and token) and the shared expert's."""
-        router = ROUTER_BYTES_PER_EXPERT * self.experts / self.hidden
+        """The routed copies', the router's fp32 logits and probabilities (4 + 4 bytes an expert), the shared's."""
+        router = 8.0 * self.experts / self.hidden
         shared = self._expert(self.shared_ffn).stored_activations_per_sbh() if self.shared_ffn else 0.0
         return self.routed_activations_per_sbh() + router + shared
 

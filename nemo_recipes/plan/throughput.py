@@ -82,7 +82,8 @@ from nemo_recipes.plan.stack import Program, program_for
 
 FLOPS_CONVENTION = _flops.MODEL_FLOPS_CONVENTION
 # The names before `rates.py` held them (the tests read the private ones).
-_Rates, _gemm_s, _power_derate = Rates, gemm_s, power_derate
+_Rates = Rates
+_power_derate = power_derate
 
 
 @dataclass(frozen=True)
@@ -192,7 +193,7 @@ def _layer(
     layout: Layout,
     program: Program,
     gpu: GPU,
-    rates: _Rates,
+    rates: Rates,
     k: ModelConstants,
     shared: Optional[dict[tuple, Any]] = None,
 ) -> _Layer:
@@ -217,8 +218,8 @@ def _layer(
 
 
 def _layer_parts(
-    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates, k: ModelConstants
-) -> tuple[float, ...]:
+    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: Rates, k: ModelConstants
+) -> tuple[Any, ...]:
     t, c, tokens, s, h = layout.tp, layout.cp, layout.tokens_per_rank, spec.seq_length, spec.hidden_size
     fp8 = spec.fp8
     arch = Architecture.of(spec)  # what the layer's blocks compute and send (`families.blocks`)
@@ -226,9 +227,9 @@ def _layer_parts(
     layer_gemms = arch.layer_gemms() if moe is None else once_per_token_gemms(arch)  # routed: `expert_times`
     d_head, gemms = attention.head_dim, [g.on_rank(t) for g in layer_gemms]
     operand = 1 if fp8 else ACTIVATION_BYTES
-    dense_f = sum(_gemm_s(tokens, a, n, rates.dense, rates, operand) for a, n in gemms)
+    dense_f = sum(gemm_s(tokens, a, n, rates.dense, rates, operand) for a, n in gemms)
     dense_b = sum(
-        _gemm_s(tokens, n, a, rates.dense, rates, operand) + _gemm_s(a, tokens, n, rates.dense, rates, operand)
+        gemm_s(tokens, n, a, rates.dense, rates, operand) + gemm_s(a, tokens, n, rates.dense, rates, operand)
         for a, n in gemms
     )
 
@@ -243,9 +244,9 @@ def _layer_parts(
         heads = layout.micro_batch * attention.heads / t
         sq, sk = s / c, s
         # One batched GEMM over all heads of the micro-batch for each product.
-        qk = _gemm_s(sq, d_head, sk, rates.bf16, rates, ACTIVATION_BYTES, heads)  # Q K^T, and dP = dO V^T
-        pv = _gemm_s(sq, sk, d_head, rates.bf16, rates, ACTIVATION_BYTES, heads)  # P V, and dQ = dS K
-        pt = _gemm_s(sk, sq, d_head, rates.bf16, rates, ACTIVATION_BYTES, heads)  # dV = P^T dO, and dK = dS^T Q
+        qk = gemm_s(sq, d_head, sk, rates.bf16, rates, ACTIVATION_BYTES, heads)  # Q K^T, and dP = dO V^T
+        pv = gemm_s(sq, sk, d_head, rates.bf16, rates, ACTIVATION_BYTES, heads)  # P V, and dQ = dS K
+        pt = gemm_s(sk, sq, d_head, rates.bf16, rates, ACTIVATION_BYTES, heads)  # dV = P^T dO, and dK = dS^T Q
         scores = heads * sq * sk
         attention_f = qk + pv + scores * SOFTMAX_DROPOUT_BYTES[0] / rates.hbm
         attention_b = qk + pv + 2 * pt + scores * SOFTMAX_DROPOUT_BYTES[1] / rates.hbm
@@ -279,7 +280,7 @@ def _layer_parts(
 
 
 def _fused_attention_s(
-    executed: float, s: int, c: int, d_head: int, rates: _Rates, kernel: str = "cudnn"
+    executed: float, s: int, c: int, d_head: int, rates: Rates, kernel: str = "cudnn"
 ) -> tuple[float, float]:
     """Forward and backward seconds of a fused (flash) attention core that executes `executed` forward FLOPs (half
     the causal score matrix; the backward executes 2.5 times as much: it recomputes the scores, Dao 2023, Sec. 4.1),
@@ -305,19 +306,19 @@ def _fused_attention_s(
     return forward, backward
 
 
-def _output_layer_s(spec: RecipeSpec, layout: Layout, program: Program, rates: _Rates) -> float:
+def _output_layer_s(spec: RecipeSpec, layout: Layout, program: Program, rates: Rates) -> float:
     """The output layer (forward, data and weight gradients, in BF16) and the loss, per micro-batch."""
     tokens, h, vocab = layout.tokens_per_rank, spec.hidden_size, spec.padded_vocab_size / layout.tp
     logits = (
-        _gemm_s(tokens, h, vocab, rates.bf16, rates, ACTIVATION_BYTES)
-        + _gemm_s(tokens, vocab, h, rates.bf16, rates, ACTIVATION_BYTES)
-        + _gemm_s(h, tokens, vocab, rates.bf16, rates, ACTIVATION_BYTES)
+        gemm_s(tokens, h, vocab, rates.bf16, rates, ACTIVATION_BYTES)
+        + gemm_s(tokens, vocab, h, rates.bf16, rates, ACTIVATION_BYTES)
+        + gemm_s(h, tokens, vocab, rates.bf16, rates, ACTIVATION_BYTES)
     )
     per_logit = FUSED_CROSS_ENTROPY_BYTES_PER_LOGIT if program.fused_cross_entropy else CROSS_ENTROPY_BYTES_PER_LOGIT
     return logits + tokens * vocab * per_logit / rates.hbm
 
 
-def _p2p_s(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates, chunk_s: float) -> float:
+def _p2p_s(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: Rates, chunk_s: float) -> float:
     """Exposed pipeline point-to-point time per step: activations forward and gradients backward at every chunk
     boundary. With `overlap_p2p_comm` a transfer hides behind the next chunk's compute; the warm-up and cool-down
     transfers stay exposed either way."""
@@ -334,7 +335,7 @@ def _p2p_s(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: 
 
 
 def _data_parallel_s(
-    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates, chunk_b: float, chunk_f: float
+    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: Rates, chunk_b: float, chunk_f: float
 ) -> tuple[float, float]:
     """Exposed gradient reduce and parameter gather per step, in the bytes the program moves (`Program.
     gradient_bytes`, `param_gather_bytes`).
@@ -415,7 +416,7 @@ def _timed(
     shared: Optional[dict[tuple, Any]] = None,
 ) -> tuple[float, dict[str, float]]:
     constants = k if k is not None else active_constants()
-    rates = _Rates.of(gpu, spec.fp8, constants)
+    rates = Rates.of(gpu, spec.fp8, constants)
     if rates.derate < 1.0:
         notes.append(
             f"{gpu.name} sustains {rates.derate:.2f} of its rated tensor-core peak (board power {gpu.tdp_w:g} W for "
@@ -452,7 +453,7 @@ def _checked_plan(
 
 
 def _step_s(
-    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates, layer: _Layer, k: ModelConstants
+    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: Rates, layer: _Layer, k: ModelConstants
 ) -> tuple[float, dict[str, float]]:
     """Seconds of one step (pipeline schedule, exposed communication, optimizer) and their breakdown by kind."""
     logits = _output_layer_s(spec, layout, program, rates)
