@@ -149,6 +149,9 @@ STEP_TERMS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: The parts only a Mixture of Experts' step has: its routed experts' GEMMs and their exposed dispatch and combine.
+EXPERT_PARTS = ("expert_matmul", "ep_comm_exposed")
+
 # ---- the model ----
 
 
