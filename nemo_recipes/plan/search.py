@@ -27,6 +27,7 @@ from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.counts import divisors
 from nemo_recipes.errors import ERROR, InvalidInputError
 from nemo_recipes.families.architecture import Architecture
+from nemo_recipes.families.blocks import MoE
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout, pipeline_sizes, shape_architecture
 from nemo_recipes.plan.memory import LayoutActivations, ModelState, model_state, state_floor_gib, total_gib
@@ -166,6 +167,7 @@ def _laid_out(
         tps = [t for t in tps if t > 1]
     distributed = [True] if spec.distributed_optimizer else [False, True]
     world = cluster.world_size
+    moe = Architecture.of(spec).moe  # the experts whose parallel sizes the search also chooses (None: dense)
     for t in tps:
         for p in pipeline_sizes(spec):
             model_parallel = t * p * spec.context_parallel
@@ -175,7 +177,7 @@ def _laid_out(
             fixed = None if per_replica is not None or spec.global_batch_size % dp else spec.global_batch_size // dp
             for b in _micro_batches(spec, fixed, space):
                 gbs = spec.global_batch_size if per_replica is None else scaled_batch(per_replica, dp, b)
-                for experts in expert_layouts(spec, cluster, t, p):
+                for experts in expert_layouts(spec, cluster, t, p, moe):
                     base = _with(
                         spec,
                         tensor_parallel=t,
@@ -193,12 +195,12 @@ def _laid_out(
                             yield _with(base, virtual_pipeline=v, distributed_optimizer=dist), None if v else layout
 
 
-def expert_layouts(spec: RecipeSpec, cluster: Cluster, tp: int, pp: int) -> list[dict[str, Any]]:
+def expert_layouts(spec: RecipeSpec, cluster: Cluster, tp: int, pp: int, moe: Optional[MoE]) -> list[dict[str, Any]]:
     """The expert-parallel sizes to try with TP `tp` and PP `pp` (a dense recipe: none to change): ETP among the
     divisors of a node that split each expert's width (unset where the recipe leaves it so and it equals TP), EP among
     the divisors of the routed experts whose EP x ETP divides the GPUs of a pipeline stage (the expert-data-parallel
-    group, world / (PP x EP x ETP), is whole: parallel_state.initialize_model_parallel)."""
-    moe = Architecture.of(spec).moe
+    group, world / (PP x EP x ETP), is whole: parallel_state.initialize_model_parallel). `moe`: the recipe's
+    experts (`Architecture.moe`)."""
     if moe is None:
         return [{}]
     stage = cluster.world_size // pp
