@@ -1,5 +1,6 @@
 """The table of truth: every family's rows (`families/`: the five GPT recipes of the seed, three Llama-3-shaped ones,
-two Qwen3 dense ones) as `RecipeSpec` rows, and every value a recipe needs.
+two Qwen3 dense ones, two Mixtral and two Qwen3-MoE Mixtures of Experts) as `RecipeSpec` rows, and every value a
+recipe needs.
 
 Plain data, standard library only (no nemo, torch, megatron or nemo_run), so that listing recipes, planning and the
 fast CLI verbs answer at once. Everything else (NeMo objects, executors, the planner) reads its numbers from here.
@@ -118,6 +119,12 @@ class RecipeSpec:
     moe_token_dispatcher_type: Dispatcher = "allgather"
     moe_grouped_gemm: bool = False
     moe_permute_fusion: bool = False
+    # DeepSeek-style routing (`routing_fields`): group-limited, scaled, its bias's rate, leading dense layers.
+    moe_router_num_groups: Optional[int] = None
+    moe_router_group_topk: Optional[int] = None
+    moe_router_topk_scaling_factor: Optional[float] = None
+    moe_router_bias_update_rate: float = 1e-3
+    moe_first_dense_layers: int = 0
 
     # Parallelism.
     tensor_parallel: int

@@ -36,6 +36,7 @@ from nemo_recipes.field_limits import (
     count,
 )
 from nemo_recipes.latent_fields import LATENT_ATTENTION_FIELDS
+from nemo_recipes.routing_fields import ROUTING_FIELDS
 
 #: The sections of the table, in the order of `RecipeSpec`'s fields.
 SECTIONS = (
@@ -178,6 +179,7 @@ RECIPE_FIELDS: tuple[RecipeField, ...] = (
     ),
     _model("attention_dropout", "dropout of the attention probabilities", "0.1, NeMo GPTConfig default", FRACTION),
     *EXPERT_MODEL_FIELDS,
+    *ROUTING_FIELDS,
     # ---- parallelism: NeMo's MegatronStrategy ----
     RecipeField(
         "tensor_parallel",

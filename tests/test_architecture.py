@@ -30,7 +30,8 @@ ALLOWED: dict[str, set[str]] = {
     "field_limits": set(),
     "expert_fields": {"field_limits"},
     "latent_fields": {"field_limits"},
-    "recipe_fields": {"field_limits", "expert_fields", "latent_fields"},
+    "routing_fields": {"field_limits"},
+    "recipe_fields": {"field_limits", "expert_fields", "latent_fields", "routing_fields"},
     # A blend by budget: the catalog's checks need no file; epochs read the sources' manifests (data.manifest,
     # standard library only), where plan and the plugin resolve them.
     "budget": CORE | {"data"},
@@ -43,7 +44,8 @@ ALLOWED: dict[str, set[str]] = {
     "training": CORE | {"catalog", "families", "plan", "overrides", "budget", "recipe_fields"},
     "executors": CORE | {"catalog", "plan", "overrides", "_version", "budget"},
     "watching": CORE | {"catalog", "families", "plan"},
-    "smoke_training": CORE | {"catalog", "budget", "plan", "overrides", "data", "training", "executors", "conversion"},
+    "smoke_training": CORE
+    | {"catalog", "families", "budget", "plan", "overrides", "data", "training", "executors", "conversion"},
     "conversion": CORE | {"catalog", "families", "data"},
     "cli": CORE
     | {
@@ -83,6 +85,7 @@ LIGHT = {
     "field_limits",
     "expert_fields",
     "latent_fields",
+    "routing_fields",
     "recipe_fields",
     "recipe_checks",
     "catalog",

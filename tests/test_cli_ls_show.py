@@ -104,9 +104,9 @@ def test_show_lists_every_field_and_derived_value_with_its_source():
     rows = {line.split()[0]: line for line in out.splitlines()[2:] if line and not line.startswith(" ")}
     for name in field_names():
         if name not in ("name", "size_label"):
-            # A field that means something only where another is set (multi-latent attention's ranks) is not shown.
+            # Expert fields (MoE rows only) and multi-latent attention's (MLA rows only) are not shown.
             assert (name in rows) == (name in fields_of(RECIPES["gpt_13b"])), name
-    assert "kv_lora_rank" not in rows and "q_lora_rank" not in rows
+    assert "kv_lora_rank" not in rows and "num_moe_experts" not in rows
     for name in DERIVED_SOURCES:
         assert name in rows, name
     assert rows["tensor_parallel"].split()[:2] == ["tensor_parallel", "2"]

@@ -10,6 +10,7 @@ from nemo_recipes.catalog import RECIPES, source
 from nemo_recipes.errors import InvalidRecipeError
 from nemo_recipes.families import REGISTRY, Architecture, family_of, get_family
 from nemo_recipes.families.blocks import MEGATRON_KEYS, Attention, DenseMLP, MoE
+from nemo_recipes.families.megatron_names import LAYER_KEYS
 
 
 @pytest.mark.parametrize("name, hint", [("mistral", ""), ("lama", "did you mean 'llama'?"), (7, "")])
@@ -19,7 +20,7 @@ def test_an_unknown_family_is_refused_with_field_value_and_fix(name, hint):
     (problem,) = caught.value.problems
     assert (problem.field, problem.value) == ("family", name)
     assert hint in problem.message
-    assert problem.fix == "use one of: gpt, llama, qwen3, mixtral, qwen3_moe."
+    assert problem.fix == "use one of: gpt, llama, qwen3, mixtral, qwen3_moe, deepseek."
 
 
 def test_every_row_belongs_to_the_family_module_that_lists_it():
@@ -77,9 +78,11 @@ def test_the_recipe_factories_help_names_the_family():
 def test_a_layer_is_its_familys_blocks_and_every_tensor_has_one_megatron_key_and_one_hf_rule(name):
     spec = RECIPES[name]
     architecture, family = Architecture.of(spec), get_family(spec.family)
-    assert architecture.blocks == family.layer(spec)
+    assert architecture.groups == family.pattern(spec)
+    for group in architecture.groups:  # every kind of layer (DeepSeek-V3's dense ones and its expert ones)
+        group_roles = [t.role for b in group.blocks for t in b.tensors()]
+        assert len(group_roles) == len(set(group_roles)) and set(group_roles) <= set(LAYER_KEYS)
     roles = [t.role for t in architecture.layer_tensors()]
-    assert len(roles) == len(set(roles)) and set(roles) <= set(MEGATRON_KEYS)
     if family.hf is None:  # the MoE families convert with a later issue: `hf export` refuses them by name
         return
     mapped = [role for rule in family.hf.layer if set(rule.roles) <= set(roles) for role in rule.roles]

@@ -15,6 +15,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "nemo_recipes"
 ALLOWED = {
     "qwen": set(),
     "llama": set(),
+    "deepseek": set(),
     "gpt2": {"data/fast_encoder.py"},  # GPT2_PATTERN: the byte-level pre-tokenizer's regex, a tokenizer's name
 }
 LIMIT = 2

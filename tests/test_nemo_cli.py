@@ -39,6 +39,10 @@ BAD_FACTORIES = {
 }
 
 
+#: NeMo's own factories whose names ours must not shadow (our rows are deepseek_v3_671b, ...): they still dry-run.
+NEMOS_OWN = {"deepseek_v3": "DeepSeekV3Config"}
+
+
 def _env(tmp: Path) -> dict[str, str]:
     # A wide terminal keeps rich from folding values; a private NeMo-Run home keeps the user's untouched.
     return {
@@ -62,7 +66,7 @@ def dry_runs(tmp_path_factory) -> dict[str, tuple[int, str]]:
     """factory call -> (exit code, output) of `nemo llm pretrain --factory CALL --dryrun --yes`: every recipe and
     every bad call in one process, `gpt_70b(num_nodes=8)` through the `nemo` executable beside it."""
     tmp = tmp_path_factory.mktemp("dry")
-    calls = [*RECIPES, *BAD_FACTORIES]
+    calls = [*RECIPES, *BAD_FACTORIES, *NEMOS_OWN]
     outside = "gpt_70b(num_nodes=8)"
     own = subprocess.Popen(
         [NEMO, *_dry_run(outside)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(tmp), cwd=tmp
@@ -106,6 +110,17 @@ def test_dry_run_through_nemo_cli_prints_the_table_values(dry_runs, name):
     assert f"config={config_class_name(spec)}()" in output  # GPTConfig70B, LlamaConfig70B: one class per row
     # Mock data with a NullTokenizer: nothing to download.
     assert "NullTokenizer" in output
+
+
+def test_the_deepseek_row_dry_runs_its_layout_and_nemos_own_factory_beside_it(dry_runs):
+    code, output = dry_runs["deepseek_v3_671b"]
+    assert code == 0, output
+    assert _value(output, "expert_model_parallel_size") == 64
+    assert _value(output, "num_layers_in_first_pipeline_stage") == 3
+    assert _value(output, "num_layers_in_last_pipeline_stage") == 2
+    for factory, config in NEMOS_OWN.items():
+        code, output = dry_runs[factory]
+        assert code == 0 and f"config={config}(" in output, output
 
 
 def test_factory_arguments_on_the_command_line(dry_runs):

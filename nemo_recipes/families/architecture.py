@@ -173,27 +173,49 @@ class Architecture:
         return self.spec.seq_length * self.spec.hidden_size if learned else 0
 
     @property
+    def mtp_layers(self) -> int:
+        """Multi-token prediction layers (`mtp_num_layers`; none unless set)."""
+        return getattr(self.spec, "mtp_num_layers", None) or 0
+
+    def mtp_tensors(self) -> list[Tensor]:
+        """One multi-token prediction layer's tensors (Megatron-Core's MultiTokenPredictionLayer; DeepSeek-V3,
+        arXiv:2412.19437, Sec. 2.2): norms of the hidden state and of the next token's embedding, their
+        concatenation projected back to hidden (`eh_proj`, column-parallel), a decoder layer built as the last one
+        (get_gpt_mtp_block_spec takes the decoder's last layer spec), and its own final norm; the embedding and
+        the output layer are the model's, shared."""
+        h, n = self.spec.hidden_size, self.spec.normalization
+        own = [*norm("mtp.enorm", h, n), *norm("mtp.hnorm", h, n), Tensor("mtp.eh_proj.weight", (h, 2 * h), "column")]
+        return [*own, *norm("mtp.final_norm", h, n), *(t for b in self.groups[-1].blocks for t in b.tensors())]
+
+    @property
     def num_parameters(self) -> int:
         """Exact parameter count of the model NeMo builds (Narayanan et al. 2021, Eq. 2, is the GPT-3 case): every
-        group's layers, the embeddings, the positions, the final norm."""
+        group's layers, the multi-token prediction layers, the embeddings, the positions, the final norm."""
         layers = sum(g.count * _params([t for b in g.blocks for t in b.tensors()]).total for g in self.groups)
+        layers += self.mtp_layers * sum(t.numel for t in self.mtp_tensors())
         return layers + self.embedding_params + self.position_params + self.norm_params
 
     @property
     def active_parameters(self) -> int:
-        """The parameters one token's forward pass uses: all of them less, in every expert layer, the experts the
-        router does not send it to (`MoE.idle_params_per_token`). A dense model's is its total."""
-        idle = sum(g.count * b.idle_params_per_token for g in self.groups for b in g.blocks if isinstance(b, MoE))
+        """The parameters one token's forward pass uses: all of them less, in every expert layer (a multi-token
+        prediction layer's too), the experts the router does not send it to (`MoE.idle_params_per_token`). A dense
+        model's is its total."""
+        groups = (*self.groups, LayerGroup(self.mtp_layers, self.groups[-1].blocks))
+        idle = sum(g.count * b.idle_params_per_token for g in groups for b in g.blocks if isinstance(b, MoE))
         return self.num_parameters - idle
 
     def forward_flops_per_token(self) -> TokenFlops:
         """Forward FLOPs per token of the whole model (perf-model.md 2.2): 2 per weight of the layers' GEMMs (a
         Mixture of Experts': the active ones, `MoE.weight_macs_per_token`), the attention's scores and attention
-        over V, `2·h·V` for the logits."""
-        s = self.spec
-        dense = sum(g.count * 2.0 * sum(b.weight_macs_per_token() for b in g.blocks) for g in self.groups)
-        attention = sum(g.count * sum(b.attention_flops_per_token(s.seq_length) for b in g.blocks) for g in self.groups)
-        return TokenFlops(dense=dense, attention=attention, logits=2.0 * s.hidden_size * s.padded_vocab_size)
+        over V, `2·h·V` for the logits; each multi-token prediction layer adds its projection, a last layer's work
+        and the logits once more."""
+        s, mtp = self.spec, self.mtp_layers
+        groups = (*self.groups, LayerGroup(mtp, self.groups[-1].blocks))
+        dense = sum(g.count * 2.0 * sum(b.weight_macs_per_token() for b in g.blocks) for g in groups)
+        dense += mtp * 2.0 * 2 * s.hidden_size * s.hidden_size  # eh_proj: 2h -> h
+        attention = sum(g.count * sum(b.attention_flops_per_token(s.seq_length) for b in g.blocks) for g in groups)
+        logits = (1 + mtp) * 2.0 * s.hidden_size * s.padded_vocab_size
+        return TokenFlops(dense=dense, attention=attention, logits=logits)
 
 
 def _params(tensors: list[Tensor]) -> LayerParams:

@@ -5,13 +5,9 @@ model times and the collectives it needs. A family says which blocks its layers 
 architecture (`families.architecture`) composes them; the Hugging Face names of each block's tensors are the
 family's declared mapping (`families.hf_mapping`).
 
-Blocks: `Attention` (multi-head and grouped-query; a bias on QKV only and QK-norm are its options),
-`MultiLatentAttention` (DeepSeek-V2/V3's low-rank compressed queries and keys/values, with the same methods, in
-`families.latent_attention`), `DenseMLP` (GELU, or gated: SwiGLU, GeGLU), `MoE` (router, routed experts split over
-expert parallelism, optional shared experts: counts total and active per token).
-
-Standard library only: the planner and the catalog read it on the fast path.
-"""
+Blocks: `Attention` (multi-head and grouped-query; QKV bias and QK-norm as options), `DenseMLP` (GELU, SwiGLU, GeGLU),
+`MoE` (router, routed experts split over EP, optional shared experts); multi-latent attention is `latent_attention`'s.
+Standard library only: the planner and the catalog read it on the fast path."""
 
 from __future__ import annotations
 
@@ -388,16 +384,12 @@ class DenseMLP:
 
 @dataclass(frozen=True)
 class MoE:
-    """A Mixture-of-Experts MLP with its pre-norm (Megatron-Core's MoELayer, `transformer/moe/`): a router (a linear
-    layer hidden -> experts, no bias, a full copy on every rank: `TopKRouter.weight`), `experts` routed experts of
-    which each token visits `top_k`, each a `DenseMLP` of `expert_ffn` (Megatron's moe_ffn_hidden_size), and
-    optionally a shared expert of `shared_ffn` (moe_shared_expert_intermediate_size) every token visits.
-
-    How the GPUs hold it: the routed experts split over expert parallelism (EP: each rank `experts / EP` whole
-    experts, `MoELayer`'s num_local_experts) and each expert's matrices over expert-tensor parallelism (ETP: fc1
-    column-wise, fc2 row-wise, as TP splits a dense MLP); the router and the norm are whole everywhere; the shared
-    expert splits over TP like a dense MLP (`SharedExpertMLP`). The expert-bias balancing of a sigmoid router is a
-    buffer, not a parameter: it counts nowhere."""
+    """A Mixture-of-Experts MLP with its pre-norm (Megatron-Core's MoELayer): a router (hidden -> experts, no bias,
+    whole on every rank: `TopKRouter.weight`), `experts` routed experts of which each token visits `top_k`, each a
+    `DenseMLP` of `expert_ffn` (moe_ffn_hidden_size), and optionally a shared expert of `shared_ffn`
+    (moe_shared_expert_intermediate_size) every token visits. The routed experts split over EP (whole experts:
+    MoELayer's num_local_experts) and each expert's matrices over ETP (fc1 column-, fc2 row-wise); the shared expert
+    splits over TP like a dense MLP. A sigmoid router's expert bias is a buffer, not a parameter: it counts nowhere."""
 
     hidden: int
     experts: int
@@ -413,8 +405,10 @@ class MoE:
     #: tensor with a leading global-expert axis under `mlp.experts.experts.` (experts.py, `sharded_state_dict`:
     #: "interchangeable with SequentialMLP's"). Their in-memory module names differ: `EXPERT_MODULE_KEYS`.
     MEGATRON_KEYS: ClassVar[dict[str, tuple[str, ...]]] = {
-        "pre_moe_norm.weight": ("pre_mlp_layernorm.weight",),  # both specs: a MoE's norm is never fused into fc1
-        "pre_moe_norm.bias": ("pre_mlp_layernorm.bias",),
+        # TE's spec keeps the norm apart (the router reads it); the local spec's keys map renames it as a dense
+        # layer's even with experts (gpt_layer_specs.py: "pre_mlp_layernorm." -> "mlp.linear_fc1.layer_norm_").
+        "pre_moe_norm.weight": ("pre_mlp_layernorm.weight", "mlp.linear_fc1.layer_norm_weight"),
+        "pre_moe_norm.bias": ("pre_mlp_layernorm.bias", "mlp.linear_fc1.layer_norm_bias"),
         "router.weight": ("mlp.router.weight",),
         "experts.fc1.weight": ("mlp.experts.experts.linear_fc1.weight",),
         "experts.fc1.bias": ("mlp.experts.experts.linear_fc1.bias",),
@@ -425,9 +419,8 @@ class MoE:
         "shared.fc2.weight": ("mlp.shared_experts.linear_fc2.weight",),
         "shared.fc2.bias": ("mlp.shared_experts.linear_fc2.bias",),
     }
-    #: An expert tensor's role -> its module key for local expert `{i}` (numbered from 0 on each EP rank), in the
-    #: model's own `state_dict()`: (Transformer Engine's TEGroupedMLP, one GroupedLinear holding `weight0`,
-    #: `weight1`, ...; the local spec's SequentialMLP, one MLP module per expert) (Megatron-Core 0.14 experts.py).
+    #: Role -> the `state_dict()` key of local expert `{i}` (from 0 on each EP rank): (Transformer Engine's
+    #: TEGroupedMLP, weight0, weight1, ...; the local spec's SequentialMLP, a module per expert) (experts.py).
     EXPERT_MODULE_KEYS: ClassVar[dict[str, tuple[str, str]]] = {
         "experts.fc1.weight": ("mlp.experts.linear_fc1.weight{i}", "mlp.experts.local_experts.{i}.linear_fc1.weight"),
         "experts.fc1.bias": ("mlp.experts.linear_fc1.bias{i}", "mlp.experts.local_experts.{i}.linear_fc1.bias"),
@@ -487,8 +480,7 @@ class MoE:
         return sum(t.numel for t in self.expert_tensors()) // self.experts
 
     @property
-    def idle_params_per_token(self) -> int:
-        """The parameters of the experts a token does not visit: the total less the active count, per layer."""
+    def idle_params_per_token(self) -> int:  # the experts a token does not visit: total less active, per layer
         return (self.experts - self.top_k) * self.params_per_expert
 
     def weight_macs_per_token(self) -> int:
@@ -544,7 +536,7 @@ class MoE:
             needs.append(SplitNeed("moe_shared_expert_intermediate_size", self.shared_ffn, "tp", "the shared expert"))
         return needs
 
-    def shape_problems(self) -> list[Problem]:
+    def shape_problems(self) -> list[Problem]:  # its sizes' rules are the layout's: `plan/expert_rules.py`
         return []
 
 

@@ -26,6 +26,10 @@ class Family:
     layer: Callable[[Any], tuple[Block, ...]] = dense_layer
     hf: Optional[HFMapping] = None
     layers: Optional[Callable[[Any], tuple[LayerGroup, ...]]] = None
+    #: The NeMo model config class its rows' config classes extend, by import path (`training.model`); None: NeMo's
+    #: GPTConfig. A family whose layers need another Megatron-Core config (multi-latent attention's
+    #: MLATransformerConfig) names NeMo's class for it, whose values the recipe fields do not set stay NeMo's.
+    nemo_config: Optional[str] = None
 
     def pattern(self, spec: Any) -> tuple[LayerGroup, ...]:
         """The spec's decoder layers as groups of alike layers, first to last: `layers`' groups, or every layer

@@ -173,6 +173,14 @@ class MultiLatentAttention:
         return [SplitNeed("num_attention_heads", self.heads, "tp", "attention heads")]
 
     def shape_problems(self) -> list[Problem]:
+        return [*self.head_problems(), *self.rotary_problems()]
+
+    def head_problems(self) -> list[Problem]:
+        """None: every width of a head is given (qk_head_dim, qk_pos_emb_head_dim, v_head_dim), not derived from
+        the hidden size, and there are no query groups to split the heads into."""
+        return []
+
+    def rotary_problems(self) -> list[Problem]:
         """The rotary channels of queries and the shared key are rotated in pairs (Megatron-Core's RotaryEmbedding
         and YarnRotaryEmbedding build one frequency per pair of qk_pos_emb_head_dim)."""
         if self.rope_dim >= 2 and self.rope_dim % 2 == 0:

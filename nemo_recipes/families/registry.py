@@ -8,14 +8,15 @@ Standard library only: the catalog, the planner and the fast CLI verbs read it. 
 from __future__ import annotations
 
 from nemo_recipes.errors import InvalidInputError, Problem, did_you_mean
-from nemo_recipes.families import gpt, llama, mixtral, qwen3, qwen3_moe
+from nemo_recipes.families import deepseek, gpt, llama, mixtral, qwen3, qwen3_moe
 from nemo_recipes.families.family import Family
 from nemo_recipes.families.hf_mapping import HFMapping
 
 #: Family name -> family, in the order listings show them. The first is the default: its values are the catalog's
 #: field defaults, so a shape that names no row of a family (a custom one) is built as one of its models.
 REGISTRY: dict[str, Family] = {
-    family.name: family for family in (gpt.FAMILY, llama.FAMILY, qwen3.FAMILY, mixtral.FAMILY, qwen3_moe.FAMILY)
+    family.name: family
+    for family in (gpt.FAMILY, llama.FAMILY, qwen3.FAMILY, mixtral.FAMILY, qwen3_moe.FAMILY, deepseek.FAMILY)
 }
 DEFAULT = gpt.FAMILY.name
 

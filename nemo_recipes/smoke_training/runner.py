@@ -432,6 +432,11 @@ def smoke(
     on purpose, to show that the judge catches it.
     """
     spec = get_recipe(recipe) if isinstance(recipe, str) else recipe
+    unbuildable = (
+        [] if launch is not None or visible_gpus() else cpu_compat.model_problems(spec.replace(**overrides or {}))
+    )
+    if unbuildable:  # before the run is scaled down: the layout's problems would only hide the reason
+        raise InvalidInputError(unbuildable, context=f"smoke {spec.name} on this machine")
     if invariance:
         overrides = {**(overrides or {}), **NO_DROPOUT}
     plan = smoke_shape(

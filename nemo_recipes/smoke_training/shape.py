@@ -202,6 +202,9 @@ def _small_shape(spec: RecipeSpec, layout: dict[str, Any]) -> dict[str, Any]:
         "make_vocab_size_divisible_by": VOCAB_MULTIPLE,
         "micro_batch_size": MICRO_BATCH,
         "recompute_num_layers": None,
+        # The recipe's own first and last stages (DeepSeek-V3's 3 and 2 of 61) are the full-size layout's.
+        "pipeline_first_stage_layers": None,
+        "pipeline_last_stage_layers": None,
     }
 
 

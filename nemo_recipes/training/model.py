@@ -8,8 +8,9 @@ module-level dataclass (NeMo-Run serialises configs by import path, and `nemo ll
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import types
-from typing import Any
+from typing import Any, Callable
 
 import nemo_run as run
 import yaml
@@ -17,6 +18,7 @@ from nemo.collections.llm.gpt.model import GPTModel
 from nemo.collections.llm.gpt.model.base import GPTConfig
 
 from nemo_recipes.catalog import RECIPES, RecipeSpec, config_class_name
+from nemo_recipes.families import get_family
 from nemo_recipes.training.nemo_fields import (  # noqa: F401  (re-exported: the model's conversions)
     ACTIVATIONS,
     recompute_values,
@@ -63,9 +65,25 @@ def fusion_values(spec: RecipeSpec) -> dict[str, Any]:
     }
 
 
+def nemo_config_base(spec: RecipeSpec) -> type[GPTConfig]:
+    """The NeMo config class the recipe's class extends: its family's (`Family.nemo_config`, an import path: NeMo's
+    DeepSeekV3Config for multi-latent attention), or GPTConfig."""
+    path = get_family(spec.family).nemo_config
+    if path is None:
+        return GPTConfig
+    module, _, name = path.rpartition(".")
+    base: type[GPTConfig] = getattr(importlib.import_module(module), name)
+    return base
+
+
+def _copier(value: list[Any]) -> Callable[[], list[Any]]:
+    return lambda: list(value)
+
+
 def _config_class(class_name: str, recipe_name: str) -> type[GPTConfig]:
     spec = RECIPES[recipe_name]
-    parent_types = {f.name: f.type for f in dataclasses.fields(GPTConfig)}
+    parent = nemo_config_base(spec)
+    parent_types = {f.name: f.type for f in dataclasses.fields(parent)}
     defaults = model_config_values(spec)
     namespace: dict[str, Any] = {
         "__module__": __name__,
@@ -77,9 +95,10 @@ def _config_class(class_name: str, recipe_name: str) -> type[GPTConfig]:
             f"positions, sequence {spec.seq_length}; {spec.num_parameters:,} parameters."
         ),
         "__annotations__": {name: parent_types[name] for name in defaults},
-        **defaults,
+        # A list (Megatron-Core's per-layer moe_layer_freq) is a mutable default: each instance gets its own copy.
+        **{k: dataclasses.field(default_factory=_copier(v)) if isinstance(v, list) else v for k, v in defaults.items()},
     }
-    return dataclasses.dataclass(type(class_name, (GPTConfig,), namespace))
+    return dataclasses.dataclass(type(class_name, (parent,), namespace))
 
 
 #: One config class per catalog row, each a module-level name (GPTConfig1_3B, GPTConfig7B, LlamaConfig8B, ...): a new
@@ -93,9 +112,16 @@ globals().update({cls.__name__: cls for cls in CONFIG_CLASSES.values()})
 def model_config(spec: RecipeSpec) -> run.Config[GPTConfig]:
     """`run.Config` of the recipe's config class, carrying only the values that differ from its defaults (so a
     custom shape built from the closest recipe reads as 'gpt_7b with num_layers=16')."""
-    cls = CONFIG_CLASSES.get(spec.name, GPTConfig)
+    cls = CONFIG_CLASSES.get(spec.name) or nemo_config_base(spec)
+    # A list default (moe_layer_freq) is a default_factory, which fiddle cannot read back unset: always written.
     base = {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
-    changed = {k: v for k, v in model_config_values(spec).items() if base.get(k, dataclasses.MISSING) != v}
+    values = model_config_values(spec)
+    if spec.name in RECIPES:  # a value the row's class holds that the spec no longer sets (mtp_num_layers=None)
+        parent = {f.name: f.default for f in dataclasses.fields(nemo_config_base(spec))}
+        dropped = [k for k in model_config_values(RECIPES[spec.name]) if k not in values]
+        reset = {k: parent[k] for k in dropped if parent.get(k, dataclasses.MISSING) is not dataclasses.MISSING}
+        values = {**reset, **values}  # back to NeMo's class's default, written
+    changed = {k: v for k, v in values.items() if base.get(k, dataclasses.MISSING) != v}
     return run.Config(cls, **changed)
 
 

@@ -291,7 +291,34 @@ def _read_blend(config: Any) -> dict[str, Any]:
     return {}
 
 
+def _write_moe_layer_freq(spec: RecipeSpec) -> dict[str, Any]:
+    """The leading dense layers as Megatron-Core's per-layer pattern (1: experts, 0: a dense MLP), as NeMo's
+    DeepSeekV3Config writes its first three; none is Megatron's default, 1 (every layer)."""
+    k = spec.moe_first_dense_layers
+    return {"model.config.moe_layer_freq": [0] * k + [1] * (spec.num_layers - k) if k else 1}
+
+
+def _read_moe_layer_freq(config: Any) -> dict[str, Any]:
+    pattern = _held(config, "model.config.moe_layer_freq")
+    if isinstance(pattern, (list, tuple)):
+        dense = next((i for i, x in enumerate(pattern) if x), len(pattern))
+        if all(pattern[dense:]):  # leading dense layers, then experts: what the field can say
+            return {"moe_first_dense_layers": dense}
+        raise InvalidInputError(
+            [
+                Problem(
+                    "model.config.moe_layer_freq",
+                    pattern,
+                    "interleaves dense and expert layers, which the catalog cannot describe.",
+                    "use leading dense layers then experts (moe_first_dense_layers).",
+                )
+            ]
+        )
+    return {"moe_first_dense_layers": 0} if pattern in (None, 1) else {}
+
+
 CONVERSIONS: dict[str, Conversion] = {
+    "moe_layer_freq": Conversion(_write_moe_layer_freq, _read_moe_layer_freq),
     "activation": Conversion(_write_activation, _read_activation),
     "tokenizer": Conversion(_write_tokenizer, _read_tokenizer),
     "sequence_parallel": Conversion(

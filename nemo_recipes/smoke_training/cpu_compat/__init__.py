@@ -119,6 +119,26 @@ def cpu_problems(spec: Any) -> list[Problem]:
                 "leave context_parallel at 1 for the CPU smoke run, or run it on a GPU machine.",
             )
         )
+    return problems + model_problems(spec)
+
+
+def model_problems(spec: Any) -> list[Problem]:
+    """The model choices no CPU layout can build here, whatever the smoke run's shape and processes (a RecipeSpec;
+    standard library only): checked before the run is scaled down, so that the reason comes alone."""
+    problems: list[Problem] = []
+    if getattr(spec, "kv_lora_rank", None) is not None:
+        problems.append(
+            Problem(
+                "kv_lora_rank",
+                spec.kv_lora_rank,
+                "multi-latent attention cannot be built on a CPU with this stack: without Transformer "
+                "Engine, Megatron-Core's local attention core takes no k_channels or v_channels, which MLA passes it "
+                "(multi_latent_attention.py:158, dot_product_attention.py:42), and its YaRN rotary embedding asks "
+                "for torch.cuda.current_device() (yarn_rotary_pos_embedding.py:75).",
+                "run the smoke test on a GPU machine with Transformer Engine; here `plan`, `show` and the dry run "
+                "(`nemo llm pretrain --factory NAME --dryrun`) check the recipe.",
+            )
+        )
     return problems
 
 
