@@ -62,6 +62,8 @@ def test_diff_with_a_missing_file_says_so(tmp_path):
     assert result.returncode == 2
     assert result.stderr == (
         f"nemo-recipes diff: error: file={missing!r}: does not exist. Fix: give a recipe name (gpt_1_3b, gpt_7b, "
-        "gpt_13b, gpt_70b, gpt_175b, llama_8b, llama_70b, llama_405b, qwen3_dense_8b, qwen3_dense_32b) or an "
+        "gpt_13b, gpt_70b, gpt_175b, llama_8b, llama_70b, llama_405b, qwen3_dense_8b, qwen3_dense_32b, "
+        "mixtral_moe_8x7b, mixtral_moe_8x22b, "
+        "qwen3_moe_30b_a3b, qwen3_moe_235b_a22b) or an "
         "existing file written by `nemo-recipes export`.\n"
     )

@@ -22,7 +22,8 @@ def test_unknown_recipe_suggests_the_closest():
     assert result.stderr == (
         "nemo-recipes show: error: recipe='gpt70b': unknown recipe (did you mean 'gpt_70b'?). "
         "Fix: use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b, llama_8b, llama_70b, llama_405b, "
-        "qwen3_dense_8b, qwen3_dense_32b.\n"
+        "qwen3_dense_8b, qwen3_dense_32b, mixtral_moe_8x7b, mixtral_moe_8x22b, "
+        "qwen3_moe_30b_a3b, qwen3_moe_235b_a22b.\n"
     )
 
 
@@ -52,7 +53,8 @@ def test_errors_with_json_also_print_json():
             "value": "gpt70b",
             "message": "unknown recipe (did you mean 'gpt_70b'?).",
             "fix": "use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b, llama_8b, llama_70b, llama_405b, "
-            "qwen3_dense_8b, qwen3_dense_32b.",
+            "qwen3_dense_8b, qwen3_dense_32b, mixtral_moe_8x7b, mixtral_moe_8x22b, "
+            "qwen3_moe_30b_a3b, qwen3_moe_235b_a22b.",
         }
     ]
 

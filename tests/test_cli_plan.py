@@ -211,7 +211,9 @@ def test_custom_needs_the_shape():
         (
             (),
             "nemo-recipes plan: error: recipe=None: is missing. Fix: give a recipe name (gpt_1_3b, gpt_7b, gpt_13b, "
-            "gpt_70b, gpt_175b, llama_8b, llama_70b, llama_405b, qwen3_dense_8b, qwen3_dense_32b) or --custom with "
+            "gpt_70b, gpt_175b, llama_8b, llama_70b, llama_405b, qwen3_dense_8b, qwen3_dense_32b, "
+            "mixtral_moe_8x7b, mixtral_moe_8x22b, "
+            "qwen3_moe_30b_a3b, qwen3_moe_235b_a22b) or --custom with "
             "shape flags.\n",
         ),
     ],

@@ -341,7 +341,8 @@ def test_debug_shows_the_traceback_and_keeps_the_exit_code(capsys):
     err = capsys.readouterr().err
     assert err.startswith("Traceback") and err.endswith(
         "Fix: use one of: gpt_1_3b, gpt_7b, gpt_13b, gpt_70b, gpt_175b, llama_8b, llama_70b, llama_405b, "
-        "qwen3_dense_8b, qwen3_dense_32b.\n"
+        "qwen3_dense_8b, qwen3_dense_32b, mixtral_moe_8x7b, mixtral_moe_8x22b, "
+        "qwen3_moe_30b_a3b, qwen3_moe_235b_a22b.\n"
     )
 
 

@@ -66,9 +66,10 @@ OVERRIDES = [
     ),
     ("llama_70b", dict(num_nodes=16, virtual_pipeline=None, context_parallel=1, micro_batch_size=2)),
     (
-        "qwen3_moe_30b_a3b",  # every expert field away from the row's value
+        "qwen3_moe_30b_a3b",  # every expert field away from the row's value (ETP unset: TP 4; 4 x 2 x PP 2 = 16)
         dict(
-            expert_parallel=8,
+            num_nodes=2,
+            expert_parallel=2,
             expert_tensor_parallel=None,
             moe_router_topk=4,
             moe_ffn_hidden_size=512,

@@ -29,8 +29,11 @@ def test_every_need_names_a_recipe_field_and_its_value(name):
         assert need.value == (getattr(spec, need.field) or spec.kv_groups)  # num_query_groups unset: one per head
         assert need.what
     assert len(needs) == len(set(needs))
-    # Issue 45's MoE states its needs in the same shape (none yet).
-    assert MoE(64, 8, 2, 128, True, "RMSNorm").split_needs() == []
+    # The MoE block states its needs in the same shape: whole experts over EP, each expert's width over ETP.
+    assert [(n.field, n.group) for n in MoE(64, 8, 2, 128, True, "RMSNorm").split_needs()] == [
+        ("num_moe_experts", "ep"),
+        ("moe_ffn_hidden_size", "etp"),
+    ]
 
 
 #: What Megatron-Core's TransformerConfig refuses (`num_attention_heads % tensor_model_parallel_size`,
@@ -73,10 +76,36 @@ def test_a_layout_that_misses_a_need_is_refused_naming_its_field(field, name, ov
     assert tps and overrides["tensor_parallel"] not in tps and max(tps) == 2
 
 
+#: The MoE block's needs, each missed on its row's own cluster (where the expert groups' rule may fire too).
+EXPERT_MISSED = [
+    (
+        "num_moe_experts",
+        "mixtral_moe_8x7b",
+        dict(expert_parallel=3),
+        "error: num_moe_experts=8: num_moe_experts=8 is not divisible by expert_parallel=3 (each expert layer is "
+        "split over EP). Fix: use a num_moe_experts that is a multiple of 3, or an expert_parallel that divides it.",
+    ),
+    (
+        "moe_ffn_hidden_size",
+        "qwen3_moe_30b_a3b",
+        dict(expert_tensor_parallel=5),
+        "error: moe_ffn_hidden_size=768: moe_ffn_hidden_size=768 is not divisible by expert_tensor_parallel=5 (each "
+        "expert's MLP is split column-wise over expert TP). Fix: use a moe_ffn_hidden_size that is a multiple of 5, "
+        "or an expert_tensor_parallel that divides it.",
+    ),
+]
+
+
+@pytest.mark.parametrize("field, name, overrides, expected", EXPERT_MISSED, ids=[c[0] for c in EXPERT_MISSED])
+def test_a_layout_that_misses_an_expert_need_is_refused_naming_its_field(field, name, overrides, expected):
+    spec = RECIPES[name].replace(**overrides)
+    assert expected in [str(p) for p in validate(spec, Cluster.of(spec.num_nodes, spec.num_gpus_per_node)).errors]
+
+
 def test_every_need_of_the_catalog_has_a_case():
     """A block's new need gets its case above (and a need a block drops fails its case)."""
     needs = {need.field for spec in RECIPES.values() for need in Architecture.of(spec).split_needs()}
-    assert needs == {case[0] for case in MISSED}
+    assert needs == {case[0] for case in MISSED + EXPERT_MISSED}
 
 
 @pytest.mark.parametrize("name", FAMILY_ROWS)

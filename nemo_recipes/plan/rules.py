@@ -148,8 +148,8 @@ def split_problems(architecture: Architecture, layout: Layout) -> list[Problem]:
                     need.value,
                     f"{need.field}={need.value} is not divisible by {field}={size} ({need.what} is split "
                     f"{_SPLIT_HOW[need.group]}).",
-                    f"use {_article(need.field)} {need.field} that is a multiple of {size}, or a {field} that "
-                    "divides it.",
+                    f"use {_article(need.field)} {need.field} that is a multiple of {size}, or {_article(field)} "
+                    f"{field} that divides it.",
                 )
             )
         elif need.group not in reported:
