@@ -127,8 +127,6 @@ class Layout:
             layers_last_stage=last_layers,
             layers_per_chunk=chunk,
             params_per_rank=0.0,
-            ep=spec.expert_parallel,
-            etp=spec.expert_tensor_parallel_size,
         )
         object.__setattr__(layout, "params_per_rank", _params_per_rank(spec, layout))
         if spec.num_moe_experts is not None:
