@@ -10,6 +10,9 @@ otherwise) and the error in %, with the constants the planner ships (`throughput
 maximum absolute error overall, per source, on the rows whose id starts with `--subset`, and by sequence length,
 model size and GPU generation (the cross-validation prints the same groups held out).
 
+Mixture-of-Experts rows (`--moe-csv`, default benchmarks/data/moe_rows.csv) are reported on their own after the
+dense ones, with their own leave-one-source-out error (`benchmarks/moe_accuracy.py`).
+
 Then the honest figure: leave-one-source-out cross-validation. The model's global efficiencies
 (`throughput.ModelConstants`) are refitted by coordinate descent on a grid (`plan.calibration.refit`, the fit
 `nemo-recipes plan --calibrate` runs on a user's own runs), minimising the mean absolute error,
@@ -38,6 +41,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from benchmarks.moe_accuracy import MOE_CSV, run_moe  # noqa: E402
 from benchmarks.published_rows import is_missing, plan_from_row, stack_from_row  # noqa: E402
 from nemo_recipes.catalog import RECIPES, RecipeSpec  # noqa: E402
 from nemo_recipes.errors import InvalidRecipeError  # noqa: E402
@@ -351,6 +355,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--verbose", "-v", action="store_true", help="print each row's assumptions and step breakdown")
     parser.add_argument("--no-cv", action="store_true", help="skip the refitting and the cross-validation")
     parser.add_argument(
+        "--moe-csv",
+        type=Path,
+        default=MOE_CSV,
+        help=f"Mixture-of-Experts rows, reported on their own after the dense ones (default: {MOE_CSV})",
+    )
+    parser.add_argument(
         "--recipes",
         action="store_true",
         help="print the predicted FP8 speed-up over BF16 for the five recipes on H100 instead",
@@ -364,6 +374,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     code = run_csv(args.csv, args.subset, args.verbose)
     if not args.no_cv and code == 0:
         cross_validate(args.csv)
+    if args.moe_csv.is_file():
+        run_moe(args.moe_csv, cross_validate=not args.no_cv)
     return code
 
 

@@ -340,3 +340,53 @@ def stack_from_row(row: Mapping[str, Any]) -> tuple[str, list[str]]:
         "software stack not stated: assumed Megatron-Core with Transformer Engine "
         "(fused attention, TP communication overlap where TP > 1 with SP), as NeMo 2"
     ]
+
+
+#: Columns of `moe_rows.csv`: a published Mixture-of-Experts measurement on a catalog row's architecture.
+MOE_COLUMNS = ("recipe", "gpu", "n_gpus", "gbs", "mbs", "seq", "tp", "pp", "cp", "vp", "ep", "etp", "precision",
+               "gpus_per_node")  # fmt: skip
+#: What NVIDIA's MoE performance recipes run that the catalog's rows (NeMo 2.7.3's pretraining recipes) do not:
+#: grouped GEMM and fused permutation (Transformer Engine), the all-to-all dispatcher, no recomputation.
+MOE_PERFORMANCE = dict(moe_grouped_gemm=True, moe_permute_fusion=True, moe_token_dispatcher_type="alltoall")
+
+
+def moe_plan_from_row(row: Mapping[str, Any]) -> tuple[RecipeSpec, Cluster, list[str]]:
+    """`(spec, cluster, assumptions)` for one row of `moe_rows.csv`: the catalog row `recipe` (its architecture
+    and its sources; it keeps its name, which says its family) on the row's cluster, layout, batch, sequence and
+    precision. Raises InvalidInputError for a recipe the catalog does not have (DeepSeek-V3 before its family is
+    merged) or an unusable value."""
+    from nemo_recipes.catalog import RECIPES
+
+    r = _Reader(row)
+    name = str(row.get("recipe") or "").strip()
+    if name not in RECIPES:
+        raise InvalidInputError([Problem("recipe", name, "is not a recipe of this catalog.", "add its family.")],
+                                context=f"row {row.get('id', '')!r}")  # fmt: skip
+    base = RECIPES[name]
+    n_gpus, gbs, mbs, seq = r.int("n_gpus"), r.int("gbs"), r.int("mbs"), r.int("seq")
+    tp, pp, cp, ep = r.int("tp", 1), r.int("pp", 1), r.int("cp", 1), r.int("ep", 1)
+    gpus_per_node = r.int("gpus_per_node", DEFAULT_GPUS_PER_NODE, "an 8-GPU DGX/HGX node")
+    etp = base.expert_tensor_parallel
+    if is_missing(row.get("etp")):
+        r.assumptions.append(f"etp not stated: assumed the recipe's ({etp or 'unset: TP'})")
+    else:
+        etp = r.int("etp")
+    vp = _virtual_pipeline(r, pp)
+    gpu, precision = _gpu(r), str(row.get("precision") or "").strip().lower()
+    r.assumptions.append("recompute not stated: assumed none; grouped GEMM, fused permutation and the all-to-all "
+                         "dispatcher on (NVIDIA's MoE performance recipes)")  # fmt: skip
+    if r.problems or gpu is None:
+        raise InvalidInputError(r.problems, context=f"row {row.get('id', '')!r}")
+    layers = base.num_layers
+    overrides = _pipeline_split(r, layers, _checked(pp) * (vp or 1))
+    try:
+        spec = base.replace(
+            tensor_parallel=tp, pipeline_parallel=pp, context_parallel=cp, virtual_pipeline=vp,
+            sequence_parallel=None, expert_parallel=ep, expert_tensor_parallel=etp, micro_batch_size=mbs,
+            global_batch_size=gbs, seq_length=seq, precision=precision, recompute="none", recompute_num_layers=None,
+            distributed_optimizer=True, num_nodes=_checked(n_gpus) // _checked(gpus_per_node),
+            num_gpus_per_node=gpus_per_node, default_gpu=gpu.name, **MOE_PERFORMANCE, **overrides,
+        )  # fmt: skip
+    except InvalidInputError as error:
+        raise InvalidInputError(error.problems, context=f"row {row.get('id', '')!r}") from None
+    return spec, Cluster.of(_checked(n_gpus) // _checked(gpus_per_node), _checked(gpus_per_node), gpu), r.assumptions

@@ -36,7 +36,18 @@ from nemo_recipes.recipe_checks import (  # noqa: F401  (re-exported: the catalo
 )
 from nemo_recipes.recipe_fields import RECIPE_FIELDS, default_sources
 
-Precision = Literal["bf16", "fp16", "fp8"]
+Precision = Literal["bf16", "fp16", "fp8", "fp8_tensorwise", "fp8_blockwise", "mxfp8"]
+#: Each FP8 precision -> Transformer Engine's scaling recipe, as NeMo 2.7.3's presets set `fp8_recipe`
+#: (llm/recipes/precision/mixed_precision.py): delayed scaling (bf16_with_fp8_mixed), per-tensor current scaling
+#: (bf16_with_fp8_current_scaling_mixed: the published tables' "FP8-CS"), 128 x 128 / 1 x 128 blockwise scaling
+#: (bf16_with_fp8_subchannel_scaling_mixed: DeepSeek-V3's), MXFP8 with 32-element blocks (bf16_with_mxfp8_mixed:
+#: "FP8-MX", Blackwell only).
+FP8_RECIPES: dict[str, str] = {
+    "fp8": "delayed",
+    "fp8_tensorwise": "tensorwise",
+    "fp8_blockwise": "blockwise",
+    "mxfp8": "mxfp8",
+}
 Recompute = Literal["none", "selective", "full"]
 PositionEmbedding = Literal["learned_absolute", "rope"]
 Normalization = Literal["LayerNorm", "RMSNorm"]
@@ -126,6 +137,7 @@ class RecipeSpec:
     pipeline_last_stage_layers: Optional[int] = None
     expert_parallel: int = 1
     expert_tensor_parallel: Optional[int] = None
+    moe_imbalance: float = 1.0
 
     # Batch.
     micro_batch_size: int
@@ -236,6 +248,11 @@ class RecipeSpec:
     def active_parameters(self) -> int:
         """Parameters one token uses (a Mixture of Experts: its top-k experts'); a dense model's total."""
         return Architecture.of(self).active_parameters
+
+    @property
+    def fp8(self) -> bool:
+        """Whether the transformer blocks' GEMMs run in FP8 (any of `FP8_RECIPES`)."""
+        return self.precision in FP8_RECIPES
 
     @property
     def model_parallel_size(self) -> int:

@@ -24,6 +24,10 @@ _COEFF = (
 _CAPACITY = (Limit(">", 0, "must be positive or unset (dropless).", "set {name} to e.g. 1.0, or None to drop none."),
              Limit("<=", COUNT_MAX, "is far beyond any expert's share of the tokens: most likely a typo.",
                    "set {name} to e.g. 1.0 to 2.0, or None to drop none."))  # fmt: skip
+_IMBALANCE = (Limit(">=", 1, "must be at least 1: the busiest rank gets at least its even share.", "set {name} to "
+                   "1.0 (force-balanced routing) or a measured ratio such as 1.2."),
+              Limit("<=", 64, "is beyond any measured routing imbalance: most likely a typo.", "set {name} to a "
+                    "measured ratio of the busiest rank's tokens to the mean, e.g. 1.2."))  # fmt: skip
 
 
 def _expert(name: str, help: str, source: str, limits: tuple[Limit, ...] = (), **more: Any) -> RecipeField:
@@ -101,4 +105,16 @@ EXPERT_PARALLEL_FIELDS: tuple[RecipeField, ...] = (
     _parallel("expert_tensor_parallel", "expert-tensor-parallel size (ETP): GPUs each expert's matrices are split "
               "over; unset: TP", "none: the tensor-parallel size, as Megatron-Core's initialize_model_parallel "
               "takes it (parallel_state.py)", "expert_tensor_parallel_size", optional=True),
+    RecipeField(
+        "moe_imbalance",
+        "parallel",
+        "the planner's routing imbalance: tokens the busiest expert-parallel rank receives over the even share "
+        "(1.0: force-balanced routing, as the published MoE benchmarks run)",
+        "1.0: balanced routing (Megatron-Bridge's performance summaries: \"we force-balance the token distribution "
+        "among experts\")",
+        _IMBALANCE,
+        not_in_nemo="the planner's assumption: the busiest EP rank sets the pace of every MoE layer; NeMo routes "
+        "whatever the router decides",
+        experts_only=True,
+    ),
 )  # fmt: skip

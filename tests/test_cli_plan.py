@@ -196,7 +196,8 @@ def test_custom_needs_the_shape():
         (
             ("gpt_70b", "--gpu", "h100x"),
             "nemo-recipes plan: error: gpu='h100x': unknown GPU (did you mean 'h100'?). Fix: use one of: a100-40gb, "
-            "a100-80gb, h100-80gb, h200, b200, gb200; or describe your own with nemo_recipes.plan.GPU(...).\n",
+            "a100-80gb, h100-80gb, h200, b200, gb200, b300, gb300; or describe your own with "
+            "nemo_recipes.plan.GPU(...).\n",
         ),
         (
             ("gpt_70b", "--tokens", "lots"),

@@ -21,6 +21,10 @@ pytestmark = pytest.mark.nemo
 OVERRIDES = [
     ("gpt_7b", dict(activation="swiglu", add_bias_linear=False, precision="fp8", recompute="none")),
     ("gpt_7b", dict(activation="geglu", precision="fp16", recompute="full", recompute_num_layers=2)),
+    # NeMo's current-scaling, blockwise and MXFP8 presets (fp8_recipe), the published MoE tables' precisions.
+    ("llama_8b", dict(precision="fp8_tensorwise")),
+    ("llama_8b", dict(precision="fp8_blockwise")),
+    ("llama_8b", dict(precision="mxfp8")),
     ("gpt_13b", dict(sequence_parallel=False, distributed_optimizer=False, overlap_param_gather=False)),
     ("gpt_13b", dict(tp_comm_overlap=False, overlap_grad_reduce=False, checkpoint_async=False)),
     (

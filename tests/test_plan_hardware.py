@@ -12,7 +12,8 @@ from nemo_recipes.plan import GPU, GPUS, Cluster, estimate_memory, get_gpu
 
 
 def test_the_issue_names_are_the_catalog_names():
-    assert set(GPUS) == {"a100-40gb", "a100-80gb", "h100-80gb", "h200", "b200", "gb200"}
+    # Issue 45 adds the Blackwell Ultra GPUs the published MoE tables ran on.
+    assert set(GPUS) == {"a100-40gb", "a100-80gb", "h100-80gb", "h200", "b200", "gb200", "b300", "gb300"}
 
 
 @pytest.mark.parametrize(

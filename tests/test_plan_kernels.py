@@ -9,7 +9,7 @@ from nemo_recipes.catalog import RECIPES
 from nemo_recipes.plan import kernels
 from nemo_recipes.plan.flops import forward_flops_per_token
 from nemo_recipes.plan.hardware import Cluster
-from nemo_recipes.plan.throughput import STEP_TERMS, estimate_throughput
+from nemo_recipes.plan.throughput import EXPERT_PARTS, STEP_TERMS, estimate_throughput
 
 PEAK = kernels.ATTENTION_REFERENCE_TFLOPS
 
@@ -109,7 +109,12 @@ def test_step_terms_add_up_to_the_step_and_name_the_dominant_one():
     terms = result.terms_s
     assert set(terms) == set(STEP_TERMS)
     assert sum(terms.values()) == pytest.approx(result.step_time_s, rel=1e-9)
-    assert sorted(sum(STEP_TERMS.values(), ())) == sorted(result.breakdown_s)  # every part in exactly one term
+    parts = sum(STEP_TERMS.values(), ())
+    dense_parts = [part for part in parts if part not in EXPERT_PARTS]
+    assert sorted(dense_parts) == sorted(result.breakdown_s)  # every part in exactly one term
+    experts = estimate_throughput(RECIPES["mixtral_moe_8x7b"], Cluster.of(8, 8, "h100"))
+    assert sorted(parts) == sorted(experts.breakdown_s)  # a Mixture of Experts' parts too
+    assert sum(experts.terms_s.values()) == pytest.approx(experts.step_time_s, rel=1e-9)
     assert result.dominant_term == max(terms, key=lambda name: terms[name]) == "matmul"
     data = result.to_dict()
     assert data["dominant_term"] == "matmul" and data["terms_s"] == terms

@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Literal, Optional, Protocol
 
 from nemo_recipes.counts import divisors, listing
 from nemo_recipes.errors import WARNING, Problem
+from nemo_recipes.families.shape import Shape  # noqa: F401  (re-exported: the blocks' protocol of a recipe)
 
 #: How a tensor is stored over the GPUs: column-parallel (split along its output rows), row-parallel (split along its
 #: input columns), a full copy on every TP rank, or split over expert parallelism by its leading expert axis.
@@ -81,56 +82,6 @@ class SplitNeed:
 
     def met_by(self, size: int) -> bool:
         return self.value % size == 0
-
-
-class Shape(Protocol):
-    """The recipe values the blocks read (a `catalog.RecipeSpec` has them all): a protocol rather than the class, so
-    that this module stays below the catalog, which reads it."""
-
-    @property
-    def num_layers(self) -> int: ...
-    @property
-    def hidden_size(self) -> int: ...
-    @property
-    def ffn_hidden_size(self) -> int: ...
-    @property
-    def num_attention_heads(self) -> int: ...
-    @property
-    def kv_groups(self) -> int: ...
-    @property
-    def head_dim(self) -> int: ...
-    @property
-    def seq_length(self) -> int: ...
-    @property
-    def padded_vocab_size(self) -> int: ...
-    @property
-    def normalization(self) -> str: ...
-    @property
-    def gated_linear_unit(self) -> bool: ...
-    @property
-    def add_bias_linear(self) -> bool: ...
-    @property
-    def share_embeddings(self) -> bool: ...
-    @property
-    def position_embedding_type(self) -> str: ...
-    @property
-    def qk_layernorm(self) -> bool: ...
-    @property
-    def kv_channels(self) -> Optional[int]: ...
-    @property
-    def rotary_percent(self) -> float: ...
-    @property
-    def activation(self) -> str: ...
-    @property
-    def family(self) -> str: ...
-    @property
-    def num_moe_experts(self) -> Optional[int]: ...
-    @property
-    def moe_router_topk(self) -> int: ...
-    @property
-    def moe_ffn_hidden_size(self) -> Optional[int]: ...
-    @property
-    def moe_shared_expert_intermediate_size(self) -> Optional[int]: ...
 
 
 class Block(Protocol):
@@ -543,16 +494,31 @@ class MoE:
         return 0.0
 
     def gemms(self) -> list[Gemm]:
-        """The routed experts' GEMMs as if a token went through top_k of them one after the other (grouped GEMMs
-        and their uneven loads are the MoE throughput model's, a later task); the shared expert's as a dense MLP's."""
-        routed = self._expert(self.expert_ffn).gemms() * self.top_k
-        shared = self._expert(self.shared_ffn).gemms() if self.shared_ffn else []
-        return [Gemm(self.hidden, self.experts, "replicated"), *routed, *shared]
+        """A token's: the router's, top_k routed experts' one after the other, the shared expert's (its FLOPs)."""
+        router, *shared = self.dense_gemms()
+        return [router, *self.expert_gemms() * self.top_k, *shared]
+
+    def expert_gemms(self) -> list[Gemm]:
+        """One routed expert's, whole (ETP splits it as TP a dense MLP's): the grouped GEMM's, per local expert."""
+        return self._expert(self.expert_ffn).gemms()
+
+    def dense_gemms(self) -> list[Gemm]:
+        """The GEMMs every token runs once: the router's and the shared expert's."""
+        return [
+            Gemm(self.hidden, self.experts, "replicated"),
+            *(self._expert(self.shared_ffn).gemms() if self.shared_ffn else []),
+        ]
+
+    def routed_activations_per_sbh(self) -> float:
+        """Stored bytes per s·b·h before TP: each routed copy's expert tensors, plus 2 + 2 bytes a channel of the
+        permuted input and of the output the combine weighs (Megatron-Core moe_utils.permute/unpermute)."""
+        return self.top_k * (self._expert(self.expert_ffn).stored_activations_per_sbh() + 4.0)
 
     def stored_activations_per_sbh(self) -> float:
-        routed = self.top_k * self._expert(self.expert_ffn).stored_activations_per_sbh()
+        """The routed copies', the router's fp32 logits and probabilities (4 + 4 bytes an expert), the shared's."""
+        router = 8.0 * self.experts / self.hidden
         shared = self._expert(self.shared_ffn).stored_activations_per_sbh() if self.shared_ffn else 0.0
-        return routed + shared
+        return self.routed_activations_per_sbh() + router + shared
 
     def collectives(self) -> list[Collective]:
         """The dispatch and the combine: each token's hidden state to its top_k experts and back, over EP."""

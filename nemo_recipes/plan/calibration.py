@@ -72,13 +72,16 @@ def mean_abs_error(cases: list[Case], constants: ModelConstants) -> float:
 
 
 def refit(
-    cases: list[Case], start: ModelConstants = CONSTANTS, grid: Optional[dict[str, tuple[float, ...]]] = None
+    cases: list[Case],
+    start: ModelConstants = CONSTANTS,
+    grid: Optional[dict[str, tuple[float, ...]]] = None,
+    restarts: tuple[dict[str, float], ...] = RESTARTS,
 ) -> ModelConstants:
     """The constants minimising the mean absolute error on `cases`: coordinate descent over `grid`, one constant
-    at a time, until a sweep changes nothing, from `start` and from each of `RESTARTS` (the best result wins).
+    at a time, until a sweep changes nothing, from `start` and from each of `restarts` (the best result wins).
     Constants no case depends on keep their starting value."""
     grid = grid or GRID
-    results = [_descend(cases, begin, grid) for begin in (start, *(start.replace(**r) for r in RESTARTS))]
+    results = [_descend(cases, begin, grid) for begin in (start, *(start.replace(**r) for r in restarts))]
     return min(results, key=lambda fitted: mean_abs_error(cases, fitted))
 
 
@@ -104,13 +107,14 @@ def held_out_errors(
     group: Callable[[Case], str],
     start: ModelConstants = CONSTANTS,
     grid: Optional[dict[str, tuple[float, ...]]] = None,
+    restarts: tuple[dict[str, float], ...] = RESTARTS,
 ) -> tuple[dict[str, float], dict[str, ModelConstants]]:
     """Cross-validation: for each group (`group(case)`), the constants refitted on the other groups' cases, and
     each case's error (%, by id) under the constants fitted without its group."""
     errors: dict[str, float] = {}
     folds: dict[str, ModelConstants] = {}
     for name in dict.fromkeys(group(c) for c in cases):
-        folds[name] = refit([c for c in cases if group(c) != name], start=start, grid=grid)
+        folds[name] = refit([c for c in cases if group(c) != name], start=start, grid=grid, restarts=restarts)
         for c in cases:
             if group(c) == name:
                 errors[c.id] = c.error_pct(folds[name])
@@ -161,6 +165,9 @@ RANGES: dict[str, tuple[float, float, bool]] = {  # name: (low, high, low exclud
     "tp_overlap": (0.0, 1.0, False),
     "power_exponent": (0.0, 1.0, False),
     "step_overhead": (0.0, 60.0, False),
+    "grouped_gemm": (0.0, 1.0, True),
+    "ep_overlap": (0.0, 1.0, False),
+    "moe_layer_latency": (0.0, 1.0, False),
 }
 PRECISIONS = typing.get_args(Precision)
 TOP_KEYS = ("format", "constants", "fitted_on", "mean_abs_error_pct")

@@ -15,6 +15,8 @@ from nemo_recipes.errors import InvalidInputError, Problem, did_you_mean
 # planner's divisor searches over the world size instant).
 MAX_NODES = 2**17
 MAX_GPUS_PER_NODE = 4096
+# The first compute capability with MXFP8 tensor cores (Blackwell, sm_100).
+MXFP8_COMPUTE_CAPABILITY = (10, 0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +44,12 @@ class GPU:
     @property
     def supports_fp8(self) -> bool:
         return self.fp8_tflops is not None
+
+    @property
+    def supports_mxfp8(self) -> bool:
+        """MXFP8 (32-element blocks with a power-of-two E8M0 scale each) is a format of Blackwell's fifth-generation
+        tensor cores (compute capability 10.x); Transformer Engine's MXFP8BlockScaling runs nowhere else."""
+        return self.compute_capability is not None and self.compute_capability >= MXFP8_COMPUTE_CAPABILITY
 
 
 def _positive_finite(value: object) -> bool:
@@ -197,6 +205,42 @@ GPUS: dict[str, GPU] = {
             tdp_w=1200.0,
             sm_count=148,
         ),
+        # Blackwell Ultra (B300), whose dense BF16 and FP8 peaks are the B200's
+        # (glennklockwood.com/garden/processors/B300: "The HGX variant of B300 has similar performance to B200",
+        # 2250 BF16 / 4500 FP8 dense; 288 GB HBM3e at 8 TB/s; NVLink 5 at 2 x 900 GB/s; "1400 W maximum"), with
+        # one ConnectX-8 SuperNIC of 800 Gb/s per GPU (100 GB/s; the HGX B300 platform: "800 Gb/s class external
+        # networking per GPU via ConnectX 8 SuperNICs").
+        # memory_gib is the data sheet's 288 GB in GiB (no nvidia-smi figure at hand); compute capability 10.3
+        # (sm_103, CUDA 12.9's Blackwell Ultra target).
+        GPU(
+            name="b300",
+            memory_gib=268.2,
+            bf16_tflops=2250.0,
+            fp8_tflops=4500.0,
+            hbm_tb_s=8.0,
+            nvlink_gb_s=900.0,
+            network_gb_s=100.0,
+            nvlink_domain=8,
+            description="NVIDIA B300 (HGX, Blackwell Ultra) 288 GB",
+            compute_capability=(10, 3),
+            tdp_w=1400.0,
+        ),
+        # B300 in GB300 NVL72 (1400 W): 360 PF dense FP8 over 72 GPUs = 5000 FP8 / 2500 BF16 per GPU, 20 TB of HBM3e
+        # at 576 TB/s (288 GB at 8 TB/s each), 72 ConnectX-8 NICs (800 Gb/s per GPU), one NVLink domain of 72 GPUs
+        # (glennklockwood.com/garden/processors/B300, "GB300 NVL72 is advertised to have").
+        GPU(
+            name="gb300",
+            memory_gib=268.2,
+            bf16_tflops=2500.0,
+            fp8_tflops=5000.0,
+            hbm_tb_s=8.0,
+            nvlink_gb_s=900.0,
+            network_gb_s=100.0,
+            nvlink_domain=72,
+            description="NVIDIA GB300 NVL72, per GPU",
+            compute_capability=(10, 3),
+            tdp_w=1400.0,
+        ),
     )
 }
 
@@ -211,6 +255,8 @@ ALIASES: dict[str, str] = {
     "h200-141g": "h200",
     "b200-180gb": "b200",
     "gb200-nvl72": "gb200",
+    "b300-288gb": "b300",
+    "gb300-nvl72": "gb300",
 }
 
 
@@ -265,15 +311,19 @@ class Cluster:
         return cls(nodes=nodes, gpus_per_node=gpus_per_node, gpu=resolved)
 
 
+def nvlink_domain_size(gpu: GPU, gpus_per_node: int) -> int:
+    """GPUs that reach each other over NVLink: an HGX/DGX baseboard links 8 GPUs; a larger NVLink domain (GB200
+    NVL72) is a rack that spans nodes, while a smaller node ends the domain at the node."""
+    return gpu.nvlink_domain if gpu.nvlink_domain > 8 else min(gpu.nvlink_domain, gpus_per_node)
+
+
 def group_bandwidth_gb_s(gpu: GPU, group: int, stride: int, gpus_per_node: int) -> float:
     """Bus bandwidth per GPU of a collective over `group` ranks spaced `stride` ranks apart.
 
     Inside one NVLink domain it is NVLink. Across nodes NCCL's rings leave every node once per ring, one ring per NIC
     that the group owns on the node: the group's k GPUs per node bring k NICs, so the bus bandwidth is k times a
     NIC's (capped by NVLink)."""
-    # An HGX/DGX baseboard links 8 GPUs; a larger NVLink domain (GB200 NVL72) is a rack that spans nodes, while a
-    # smaller node ends the domain at the node.
-    domain = gpu.nvlink_domain if gpu.nvlink_domain > 8 else min(gpu.nvlink_domain, gpus_per_node)
+    domain = nvlink_domain_size(gpu, gpus_per_node)
     if group * stride <= domain:
         return gpu.nvlink_gb_s
     per_node = max(1, min(group, gpus_per_node // stride)) if stride < gpus_per_node else 1

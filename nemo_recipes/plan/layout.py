@@ -165,6 +165,11 @@ class Layout:
         group that includes the CP ranks."""
         return self.dp * self.cp
 
+    @property
+    def dense_params_per_rank(self) -> float:
+        """The parameters of the most loaded stage that are not routed experts' (reduced over DP x CP)."""
+        return self.params_per_rank - self.expert_params_per_rank
+
     def group_size(self, group: str) -> int:
         """The size of a parallel group a block's `SplitNeed` names."""
         return {"tp": self.tp, "cp": self.cp, "ep": self.ep, "etp": self.etp}[group]

@@ -160,7 +160,17 @@ class ActivationBreakdown:
         return self.layers + self.recompute_working + self.embedding + self.output
 
 
-# (seq, micro batch, hidden, the layer's blocks, TP, SP) -> `LayoutActivations`' first four.
+def _stored_per_sbh(arch: Architecture, imbalance: float) -> float:
+    """What a layer's blocks store per s·b·h before TP divides it; with experts, on the busiest expert-parallel
+    rank, which receives `imbalance` times its even share of the routed tokens (`RecipeSpec.moe_imbalance`)."""
+    stored = arch.stored_activations_per_sbh()
+    moe = arch.moe
+    if moe is not None and imbalance != 1.0:
+        stored += (imbalance - 1.0) * moe.routed_activations_per_sbh()
+    return stored
+
+
+# (seq, micro batch, hidden, the layer's blocks, TP, SP, routing imbalance) -> `LayoutActivations`' first four.
 _LAYER_TERMS: dict[tuple, tuple[float, float, float, float]] = {}
 
 
@@ -184,12 +194,12 @@ class LayoutActivations:
         arch = Architecture.of(spec)
         # A search lays out one shape hundreds of times over a few (micro batch, TP) pairs: the per-layer terms are
         # counted once per process for each (they read nothing else).
-        key = (s, b, h, arch.blocks, t, sp)
+        key = (s, b, h, arch.blocks, t, sp, spec.moe_imbalance)
         per_layer = _LAYER_TERMS.get(key)
         if per_layer is None:
             heads = arch.attention.heads
             core = attention_core_bytes(seq=s, micro_batch=b, heads=heads, tp=t)
-            without = _stored_bytes(float(s) * b * h, arch.stored_activations_per_sbh(), t, sp)
+            without = _stored_bytes(float(s) * b * h, _stored_per_sbh(arch, spec.moe_imbalance), t, sp)
             per_layer = _LAYER_TERMS[key] = (
                 without + core,
                 without,
@@ -259,7 +269,7 @@ def tp_overlap_buffer_bytes(spec: RecipeSpec, layout: Layout, program: Program) 
     """Userbuffers that Transformer Engine allocates once for TP communication overlap (0 when it is off)."""
     if not program.tp_comm_overlap:
         return 0.0
-    per_sbh = TP_OVERLAP_BUFFER_BYTES[spec.precision == "fp8"]
+    per_sbh = TP_OVERLAP_BUFFER_BYTES[spec.fp8]
     return per_sbh * layout.tokens_per_rank * spec.hidden_size
 
 

@@ -48,6 +48,23 @@ class ModelConstants:
     # throughputs include them ("End-to-end measurement: Throughputs include all operations (data loading,
     # optimizer steps, communication, logging)", Megatron-LM README); they weigh most on short steps (small models).
     step_overhead: float = 0.09
+    # Fraction of the speed of the same GEMMs launched one by one that the grouped GEMM of a rank's local experts
+    # reaches (Transformer Engine's grouped GEMM: one launch over experts whose token counts differ; its shape
+    # losses, waves and depth, are already `kernels.gemm_efficiency`'s): an assumption, refitted on the published
+    # MoE rows by benchmarks/moe_accuracy.py (the dense rows do not move it): 0.92, close to no loss beyond the
+    # shapes' own.
+    grouped_gemm: float = 0.92
+    # Fraction of the expert-parallel dispatch and combine (all-to-all) hidden behind compute (Megatron-Core's
+    # overlap_moe_expert_parallel_comm overlaps one micro-batch's all-to-all with another's compute; without it none
+    # is hidden). The published rows, NVIDIA's performance recipes, refit it to 0.9 (benchmarks/moe_accuracy.py):
+    # a plan of a recipe that does not overlap them is optimistic by up to that share of its all-to-all.
+    ep_overlap: float = 0.9
+    # Seconds each MoE layer costs per micro-batch (forward and backward) beyond its kernels' work: the all-to-all
+    # dispatcher's device-to-host synchronisation for the token counts of each expert (the all-to-all's split sizes),
+    # and the launches of the router's, permutation's and grouped GEMM's small kernels, which a small micro-batch
+    # leaves exposed (Megatron-Core's MoE CUDA graphs exist to hide them). Refitted on the published MoE rows
+    # (benchmarks/moe_accuracy.py): 6.5 ms.
+    moe_layer_latency: float = 0.0065
 
     def replace(self, **values: float) -> "ModelConstants":
         return replace_fields(self, **values)
@@ -104,6 +121,10 @@ FUSED_CROSS_ENTROPY_BYTES_PER_LOGIT = 10
 ADAM_BYTES_PER_PARAM = 34
 GRAD_BUFFER_BYTES_PER_PARAM = 4
 ACTIVATION_BYTES = 2
+# A Mixture of Experts' token permutation per routed copy and hidden channel, forward: the permute gathers each copy
+# (read 2, write 2 bytes) and the unpermute reads the expert's output and adds it, weighted, into the token's (read 2,
+# write 2) (Megatron-Core moe_utils.permute / unpermute).
+PERMUTE_BYTES_PER_HIDDEN = 8
 # Unfused attention (Megatron-LM before Transformer Engine): per score element, forward: fused scale-mask-softmax reads
 # and writes 2-byte values, dropout reads 2 and writes 2 plus a 1-byte mask (9 bytes); backward: dropout reads the
 # gradient and mask and writes 2, softmax reads output and gradient and writes 2 (11 bytes).

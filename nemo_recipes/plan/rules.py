@@ -438,17 +438,32 @@ def recompute_layers_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
 
 def fp8_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
     gpu = layout.cluster.gpu
-    if spec.precision != "fp8" or gpu is None or gpu.supports_fp8:
+    if not spec.fp8 or gpu is None:
         return []
-    with_fp8 = [name for name, g in GPUS.items() if g.supports_fp8]
-    return [
-        Problem(
-            "precision",
-            "fp8",
-            f"{gpu.name} has no FP8 tensor cores.",
-            f"use precision='bf16' on {gpu.name}, or a GPU with FP8 ({', '.join(with_fp8)}).",
-        )
-    ]
+    if not gpu.supports_fp8:
+        with_fp8 = [name for name, g in GPUS.items() if g.supports_fp8]
+        return [
+            Problem(
+                "precision",
+                spec.precision,
+                f"{gpu.name} has no FP8 tensor cores.",
+                f"use precision='bf16' on {gpu.name}, or a GPU with FP8 ({', '.join(with_fp8)}).",
+            )
+        ]
+    if spec.precision == "mxfp8" and not gpu.supports_mxfp8:
+        blackwell = [name for name, g in GPUS.items() if g.supports_mxfp8]
+        return [
+            Problem(
+                "precision",
+                "mxfp8",
+                f"{gpu.name} has no MXFP8 tensor cores: MXFP8 (32-element blocks, each with a power-of-two scale) is a "
+                "format of Blackwell's fifth-generation tensor cores, which Transformer Engine's MXFP8BlockScaling "
+                "needs.",
+                f"use precision='fp8_tensorwise' or 'fp8_blockwise' on {gpu.name}, or a Blackwell GPU "
+                f"({', '.join(blackwell)}).",
+            )
+        ]
+    return []
 
 
 def data_blend_rule(spec: RecipeSpec, layout: Layout) -> list[Problem]:
@@ -520,11 +535,11 @@ def raise_if_unstructured(spec: RecipeSpec, layout: Layout, context: str) -> Non
 
 def program_problems(spec: RecipeSpec, program: Program) -> list[Problem]:
     """What the software stack cannot run: FP8 needs Transformer Engine."""
-    if spec.precision == "fp8" and not program.stack.transformer_engine:
+    if spec.fp8 and not program.stack.transformer_engine:
         return [
             Problem(
                 "precision",
-                "fp8",
+                spec.precision,
                 f"FP8 needs Transformer Engine, which the '{program.stack.name}' stack does not have.",
                 "plan for the NeMo container (--stack transformer-engine), or set precision='bf16'.",
             )

@@ -26,6 +26,8 @@ from typing import Any, Iterable, Iterator, Optional
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.counts import divisors
 from nemo_recipes.errors import ERROR, InvalidInputError
+from nemo_recipes.families.architecture import Architecture
+from nemo_recipes.families.blocks import MoE
 from nemo_recipes.plan.hardware import Cluster
 from nemo_recipes.plan.layout import Layout, pipeline_sizes, shape_architecture
 from nemo_recipes.plan.memory import LayoutActivations, ModelState, model_state, state_floor_gib, total_gib
@@ -48,6 +50,8 @@ PLAN_FIELDS = (
     "recompute_num_layers",
     "distributed_optimizer",
     "global_batch_size",
+    "expert_parallel",
+    "expert_tensor_parallel",
 )
 _RECOMPUTE_ORDER = ("none", "selective", "full")
 
@@ -79,6 +83,8 @@ class Candidate:
     def label(self) -> str:
         s = self.spec
         parts = [f"TP {s.tensor_parallel}", f"PP {s.pipeline_parallel}"]
+        if s.num_moe_experts:
+            parts.append(f"EP {s.expert_parallel}, ETP {s.expert_tensor_parallel_size}")
         if s.virtual_pipeline:
             parts.append(f"VP {s.virtual_pipeline}")
         parts.append(f"micro batch {s.micro_batch_size}")
@@ -161,6 +167,7 @@ def _laid_out(
         tps = [t for t in tps if t > 1]
     distributed = [True] if spec.distributed_optimizer else [False, True]
     world = cluster.world_size
+    moe = Architecture.of(spec).moe  # the experts whose parallel sizes the search also chooses (None: dense)
     for t in tps:
         for p in pipeline_sizes(spec):
             model_parallel = t * p * spec.context_parallel
@@ -170,20 +177,42 @@ def _laid_out(
             fixed = None if per_replica is not None or spec.global_batch_size % dp else spec.global_batch_size // dp
             for b in _micro_batches(spec, fixed, space):
                 gbs = spec.global_batch_size if per_replica is None else scaled_batch(per_replica, dp, b)
-                base = _with(
-                    spec,
-                    tensor_parallel=t,
-                    pipeline_parallel=p,
-                    virtual_pipeline=None,
-                    micro_batch_size=b,
-                    global_batch_size=gbs,
-                )
-                layout = Layout.of(base, cluster)
-                if not layout.batch_divides:
-                    continue
-                for v in _virtuals(spec, p, layout.microbatches, layout.pipeline_slots, space):
-                    for dist in distributed:
-                        yield _with(base, virtual_pipeline=v, distributed_optimizer=dist), None if v else layout
+                for experts in expert_layouts(spec, cluster, t, p, moe):
+                    base = _with(
+                        spec,
+                        tensor_parallel=t,
+                        pipeline_parallel=p,
+                        virtual_pipeline=None,
+                        micro_batch_size=b,
+                        global_batch_size=gbs,
+                        **experts,
+                    )
+                    layout = Layout.of(base, cluster)
+                    if not layout.batch_divides:
+                        continue
+                    for v in _virtuals(spec, p, layout.microbatches, layout.pipeline_slots, space):
+                        for dist in distributed:
+                            yield _with(base, virtual_pipeline=v, distributed_optimizer=dist), None if v else layout
+
+
+def expert_layouts(spec: RecipeSpec, cluster: Cluster, tp: int, pp: int, moe: Optional[MoE]) -> list[dict[str, Any]]:
+    """The expert-parallel sizes to try with TP `tp` and PP `pp` (a dense recipe: none to change): ETP among the
+    divisors of a node that split each expert's width (unset where the recipe leaves it so and it equals TP), EP among
+    the divisors of the routed experts whose EP x ETP divides the GPUs of a pipeline stage (the expert-data-parallel
+    group, world / (PP x EP x ETP), is whole: parallel_state.initialize_model_parallel). `moe`: the recipe's
+    experts (`Architecture.moe`)."""
+    if moe is None:
+        return [{}]
+    stage = cluster.world_size // pp
+    found = []
+    for etp in divisors(cluster.gpus_per_node):
+        if moe.expert_ffn % etp or stage % etp:
+            continue
+        for ep in divisors(moe.experts):
+            if stage % (ep * etp) == 0:
+                unset = etp == tp and spec.expert_tensor_parallel is None  # the recipe's way of saying it
+                found.append({"expert_parallel": ep, "expert_tensor_parallel": None if unset else etp})
+    return found
 
 
 def _memory(

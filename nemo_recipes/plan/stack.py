@@ -208,7 +208,7 @@ def program_for(
     )
     gradient_bytes = FP32_BYTES if resolved.grad_reduce_in_fp32 else HALF_BYTES
     # FP8 runs gather FP8 parameters (fp8_param_gather: our FP8 recipes and NeMo's FP8 mixed-precision presets).
-    param_gather_bytes = FP8_BYTES if spec.precision == "fp8" else HALF_BYTES
+    param_gather_bytes = FP8_BYTES if spec.fp8 else HALF_BYTES
     notes.append(
         f"gradients reduced in {'fp32' if gradient_bytes == FP32_BYTES else 'bf16'}, parameters gathered in "
         f"{'fp8' if param_gather_bytes == FP8_BYTES else 'bf16'}; cross entropy "

@@ -50,10 +50,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
-from nemo_recipes.errors import InvalidInputError, Problem, known
+from nemo_recipes.errors import InvalidInputError, Problem
 from nemo_recipes.families.architecture import Architecture
 from nemo_recipes.plan import flops as _flops
 from nemo_recipes.plan import kernels as _kernels
+from nemo_recipes.plan.experts import NONE as NO_EXPERTS
+from nemo_recipes.plan.experts import ExpertTimes, expert_times, once_per_token_gemms
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu, group_bandwidth_gb_s
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.model_constants import (  # noqa: F401  (re-exported: throughput's names before the split)
@@ -72,14 +74,16 @@ from nemo_recipes.plan.model_constants import (  # noqa: F401  (re-exported: thr
     active_constants,
     using_constants,
 )
+from nemo_recipes.plan.rates import POWER_REFERENCE, Rates, gemm_s, power_derate
 from nemo_recipes.plan.rules import raise_if_unstructured
 from nemo_recipes.plan.stack import Program, program_for
 
 # ---- the model's constants: model_constants.py ----
 
 FLOPS_CONVENTION = _flops.MODEL_FLOPS_CONVENTION
-# The GPU whose board power per dense BF16 TFLOP/s is the reference of `_power_derate` (the H100 SXM, 700 W / 989).
-POWER_REFERENCE = get_gpu("h100-80gb")
+# The names before `rates.py` held them (the tests read the private ones).
+_Rates = Rates
+_power_derate = power_derate
 
 
 @dataclass(frozen=True)
@@ -128,7 +132,7 @@ class Throughput:
 # casts, the optimizer step), recomputation, communication that is not hidden behind compute (TP, CP, pipeline
 # sends, DP reduce and gather), the pipeline bubble and the fixed per-step cost.
 STEP_TERMS: dict[str, tuple[str, ...]] = {
-    "matmul": ("dense_matmul", "output_layer"),
+    "matmul": ("dense_matmul", "output_layer", "expert_matmul"),
     "attention": ("attention",),
     "memory_bound": ("memory_bound", "optimizer"),
     "recompute": ("recompute",),
@@ -138,11 +142,15 @@ STEP_TERMS: dict[str, tuple[str, ...]] = {
         "pp_p2p",
         "dp_reduce_exposed",
         "dp_gather_exposed",
+        "ep_comm_exposed",
     ),
     "pipeline_bubble": ("pp_bubble",),
     "per_step": ("step_overhead",),
 }
 
+
+#: The parts only a Mixture of Experts' step has: its routed experts' GEMMs and their exposed dispatch and combine.
+EXPERT_PARTS = ("expert_matmul", "ep_comm_exposed")
 
 # ---- the model ----
 
@@ -153,75 +161,6 @@ def _resolve_gpu(spec: RecipeSpec, cluster: Cluster, assumptions: list[str]) -> 
     gpu = get_gpu(spec.default_gpu)
     assumptions.append(f"cluster names no GPU: assumed the recipe's default GPU {gpu.name}")
     return gpu
-
-
-def _gemm_s(
-    m: float, k: float, n: float, rate: float, rates: "_Rates", operand_bytes: int, batch: float = 1.0
-) -> float:
-    """Time of `batch` (m x k) @ (k x n) GEMMs launched together: their math at `rate` times their shape's
-    efficiency (`kernels.gemm_efficiency`: wave quantisation over all their tiles, and depth), plus their operands
-    and 2-byte outputs through HBM.
-
-    A smooth roofline (math and traffic added, not overlapped): a GEMM whose arithmetic intensity is a few times the
-    GPU's ridge point loses a visible fraction of its speed, which is why larger models reach a higher MFU (Megatron-LM
-    README: "larger GEMMs have higher arithmetic intensity and are consequently more efficient")."""
-    efficiency = _kernels.gemm_efficiency(m, n, k, rates.sms, operand_bytes, batch)
-    return batch * (
-        2.0 * m * k * n / (rate * efficiency) + (operand_bytes * (m * k + k * n) + ACTIVATION_BYTES * m * n) / rates.hbm
-    )
-
-
-def _power_derate(gpu: GPU, k: ModelConstants) -> float:
-    """The fraction of its rated tensor-core peak a GPU sustains under its power limit, relative to the H100 SXM
-    (whose rows the efficiencies are mostly measured on): (W per peak TFLOP/s / the H100's) ^ `power_exponent`,
-    at most 1. Blackwell rates twice Hopper's peak at 1.4-1.7 times its power, so its GEMMs run at a lower clock."""
-    reference = known(POWER_REFERENCE.tdp_w, "the reference GPU's board power is in the GPU table")
-    if gpu.tdp_w is None:
-        return 1.0
-    ratio = (gpu.tdp_w / gpu.bf16_tflops) / (reference / POWER_REFERENCE.bf16_tflops)
-    return min(1.0, ratio**k.power_exponent)
-
-
-@dataclass(frozen=True)
-class _Rates:
-    """Achievable rates of one GPU, in FLOP/s and bytes/s."""
-
-    bf16: float
-    dense: float  # the transformer blocks' GEMMs: FP8 for FP8 plans
-    attention: float  # the dense BF16 peak under the power derating, before `kernels.attention_efficiency`
-    hbm: float
-    comm: float  # fraction of a link's bandwidth collectives reach
-    derate: float  # the power-limit derating applied to the tensor-core rates
-    sms: Optional[int]  # streaming multiprocessors, for the GEMMs' wave quantisation
-
-    @classmethod
-    def of(cls, gpu: GPU, fp8: bool, k: ModelConstants) -> "_Rates":
-        derate = _power_derate(gpu, k)
-        bf16 = gpu.bf16_tflops * 1e12 * k.matmul * derate
-        if fp8:
-            fp8_tflops = known(gpu.fp8_tflops, "FP8 plans on a GPU without FP8 are refused before the rates")
-            dense = fp8_tflops * 1e12 * k.fp8_matmul * derate
-        else:
-            dense = bf16
-        return cls(
-            bf16=bf16,
-            dense=dense,
-            attention=gpu.bf16_tflops * 1e12 * derate,
-            hbm=gpu.hbm_tb_s * 1e12 * k.hbm,
-            comm=k.comm,
-            derate=derate,
-            sms=gpu.sm_count,
-        )
-
-    def allreduce_s(self, nbytes: float, n: int, bus_gb_s: float) -> float:
-        return 2.0 * (n - 1) / n * nbytes / (bus_gb_s * 1e9 * self.comm) if n > 1 else 0.0
-
-    def gather_s(self, nbytes: float, n: int, bus_gb_s: float) -> float:
-        """Reduce-scatter or all-gather of a buffer of `nbytes` per rank (nccl-tests convention)."""
-        return (n - 1) / n * nbytes / (bus_gb_s * 1e9 * self.comm) if n > 1 else 0.0
-
-    def send_s(self, nbytes: float, link_gb_s: float) -> float:
-        return nbytes / (link_gb_s * 1e9 * self.comm)
 
 
 @dataclass(frozen=True)
@@ -239,14 +178,17 @@ class _Layer:
     cp_f: float
     cp_b: float
     recompute: float
+    experts: ExpertTimes = NO_EXPERTS  # a Mixture of Experts' routed experts (`experts.expert_times`)
 
     @property
     def forward(self) -> float:
-        return self.dense_f + self.attention_f + self.memory_f + self.tp_f + self.cp_f
+        e = self.experts
+        return self.dense_f + self.attention_f + self.memory_f + self.tp_f + self.cp_f + e.forward
 
     @property
     def backward(self) -> float:
-        return self.dense_b + self.attention_b + self.memory_b + self.tp_b + self.cp_b + self.recompute
+        e = self.experts
+        return self.dense_b + self.attention_b + self.memory_b + self.tp_b + self.cp_b + self.recompute + e.backward
 
 
 def _layer(
@@ -254,7 +196,7 @@ def _layer(
     layout: Layout,
     program: Program,
     gpu: GPU,
-    rates: _Rates,
+    rates: Rates,
     k: ModelConstants,
     shared: Optional[dict[tuple, Any]] = None,
 ) -> _Layer:
@@ -262,32 +204,35 @@ def _layer(
     key = (
         *(layout.tp, layout.cp, layout.tokens_per_rank, layout.micro_batch, layout.sequence_parallel),
         *(program.fused_attention, program.stack.attention_kernel, program.tp_comm_overlap),
+        *(layout.ep, layout.etp, spec.moe_imbalance),
     )
     shared = {} if shared is None else shared
     if key not in shared:
         shared[key] = _layer_parts(spec, layout, program, gpu, rates, k)
-    dense_f, dense_b, attention_f, attention_b, memory_f, memory_b, tp_f, cp_f, cp_b = shared[key]
-    forward = dense_f + attention_f + memory_f + tp_f + cp_f
+    dense_f, dense_b, attention_f, attention_b, memory_f, memory_b, tp_f, cp_f, cp_b, experts = shared[key]
+    forward = dense_f + attention_f + memory_f + tp_f + cp_f + experts.forward
     recompute = 0.0
     if spec.recompute == "full":
         recompute = layout.recomputed_fraction(spec) * forward
     elif spec.recompute == "selective":
         recompute = attention_f
-    return _Layer(dense_f, dense_b, attention_f, attention_b, memory_f, memory_b, tp_f, tp_f, cp_f, cp_b, recompute)
+    parts = (dense_f, dense_b, attention_f, attention_b, memory_f, memory_b, tp_f, tp_f, cp_f, cp_b, recompute)
+    return _Layer(*parts, experts)
 
 
 def _layer_parts(
-    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates, k: ModelConstants
-) -> tuple[float, ...]:
+    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: Rates, k: ModelConstants
+) -> tuple[Any, ...]:
     t, c, tokens, s, h = layout.tp, layout.cp, layout.tokens_per_rank, spec.seq_length, spec.hidden_size
-    fp8 = spec.precision == "fp8"
+    fp8 = spec.fp8
     arch = Architecture.of(spec)  # what the layer's blocks compute and send (`families.blocks`)
-    attention, mlp, layer_gemms = arch.attention, arch.mlp, arch.layer_gemms()
+    attention, mlp, moe = arch.attention, arch.mlp, arch.moe
+    layer_gemms = arch.layer_gemms() if moe is None else once_per_token_gemms(arch)  # routed: `expert_times`
     d_head, gemms = attention.head_dim, [g.on_rank(t) for g in layer_gemms]
     operand = 1 if fp8 else ACTIVATION_BYTES
-    dense_f = sum(_gemm_s(tokens, a, n, rates.dense, rates, operand) for a, n in gemms)
+    dense_f = sum(gemm_s(tokens, a, n, rates.dense, rates, operand) for a, n in gemms)
     dense_b = sum(
-        _gemm_s(tokens, n, a, rates.dense, rates, operand) + _gemm_s(a, tokens, n, rates.dense, rates, operand)
+        gemm_s(tokens, n, a, rates.dense, rates, operand) + gemm_s(a, tokens, n, rates.dense, rates, operand)
         for a, n in gemms
     )
 
@@ -302,9 +247,9 @@ def _layer_parts(
         heads = layout.micro_batch * attention.heads / t
         sq, sk = s / c, s
         # One batched GEMM over all heads of the micro-batch for each product.
-        qk = _gemm_s(sq, d_head, sk, rates.bf16, rates, ACTIVATION_BYTES, heads)  # Q K^T, and dP = dO V^T
-        pv = _gemm_s(sq, sk, d_head, rates.bf16, rates, ACTIVATION_BYTES, heads)  # P V, and dQ = dS K
-        pt = _gemm_s(sk, sq, d_head, rates.bf16, rates, ACTIVATION_BYTES, heads)  # dV = P^T dO, and dK = dS^T Q
+        qk = gemm_s(sq, d_head, sk, rates.bf16, rates, ACTIVATION_BYTES, heads)  # Q K^T, and dP = dO V^T
+        pv = gemm_s(sq, sk, d_head, rates.bf16, rates, ACTIVATION_BYTES, heads)  # P V, and dQ = dS K
+        pt = gemm_s(sk, sq, d_head, rates.bf16, rates, ACTIVATION_BYTES, heads)  # dV = P^T dO, and dK = dS^T Q
         scores = heads * sq * sk
         attention_f = qk + pv + scores * SOFTMAX_DROPOUT_BYTES[0] / rates.hbm
         attention_b = qk + pv + 2 * pt + scores * SOFTMAX_DROPOUT_BYTES[1] / rates.hbm
@@ -333,11 +278,12 @@ def _layer_parts(
         link = group_bandwidth_gb_s(gpu, c, t, layout.gpus_per_node)
         cp_f = max(0.0, (c - 1) * rates.send_s(kv_bytes, link) - attention_f)
         cp_b = max(0.0, 2 * (c - 1) * rates.send_s(kv_bytes, link) - attention_b)
-    return dense_f, dense_b, attention_f, attention_b, memory_f, memory_b, tp_f, cp_f, cp_b
+    experts = NO_EXPERTS if moe is None else expert_times(spec, layout, gpu, rates, k, moe, operand)
+    return dense_f, dense_b, attention_f, attention_b, memory_f, memory_b, tp_f, cp_f, cp_b, experts
 
 
 def _fused_attention_s(
-    executed: float, s: int, c: int, d_head: int, rates: _Rates, kernel: str = "cudnn"
+    executed: float, s: int, c: int, d_head: int, rates: Rates, kernel: str = "cudnn"
 ) -> tuple[float, float]:
     """Forward and backward seconds of a fused (flash) attention core that executes `executed` forward FLOPs (half
     the causal score matrix; the backward executes 2.5 times as much: it recomputes the scores, Dao 2023, Sec. 4.1),
@@ -363,19 +309,19 @@ def _fused_attention_s(
     return forward, backward
 
 
-def _output_layer_s(spec: RecipeSpec, layout: Layout, program: Program, rates: _Rates) -> float:
+def _output_layer_s(spec: RecipeSpec, layout: Layout, program: Program, rates: Rates) -> float:
     """The output layer (forward, data and weight gradients, in BF16) and the loss, per micro-batch."""
     tokens, h, vocab = layout.tokens_per_rank, spec.hidden_size, spec.padded_vocab_size / layout.tp
     logits = (
-        _gemm_s(tokens, h, vocab, rates.bf16, rates, ACTIVATION_BYTES)
-        + _gemm_s(tokens, vocab, h, rates.bf16, rates, ACTIVATION_BYTES)
-        + _gemm_s(h, tokens, vocab, rates.bf16, rates, ACTIVATION_BYTES)
+        gemm_s(tokens, h, vocab, rates.bf16, rates, ACTIVATION_BYTES)
+        + gemm_s(tokens, vocab, h, rates.bf16, rates, ACTIVATION_BYTES)
+        + gemm_s(h, tokens, vocab, rates.bf16, rates, ACTIVATION_BYTES)
     )
     per_logit = FUSED_CROSS_ENTROPY_BYTES_PER_LOGIT if program.fused_cross_entropy else CROSS_ENTROPY_BYTES_PER_LOGIT
     return logits + tokens * vocab * per_logit / rates.hbm
 
 
-def _p2p_s(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates, chunk_s: float) -> float:
+def _p2p_s(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: Rates, chunk_s: float) -> float:
     """Exposed pipeline point-to-point time per step: activations forward and gradients backward at every chunk
     boundary. With `overlap_p2p_comm` a transfer hides behind the next chunk's compute; the warm-up and cool-down
     transfers stay exposed either way."""
@@ -392,7 +338,7 @@ def _p2p_s(spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: 
 
 
 def _data_parallel_s(
-    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates, chunk_b: float, chunk_f: float
+    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: Rates, chunk_b: float, chunk_f: float
 ) -> tuple[float, float]:
     """Exposed gradient reduce and parameter gather per step, in the bytes the program moves (`Program.
     gradient_bytes`, `param_gather_bytes`).
@@ -403,14 +349,18 @@ def _data_parallel_s(
     backwards apart (the last group of p micro-batches goes through the chunks in turn), so the reductions of the
     later chunks also hide behind the backward of the earlier ones; the parameter gathers mirror this in the
     forward (`param_sync_func` launches the next chunk's gather at the first forward of the current one)."""
-    params, d = layout.params_per_rank, layout.dp
-    link = group_bandwidth_gb_s(gpu, d, layout.tp * layout.cp, layout.gpus_per_node)
-    if spec.distributed_optimizer:
-        reduce = rates.gather_s(params * program.gradient_bytes, d, link)
-        gather = rates.gather_s(params * program.param_gather_bytes, d, link)
-    else:
-        reduce = rates.allreduce_s(params * program.gradient_bytes, d, link)
-        gather = 0.0
+    groups = [(layout.params_per_rank, layout.dp, layout.tp * layout.cp)]
+    if layout.expert_params_per_rank:  # the routed experts reduce and gather over their expert-data-parallel group
+        groups = [(layout.dense_params_per_rank, layout.dp, layout.tp * layout.cp)]
+        groups.append((layout.expert_params_per_rank, layout.expert_data_parallel, layout.ep * layout.etp))
+    reduce = gather = 0.0
+    for params, d, stride in groups:
+        link = group_bandwidth_gb_s(gpu, d, stride, layout.gpus_per_node)
+        if spec.distributed_optimizer:
+            reduce += rates.gather_s(params * program.gradient_bytes, d, link)
+            gather += rates.gather_s(params * program.param_gather_bytes, d, link)
+        else:
+            reduce += rates.allreduce_s(params * program.gradient_bytes, d, link)
     if program.overlap_grad_reduce:
         reduce = _exposed_behind_chunks(reduce, layout, chunk_b)
     if program.overlap_param_gather:
@@ -469,7 +419,7 @@ def _timed(
     shared: Optional[dict[tuple, Any]] = None,
 ) -> tuple[float, dict[str, float]]:
     constants = k if k is not None else active_constants()
-    rates = _Rates.of(gpu, spec.precision == "fp8", constants)
+    rates = Rates.of(gpu, spec.fp8, constants)
     if rates.derate < 1.0:
         notes.append(
             f"{gpu.name} sustains {rates.derate:.2f} of its rated tensor-core peak (board power {gpu.tdp_w:g} W for "
@@ -489,12 +439,12 @@ def _checked_plan(
     context = f"throughput of {spec.name!r} on {cluster.world_size} GPUs"
     raise_if_unstructured(spec, layout, context)
     program = known[1] if known else program_for(spec, gpu, stack, layout.interleaved)
-    if spec.precision == "fp8" and not (gpu.supports_fp8 and program.stack.transformer_engine):
+    if spec.fp8 and not (gpu.supports_fp8 and program.stack.transformer_engine):
         raise InvalidInputError(
             [
                 Problem(
                     "precision",
-                    "fp8",
+                    spec.precision,
                     f"FP8 needs Transformer Engine and FP8 tensor cores ({gpu.name}, stack '{program.stack.name}').",
                     "use precision='bf16', or an FP8-capable GPU with Transformer Engine.",
                 )
@@ -506,7 +456,7 @@ def _checked_plan(
 
 
 def _step_s(
-    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: _Rates, layer: _Layer, k: ModelConstants
+    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: Rates, layer: _Layer, k: ModelConstants
 ) -> tuple[float, dict[str, float]]:
     """Seconds of one step (pipeline schedule, exposed communication, optimizer) and their breakdown by kind."""
     logits = _output_layer_s(spec, layout, program, rates)
@@ -525,6 +475,8 @@ def _step_s(
     # Optimizer step: Adam on the local shard, and the gradient buffer reset.
     params = layout.params_per_rank
     updated = params / layout.dp if spec.distributed_optimizer else params
+    if layout.expert_params_per_rank and spec.distributed_optimizer:  # the experts' shards: expert-data-parallel
+        updated = layout.dense_params_per_rank / layout.dp + layout.expert_params_per_rank / layout.expert_data_parallel
     optimizer = (updated * ADAM_BYTES_PER_PARAM + params * GRAD_BUFFER_BYTES_PER_PARAM) / rates.hbm
     step = compute + bubble + p2p + dp_reduce + dp_gather + optimizer + k.step_overhead
 
@@ -546,6 +498,11 @@ def _step_s(
         "optimizer": optimizer,
         "step_overhead": k.step_overhead,
     }
+    if layer.experts is not NO_EXPERTS:  # the routed experts' GEMMs and their exposed all-to-all, apart
+        e = layer.experts
+        breakdown["expert_matmul"] = stage_layers * (e.matmul_f + e.matmul_b)
+        breakdown["memory_bound"] += stage_layers * (e.memory_f + e.memory_b)
+        breakdown["ep_comm_exposed"] = stage_layers * (e.dispatch_f + e.dispatch_b + e.latency)
     return step, breakdown
 
 
@@ -558,7 +515,7 @@ def _throughput(
     per_gpu = tokens_per_s / layout.world
     model_tflops = per_gpu * _flops.model_flops_per_token(spec) / 1e12
     hardware_tflops = per_gpu * _flops.hardware_flops_per_token(spec) / 1e12
-    fp8 = spec.precision == "fp8"
+    fp8 = spec.fp8
     if fp8:
         assumptions.append("FP8 for the linear layers of the transformer blocks; attention and output layer in BF16")
     if layout.sequence_parallel:

@@ -21,7 +21,7 @@ from nemo import lightning as nl
 from nemo.collections.common.tokenizers.null_tokenizer import NullTokenizer
 
 from nemo_recipes import budget
-from nemo_recipes.catalog import RecipeSpec
+from nemo_recipes.catalog import FP8_RECIPES, RecipeSpec
 from nemo_recipes.errors import InvalidInputError, Problem
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.recipe_fields import FIELDS, RECIPE_FIELDS, RecipeField
@@ -166,10 +166,14 @@ def _write_precision(spec: RecipeSpec) -> dict[str, Any]:
         plugin.fp8_amax_history_len = 1024
         plugin.fp8_amax_compute_algo = "max"
         plugin.fp8_param_gather = True
+    elif spec.fp8:  # NeMo's current-scaling, blockwise and MXFP8 presets: E4M3 alone for MXFP8, hybrid otherwise
+        plugin.fp8 = "e4m3" if spec.precision == "mxfp8" else "hybrid"
+        plugin.fp8_recipe = FP8_RECIPES[spec.precision]
+        plugin.fp8_param_gather = True
     return {
         "trainer.plugins": plugin,
         "trainer.strategy.pipeline_dtype": half,
-        "optim.config.bf16": spec.precision in ("bf16", "fp8"),
+        "optim.config.bf16": spec.precision != "fp16",
         "optim.config.fp16": spec.precision == "fp16",
     }
 
@@ -177,7 +181,8 @@ def _write_precision(spec: RecipeSpec) -> dict[str, Any]:
 def _read_precision(config: Any) -> dict[str, Any]:
     plugin = _held(config, "trainer.plugins")
     if _held(plugin, "fp8"):
-        return {"precision": "fp8"}
+        recipe = _held(plugin, "fp8_recipe") or "delayed"
+        return {"precision": next((name for name, r in FP8_RECIPES.items() if r == recipe), "fp8")}
     return {"precision": "fp16" if _held(plugin, "precision") == "16-mixed" else "bf16"}
 
 

@@ -14,7 +14,9 @@ from typing import Any, Optional
 
 from lightning.pytorch.callbacks import Callback
 
+from nemo_recipes.catalog import FP8_RECIPES
 from nemo_recipes.errors import InvalidInputError, Problem
+from nemo_recipes.plan.hardware import MXFP8_COMPUTE_CAPABILITY
 
 FP8_MIN_CAPABILITY = (8, 9)
 
@@ -89,12 +91,23 @@ class Preflight(Callback):
             strategy.async_save = False
 
     def _check_precision(self) -> None:
-        if self.precision != "fp8":
+        if self.precision not in FP8_RECIPES:
             return
         import torch
 
         capability = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
         name = torch.cuda.get_device_name() if capability else "no GPU"
         problems = fp8_problems(importlib.util.find_spec("transformer_engine") is not None, capability, name)
+        if self.precision == "mxfp8" and capability is not None and capability < MXFP8_COMPUTE_CAPABILITY:
+            problems.append(
+                Problem(
+                    "precision",
+                    "mxfp8",
+                    f"{name} (compute capability {capability[0]}.{capability[1]}) has no MXFP8 tensor cores: "
+                    "MXFP8 is Blackwell's format.",
+                    "run on Blackwell (B200, GB200, B300, GB300), or use precision='fp8_tensorwise' or "
+                    "'fp8_blockwise' on Hopper.",
+                )
+            )
         if problems:
             raise InvalidInputError(problems, context="precision preflight")
