@@ -92,20 +92,47 @@ def _groups(b: Built) -> Pair:
     return b.shapes(groups), b.recipe["num_query_groups"] or b.recipe["num_attention_heads"]
 
 
+def _moe(layer: Any) -> Optional[Any]:
+    """The layer's Mixture-of-Experts MLP (a router and experts), or None for a dense MLP."""
+    return layer.mlp if getattr(layer.mlp, "router", None) is not None else None
+
+
+def _local_experts(moe: Any) -> list[Any]:
+    """The routed experts this rank holds, each an MLP (SequentialMLP's; the CPU layer turns grouped GEMM off)."""
+    return list(moe.experts.local_experts)
+
+
+def _mlps(layer: Any) -> list[Any]:
+    """Every MLP module of the layer: the dense one, or the local routed experts and the shared expert."""
+    moe = _moe(layer)
+    if moe is None:
+        return [layer.mlp]
+    return _local_experts(moe) + ([moe.shared_experts] if moe.shared_experts is not None else [])
+
+
 def _ffn(b: Built) -> Pair:
-    return b.shapes(lambda la: la.mlp.linear_fc2.weight.shape[1] * b.tp), b.recipe["ffn_hidden_size"]
+    """Dense layers' MLP width; in a model of expert layers only, the experts' where they take ffn_hidden_size
+    (moe_ffn_hidden_size unset), else nothing to show (the recipe's value is unused by such a model)."""
+    dense = [la for la in b.layers if _moe(la) is None]
+    if dense:
+        return _one({la.mlp.linear_fc2.weight.shape[1] * b.tp for la in dense}), b.recipe["ffn_hidden_size"]
+    experts = _expert_width(b)
+    if experts is not None and b.recipe.get("moe_ffn_hidden_size") is None:
+        return experts[0], b.recipe["ffn_hidden_size"]
+    dense_expected = b.recipe.get("num_moe_experts") is None or (b.recipe.get("moe_first_dense_layers") or 0) > 0
+    return None if dense_expected else (None, None)
 
 
 def _activation(b: Built) -> Pair:
     from nemo_recipes.training.nemo_fields import ACTIVATIONS
 
-    def activation(layer: Any) -> str:
-        gated = layer.mlp.linear_fc1.weight.shape[0] == 2 * layer.mlp.linear_fc2.weight.shape[1]
-        function = layer.mlp.activation_func
+    def activation(mlp: Any) -> str:
+        gated = mlp.linear_fc1.weight.shape[0] == 2 * mlp.linear_fc2.weight.shape[1]
+        function = mlp.activation_func
         found = [name for name, pair in ACTIVATIONS.items() if pair == (function, gated)]
         return found[0] if found else f"{getattr(function, '__name__', function)} gated={gated}"
 
-    return b.shapes(activation), b.recipe["activation"]
+    return b.shapes(lambda la: _one({activation(mlp) for mlp in _mlps(la)})), b.recipe["activation"]
 
 
 def _seq_length(b: Built) -> Pair:
@@ -182,7 +209,10 @@ def _qk_layernorm(b: Built) -> Pair:
 
 def _bias(b: Built) -> Pair:
     def biased(layer: Any) -> Any:
-        linears = (layer.mlp.linear_fc1, layer.mlp.linear_fc2, layer.self_attention.linear_proj)
+        linears = [
+            layer.self_attention.linear_proj,
+            *(m for mlp in _mlps(layer) for m in (mlp.linear_fc1, mlp.linear_fc2)),
+        ]
         return _one({getattr(linear, "bias", None) is not None for linear in linears})
 
     return b.shapes(biased), b.recipe["add_bias_linear"]
@@ -227,6 +257,84 @@ def _min_lr_ratio(b: Built) -> Pair:
     return (_one(ratios), float(b.recipe["min_lr_ratio"])) if ratios else None
 
 
+# Mixture-of-Experts fields: measured on each expert layer's router, experts and dispatcher; (None, None) for a model
+# without experts (neither has them). The router's settings that no shape shows are read from the router's own
+# config, the object its forward pass reads them from at every step.
+def _experts_only(b: Built, measure: Callable[[list[Any]], Any], field: str) -> Pair:
+    moes = [m for m in (_moe(la) for la in b.layers) if m is not None]
+    want = b.recipe.get(field)
+    if b.recipe.get("num_moe_experts") is None:
+        return (None, None) if not moes else ("expert layers in a dense recipe", want)
+    return (_one({measure([m]) for m in moes}), want) if moes else None
+
+
+def _expert_parallel() -> tuple[int, int]:
+    from megatron.core import parallel_state as ps
+
+    return ps.get_expert_model_parallel_world_size(), ps.get_expert_tensor_parallel_world_size()
+
+
+def _num_experts(b: Built) -> Pair:
+    def count(moes: list[Any]) -> Any:
+        moe = moes[0]
+        ep = _expert_parallel()[0]
+        routed, held = moe.router.weight.shape[0], len(_local_experts(moe)) * ep
+        return routed if routed == held else f"router {routed}, experts {len(_local_experts(moe))} x EP {ep}"
+
+    return _experts_only(b, count, "num_moe_experts")
+
+
+def _expert_width(b: Built) -> Pair:
+    etp = _expert_parallel()[1]
+    want = b.recipe.get("moe_ffn_hidden_size") or b.recipe["ffn_hidden_size"]
+    pair = _experts_only(b, lambda ms: _one({e.linear_fc2.weight.shape[1] * etp for e in _local_experts(ms[0])}), "")
+    return None if pair is None else (pair[0], want if pair[0] is not None else None)
+
+
+def _shared_width(b: Built) -> Pair:
+    def width(moes: list[Any]) -> Any:
+        shared = moes[0].shared_experts
+        return None if shared is None else shared.linear_fc2.weight.shape[1] * b.tp
+
+    return _experts_only(b, width, "moe_shared_expert_intermediate_size")
+
+
+def _router(attribute: str, field: str) -> Callable[[Built], Pair]:
+    return lambda b: _experts_only(b, lambda ms: getattr(ms[0].router, attribute), field)
+
+
+def _router_config(field: str) -> Callable[[Built], Pair]:
+    return lambda b: _experts_only(b, lambda ms: getattr(ms[0].router.config, field), field)
+
+
+def _expert_bias(b: Built) -> Pair:
+    return _experts_only(
+        b, lambda ms: getattr(ms[0].router, "expert_bias", None) is not None, "moe_router_enable_expert_bias"
+    )
+
+
+#: Megatron-Core's dispatcher classes -> the moe_token_dispatcher_type that builds them.
+DISPATCHERS = {"MoEAllGatherTokenDispatcher": "allgather", "MoEAlltoAllTokenDispatcher": "alltoall"}
+
+
+def _dispatcher(b: Built) -> Pair:
+    def kind(moes: list[Any]) -> str:
+        name = type(moes[0].token_dispatcher).__name__
+        return DISPATCHERS.get(name, name)
+
+    return _experts_only(b, kind, "moe_token_dispatcher_type")
+
+
+def _first_dense(b: Built) -> Pair:
+    """The global numbers of this rank's dense layers are exactly those not above moe_first_dense_layers."""
+    if b.recipe.get("num_moe_experts") is None:
+        return None, None
+    first = b.recipe.get("moe_first_dense_layers") or 0
+    dense = sorted(la.layer_number for la in b.layers if _moe(la) is None)
+    want = sorted(la.layer_number for la in b.layers if la.layer_number <= first)
+    return (first if dense == want else f"dense layers {dense}", first) if b.layers else None
+
+
 #: Field -> its measure (built_fields.MEASURED says in words what each reads).
 MEASURES: dict[str, Callable[[Built], Pair]] = {
     "num_layers": _num_layers,
@@ -252,6 +360,27 @@ MEASURES: dict[str, Callable[[Built], Pair]] = {
     "precision": _precision,
     "max_lr": _max_lr,
     "min_lr_ratio": _min_lr_ratio,
+    "num_moe_experts": _num_experts,
+    "moe_router_topk": _router("topk", "moe_router_topk"),
+    "moe_ffn_hidden_size": _expert_width,
+    "moe_shared_expert_intermediate_size": _shared_width,
+    "moe_router_score_function": _router("score_function", "moe_router_score_function"),
+    "moe_router_load_balancing_type": _router("routing_type", "moe_router_load_balancing_type"),
+    "moe_router_enable_expert_bias": _expert_bias,
+    "moe_token_dispatcher_type": _dispatcher,
+    "moe_first_dense_layers": _first_dense,
+    **{
+        name: _router_config(name)
+        for name in (
+            "moe_router_pre_softmax",
+            "moe_aux_loss_coeff",
+            "moe_expert_capacity_factor",
+            "moe_router_num_groups",
+            "moe_router_group_topk",
+            "moe_router_topk_scaling_factor",
+            "moe_router_bias_update_rate",
+        )
+    },
 }
 
 
