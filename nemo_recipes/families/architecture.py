@@ -159,6 +159,18 @@ class Architecture:
         """What the blocks say about their own shapes, whatever the layout."""
         return list(dict.fromkeys(p for g in self.groups for block in g.blocks for p in block.shape_problems()))
 
+    def alone(self, group: LayerGroup) -> "Architecture":
+        """The per-layer answers (`blocks`, `layer_gemms`, `stored_activations_per_sbh`, `moe`, ...) of `group`'s
+        layers: an Architecture of that group only, whose whole-model counts are not the model's."""
+        return self if self.groups == (group,) else Architecture(self.spec, (group,))
+
+    def layers_in(self, start: int, end: int) -> list[tuple[int, LayerGroup]]:
+        """How many of the decoder layers [start, end) each group holds, first layers first (a pipeline stage's:
+        DeepSeek-V3's first stages hold its dense layers); groups holding none left out."""
+        return [
+            (n, g) for n, g in zip(overlaps([g.count for g in self.groups], start, end), self.groups, strict=True) if n
+        ]
+
     def group_params(self) -> list[tuple[int, LayerParams]]:
         """Each group's layer count and one of its layers' parameters, first layers first."""
         return [(g.count, _params([t for b in g.blocks for t in b.tensors()])) for g in self.groups]
@@ -231,6 +243,15 @@ class Architecture:
         attention = sum(g.count * sum(b.attention_flops_per_token(s.seq_length) for b in g.blocks) for g in groups)
         logits = (1 + mtp) * 2.0 * s.hidden_size * s.padded_vocab_size
         return TokenFlops(dense=dense, attention=attention, logits=logits)
+
+
+def overlaps(counts: list[int], start: int, end: int) -> list[int]:
+    """How many of the layers [start, end) fall in each of consecutive groups of `counts` layers."""
+    found, at = [], 0
+    for count in counts:
+        found.append(max(0, min(end, at + count) - max(start, at)))
+        at += count
+    return found
 
 
 def _params(tensors: list[Tensor]) -> LayerParams:

@@ -24,7 +24,7 @@ from typing import Any, Optional
 
 from nemo_recipes.catalog import DERIVED_SOURCES, RecipeSpec
 from nemo_recipes.counts import divisors
-from nemo_recipes.families.architecture import Architecture, LayerParams, Shape
+from nemo_recipes.families.architecture import Architecture, LayerParams, Shape, overlaps
 from nemo_recipes.families.latent_attention import LatentShape
 from nemo_recipes.plan.hardware import Cluster
 
@@ -255,11 +255,9 @@ def _shape_groups(spec: RecipeSpec) -> tuple[list[tuple[int, LayerParams]], Laye
 
 def _layers_params(groups: list[tuple[int, LayerParams]], start: int, end: int, tp: int, split: int) -> float:
     """Parameters on one GPU of the decoder layers [start, end), each counted as its group's (first layers first)."""
-    total, at = 0.0, 0
-    for count, params in groups:
-        overlap = max(0, min(end, at + count) - max(start, at))
-        total += overlap * params.per_rank(tp, split)
-        at += count
+    total = 0.0
+    for held, (_, params) in zip(overlaps([count for count, _ in groups], start, end), groups, strict=True):
+        total += held * params.per_rank(tp, split)
     return total
 
 

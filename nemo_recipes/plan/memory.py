@@ -170,7 +170,23 @@ def _stored_per_sbh(arch: Architecture, imbalance: float) -> float:
     return stored
 
 
-# (seq, micro batch, hidden, the layer's blocks, TP, SP, routing imbalance) -> `LayoutActivations`' first four.
+def _stage_stored_bytes(
+    arch: Architecture, layout: Layout, imbalance: float, sbh: float, tp: int, sequence_parallel: bool
+) -> float:
+    """What a layer of the first stage stores without its attention core, on average over the stage's layers (each
+    its own group's blocks: DeepSeek-V3's first stages hold its dense layers), so that the stage's layers in flight
+    store `held` times it. One kind of layer on the stage: that layer's. Interleaved, the stage's first chunk's
+    layers stand for its later chunks' (the warm-up holds mostly the first)."""
+    stage = arch.layers_in(0, layout.layers_first_stage) or [(0, arch.groups[0])]  # none: `held` is 0
+    if len(stage) == 1:
+        return _stored_bytes(sbh, _stored_per_sbh(arch.alone(stage[0][1]), imbalance), tp, sequence_parallel)
+    total = sum(
+        n * _stored_bytes(sbh, _stored_per_sbh(arch.alone(g), imbalance), tp, sequence_parallel) for n, g in stage
+    )
+    return total / sum(n for n, _ in stage)
+
+
+# (seq, micro batch, hidden, the first stage's groups, TP, SP, routing imbalance) -> `LayoutActivations`' first four.
 _LAYER_TERMS: dict[tuple, tuple[float, float, float, float]] = {}
 
 
@@ -179,8 +195,8 @@ class LayoutActivations:
     """The activation bytes of `spec` on a layout whatever is recomputed (before CP divides them): computed once, a
     plan search tries every recompute mode of a layout on them (`search.recompute_options`)."""
 
-    layer_with_core: float  # one layer that stores its attention core
-    layer_without_core: float  # one layer that does not (fused attention, or selective recompute)
+    layer_with_core: float  # one layer of the first stage (their mean) that stores its attention core
+    layer_without_core: float  # one that does not (fused attention, or selective recompute)
     core: float  # the attention core of one layer
     checkpoint: float  # the input a fully recomputed layer keeps
     held: float  # layers' worth in flight on the first stage
@@ -194,12 +210,13 @@ class LayoutActivations:
         arch = Architecture.of(spec)
         # A search lays out one shape hundreds of times over a few (micro batch, TP) pairs: the per-layer terms are
         # counted once per process for each (they read nothing else).
-        key = (s, b, h, arch.blocks, t, sp, spec.moe_imbalance)
+        stage = tuple((n, g.blocks) for n, g in arch.layers_in(0, layout.layers_first_stage))
+        key = (s, b, h, stage, t, sp, spec.moe_imbalance)
         per_layer = _LAYER_TERMS.get(key)
         if per_layer is None:
             heads = arch.attention.heads
             core = attention_core_bytes(seq=s, micro_batch=b, heads=heads, tp=t)
-            without = _stored_bytes(float(s) * b * h, _stored_per_sbh(arch, spec.moe_imbalance), t, sp)
+            without = _stage_stored_bytes(arch, layout, spec.moe_imbalance, float(s) * b * h, t, sp)
             per_layer = _LAYER_TERMS[key] = (
                 without + core,
                 without,

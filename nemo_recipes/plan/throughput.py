@@ -46,12 +46,12 @@ attention, memory-bound kernels, recomputation, exposed communication, pipeline 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import InvalidInputError, Problem
-from nemo_recipes.families.architecture import Architecture
+from nemo_recipes.families.architecture import Architecture, LayerGroup
 from nemo_recipes.plan import flops as _flops
 from nemo_recipes.plan import kernels as _kernels
 from nemo_recipes.plan.experts import NONE as NO_EXPERTS
@@ -191,6 +191,10 @@ class _Layer:
         return self.dense_b + self.attention_b + self.memory_b + self.tp_b + self.cp_b + self.recompute + e.backward
 
 
+#: A pipeline stage: its count of layers and their mean layer (`_mean_layer`).
+_Stage = tuple[int, _Layer]
+
+
 def _layer(
     spec: RecipeSpec,
     layout: Layout,
@@ -199,16 +203,20 @@ def _layer(
     rates: Rates,
     k: ModelConstants,
     shared: Optional[dict[tuple, Any]] = None,
+    group: Optional[LayerGroup] = None,
 ) -> _Layer:
-    """`shared`: see `step_time`; what a layer costs before recomputation depends on no other field of a plan."""
+    """One layer of `group` (the model's only one without it). `shared`: see `step_time`; what a layer costs before
+    recomputation depends on no other field of a plan."""
+    whole = layout.architecture  # the shape's: only its blocks are read
+    arch = whole.alone(group) if group is not None else whole
     key = (
         *(layout.tp, layout.cp, layout.tokens_per_rank, layout.micro_batch, layout.sequence_parallel),
         *(program.fused_attention, program.stack.attention_kernel, program.tp_comm_overlap),
-        *(layout.ep, layout.etp, spec.moe_imbalance),
+        *(layout.ep, layout.etp, spec.moe_imbalance, arch.blocks),
     )
     shared = {} if shared is None else shared
     if key not in shared:
-        shared[key] = _layer_parts(spec, layout, program, gpu, rates, k)
+        shared[key] = _layer_parts(spec, layout, program, gpu, rates, k, arch)
     dense_f, dense_b, attention_f, attention_b, memory_f, memory_b, tp_f, cp_f, cp_b, experts = shared[key]
     forward = dense_f + attention_f + memory_f + tp_f + cp_f + experts.forward
     recompute = 0.0
@@ -221,11 +229,11 @@ def _layer(
 
 
 def _layer_parts(
-    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: Rates, k: ModelConstants
+    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: Rates, k: ModelConstants, arch: Architecture
 ) -> tuple[Any, ...]:
+    """`arch`: the layer's (`Architecture.alone` of its group): what its blocks compute and send (`families.blocks`)."""
     t, c, tokens, s, h = layout.tp, layout.cp, layout.tokens_per_rank, spec.seq_length, spec.hidden_size
     fp8 = spec.fp8
-    arch = Architecture.of(spec)  # what the layer's blocks compute and send (`families.blocks`)
     attention, mlp, moe = arch.attention, arch.mlp, arch.moe
     layer_gemms = arch.layer_gemms() if moe is None else once_per_token_gemms(arch)  # routed: `expert_times`
     d_head, gemms = attention.head_dim, [g.on_rank(t) for g in layer_gemms]
@@ -236,7 +244,10 @@ def _layer_parts(
         for a, n in gemms
     )
 
-    attention_flops = _flops.forward_flops_per_token(spec).attention / spec.num_layers * tokens / t
+    if len(layout.architecture.groups) == 1:  # every layer alike: the model's attention FLOPs, a layer's share
+        attention_flops = _flops.forward_flops_per_token(spec).attention / spec.num_layers * tokens / t
+    else:
+        attention_flops = sum(b.attention_flops_per_token(s) for b in arch.blocks) * tokens / t
     if program.fused_attention:
         attention_f, attention_b = _fused_attention_s(
             0.5 * attention_flops, s, c, d_head, rates, program.stack.attention_kernel
@@ -426,8 +437,43 @@ def _timed(
             f"{gpu.bf16_tflops:g} BF16 TFLOP/s, against the {POWER_REFERENCE.name}'s {POWER_REFERENCE.tdp_w:g} W for "
             f"{POWER_REFERENCE.bf16_tflops:g}: a power-limited clock)"
         )
-    layer = _layer(spec, layout, program, gpu, rates, constants, shared)
-    return _step_s(spec, layout, program, gpu, rates, layer, constants)
+    groups = layout.architecture.groups
+    if len(groups) == 1:
+        one = _layer(spec, layout, program, gpu, rates, constants, shared)
+        layers = {groups[0]: one}
+    else:
+        layers = {g: _layer(spec, layout, program, gpu, rates, constants, shared, g) for g in groups}
+    return _step_s(spec, layout, program, gpu, rates, _stages(spec, layout, layers), constants)
+
+
+def _mean_layer(held: list[tuple[int, _Layer]]) -> _Layer:
+    """The layer whose times are the mean of the `held` counts of layers: a stage of them takes their sum."""
+    if len(held) == 1:
+        return held[0][1]
+    total = sum(n for n, _ in held)
+
+    def mean(parts: list[tuple[int, Any]], kind: type) -> dict[str, Any]:
+        names = [f.name for f in fields(kind) if f.name != "experts"]
+        return {x: sum(n * getattr(part, x) for n, part in parts) / total for x in names}
+
+    experts = ExpertTimes(**mean([(n, layer.experts) for n, layer in held], ExpertTimes))
+    return _Layer(**mean(held, _Layer), experts=experts)
+
+
+def _stages(spec: RecipeSpec, layout: Layout, layers: dict[LayerGroup, _Layer]) -> tuple[_Stage, _Stage, _Stage]:
+    """The first stage, the slowest middle one (the first's layers where there is none) and the last: each's count
+    of layers and their mean layer, each layer its group's (DeepSeek-V3's dense first layers on the first)."""
+    arch, n, g = layout.architecture, spec.num_layers, layout.architecture.groups[-1]
+
+    def stage(start: int, end: int) -> _Layer:  # a stage of no layers (the embedding's or the loss's): any layer
+        return _mean_layer([(held, layers[g]) for held, g in arch.layers_in(start, end)] or [(0, layers[g])])
+
+    first = (layout.layers_first_stage, stage(0, layout.layers_first_stage))
+    last_start = n - layout.layers_last_stage
+    starts = range(layout.layers_first_stage, last_start, max(1, layout.layers_per_stage))
+    middles = [stage(a, min(a + layout.layers_per_stage, last_start)) for a in starts] if layout.pp > 2 else []
+    middle = max(middles, key=lambda x: x.forward + x.backward, default=first[1])
+    return first, (layout.layers_per_stage, middle), (layout.layers_last_stage, stage(last_start, n))
 
 
 def _checked_plan(
@@ -456,17 +502,27 @@ def _checked_plan(
 
 
 def _step_s(
-    spec: RecipeSpec, layout: Layout, program: Program, gpu: GPU, rates: Rates, layer: _Layer, k: ModelConstants
+    spec: RecipeSpec,
+    layout: Layout,
+    program: Program,
+    gpu: GPU,
+    rates: Rates,
+    stages: tuple[_Stage, _Stage, _Stage],
+    k: ModelConstants,
 ) -> tuple[float, dict[str, float]]:
-    """Seconds of one step (pipeline schedule, exposed communication, optimizer) and their breakdown by kind."""
+    """Seconds of one step (pipeline schedule, exposed communication, optimizer) and their breakdown by kind;
+    `stages`: `_stages`' first, slowest middle and last pipeline stage."""
     logits = _output_layer_s(spec, layout, program, rates)
     m, p, v = layout.microbatches, layout.pp, layout.vp
 
+    # Each stage's layers: the first's, the middle's (the most loaded stage's count) and the last's with the logits.
+    times = [n * (layer.forward + layer.backward) for n, layer in stages]
+    last = times[2] + logits
+    slowest = max(max(times[:2]), last)  # every stage runs every micro-batch at this pace
+    layer = stages[2][1] if last >= slowest else stages[times.index(max(times[:2]))][1]
     per_layer = layer.forward + layer.backward
-    last = layout.layers_last_stage * per_layer + logits
-    slowest = max(layout.layers_per_stage * per_layer, last)  # every stage runs every micro-batch at this pace
     compute = m * slowest
-    bubble = (p - 1) / v * (layout.layers_per_stage * per_layer + logits / p)
+    bubble = (p - 1) / v * (max(times) + logits / p)
     chunk_s = layout.layers_per_chunk * min(layer.forward, layer.backward)
     p2p = _p2p_s(spec, layout, program, gpu, rates, chunk_s)
     chunk_b = layout.layers_per_chunk * layer.backward
@@ -498,7 +554,7 @@ def _step_s(
         "optimizer": optimizer,
         "step_overhead": k.step_overhead,
     }
-    if layer.experts is not NO_EXPERTS:  # the routed experts' GEMMs and their exposed all-to-all, apart
+    if layout.architecture.moe is not None:  # the routed experts' GEMMs and their exposed all-to-all, apart
         e = layer.experts
         breakdown["expert_matmul"] = stage_layers * (e.matmul_f + e.matmul_b)
         breakdown["memory_bound"] += stage_layers * (e.memory_f + e.memory_b)
