@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from _cli import cli
 
 from nemo_recipes import catalog
@@ -16,6 +17,9 @@ from nemo_recipes.families.blocks import DenseMLP, MoE
 from nemo_recipes.families.latent_attention import MultiLatentAttention
 from nemo_recipes.families.megatron_names import LAYER_KEYS
 from nemo_recipes.plan import Cluster, estimate_memory, validate
+from nemo_recipes.plan.layout import Layout
+from nemo_recipes.plan.memory import LayoutActivations
+from nemo_recipes.plan.throughput import estimate_throughput
 from nemo_recipes.smoke_training import cpu_compat
 
 NAME = "deepseek_v3_671b"
@@ -121,3 +125,32 @@ def test_the_cpu_smoke_run_refuses_multi_latent_attention_with_the_reason():
     result = cli("smoke", NAME)
     assert result.returncode == 2 and result.stdout == "", result
     assert "kv_lora_rank=512" in result.stderr and "Transformer Engine" in result.stderr
+
+
+def test_the_plan_counts_each_layer_as_its_own_group_dense_first_layers_and_expert_layers():
+    """At PP 1 the one stage holds the 3 dense layers and the 58 expert layers: its activations are their sum, each
+    from its own blocks (by hand here), and its routed experts' step time is 58 layers' (not 61: the most numerous
+    group's for every layer)."""
+    spec = RECIPES[NAME].replace(
+        pipeline_parallel=1, pipeline_first_stage_layers=None, pipeline_last_stage_layers=None, tensor_parallel=8
+    )
+    cluster = Cluster.of(128, 8, "h100")
+    layout = Layout.of(spec, cluster)
+    t, sbh = layout.tp, float(spec.seq_length) * spec.micro_batch_size * spec.hidden_size
+    assert layout.sequence_parallel and spec.moe_imbalance == 1.0
+
+    def stored(blocks: tuple) -> float:  # Korthikanti's 10 replicated (sharded by SP), the blocks' over TP
+        return sbh * (10.0 / t + sum(b.stored_activations_per_sbh() for b in blocks) / t)
+
+    dense, experts = Architecture.of(spec).groups
+    by_hand = dense.count * stored(dense.blocks) + experts.count * stored(experts.blocks)
+    terms = LayoutActivations.of(spec, layout)
+    assert terms.layer_without_core * spec.num_layers == pytest.approx(by_hand, rel=1e-12)
+    assert stored(dense.blocks) < stored(experts.blocks)  # so counting 61 expert layers overstates it
+
+    all_experts = spec.replace(moe_first_dense_layers=0)
+    ratio = (
+        estimate_throughput(spec, cluster).breakdown_s["expert_matmul"]
+        / estimate_throughput(all_experts, cluster).breakdown_s["expert_matmul"]
+    )
+    assert ratio == pytest.approx(58 / 61, rel=1e-9)
