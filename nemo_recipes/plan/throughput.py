@@ -461,19 +461,23 @@ def _mean_layer(held: list[tuple[int, _Layer]]) -> _Layer:
 
 
 def _stages(spec: RecipeSpec, layout: Layout, layers: dict[LayerGroup, _Layer]) -> tuple[_Stage, _Stage, _Stage]:
-    """The first stage, the slowest middle one (the first's layers where there is none) and the last: each's count
-    of layers and their mean layer, each layer its group's (DeepSeek-V3's dense first layers on the first)."""
+    """The first stage, the slowest middle one (the first's layers where there is none) and the last with the
+    multi-token prediction layers (their `eh_proj` GEMM left out): each's count of layers and their mean layer, each
+    layer its group's (DeepSeek-V3's dense first layers on the first)."""
     arch, n, g = layout.architecture, spec.num_layers, layout.architecture.groups[-1]
 
     def stage(start: int, end: int) -> _Layer:  # a stage of no layers (the embedding's or the loss's): any layer
         return _mean_layer([(held, layers[g]) for held, g in arch.layers_in(start, end)] or [(0, layers[g])])
 
     first = (layout.layers_first_stage, stage(0, layout.layers_first_stage))
-    last_start = n - layout.layers_last_stage
+    last_start, mtp = n - layout.layers_last_stage, arch.mtp_layers
     starts = range(layout.layers_first_stage, last_start, max(1, layout.layers_per_stage))
     middles = [stage(a, min(a + layout.layers_per_stage, last_start)) for a in starts] if layout.pp > 2 else []
     middle = max(middles, key=lambda x: x.forward + x.backward, default=first[1])
-    return first, (layout.layers_per_stage, middle), (layout.layers_last_stage, stage(last_start, n))
+    last = [(held, layers[group]) for held, group in arch.layers_in(last_start, n)]
+    last += [(mtp, layers[g])] if mtp else []  # its decoder layer is built as the last one (`Architecture.mtp_tensors`)
+    last_layer = _mean_layer(last) if last else layers[g]
+    return first, (layout.layers_per_stage, middle), (layout.layers_last_stage + mtp, last_layer)
 
 
 def _checked_plan(
@@ -512,7 +516,8 @@ def _step_s(
 ) -> tuple[float, dict[str, float]]:
     """Seconds of one step (pipeline schedule, exposed communication, optimizer) and their breakdown by kind;
     `stages`: `_stages`' first, slowest middle and last pipeline stage."""
-    logits = _output_layer_s(spec, layout, program, rates)
+    # Each multi-token prediction layer (on the last stage, `_stages`) runs the output layer and the loss once more.
+    logits = (1 + layout.architecture.mtp_layers) * _output_layer_s(spec, layout, program, rates)
     m, p, v = layout.microbatches, layout.pp, layout.vp
 
     # Each stage's layers: the first's, the middle's (the most loaded stage's count) and the last's with the logits.
