@@ -71,7 +71,9 @@ class Architecture:
     """The model Megatron-Core's GPTModel builds for a recipe: its layers are its family's blocks, in groups of alike
     layers (`Family.pattern`: one group where every layer is the same). The counts and FLOPs of the whole model sum
     over the groups exactly; the per-layer answers (`layer_tensors`, `layer_params`, `layer_gemms`, ...) are those
-    of `blocks`, the most numerous group's layer, which is every layer where the family has one kind."""
+    of `blocks`, the most numerous group's layer, which is every layer where the family has one kind; `alone(group)`
+    answers them for another group's layers, and `layers_in` says which groups a range of layers (a pipeline stage's)
+    holds."""
 
     spec: Shape
     groups: tuple[LayerGroup, ...]
