@@ -148,6 +148,10 @@ def test_the_plan_counts_each_layer_as_its_own_group_dense_first_layers_and_expe
     assert terms.layer_without_core * spec.num_layers == pytest.approx(by_hand, rel=1e-12)
     assert stored(dense.blocks) < stored(experts.blocks)  # so counting 61 expert layers overstates it
 
+    # The routed experts a GPU holds: the 58 expert layers' and the MTP layer's, none in the dense layers.
+    routed = sum(t.numel for b in experts.blocks for t in b.tensors() if t.split == "expert")
+    assert layout.expert_params_per_rank == (58 + 1) * routed / spec.expert_parallel
+
     all_experts = spec.replace(moe_first_dense_layers=0)
     ratio = (
         estimate_throughput(spec, cluster).breakdown_s["expert_matmul"]

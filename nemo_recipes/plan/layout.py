@@ -262,10 +262,20 @@ def _layers_params(groups: list[tuple[int, LayerParams]], start: int, end: int, 
 
 
 def _expert_params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
-    """The routed experts' share of `_params_per_rank`: the most loaded stage's layers' experts over EP x ETP."""
+    """The routed experts' share of `_params_per_rank`: the most loaded stage's layers' experts over EP x ETP, each
+    layer its group's (DeepSeek-V3's dense first layers have none) and, at PP 1, the multi-token prediction layers'."""
     layer = _shape_params(spec)[0]
     layers = spec.num_layers if layout.pp == 1 else max(layout.layers_first_stage, layout.layers_per_stage)
-    return layers * layer.expert / (spec.expert_parallel * spec.expert_tensor_parallel_size)
+    split = spec.expert_parallel * spec.expert_tensor_parallel_size
+    groups, mtp = _shape_groups(spec)
+    if len(groups) == 1 and not mtp.expert:
+        return layers * layer.expert / split
+    if layout.pp > 1 and layout.layers_first_stage < layout.layers_per_stage:  # a later stage: the last group's
+        return layers * groups[-1][1].expert / split
+    held = overlaps([count for count, _ in groups], 0, layers)
+    return (
+        sum(n * params.expert for n, (_, params) in zip(held, groups, strict=True)) + mtp.expert * (layout.pp == 1)
+    ) / split
 
 
 def derived_values(spec: RecipeSpec) -> dict[str, Any]:
