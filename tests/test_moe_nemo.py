@@ -111,10 +111,10 @@ def test_the_built_config_is_nemos_in_every_field_that_decides_the_model(name):
     from nemo_recipes.smoke_training import cpu_compat
     from nemo_recipes.training.model import model_config
 
-    config = model_config(RECIPES[name])
-    config.moe_permute_fusion = False  # Megatron-Core refuses it without Transformer Engine, on both sides
-    ours = fdl.build(cpu_compat.cpu_model_settings(config))
-    theirs = NEMO[name](**cpu_compat.CPU_MODEL_SETTINGS, moe_permute_fusion=False)
+    # The CPU layer's settings on both sides (grouped GEMM and permute fusion, which Megatron-Core refuses without
+    # Transformer Engine, among them).
+    ours = fdl.build(cpu_compat.cpu_model_settings(model_config(RECIPES[name])))
+    theirs = NEMO[name](**cpu_compat.CPU_MODEL_SETTINGS, **cpu_compat.CPU_MOE_SETTINGS)
     differ = {
         f.name: (getattr(ours, f.name, "missing"), getattr(theirs, f.name))
         for f in dataclasses.fields(theirs)

@@ -107,7 +107,8 @@ def test_dry_run_through_nemo_cli_prints_the_table_values(dry_runs, name):
     assert _value(output, "micro_batch_size") == spec.micro_batch_size
     assert _value(output, "global_batch_size") == spec.global_batch_size
     assert _value(output, "num_nodes") == spec.num_nodes
-    assert f"config={config_class_name(spec)}()" in output  # GPTConfig70B, LlamaConfig70B: one class per row
+    # GPTConfig70B, LlamaConfig70B: one class per row (DeepSeek-V3's prints the fields its class changes).
+    assert f"config={config_class_name(spec)}(" in output
     # Mock data with a NullTokenizer: nothing to download.
     assert "NullTokenizer" in output
 

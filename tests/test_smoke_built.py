@@ -40,17 +40,10 @@ SHORT = {"steps": 4, "stop_step": 2, "progress": None}
 @pytest.mark.parametrize(
     "fault, phases, check, says",
     [
-        (
-            "weight-decay-0",
-            ("train", "resume"),
-            "weight decay per parameter group",
-            "linear_fc1.weight: 0.0 (expected 0.1)",
-        ),
-        ("no-clipping", ("train", "resume"), "optimizer as the recipe", "clip_grad 0.0 (recipe 1.0)"),
         ("frozen-attention", ("train", "resume"), "every parameter trains", "self_attention.linear_qkv.weight"),
         ("truncated-final-checkpoint", ("resume",), "last checkpoint resumable", ".distcp holds 0 bytes"),
     ],
-    ids=["weight-decay-0", "clipping-off", "frozen-attention", "truncated-checkpoint"],
+    ids=["frozen-attention", "truncated-checkpoint"],
 )
 def test_a_planted_bug_fails_its_own_check_and_no_other(fault, phases, check, says, tmp_path):
     # max_lr 0.01: 4 steps at the recipe's rate learn too little for "model learned" (tests/test_smoke_fed.py alike).
@@ -61,6 +54,25 @@ def test_a_planted_bug_fails_its_own_check_and_no_other(fault, phases, check, sa
     assert sorted(failed) == [check], _explain(report)
     assert says in failed[check], failed
     # The state digests were taken before anything was spoiled after the load: the resume restored everything.
+    passed = {c.name for c in report.verdict.checks if c.passed}
+    assert "resume restored the exact state" in passed, _explain(report)
+
+
+def test_weight_decay_and_clipping_dropped_by_the_optimizer_fail_their_own_checks_and_no_other(tmp_path):
+    """Two settings of the optimizer as NeMo builds it, in one run: weight decay 0 in every group, and clip_grad 0.
+    Each is read by one check only (the AdamW recomputation reads each group's own decay, and these four steps'
+    gradients are below the clipping threshold), so one run proves both."""
+    report = smoke(
+        "gpt_1_3b",
+        {"max_lr": 0.01},
+        dir=str(tmp_path),
+        faults=dict.fromkeys(("train", "resume"), planted("weight-decay-0", "no-clipping")),
+        **SHORT,
+    )
+    failed = _failed(report)
+    assert sorted(failed) == ["optimizer as the recipe", "weight decay per parameter group"], _explain(report)
+    assert "linear_fc1.weight: 0.0 (expected 0.1)" in failed["weight decay per parameter group"], failed
+    assert "clip_grad 0.0 (recipe 1.0)" in failed["optimizer as the recipe"], failed
     passed = {c.name for c in report.verdict.checks if c.passed}
     assert "resume restored the exact state" in passed, _explain(report)
 

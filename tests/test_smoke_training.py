@@ -40,8 +40,8 @@ def _assert_trained(report, *, layout: str) -> None:
 
 def _assert_architecture_trained(report) -> None:
     """The model that trained is the row's architecture, read from the shapes of the last checkpoint it saved:
-    query heads and key/value groups in the fused QKV, the gate in fc1, biases, learned positions, an output layer
-    of its own where the embeddings are untied."""
+    query heads and key/value groups in the fused QKV, the gate in fc1 (each expert's, with a router of the row's
+    experts), biases, learned positions, an output layer of its own where the embeddings are untied."""
     from megatron.core import dist_checkpointing
 
     spec = report.plan.spec
@@ -50,8 +50,14 @@ def _assert_architecture_trained(report) -> None:
     layers, hidden = spec.num_layers, spec.hidden_size
     qkv_rows = (spec.num_attention_heads + 2 * spec.kv_groups) * spec.head_dim
     assert shapes["decoder.layers.self_attention.linear_qkv.weight"] == (layers, qkv_rows, hidden)
-    fc1_rows = (2 if spec.gated_linear_unit else 1) * spec.ffn_hidden_size
-    assert shapes["decoder.layers.mlp.linear_fc1.weight"] == (layers, fc1_rows, hidden)
+    if spec.num_moe_experts:  # each layer's router and its experts stacked on the global expert axis
+        experts, width = spec.num_moe_experts, spec.moe_ffn_hidden_size or spec.ffn_hidden_size
+        assert shapes["decoder.layers.mlp.router.weight"] == (layers, experts, hidden)
+        fc1_rows = (2 if spec.gated_linear_unit else 1) * width
+        assert shapes["decoder.layers.mlp.experts.experts.linear_fc1.weight"] == (layers, experts, fc1_rows, hidden)
+    else:
+        fc1_rows = (2 if spec.gated_linear_unit else 1) * spec.ffn_hidden_size
+        assert shapes["decoder.layers.mlp.linear_fc1.weight"] == (layers, fc1_rows, hidden)
     linear_biases = {k for k in shapes if k.endswith(".bias") and "layer_norm" not in k and "layernorm" not in k}
     assert bool(linear_biases) == spec.add_bias_linear, sorted(shapes)
     norm_biases = {k for k in shapes if k.endswith("layer_norm_bias") or k == "decoder.final_layernorm.bias"}
@@ -63,7 +69,13 @@ def _assert_architecture_trained(report) -> None:
 
 #: Recipes whose training (train, stop, resume, judged) is tested by another test of the suite.
 TRAINED_ELSEWHERE = ("gpt_1_3b", "gpt_7b", "gpt_13b", "gpt_70b", "llama_8b", "llama_70b", "llama_405b",
-                     "qwen3_dense_8b", "qwen3_dense_32b")  # fmt: skip
+                     "qwen3_dense_8b", "qwen3_dense_32b",
+                     # test_moe_smoke.py: mixtral_moe_8x7b at EP2 (and at EP1 with planted bugs); 8x22B scales down to
+                     # the same model (its ffn_hidden_size, the one difference, is unused by expert layers);
+                     # qwen3_moe_235b_a22b to qwen3_moe_30b_a3b's but for the full recomputation trained here.
+                     "mixtral_moe_8x7b", "mixtral_moe_8x22b", "qwen3_moe_235b_a22b",
+                     # Refused on a CPU (multi-latent attention): tests/test_deepseek.py.
+                     "deepseek_v3_671b")  # fmt: skip
 
 
 @pytest.mark.slow
@@ -73,9 +85,11 @@ def test_each_recipe_trains_stops_and_resumes_on_one_cpu_process(name, tmp_path)
     and llama_405b as PP2 below; gpt_7b and gpt_13b as TP2, gpt_70b as PP2, PP2 x VP2 and TP2 x PP2 in
     test_smoke_layouts.py (each judged by the same checks); gpt_7b again and llama_8b on prepared text in
     test_smoke_data.py; qwen3_dense_8b in test_qwen3_smoke.py, whose scaled shape is qwen3_dense_32b's but for its
-    full recomputation (which gpt_7b and llama_8b train); the rest here, on one process."""
+    full recomputation (which gpt_7b and llama_8b train); the Mixture-of-Experts rows as TRAINED_ELSEWHERE says; the
+    rest here (qwen3_moe_30b_a3b, the smallest MoE row), on one process."""
     report = smoke(name, dir=str(tmp_path), progress=None)
-    _assert_trained(report, layout="TP1 PP1 CP1 DP1")
+    experts = " EP1 ETP1" if RECIPES[name].num_moe_experts else ""
+    _assert_trained(report, layout="TP1 PP1 CP1 DP1" + experts)
     # The recipe's own choices ran: e.g. every recipe's distributed optimizer.
     assert report.plan.spec.recompute == RECIPES[name].recompute
 

@@ -46,7 +46,7 @@ attention, memory-bound kernels, recomputation, exposed communication, pipeline 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any, Optional
 
 from nemo_recipes.catalog import RecipeSpec
@@ -55,7 +55,7 @@ from nemo_recipes.families.architecture import Architecture, LayerGroup
 from nemo_recipes.plan import flops as _flops
 from nemo_recipes.plan import kernels as _kernels
 from nemo_recipes.plan.experts import NONE as NO_EXPERTS
-from nemo_recipes.plan.experts import ExpertTimes, expert_times, once_per_token_gemms
+from nemo_recipes.plan.experts import expert_times, once_per_token_gemms
 from nemo_recipes.plan.hardware import GPU, Cluster, get_gpu, group_bandwidth_gb_s
 from nemo_recipes.plan.layout import Layout
 from nemo_recipes.plan.model_constants import (  # noqa: F401  (re-exported: throughput's names before the split)
@@ -77,6 +77,7 @@ from nemo_recipes.plan.model_constants import (  # noqa: F401  (re-exported: thr
 from nemo_recipes.plan.rates import POWER_REFERENCE, Rates, gemm_s, power_derate
 from nemo_recipes.plan.rules import raise_if_unstructured
 from nemo_recipes.plan.stack import Program, program_for
+from nemo_recipes.plan.stages import LayerTimes, Stage, stages
 
 # ---- the model's constants: model_constants.py ----
 
@@ -163,38 +164,6 @@ def _resolve_gpu(spec: RecipeSpec, cluster: Cluster, assumptions: list[str]) -> 
     return gpu
 
 
-@dataclass(frozen=True)
-class _Layer:
-    """One transformer layer and one micro-batch on one GPU: forward and backward seconds by kind of work."""
-
-    dense_f: float
-    dense_b: float
-    attention_f: float
-    attention_b: float
-    memory_f: float
-    memory_b: float
-    tp_f: float
-    tp_b: float
-    cp_f: float
-    cp_b: float
-    recompute: float
-    experts: ExpertTimes = NO_EXPERTS  # a Mixture of Experts' routed experts (`experts.expert_times`)
-
-    @property
-    def forward(self) -> float:
-        e = self.experts
-        return self.dense_f + self.attention_f + self.memory_f + self.tp_f + self.cp_f + e.forward
-
-    @property
-    def backward(self) -> float:
-        e = self.experts
-        return self.dense_b + self.attention_b + self.memory_b + self.tp_b + self.cp_b + self.recompute + e.backward
-
-
-#: A pipeline stage: its count of layers and their mean layer (`_mean_layer`).
-_Stage = tuple[int, _Layer]
-
-
 def _layer(
     spec: RecipeSpec,
     layout: Layout,
@@ -204,7 +173,7 @@ def _layer(
     k: ModelConstants,
     shared: Optional[dict[tuple, Any]] = None,
     group: Optional[LayerGroup] = None,
-) -> _Layer:
+) -> LayerTimes:
     """One layer of `group` (the model's only one without it). `shared`: see `step_time`; what a layer costs before
     recomputation depends on no other field of a plan."""
     whole = layout.architecture  # the shape's: only its blocks are read
@@ -225,7 +194,7 @@ def _layer(
     elif spec.recompute == "selective":
         recompute = attention_f
     parts = (dense_f, dense_b, attention_f, attention_b, memory_f, memory_b, tp_f, tp_f, cp_f, cp_b, recompute)
-    return _Layer(*parts, experts)
+    return LayerTimes(*parts, experts)
 
 
 def _layer_parts(
@@ -443,41 +412,7 @@ def _timed(
         layers = {groups[0]: one}
     else:
         layers = {g: _layer(spec, layout, program, gpu, rates, constants, shared, g) for g in groups}
-    return _step_s(spec, layout, program, gpu, rates, _stages(spec, layout, layers), constants)
-
-
-def _mean_layer(held: list[tuple[int, _Layer]]) -> _Layer:
-    """The layer whose times are the mean of the `held` counts of layers: a stage of them takes their sum."""
-    if len(held) == 1:
-        return held[0][1]
-    total = sum(n for n, _ in held)
-
-    def mean(parts: list[tuple[int, Any]], kind: type) -> dict[str, Any]:
-        names = [f.name for f in fields(kind) if f.name != "experts"]
-        return {x: sum(n * getattr(part, x) for n, part in parts) / total for x in names}
-
-    experts = ExpertTimes(**mean([(n, layer.experts) for n, layer in held], ExpertTimes))
-    return _Layer(**mean(held, _Layer), experts=experts)
-
-
-def _stages(spec: RecipeSpec, layout: Layout, layers: dict[LayerGroup, _Layer]) -> tuple[_Stage, _Stage, _Stage]:
-    """The first stage, the slowest middle one (the first's layers where there is none) and the last with the
-    multi-token prediction layers (their `eh_proj` GEMM left out): each's count of layers and their mean layer, each
-    layer its group's (DeepSeek-V3's dense first layers on the first)."""
-    arch, n, g = layout.architecture, spec.num_layers, layout.architecture.groups[-1]
-
-    def stage(start: int, end: int) -> _Layer:  # a stage of no layers (the embedding's or the loss's): any layer
-        return _mean_layer([(held, layers[g]) for held, g in arch.layers_in(start, end)] or [(0, layers[g])])
-
-    first = (layout.layers_first_stage, stage(0, layout.layers_first_stage))
-    last_start, mtp = n - layout.layers_last_stage, arch.mtp_layers
-    starts = range(layout.layers_first_stage, last_start, max(1, layout.layers_per_stage))
-    middles = [stage(a, min(a + layout.layers_per_stage, last_start)) for a in starts] if layout.pp > 2 else []
-    middle = max(middles, key=lambda x: x.forward + x.backward, default=first[1])
-    last = [(held, layers[group]) for held, group in arch.layers_in(last_start, n)]
-    last += [(mtp, layers[g])] if mtp else []  # its decoder layer is built as the last one (`Architecture.mtp_tensors`)
-    last_layer = _mean_layer(last) if last else layers[g]
-    return first, (layout.layers_per_stage, middle), (layout.layers_last_stage + mtp, last_layer)
+    return _step_s(spec, layout, program, gpu, rates, stages(spec, layout, layers), constants)
 
 
 def _checked_plan(
@@ -511,7 +446,7 @@ def _step_s(
     program: Program,
     gpu: GPU,
     rates: Rates,
-    stages: tuple[_Stage, _Stage, _Stage],
+    stages: tuple[Stage, Stage, Stage],
     k: ModelConstants,
 ) -> tuple[float, dict[str, float]]:
     """Seconds of one step (pipeline schedule, exposed communication, optimizer) and their breakdown by kind;
