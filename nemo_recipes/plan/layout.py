@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from nemo_recipes.catalog import DERIVED_SOURCES, RecipeSpec
 from nemo_recipes.counts import divisors
@@ -29,22 +29,42 @@ from nemo_recipes.families.latent_attention import LatentShape
 from nemo_recipes.plan.hardware import Cluster
 
 # The values `Architecture` reads (its `Shape`): a plan search lays out one shape hundreds of times, changing only
-# parallelism and batch, so the parameter counts of a shape are counted once per process (`_shape_params`).
+# parallelism and batch, so the parameter counts of a shape are counted once per process (`_shaped`).
 _SHAPE_FIELDS = tuple(n for p in (Shape, LatentShape) for n, value in vars(p).items() if isinstance(value, property))
 _SHAPE_KEY = attrgetter(*_SHAPE_FIELDS)  # the tuple of their values, read in C: a plan search reads it per layout
-_SHAPE_PARAMS: dict[tuple, tuple[LayerParams, int, int]] = {}
-_SHAPE_ARCHITECTURES: dict[tuple, Architecture] = {}
-_SHAPE_GROUPS: dict[tuple, tuple[list[tuple[int, LayerParams]], LayerParams]] = {}
+
+
+class _Shaped(NamedTuple):
+    """What a shape's parameter counts need, counted once per shape: its architecture, one layer's parameters (the
+    most numerous group's), the final norm's and the position table's, each group's count and parameters, and the
+    multi-token prediction layers'."""
+
+    architecture: Architecture
+    layer: LayerParams
+    norms: int
+    positions: int
+    groups: list[tuple[int, LayerParams]]
+    mtp: LayerParams
+
+
+_SHAPED: dict[tuple, _Shaped] = {}
+
+
+def _shaped(spec: RecipeSpec) -> _Shaped:
+    key = _SHAPE_KEY(spec)  # once per layout: a plan search lays out hundreds
+    shaped = _SHAPED.get(key)
+    if shaped is None:
+        a = Architecture.of(spec)
+        shaped = _SHAPED[key] = _Shaped(
+            a, a.layer_params(), a.norm_params, a.position_params, a.group_params(), a.mtp_params()
+        )
+    return shaped
 
 
 def shape_architecture(spec: RecipeSpec) -> Architecture:
     """`Architecture.of(spec)`, built once per shape: the rules ask its blocks for their split needs and shape
     problems on every layout a plan search tries. Read its blocks, not its `spec` (the first of that shape's)."""
-    key = _SHAPE_KEY(spec)
-    architecture = _SHAPE_ARCHITECTURES.get(key)
-    if architecture is None:
-        architecture = _SHAPE_ARCHITECTURES[key] = Architecture.of(spec)
-    return architecture
+    return _shaped(spec).architecture
 
 
 def layer_params(spec: RecipeSpec) -> LayerParams:
@@ -110,6 +130,7 @@ class Layout:
         if uneven is not None:
             first_layers, most, last_layers, divide = uneven
             chunk = max(1, math.ceil(most / v))
+        shaped = _shaped(spec)
         layout = cls(
             cluster=cluster,
             tp=t,
@@ -131,11 +152,11 @@ class Layout:
             layers_last_stage=last_layers,
             layers_per_chunk=chunk,
             params_per_rank=0.0,
-            architecture=shape_architecture(spec),
+            architecture=shaped.architecture,
         )
-        object.__setattr__(layout, "params_per_rank", _params_per_rank(spec, layout))
+        object.__setattr__(layout, "params_per_rank", _params_per_rank(spec, layout, shaped))
         if spec.num_moe_experts is not None:
-            experts = _expert_params_per_rank(spec, layout)
+            experts = _expert_params_per_rank(spec, layout, shaped)
             object.__setattr__(layout, "expert_params_per_rank", experts)
             expert_model = spec.expert_tensor_parallel_size * spec.expert_parallel * p
             object.__setattr__(layout, "expert_data_parallel", max(1, world // expert_model))
@@ -200,17 +221,6 @@ def _uneven_stages(spec: RecipeSpec, p: int, v: int) -> Optional[tuple[int, int,
     return first_layers, max(first_layers, share, last_layers), last_layers, divide
 
 
-def _shape_params(spec: RecipeSpec) -> tuple[LayerParams, int, int]:
-    """One layer's parameters, the final norm's and the position table's, counted once per shape."""
-    key = _SHAPE_KEY(spec)
-    counted = _SHAPE_PARAMS.get(key)
-    if counted is None:
-        architecture = Architecture.of(spec)
-        counted = (architecture.layer_params(), architecture.norm_params, architecture.position_params)
-        _SHAPE_PARAMS[key] = counted
-    return counted
-
-
 def pipeline_sizes(spec: RecipeSpec) -> list[int]:
     """The pipeline sizes whose stages split the layers evenly: the divisors of `num_layers`, and with
     `pipeline_counts_embedding_and_loss` also those (above 1) of the `num_layers + 2` slots it splits."""
@@ -221,15 +231,14 @@ def pipeline_sizes(spec: RecipeSpec) -> list[int]:
     return sorted(sizes)
 
 
-def _params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
+def _params_per_rank(spec: RecipeSpec, layout: Layout, shaped: _Shaped) -> float:
     """Parameters on one GPU of the most loaded stage (perf-model.md 2.1: `(transformer/p + embedding) / t` plus
     replicated norms and biases). The first stage holds the word embeddings (and learned positions, replicated over
     TP); the last holds the final norm and the output layer, which with tied embeddings and PP > 1 is a second copy
     of the word embeddings (Megatron keeps one on the last stage and all-reduces their gradients). CP does not split
     parameters."""
     t, split = layout.tp, spec.expert_parallel * spec.expert_tensor_parallel_size
-    _, norms, positions = _shape_params(spec)
-    architecture, mtp_params = _shape_groups(spec)
+    norms, positions, architecture, mtp_params = shaped.norms, shaped.positions, shaped.groups, shaped.mtp
     vocab = spec.padded_vocab_size * spec.hidden_size / t
     mtp = mtp_params.per_rank(t, split)  # on the last stage
     if layout.pp == 1:
@@ -243,16 +252,6 @@ def _params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
     return max(first, last, middle if layout.pp > 2 else 0.0)
 
 
-def _shape_groups(spec: RecipeSpec) -> tuple[list[tuple[int, LayerParams]], LayerParams]:
-    """Each layer group's count and parameters, and the MTP layers', counted once per shape."""
-    key = _SHAPE_KEY(spec)
-    counted = _SHAPE_GROUPS.get(key)
-    if counted is None:
-        architecture = shape_architecture(spec)
-        counted = _SHAPE_GROUPS[key] = (architecture.group_params(), architecture.mtp_params())
-    return counted
-
-
 def _layers_params(groups: list[tuple[int, LayerParams]], start: int, end: int, tp: int, split: int) -> float:
     """Parameters on one GPU of the decoder layers [start, end), each counted as its group's (first layers first)."""
     total = 0.0
@@ -261,13 +260,13 @@ def _layers_params(groups: list[tuple[int, LayerParams]], start: int, end: int, 
     return total
 
 
-def _expert_params_per_rank(spec: RecipeSpec, layout: Layout) -> float:
+def _expert_params_per_rank(spec: RecipeSpec, layout: Layout, shaped: _Shaped) -> float:
     """The routed experts' share of `_params_per_rank`: the most loaded stage's layers' experts over EP x ETP, each
     layer its group's (DeepSeek-V3's dense first layers have none) and, at PP 1, the multi-token prediction layers'."""
-    layer = _shape_params(spec)[0]
+    layer = shaped.layer
     layers = spec.num_layers if layout.pp == 1 else max(layout.layers_first_stage, layout.layers_per_stage)
     split = spec.expert_parallel * spec.expert_tensor_parallel_size
-    groups, mtp = _shape_groups(spec)
+    groups, mtp = shaped.groups, shaped.mtp
     if len(groups) == 1 and not mtp.expert:
         return layers * layer.expert / split
     if layout.pp > 1 and layout.layers_first_stage < layout.layers_per_stage:  # a later stage: the last group's
