@@ -51,12 +51,17 @@ MEASURED: dict[str, str] = {
     "moe_router_enable_expert_bias": "an expert-bias buffer on each router",
     "moe_token_dispatcher_type": "the class of each expert layer's token dispatcher",
     "moe_first_dense_layers": "which of the rank's layers (global numbers) have a dense MLP",
-    "moe_router_pre_softmax": "the router's own config, read by its forward at every step",
-    "moe_aux_loss_coeff": "the router's own config, read by its forward at every step",
-    "moe_expert_capacity_factor": "the router's own config, read by its forward at every step",
-    "moe_router_num_groups": "the router's own config, read by its forward at every step",
-    "moe_router_group_topk": "the router's own config, read by its forward at every step",
-    "moe_router_topk_scaling_factor": "the router's own config, read by its forward at every step",
+    **dict.fromkeys(
+        (
+            "moe_router_pre_softmax",
+            "moe_aux_loss_coeff",
+            "moe_expert_capacity_factor",
+            "moe_router_num_groups",
+            "moe_router_group_topk",
+            "moe_router_topk_scaling_factor",
+        ),
+        "the router's own config, read by its forward at every step",
+    ),
     "moe_router_bias_update_rate": "the router's own config, read by the expert-bias update after every step",
 }
 

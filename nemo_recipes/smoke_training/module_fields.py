@@ -260,9 +260,10 @@ def _min_lr_ratio(b: Built) -> Pair:
 # Mixture-of-Experts fields: measured on each expert layer's router, experts and dispatcher; (None, None) for a model
 # without experts (neither has them). The router's settings that no shape shows are read from the router's own
 # config, the object its forward pass reads them from at every step.
-def _experts_only(b: Built, measure: Callable[[list[Any]], Any], field: str) -> Pair:
+def _experts_only(b: Built, measure: Callable[[list[Any]], Any], want: Any) -> Pair:
+    """(what every expert layer of this rank shows, `want`); (None, None) where neither the model nor the recipe
+    has experts, None where this rank holds no expert layer."""
     moes = [m for m in (_moe(la) for la in b.layers) if m is not None]
-    want = b.recipe.get(field)
     if b.recipe.get("num_moe_experts") is None:
         return (None, None) if not moes else ("expert layers in a dense recipe", want)
     return (_one({measure([m]) for m in moes}), want) if moes else None
@@ -281,14 +282,18 @@ def _num_experts(b: Built) -> Pair:
         routed, held = moe.router.weight.shape[0], len(_local_experts(moe)) * ep
         return routed if routed == held else f"router {routed}, experts {len(_local_experts(moe))} x EP {ep}"
 
-    return _experts_only(b, count, "num_moe_experts")
+    return _experts_only(b, count, b.recipe.get("num_moe_experts"))
 
 
 def _expert_width(b: Built) -> Pair:
     etp = _expert_parallel()[1]
     want = b.recipe.get("moe_ffn_hidden_size") or b.recipe["ffn_hidden_size"]
-    pair = _experts_only(b, lambda ms: _one({e.linear_fc2.weight.shape[1] * etp for e in _local_experts(ms[0])}), "")
-    return None if pair is None else (pair[0], want if pair[0] is not None else None)
+    experts = b.recipe.get("num_moe_experts") is not None
+    return _experts_only(
+        b,
+        lambda ms: _one({e.linear_fc2.weight.shape[1] * etp for e in _local_experts(ms[0])}),
+        want if experts else None,
+    )
 
 
 def _shared_width(b: Built) -> Pair:
@@ -296,20 +301,22 @@ def _shared_width(b: Built) -> Pair:
         shared = moes[0].shared_experts
         return None if shared is None else shared.linear_fc2.weight.shape[1] * b.tp
 
-    return _experts_only(b, width, "moe_shared_expert_intermediate_size")
+    return _experts_only(b, width, b.recipe.get("moe_shared_expert_intermediate_size"))
 
 
 def _router(attribute: str, field: str) -> Callable[[Built], Pair]:
-    return lambda b: _experts_only(b, lambda ms: getattr(ms[0].router, attribute), field)
+    return lambda b: _experts_only(b, lambda ms: getattr(ms[0].router, attribute), b.recipe.get(field))
 
 
 def _router_config(field: str) -> Callable[[Built], Pair]:
-    return lambda b: _experts_only(b, lambda ms: getattr(ms[0].router.config, field), field)
+    return lambda b: _experts_only(b, lambda ms: getattr(ms[0].router.config, field), b.recipe.get(field))
 
 
 def _expert_bias(b: Built) -> Pair:
     return _experts_only(
-        b, lambda ms: getattr(ms[0].router, "expert_bias", None) is not None, "moe_router_enable_expert_bias"
+        b,
+        lambda ms: getattr(ms[0].router, "expert_bias", None) is not None,
+        b.recipe.get("moe_router_enable_expert_bias"),
     )
 
 
@@ -322,7 +329,7 @@ def _dispatcher(b: Built) -> Pair:
         name = type(moes[0].token_dispatcher).__name__
         return DISPATCHERS.get(name, name)
 
-    return _experts_only(b, kind, "moe_token_dispatcher_type")
+    return _experts_only(b, kind, b.recipe.get("moe_token_dispatcher_type"))
 
 
 def _first_dense(b: Built) -> Pair:
