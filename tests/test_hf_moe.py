@@ -189,9 +189,11 @@ def test_a_conversion_holds_about_one_layer_of_experts_not_the_model(imported, t
     monkeypatch.setattr(StreamingFile, "write", observed(StreamingFile.write))
     export_hf(str(tmp_path / "ckpt"), str(tmp_path / "back"), spec.replace(**report.overrides))
     exported = max(peaks)
-    # Measured 3.8 (import) and 4.7 (export) layers: the bytes read, the layer converted from them, the writer's
-    # buffer, and what the allocator keeps of freed blocks; a conversion holding the model would pass 16.
-    assert imported < 6 * layer and exported < 6 * layer, (imported / layer, exported / layer, whole / layer)
+    # Measured 3.8 to 4.6 layers here and 6.1 on CI: the bytes read, the layer converted from them, the writer's
+    # buffer, and what the allocator keeps of freed blocks (which varies by machine). A conversion holding the model
+    # would pass all 16, so the bound is half the model.
+    bound = LAYERS // 2 * layer
+    assert imported < bound and exported < bound, (imported / layer, exported / layer, whole / layer)
 
 
 def _experts_of_layer(directory: Path, index: int) -> list:
