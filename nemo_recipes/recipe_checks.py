@@ -10,7 +10,7 @@ import math
 import re
 import types
 import typing
-from typing import Any, Literal, TypeGuard
+from typing import Any, Callable, Literal, TypeGuard
 
 from nemo_recipes import budget
 from nemo_recipes.errors import Problem, looks_secret
@@ -38,22 +38,41 @@ def _describe(hint: Any) -> str:
 
 
 def _matches(value: Any, hint: Any) -> bool:
+    return _matcher(hint)(value)
+
+
+_MATCHERS: dict[Any, Callable[[Any], bool]] = {}
+
+
+def _matcher(hint: Any) -> Callable[[Any], bool]:
+    """A test of whether a value is of `hint`, worked out once per hint: every recipe built (the catalog's rows at
+    import, each override) tests each of its fields, and reading a hint's origin and arguments each time cost most of
+    that."""
+    matcher = _MATCHERS.get(hint)
+    if matcher is None:
+        matcher = _MATCHERS[hint] = _new_matcher(hint)
+    return matcher
+
+
+def _new_matcher(hint: Any) -> Callable[[Any], bool]:
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin is Literal:
-        return value in args
+        return args.__contains__
     if origin in (typing.Union, types.UnionType):
-        return any(_matches(value, a) for a in args)
+        alternatives = tuple(_matcher(a) for a in args)
+        return lambda value: any(m(value) for m in alternatives)
     if hint is type(None):
-        return value is None
+        return lambda value: value is None
     if origin is tuple:
-        return isinstance(value, tuple) and all(_matches(v, args[0]) for v in value)
+        item = _matcher(args[0])
+        return lambda value: isinstance(value, tuple) and all(item(v) for v in value)
     if hint is bool:
-        return isinstance(value, bool)
+        return lambda value: isinstance(value, bool)
     if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return lambda value: isinstance(value, int) and not isinstance(value, bool)
     if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return isinstance(value, hint)
+        return _is_number
+    return lambda value: isinstance(value, hint)
 
 
 #: Each integer field's largest value (`recipe_fields`: every field's bounds are declared there).
@@ -91,11 +110,11 @@ def is_finite(value: Any) -> TypeGuard[float]:
 def type_problems(spec: Any) -> list[Problem]:
     """Each field of its type and within its bounds (`recipe_fields`), then what needs several fields."""
     problems = []
-    for name, hint in _hints(spec).items():
+    for name, hint, matches, takes_float in _checked_fields(spec):
         value = getattr(spec, name)
-        if not _matches(value, hint):
+        if not matches(value):
             problems.append(Problem(name, value, f"must be {_describe(hint)}.", f"set {name} to {_describe(hint)}."))
-        elif _is_number(value) and _takes_float(hint) and not is_finite(value):
+        elif _is_number(value) and takes_float and not is_finite(value):
             problems.append(Problem(name, value, "must be a finite number.", f"set {name} to a finite number."))
         elif _is_number(value):
             problems += _limit_problems(name, value)
@@ -105,6 +124,16 @@ def type_problems(spec: Any) -> list[Problem]:
     if not problems:  # cross-field checks need every field to be of its type
         problems += _schedule_problems(spec)
     return problems
+
+
+_CHECKED: list[tuple[str, Any, Callable[[Any], bool], bool]] = []
+
+
+def _checked_fields(spec: Any) -> list[tuple[str, Any, Callable[[Any], bool], bool]]:
+    """Each field's name, type hint, type test and whether it takes a float: worked out at the first check."""
+    if not _CHECKED:
+        _CHECKED.extend((n, h, _matcher(h), _takes_float(h)) for n, h in _hints(spec).items())
+    return _CHECKED
 
 
 def _takes_float(hint: Any) -> bool:
