@@ -4,10 +4,12 @@ its Hugging Face class."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from nemo_recipes.families.blocks import Block, LayerGroup, dense_layer
-from nemo_recipes.families.hf_mapping import HFMapping
+
+if TYPE_CHECKING:
+    from nemo_recipes.families.hf_mapping import HFMapping
 
 
 @dataclass(frozen=True)
@@ -16,7 +18,7 @@ class Family:
     row; `catalog.RECIPES` collects them), `sources` where each value in which its rows differ from the catalog's
     field defaults comes from, `layer` the blocks one decoder layer is made of for a spec (`families.blocks`), or
     `layers` the groups of layers in order where they differ (`LayerGroup`: "the first k dense, then experts"), and
-    `hf` its Hugging Face class and the mapping both conversions read."""
+    `mapping` builds its Hugging Face class and the mapping both conversions read (`hf`)."""
 
     name: str
     display_name: str  # prefixes its NeMo config classes and help texts
@@ -24,12 +26,20 @@ class Family:
     rows: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     sources: Mapping[str, str] = field(default_factory=dict)
     layer: Callable[[Any], tuple[Block, ...]] = dense_layer
-    hf: Optional[HFMapping] = None
+    #: Builds the family's Hugging Face mapping (None: it converts to no Hugging Face class). A function, called at
+    #: first use and cached by the family module, because defining the mapping's classes costs every start of the
+    #: fast CLI verbs 4 ms, and only the conversions read them.
+    mapping: Optional[Callable[[], HFMapping]] = None
     layers: Optional[Callable[[Any], tuple[LayerGroup, ...]]] = None
     #: The NeMo model config class its rows' config classes extend, by import path (`training.model`); None: NeMo's
     #: GPTConfig. A family whose layers need another Megatron-Core config (multi-latent attention's
     #: MLATransformerConfig) names NeMo's class for it, whose values the recipe fields do not set stay NeMo's.
     nemo_config: Optional[str] = None
+
+    @property
+    def hf(self) -> Optional[HFMapping]:
+        """Its Hugging Face mapping, or None."""
+        return None if self.mapping is None else self.mapping()
 
     def pattern(self, spec: Any) -> tuple[LayerGroup, ...]:
         """The spec's decoder layers as groups of alike layers, first to last: `layers`' groups, or every layer

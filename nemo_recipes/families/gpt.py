@@ -4,12 +4,15 @@ are the catalog's `SOURCES`, and it adds none of its own."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import functools
+from typing import TYPE_CHECKING, Any, Optional
 
 from nemo_recipes.errors import Problem
 from nemo_recipes.families.blocks import NORM_EPSILON, dense_layer
 from nemo_recipes.families.family import Family
-from nemo_recipes.families.hf_mapping import ConcatQKV, HFMapping, Same, values_not_held
+
+if TYPE_CHECKING:
+    from nemo_recipes.families.hf_mapping import HFMapping
 
 ARCHITECTURE = "GPT2LMHeadModel"
 MODEL_TYPE = "gpt2"
@@ -47,6 +50,8 @@ ROWS: dict[str, dict[str, Any]] = {
 
 
 def _problems(spec: Any) -> list[Problem]:
+    from nemo_recipes.families.hf_mapping import values_not_held
+
     """What GPT2LMHeadModel cannot express, each with the recipe field, its value and the fix."""
     wanted = {
         "position_embedding_type": ("learned_absolute", "it has a learned position table only"),
@@ -103,49 +108,54 @@ def _renamed(key: str) -> Optional[str]:
 #: Megatron interleaves them per head. Its GELU is `gelu_new`, the tanh approximation: the one Megatron computes too,
 #: since the recipes fuse bias and GELU (training/model.py `fusion_values`) and Megatron's fused bias-GELU is that
 #: approximation (megatron/core/fusions/fused_bias_gelu.py).
-HF = HFMapping(
-    architecture=ARCHITECTURE,
-    model_type=MODEL_TYPE,
-    layer_prefix="transformer.h.{index}.",
-    layer=(
-        Same("input_norm.weight", "ln_1.weight"),
-        Same("input_norm.bias", "ln_1.bias"),
-        ConcatQKV("qkv.weight", "attn.c_attn.weight", transposed=True),
-        ConcatQKV("qkv.bias", "attn.c_attn.bias"),
-        Same("proj.weight", "attn.c_proj.weight", transposed=True),
-        Same("proj.bias", "attn.c_proj.bias"),
-        Same("pre_mlp_norm.weight", "ln_2.weight"),
-        Same("pre_mlp_norm.bias", "ln_2.bias"),
-        Same("fc1.weight", "mlp.c_fc.weight", transposed=True),
-        Same("fc1.bias", "mlp.c_fc.bias"),
-        Same("fc2.weight", "mlp.c_proj.weight", transposed=True),
-        Same("fc2.bias", "mlp.c_proj.bias"),
-    ),
-    # The tensors outside the layers (the output layer is the tied embeddings).
-    globals={
-        "embedding.weight": "transformer.wte.weight",
-        "position.weight": "transformer.wpe.weight",
-        "final_norm.weight": "transformer.ln_f.weight",
-        "final_norm.bias": "transformer.ln_f.bias",
-    },
-    config=_config,
-    problems=_problems,
-    shape_keys={
-        "num_layers": "n_layer",
-        "hidden_size": "n_embd",
-        "num_attention_heads": "n_head",
-        "ffn_hidden_size": "n_inner",
-        "seq_length": "n_positions",  # the learned position table has one row per position of the sequence
-        "vocab_size": "vocab_size",
-    },
-    config_defaults={"n_inner": lambda config: 4 * config.get("n_embd", 768)},  # GPT-2's default FFN width
-    fixed={
-        "activation_function": ("gelu_new", "Megatron's fused bias-GELU is the tanh approximation (gelu_new)"),
-        "layer_norm_epsilon": (NORM_EPSILON, f"the recipes' norms use eps={NORM_EPSILON}"),
-    },
-    ignored=(".attn.bias", ".attn.masked_bias"),  # GPT-2's causal-mask buffers, which older savers write
-    renamed=_renamed,
-)
+@functools.cache
+def hf() -> HFMapping:
+    """The mapping, built at first use (see `Family.mapping`)."""
+    from nemo_recipes.families.hf_mapping import ConcatQKV, HFMapping, Same
+
+    return HFMapping(
+        architecture=ARCHITECTURE,
+        model_type=MODEL_TYPE,
+        layer_prefix="transformer.h.{index}.",
+        layer=(
+            Same("input_norm.weight", "ln_1.weight"),
+            Same("input_norm.bias", "ln_1.bias"),
+            ConcatQKV("qkv.weight", "attn.c_attn.weight", transposed=True),
+            ConcatQKV("qkv.bias", "attn.c_attn.bias"),
+            Same("proj.weight", "attn.c_proj.weight", transposed=True),
+            Same("proj.bias", "attn.c_proj.bias"),
+            Same("pre_mlp_norm.weight", "ln_2.weight"),
+            Same("pre_mlp_norm.bias", "ln_2.bias"),
+            Same("fc1.weight", "mlp.c_fc.weight", transposed=True),
+            Same("fc1.bias", "mlp.c_fc.bias"),
+            Same("fc2.weight", "mlp.c_proj.weight", transposed=True),
+            Same("fc2.bias", "mlp.c_proj.bias"),
+        ),
+        # The tensors outside the layers (the output layer is the tied embeddings).
+        globals={
+            "embedding.weight": "transformer.wte.weight",
+            "position.weight": "transformer.wpe.weight",
+            "final_norm.weight": "transformer.ln_f.weight",
+            "final_norm.bias": "transformer.ln_f.bias",
+        },
+        config=_config,
+        problems=_problems,
+        shape_keys={
+            "num_layers": "n_layer",
+            "hidden_size": "n_embd",
+            "num_attention_heads": "n_head",
+            "ffn_hidden_size": "n_inner",
+            "seq_length": "n_positions",  # the learned position table has one row per position of the sequence
+            "vocab_size": "vocab_size",
+        },
+        config_defaults={"n_inner": lambda config: 4 * config.get("n_embd", 768)},  # GPT-2's default FFN width
+        fixed={
+            "activation_function": ("gelu_new", "Megatron's fused bias-GELU is the tanh approximation (gelu_new)"),
+            "layer_norm_epsilon": (NORM_EPSILON, f"the recipes' norms use eps={NORM_EPSILON}"),
+        },
+        ignored=(".attn.bias", ".attn.masked_bias"),  # GPT-2's causal-mask buffers, which older savers write
+        renamed=_renamed,
+    )
 
 
 FAMILY = Family(
@@ -154,5 +164,5 @@ FAMILY = Family(
     summary="GPT-3 architecture: learned positions, LayerNorm, GELU MLP, biases, tied embeddings",
     rows=ROWS,
     layer=dense_layer,
-    hf=HF,
+    mapping=hf,
 )

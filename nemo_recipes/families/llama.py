@@ -4,12 +4,15 @@ the catalog's defaults, and transformers' LlamaForCausalLM."""
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import functools
+from typing import TYPE_CHECKING, Any, Optional
 
 from nemo_recipes.errors import Problem
 from nemo_recipes.families.blocks import NORM_EPSILON, dense_layer
 from nemo_recipes.families.family import Family
-from nemo_recipes.families.hf_mapping import GateUp, HFMapping, Same, SplitQKV, values_not_held
+
+if TYPE_CHECKING:
+    from nemo_recipes.families.hf_mapping import HFMapping
 
 ARCHITECTURE = "LlamaForCausalLM"
 MODEL_TYPE = "llama"
@@ -164,6 +167,8 @@ HELD: dict[str, tuple[Any, str]] = {
 
 
 def _problems(spec: Any) -> list[Problem]:
+    from nemo_recipes.families.hf_mapping import values_not_held
+
     return values_not_held(spec, ARCHITECTURE, HELD, "Llama", "a GPT-shaped recipe (gpt_*)")
 
 
@@ -202,48 +207,53 @@ def _tied(config: Any) -> bool:
 #: checkpoint's NeMo context; here it runs one layer at a time on the checkpoint's tensors, so that a model larger
 #: than RAM converts and a checkpoint without that context (a smoke run's) converts too. The tests check it against
 #: NeMo's own transforms.
-HF = HFMapping(
-    architecture=ARCHITECTURE,
-    model_type=MODEL_TYPE,
-    layer_prefix="model.layers.{index}.",
-    layer=(
-        Same("input_norm.weight", "input_layernorm.weight"),
-        SplitQKV("qkv.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
-        Same("proj.weight", "self_attn.o_proj.weight"),
-        Same("pre_mlp_norm.weight", "post_attention_layernorm.weight"),
-        GateUp("fc1.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight"),
-        Same("fc2.weight", "mlp.down_proj.weight"),
-    ),
-    globals={
-        "embedding.weight": "model.embed_tokens.weight",
-        "final_norm.weight": "model.norm.weight",
-        "output.weight": "lm_head.weight",
-    },
-    config=_config,
-    problems=_problems,
-    shape_keys={
-        "num_layers": "num_hidden_layers",
-        "hidden_size": "hidden_size",
-        "num_attention_heads": "num_attention_heads",
-        "num_query_groups": "num_key_value_heads",
-        "ffn_hidden_size": "intermediate_size",
-        "kv_channels": "head_dim",
-        "rotary_base": "rope_theta",
-        "share_embeddings": "tie_word_embeddings",
-        "vocab_size": "vocab_size",
-    },
-    config_defaults={
-        "num_key_value_heads": lambda config: config.get("num_attention_heads"),  # multi-head attention
-        "tie_word_embeddings": _tied,
-    },
-    fixed={
-        "hidden_act": ("silu", "the recipes' SwiGLU gates with SiLU"),
-        "rms_norm_eps": (NORM_EPSILON, f"the recipes' norms use eps={NORM_EPSILON}"),
-        "attention_bias": (False, "the recipes' Llama has no linear biases"),
-        "mlp_bias": (False, "the recipes' Llama has no linear biases"),
-        "rope_scaling": (None, "the recipes' RoPE is unscaled (Llama 3.1's long-context scaling is not modelled)"),
-    },
-)
+@functools.cache
+def hf() -> HFMapping:
+    """The mapping, built at first use (see `Family.mapping`)."""
+    from nemo_recipes.families.hf_mapping import GateUp, HFMapping, Same, SplitQKV
+
+    return HFMapping(
+        architecture=ARCHITECTURE,
+        model_type=MODEL_TYPE,
+        layer_prefix="model.layers.{index}.",
+        layer=(
+            Same("input_norm.weight", "input_layernorm.weight"),
+            SplitQKV("qkv.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight"),
+            Same("proj.weight", "self_attn.o_proj.weight"),
+            Same("pre_mlp_norm.weight", "post_attention_layernorm.weight"),
+            GateUp("fc1.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight"),
+            Same("fc2.weight", "mlp.down_proj.weight"),
+        ),
+        globals={
+            "embedding.weight": "model.embed_tokens.weight",
+            "final_norm.weight": "model.norm.weight",
+            "output.weight": "lm_head.weight",
+        },
+        config=_config,
+        problems=_problems,
+        shape_keys={
+            "num_layers": "num_hidden_layers",
+            "hidden_size": "hidden_size",
+            "num_attention_heads": "num_attention_heads",
+            "num_query_groups": "num_key_value_heads",
+            "ffn_hidden_size": "intermediate_size",
+            "kv_channels": "head_dim",
+            "rotary_base": "rope_theta",
+            "share_embeddings": "tie_word_embeddings",
+            "vocab_size": "vocab_size",
+        },
+        config_defaults={
+            "num_key_value_heads": lambda config: config.get("num_attention_heads"),  # multi-head attention
+            "tie_word_embeddings": _tied,
+        },
+        fixed={
+            "hidden_act": ("silu", "the recipes' SwiGLU gates with SiLU"),
+            "rms_norm_eps": (NORM_EPSILON, f"the recipes' norms use eps={NORM_EPSILON}"),
+            "attention_bias": (False, "the recipes' Llama has no linear biases"),
+            "mlp_bias": (False, "the recipes' Llama has no linear biases"),
+            "rope_scaling": (None, "the recipes' RoPE is unscaled (Llama 3.1's long-context scaling is not modelled)"),
+        },
+    )
 
 
 FAMILY = Family(
@@ -253,5 +263,5 @@ FAMILY = Family(
     rows=ROWS,
     sources=SOURCES,
     layer=dense_layer,
-    hf=HF,
+    mapping=hf,
 )

@@ -5,20 +5,23 @@ token, balanced by the GShard/Switch auxiliary loss at 0.01; its 8x7B and 8x22B 
 own pretraining recipes, the sources of every value.
 
 The rows are named `mixtral_moe_*` so that NeMo's own `mixtral_8x7b`/`mixtral_8x22b` factories stay reachable beside
-them in `nemo llm pretrain --factory`. Its Hugging Face class is MixtralForCausalLM (`HF`, read both ways by
+them in `nemo llm pretrain --factory`. Its Hugging Face class is MixtralForCausalLM (`hf()`, read both ways by
 `hf export` and `hf import`). Standard library only (the catalog and the planner read it on the fast path).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from nemo_recipes.errors import Problem
 from nemo_recipes.families import llama, moe_hf
 from nemo_recipes.families.blocks import moe_layer
 from nemo_recipes.families.family import Family
-from nemo_recipes.families.hf_mapping import values_not_held
+
+if TYPE_CHECKING:
+    from nemo_recipes.families.hf_mapping import HFMapping
 
 PAPER = "Mixtral of Experts (Jiang et al. 2024), Table 1"
 NEMO_CONFIG = "NeMo 2.7.3's MixtralConfig (llm/gpt/model/mixtral.py)"
@@ -119,6 +122,8 @@ ARCHITECTURE_NAME = "MixtralForCausalLM"
 
 
 def _problems(spec: Any) -> list[Problem]:
+    from nemo_recipes.families.hf_mapping import values_not_held
+
     return moe_hf.no_experts(spec, ARCHITECTURE_NAME) + values_not_held(
         spec, ARCHITECTURE_NAME, {**llama.HELD, **moe_hf.HELD}, "Mixtral", "a dense recipe (llama_*, qwen3_dense_*)"
     )
@@ -127,7 +132,7 @@ def _problems(spec: Any) -> list[Problem]:
 def _config(spec: Any, vocab: int, eod: Optional[int]) -> dict[str, Any]:
     """MixtralConfig's keys (transformers 4.57 configuration_mixtral.py): Llama's attention and norms, the experts'
     width as `intermediate_size` (Mixtral has no dense MLP), full attention (no sliding window)."""
-    values = {**llama.HF.config(spec, vocab, eod), "architectures": [ARCHITECTURE_NAME], "model_type": "mixtral"}
+    values = {**llama.hf().config(spec, vocab, eod), "architectures": [ARCHITECTURE_NAME], "model_type": "mixtral"}
     for key in ("mlp_bias", "attention_bias"):  # MixtralConfig has neither: no biases at all
         del values[key]
     return {
@@ -144,34 +149,37 @@ def _config(spec: Any, vocab: int, eod: Optional[int]) -> dict[str, Any]:
 #: layer: `block_sparse_moe.gate` (the router) and each expert's `w1` (gate), `w3` (up) and `w2` (down), as NeMo
 #: 2.7.3's HFMixtralImporter/Exporter map them (mixtral.py: `block_sparse_moe.experts.*.w1/w3` <->
 #: `local_experts.*.linear_fc1`, `w2` <-> `linear_fc2`, `gate` <-> `router`).
-HF = replace(
-    llama.HF,
-    architecture=ARCHITECTURE_NAME,
-    model_type="mixtral",
-    layer=(
-        *llama.HF.layer[:3],  # the input norm, q/k/v, the output projection
-        *moe_hf.layer_rules("block_sparse_moe.", gate="w1", up="w3", down="w2"),
-    ),
-    config=_config,
-    problems=_problems,
-    shape_keys={
-        **llama.HF.shape_keys,
-        "moe_ffn_hidden_size": "intermediate_size",  # ffn_hidden_size too (Llama's key): the rows keep them equal
-        "num_moe_experts": "num_local_experts",
-        "moe_router_topk": "num_experts_per_tok",
-    },
-    config_defaults={
-        **llama.HF.config_defaults,
-        "num_local_experts": lambda config: 8,  # MixtralConfig's defaults, where a config leaves them out
-        "num_experts_per_tok": lambda config: 2,
-    },
-    fixed={
-        "hidden_act": ("silu", "the recipes' SwiGLU experts gate with SiLU"),
-        "rms_norm_eps": llama.HF.fixed["rms_norm_eps"],
-        "sliding_window": (None, "the recipes' attention is full causal attention (Mistral 7B's sliding window is "
-                           "not modelled)"),
-    },
-)  # fmt: skip
+@functools.cache
+def hf() -> HFMapping:
+    """The mapping, built at first use (see `Family.mapping`)."""
+    return replace(
+        llama.hf(),
+        architecture=ARCHITECTURE_NAME,
+        model_type="mixtral",
+        layer=(
+            *llama.hf().layer[:3],  # the input norm, q/k/v, the output projection
+            *moe_hf.layer_rules("block_sparse_moe.", gate="w1", up="w3", down="w2"),
+        ),
+        config=_config,
+        problems=_problems,
+        shape_keys={
+            **llama.hf().shape_keys,
+            "moe_ffn_hidden_size": "intermediate_size",  # ffn_hidden_size too (Llama's key): the rows keep them equal
+            "num_moe_experts": "num_local_experts",
+            "moe_router_topk": "num_experts_per_tok",
+        },
+        config_defaults={
+            **llama.hf().config_defaults,
+            "num_local_experts": lambda config: 8,  # MixtralConfig's defaults, where a config leaves them out
+            "num_experts_per_tok": lambda config: 2,
+        },
+        fixed={
+            "hidden_act": ("silu", "the recipes' SwiGLU experts gate with SiLU"),
+            "rms_norm_eps": llama.hf().fixed["rms_norm_eps"],
+            "sliding_window": (None, "the recipes' attention is full causal attention (Mistral 7B's sliding window is "
+                               "not modelled)"),
+        },
+    )  # fmt: skip
 
 
 FAMILY = Family(
@@ -182,5 +190,5 @@ FAMILY = Family(
     rows=ROWS,
     sources=SOURCES,
     layer=moe_layer,
-    hf=HF,
+    mapping=hf,
 )

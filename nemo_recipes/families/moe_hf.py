@@ -9,10 +9,12 @@ Megatron's softmax over the top-k logits (moe/moe_utils.py `topk_softmax_with_ca
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nemo_recipes.errors import Problem
-from nemo_recipes.families.hf_mapping import Experts, Rule, Same
+
+if TYPE_CHECKING:
+    from nemo_recipes.families.hf_mapping import Rule
 
 #: The router and expert settings both classes hold (field -> (the only value, why)).
 HELD: dict[str, tuple[Any, str]] = {
@@ -26,6 +28,8 @@ HELD: dict[str, tuple[Any, str]] = {
 def layer_rules(prefix: str, gate: str, up: str, down: str) -> tuple[Rule, ...]:
     """The MoE half of a layer: the norm before it (`post_attention_layernorm` in both classes), the router
     (`{prefix}gate.weight`) and every expert's `{prefix}experts.{expert}.{gate|up|down}.weight`."""
+    from nemo_recipes.families.hf_mapping import Experts, Same
+
     experts = f"{prefix}experts.{{expert}}."
     return (
         Same("pre_moe_norm.weight", "post_attention_layernorm.weight"),

@@ -9,13 +9,16 @@ The rows are named `qwen3_dense_*` so that NeMo's own `qwen3_8b`/`qwen3_32b` fac
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from nemo_recipes.families import llama
 from nemo_recipes.families.blocks import dense_layer
 from nemo_recipes.families.family import Family
-from nemo_recipes.families.hf_mapping import HFMapping, Same, values_not_held
+
+if TYPE_CHECKING:
+    from nemo_recipes.families.hf_mapping import HFMapping
 
 NEMO_CONFIG = "NeMo 2.7.3's Qwen3Config (llm/gpt/model/qwen3.py, over Qwen2Config)"
 HF_CONFIGS = "the config.json of Qwen/Qwen3-8B and Qwen/Qwen3-32B"
@@ -103,12 +106,18 @@ ROWS: dict[str, dict[str, Any]] = {
 
 
 def _problems(spec: Any) -> list[Any]:
+    from nemo_recipes.families.hf_mapping import values_not_held
+
     wanted = {**llama.HELD, "qk_layernorm": (True, "every attention layer of it normalises its queries and keys")}
-    return values_not_held(spec, HF.architecture, wanted, "Qwen3", "a Llama-shaped recipe (llama_*)")
+    return values_not_held(spec, hf().architecture, wanted, "Qwen3", "a Llama-shaped recipe (llama_*)")
 
 
 def _config(spec: Any, vocab: int, eod: Optional[int]) -> dict[str, Any]:
-    values = {**llama.HF.config(spec, vocab, eod), "architectures": [HF.architecture], "model_type": HF.model_type}
+    values = {
+        **llama.hf().config(spec, vocab, eod),
+        "architectures": [hf().architecture],
+        "model_type": hf().model_type,
+    }
     del values["mlp_bias"]  # Qwen3Config has no such key
     return {**values, "rms_norm_eps": spec.norm_epsilon, "use_sliding_window": False}
 
@@ -117,26 +126,31 @@ def _config(spec: Any, vocab: int, eod: Optional[int]) -> dict[str, Any]:
 #: projections) plus each layer's query and key norms, `self_attn.q_norm.weight`/`k_norm.weight` in Hugging Face,
 #: `self_attention.q_layernorm.weight`/`k_layernorm.weight` in Megatron, one head_dim-wide vector each, copied as
 #: they are (NeMo 2.7.3's HFQwen3Exporter/Importer map them the same way).
-HF: HFMapping = replace(
-    llama.HF,
-    architecture="Qwen3ForCausalLM",
-    model_type="qwen3",
-    layer=(
-        *llama.HF.layer[:2],  # the input norm, q/k/v
-        Same("q_norm.weight", "self_attn.q_norm.weight"),
-        Same("k_norm.weight", "self_attn.k_norm.weight"),
-        *llama.HF.layer[2:],
-    ),
-    config=_config,
-    problems=_problems,
-    shape_keys={**llama.HF.shape_keys, "norm_epsilon": "rms_norm_eps"},
-    fixed={
-        "hidden_act": ("silu", "the recipes' SwiGLU gates with SiLU"),
-        "attention_bias": (False, "the recipes' Qwen3 has no linear biases"),
-        "rope_scaling": (None, "the recipes' RoPE is unscaled (YaRN long-context scaling is not modelled)"),
-        "use_sliding_window": (False, "the recipes' attention is full causal attention in every layer"),
-    },
-)
+@functools.cache
+def hf() -> HFMapping:
+    """The mapping, built at first use (see `Family.mapping`)."""
+    from nemo_recipes.families.hf_mapping import Same
+
+    return replace(
+        llama.hf(),
+        architecture="Qwen3ForCausalLM",
+        model_type="qwen3",
+        layer=(
+            *llama.hf().layer[:2],  # the input norm, q/k/v
+            Same("q_norm.weight", "self_attn.q_norm.weight"),
+            Same("k_norm.weight", "self_attn.k_norm.weight"),
+            *llama.hf().layer[2:],
+        ),
+        config=_config,
+        problems=_problems,
+        shape_keys={**llama.hf().shape_keys, "norm_epsilon": "rms_norm_eps"},
+        fixed={
+            "hidden_act": ("silu", "the recipes' SwiGLU gates with SiLU"),
+            "attention_bias": (False, "the recipes' Qwen3 has no linear biases"),
+            "rope_scaling": (None, "the recipes' RoPE is unscaled (YaRN long-context scaling is not modelled)"),
+            "use_sliding_window": (False, "the recipes' attention is full causal attention in every layer"),
+        },
+    )
 
 
 FAMILY = Family(
@@ -147,5 +161,5 @@ FAMILY = Family(
     rows=ROWS,
     sources=SOURCES,
     layer=dense_layer,
-    hf=HF,
+    mapping=hf,
 )

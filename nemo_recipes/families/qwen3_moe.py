@@ -4,7 +4,7 @@ every MLP replaced by 128 fine-grained SwiGLU experts of which a softmax router 
 balanced by the auxiliary loss; its 30B-A3B and 235B-A22B rows on the layouts of NeMo 2.7.3's own recipes.
 
 Its own module rather than rows in `qwen3.py`: its layers are other blocks (`moe_layer`), its Hugging Face class is
-another (Qwen3MoeForCausalLM, `model_type` qwen3_moe: `HF`, read both ways by `hf export` and `hf import`), and its
+another (Qwen3MoeForCausalLM, `model_type` qwen3_moe: `hf()`, read both ways by `hf export` and `hf import`), and its
 rows' sources are NeMo's Qwen3MoEConfig and MoE recipes; what
 it shares with the dense family it imports from there (`qwen3.ARCHITECTURE`). The rows are named `qwen3_moe_*` so that
 NeMo's own `qwen3_30b_a3b`/`qwen3_235b_a22b` stay reachable. Standard library only (the fast path reads it).
@@ -12,14 +12,17 @@ NeMo's own `qwen3_30b_a3b`/`qwen3_235b_a22b` stay reachable. Standard library on
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from nemo_recipes.errors import Problem
 from nemo_recipes.families import llama, moe_hf, qwen3
 from nemo_recipes.families.blocks import moe_layer
 from nemo_recipes.families.family import Family
-from nemo_recipes.families.hf_mapping import values_not_held
+
+if TYPE_CHECKING:
+    from nemo_recipes.families.hf_mapping import HFMapping
 
 NEMO_CONFIG = "NeMo 2.7.3's Qwen3MoEConfig (llm/gpt/model/qwen3.py, over Qwen3Config)"
 SHAPE = (
@@ -99,6 +102,8 @@ ARCHITECTURE_NAME = "Qwen3MoeForCausalLM"
 
 
 def _problems(spec: Any) -> list[Problem]:
+    from nemo_recipes.families.hf_mapping import values_not_held
+
     held = {**llama.HELD, "qk_layernorm": (True, "every attention layer of it normalises its queries and keys"),
             **moe_hf.HELD}  # fmt: skip
     return moe_hf.no_experts(spec, ARCHITECTURE_NAME) + values_not_held(
@@ -110,7 +115,7 @@ def _config(spec: Any, vocab: int, eod: Optional[int]) -> dict[str, Any]:
     """Qwen3MoeConfig's keys (transformers 4.57 configuration_qwen3_moe.py): the dense Qwen3's, the experts' width as
     `moe_intermediate_size`, every layer of experts (`decoder_sparse_step` 1, no `mlp_only_layers`), the top-k
     renormalised (`norm_topk_prob`, as NeMo 2.7.3's HFQwen3Exporter writes it)."""
-    values = {**qwen3.HF.config(spec, vocab, eod), "architectures": [ARCHITECTURE_NAME], "model_type": "qwen3_moe"}
+    values = {**qwen3.hf().config(spec, vocab, eod), "architectures": [ARCHITECTURE_NAME], "model_type": "qwen3_moe"}
     return {
         **values,
         "moe_intermediate_size": spec.moe_ffn_hidden_size or spec.ffn_hidden_size,
@@ -126,37 +131,40 @@ def _config(spec: Any, vocab: int, eod: Optional[int]) -> dict[str, Any]:
 #: norm), then the MoE half of the layer: `mlp.gate` (the router) and each expert's `gate_proj`, `up_proj` and
 #: `down_proj`, as NeMo 2.7.3's HFQwen3Importer/Exporter map them (qwen3.py: `mlp.experts.*.gate_proj/up_proj` <->
 #: `local_experts.*.linear_fc1`, `down_proj` <-> `linear_fc2`, `mlp.gate` <-> `router`).
-HF = replace(
-    qwen3.HF,
-    architecture=ARCHITECTURE_NAME,
-    model_type="qwen3_moe",
-    layer=(
-        *qwen3.HF.layer[:5],  # the input norm, q/k/v, the query and key norms, the output projection
-        *moe_hf.layer_rules("mlp.", gate="gate_proj", up="up_proj", down="down_proj"),
-    ),
-    config=_config,
-    problems=_problems,
-    shape_keys={
-        **qwen3.HF.shape_keys,
-        "moe_ffn_hidden_size": "moe_intermediate_size",
-        "num_moe_experts": "num_experts",
-        "moe_router_topk": "num_experts_per_tok",
-    },
-    config_defaults={
-        **qwen3.HF.config_defaults,
-        "num_experts": lambda config: 128,  # Qwen3MoeConfig's defaults, where a config leaves them out
-        "num_experts_per_tok": lambda config: 8,
-        "moe_intermediate_size": lambda config: 768,
-        "norm_topk_prob": lambda config: False,
-    },
-    fixed={
-        **qwen3.HF.fixed,
-        "norm_topk_prob": (True, "the recipes' router renormalises the top-k probabilities (moe_router_pre_softmax "
-                           "off)"),
-        "decoder_sparse_step": (1, "every layer of the recipes' model is a layer of experts"),
-        "mlp_only_layers": ([], "every layer of the recipes' model is a layer of experts"),
-    },
-)  # fmt: skip
+@functools.cache
+def hf() -> HFMapping:
+    """The mapping, built at first use (see `Family.mapping`)."""
+    return replace(
+        qwen3.hf(),
+        architecture=ARCHITECTURE_NAME,
+        model_type="qwen3_moe",
+        layer=(
+            *qwen3.hf().layer[:5],  # the input norm, q/k/v, the query and key norms, the output projection
+            *moe_hf.layer_rules("mlp.", gate="gate_proj", up="up_proj", down="down_proj"),
+        ),
+        config=_config,
+        problems=_problems,
+        shape_keys={
+            **qwen3.hf().shape_keys,
+            "moe_ffn_hidden_size": "moe_intermediate_size",
+            "num_moe_experts": "num_experts",
+            "moe_router_topk": "num_experts_per_tok",
+        },
+        config_defaults={
+            **qwen3.hf().config_defaults,
+            "num_experts": lambda config: 128,  # Qwen3MoeConfig's defaults, where a config leaves them out
+            "num_experts_per_tok": lambda config: 8,
+            "moe_intermediate_size": lambda config: 768,
+            "norm_topk_prob": lambda config: False,
+        },
+        fixed={
+            **qwen3.hf().fixed,
+            "norm_topk_prob": (True, "the recipes' router renormalises the top-k probabilities (moe_router_pre_softmax "
+                               "off)"),
+            "decoder_sparse_step": (1, "every layer of the recipes' model is a layer of experts"),
+            "mlp_only_layers": ([], "every layer of the recipes' model is a layer of experts"),
+        },
+    )  # fmt: skip
 
 
 FAMILY = Family(
@@ -167,5 +175,5 @@ FAMILY = Family(
     rows=ROWS,
     sources=SOURCES,
     layer=moe_layer,
-    hf=HF,
+    mapping=hf,
 )

@@ -7,10 +7,14 @@ Standard library only: the catalog, the planner and the fast CLI verbs read it. 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from nemo_recipes.errors import InvalidInputError, Problem, did_you_mean
 from nemo_recipes.families import deepseek, gpt, llama, mixtral, qwen3, qwen3_moe
 from nemo_recipes.families.family import Family
-from nemo_recipes.families.hf_mapping import HFMapping
+
+if TYPE_CHECKING:
+    from nemo_recipes.families.hf_mapping import HFMapping
 
 #: Family name -> family, in the order listings show them. The first is the default: its values are the catalog's
 #: field defaults, so a shape that names no row of a family (a custom one) is built as one of its models.
@@ -37,14 +41,14 @@ def get_family(name: str) -> Family:
 def mapping_of(name: str) -> HFMapping:
     """The Hugging Face mapping of the family called `name`, or the problem that it converts to none."""
     family = get_family(name)
-    if family.hf is None:
+    if family.mapping is None:
         raise InvalidInputError(
             [
                 Problem(
                     "family",
                     name,
                     "has no Hugging Face class to convert to or from.",
-                    f"convert a recipe of one of: {', '.join(n for n, f in REGISTRY.items() if f.hf)}.",
+                    f"convert a recipe of one of: {', '.join(n for n, f in REGISTRY.items() if f.mapping)}.",
                 )
             ]
         )
