@@ -18,7 +18,7 @@ the stages, and the first and last stages hold one transformer layer fewer.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any, NamedTuple, Optional
 
@@ -124,12 +124,10 @@ class Layout:
         end_layers = stage_slots - (1 if counted else 0)  # the first and last stages give a slot to embedding/loss
         most = stage_slots if (p > 2 or not counted) else end_layers
         first_layers = last_layers = end_layers if p > 1 else spec.num_layers
-        divide = slots % p == 0 and (slots // p) % v == 0
-        chunk = max(1, math.ceil(slots / (p * v)))
         uneven = _uneven_stages(spec, p, v)
         if uneven is not None:
-            first_layers, most, last_layers, divide = uneven
-            chunk = max(1, math.ceil(most / v))
+            first_layers, most, last_layers, _ = uneven
+        divide, chunk = _chunks(spec, p, v, slots, most)
         shaped = _shaped(spec)
         layout = cls(
             cluster=cluster,
@@ -163,6 +161,14 @@ class Layout:
             object.__setattr__(layout, "ep", spec.expert_parallel)
             object.__setattr__(layout, "etp", spec.expert_tensor_parallel_size)
         return layout
+
+    def interleaved_by(self, spec: RecipeSpec, v: int) -> "Layout":
+        """`Layout.of` of `spec` with `v` > 1 model chunks per pipeline rank, where this is `spec`'s layout without
+        interleaving on the same cluster (PP > 1): the chunks change whether the layers divide and the layers of a
+        chunk, not the stages' layers, so the parameters are not counted again (a plan search lays out each of its
+        layouts with several VPs)."""
+        divide, chunk = _chunks(spec, self.pp, v, self.pipeline_slots, self.layers_per_stage)
+        return replace(self, vp=v, layers_divide=divide, layers_per_chunk=chunk)
 
     @property
     def world(self) -> int:
@@ -202,6 +208,15 @@ class Layout:
             return 0.0
         n = spec.recompute_num_layers or self.layers_per_chunk
         return min(n, self.layers_per_chunk) / self.layers_per_chunk
+
+
+def _chunks(spec: RecipeSpec, p: int, v: int, slots: int, most: int) -> tuple[bool, int]:
+    """Whether Megatron-Core accepts the split of `slots` over `p` stages of `v` chunks each, and the layers of a
+    chunk; `most`: the layers of the most loaded stage."""
+    uneven = _uneven_stages(spec, p, v)
+    if uneven is not None:
+        return uneven[3], max(1, math.ceil(most / v))
+    return slots % p == 0 and (slots // p) % v == 0, max(1, math.ceil(slots / (p * v)))
 
 
 def _uneven_stages(spec: RecipeSpec, p: int, v: int) -> Optional[tuple[int, int, int, bool]]:

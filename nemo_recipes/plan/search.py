@@ -158,9 +158,9 @@ def layouts(
 
 def _laid_out(
     spec: RecipeSpec, cluster: Cluster, *, space: Space, per_replica: Optional[float]
-) -> Iterator[tuple[RecipeSpec, Optional[Layout]]]:
-    """`layouts`, each with its layout when it is already at hand (without interleaving: the distributed optimizer
-    does not change a layout), else None."""
+) -> Iterator[tuple[RecipeSpec, Layout]]:
+    """`layouts`, each with its layout: one per VP, shared by both settings of the distributed optimizer (which does
+    not change a layout), the interleaved ones derived from the layout without interleaving."""
     needs = [need for need in shape_architecture(spec).split_needs() if need.group == "tp"]
     tps = [t for t in divisors(cluster.gpus_per_node) if all(need.met_by(t) for need in needs)]
     if spec.sequence_parallel is True:
@@ -191,8 +191,9 @@ def _laid_out(
                     if not layout.batch_divides:
                         continue
                     for v in _virtuals(spec, p, layout.microbatches, layout.pipeline_slots, space):
+                        chunked = layout.interleaved_by(base, v) if v else layout
                         for dist in distributed:
-                            yield _with(base, virtual_pipeline=v, distributed_optimizer=dist), None if v else layout
+                            yield _with(base, virtual_pipeline=v, distributed_optimizer=dist), chunked
 
 
 def expert_layouts(spec: RecipeSpec, cluster: Cluster, tp: int, pp: int, moe: Optional[MoE]) -> list[dict[str, Any]]:
