@@ -331,8 +331,8 @@ def evaluate(
     layout_and_program: Optional[tuple[Layout, Program]] = None,
     shared: Optional[dict[tuple, Any]] = None,
 ) -> Candidate:
-    """`spec` timed as a candidate; `layout_and_program`: its layout on `cluster` and its program, when at hand;
-    `shared`: one search's (`throughput.step_time`)."""
+    """`spec` timed as a candidate; `layout_and_program`: its layout on `cluster` and its program, when at hand for a
+    plan whose rules report no error (`throughput.step_time`'s `known`); `shared`: one search's (`step_time`)."""
     step_time_s, breakdown = step_time(spec, cluster, stack=stack, known=layout_and_program, shared=shared)
     return Candidate(
         spec=spec,

@@ -382,9 +382,10 @@ def step_time(
     known: Optional[tuple[Layout, Program]] = None,
     shared: Optional[dict[tuple, Any]] = None,
 ) -> tuple[float, dict[str, float]]:
-    """`estimate_throughput`'s step seconds and breakdown (what a search ranks); `known`: its (layout, program).
-    `shared`: a dict that one search (one shape and precision, cluster, stack and constants) passes to each plan it
-    times, in which a layer's times are kept for the plans with its TP, CP, micro batch and program."""
+    """`estimate_throughput`'s step seconds and breakdown (what a search ranks); `known`: its (layout, program), of a
+    plan whose rules report no error (a search's valid plan), so their refusals are not looked for again. `shared`: a
+    dict that one search (one shape and precision, cluster, stack and constants) passes to each plan it times, in
+    which a layer's times are kept for the plans with its TP, CP, micro batch and program."""
     notes: list[str] = []
     return _timed(spec, *_checked_plan(spec, cluster, stack, notes, known), None, notes, shared)
 
@@ -422,7 +423,8 @@ def _checked_plan(
     gpu = _resolve_gpu(spec, cluster, assumptions)
     layout = known[0] if known else Layout.of(spec, cluster)
     context = f"throughput of {spec.name!r} on {cluster.world_size} GPUs"
-    raise_if_unstructured(spec, layout, context)
+    if not known:  # a known plan is a valid one (`step_time`): its rules ran
+        raise_if_unstructured(spec, layout, context)
     program = known[1] if known else program_for(spec, gpu, stack, layout.interleaved)
     if spec.fp8 and not (gpu.supports_fp8 and program.stack.transformer_engine):
         raise InvalidInputError(
