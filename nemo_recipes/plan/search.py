@@ -355,11 +355,14 @@ def rank(candidates: Iterable[Candidate], reference: RecipeSpec) -> list[Candida
     if not ordered:
         return []
     lead = ordered[0]
-    ties = [c for c in ordered if c.tight == lead.tight and c.step_time_s <= lead.step_time_s * (1 + TIE)]
+    # Split in one pass: telling the rest by `c not in ties` compared candidates field by field (their specs' too).
+    ties: list[Candidate] = []
+    rest: list[Candidate] = []
+    for c in ordered:
+        (ties if c.tight == lead.tight and c.step_time_s <= lead.step_time_s * (1 + TIE) else rest).append(c)
     ties.sort(
         key=lambda c: (-(c.headroom_gib or 0.0), len(changed_fields(reference, c.spec)), -c.spec.micro_batch_size)
     )
-    rest = [c for c in ordered if c not in ties]
     return ties + rest
 
 
