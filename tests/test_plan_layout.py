@@ -139,6 +139,18 @@ def test_an_interleaved_layout_derives_from_the_one_without(first, last, counted
             assert Layout.of(plain, cluster).interleaved_by(chunked, v) == Layout.of(chunked, cluster), (p, v)
 
 
+@pytest.mark.parametrize("name", ["gpt_7b", "mixtral_moe_8x7b"])
+def test_a_layout_of_another_batch_derives_from_the_first(name):
+    """What lets a plan search lay out each (TP, PP, experts) once for all its micro batches: `batched` gives what
+    `Layout.of` gives, also where the batch does not divide."""
+    cluster = Cluster.of(2, 8, "h100")
+    spec = RECIPES[name].replace(num_nodes=2, tensor_parallel=2, pipeline_parallel=2)
+    first = Layout.of(spec, cluster)
+    for b, gbs in ((1, 512), (2, 512), (3, 512), (4, 96), (8, 1000)):
+        other = spec.replace(micro_batch_size=b, global_batch_size=gbs)
+        assert first.batched(other) == Layout.of(other, cluster), (b, gbs)
+
+
 def test_recomputed_fraction_is_one_definition():
     spec = RECIPES["gpt_175b"].replace(recompute="full", virtual_pipeline=3)  # 4 layers per chunk
     layout = Layout.of(spec)

@@ -160,7 +160,8 @@ def _laid_out(
     spec: RecipeSpec, cluster: Cluster, *, space: Space, per_replica: Optional[float]
 ) -> Iterator[tuple[RecipeSpec, Layout]]:
     """`layouts`, each with its layout: one per VP, shared by both settings of the distributed optimizer (which does
-    not change a layout), the interleaved ones derived from the layout without interleaving."""
+    not change a layout), the interleaved ones derived from the layout without interleaving, and that from the
+    layout of the same TP, PP and experts at the first micro batch (`Layout.batched`)."""
     needs = [need for need in shape_architecture(spec).split_needs() if need.group == "tp"]
     tps = [t for t in divisors(cluster.gpus_per_node) if all(need.met_by(t) for need in needs)]
     if spec.sequence_parallel is True:
@@ -175,9 +176,11 @@ def _laid_out(
                 continue
             dp = world // model_parallel  # `Layout.dp` where the world divides
             fixed = None if per_replica is not None or spec.global_batch_size % dp else spec.global_batch_size // dp
+            splits = expert_layouts(spec, cluster, t, p, moe)
+            laid: dict[int, Layout] = {}  # each split's layout at the first micro batch: the others change its batch
             for b in _micro_batches(spec, fixed, space):
                 gbs = spec.global_batch_size if per_replica is None else scaled_batch(per_replica, dp, b)
-                for experts in expert_layouts(spec, cluster, t, p, moe):
+                for split, experts in enumerate(splits):
                     base = _with(
                         spec,
                         tensor_parallel=t,
@@ -187,7 +190,10 @@ def _laid_out(
                         global_batch_size=gbs,
                         **experts,
                     )
-                    layout = Layout.of(base, cluster)
+                    if split in laid:
+                        layout = laid[split].batched(base)
+                    else:
+                        layout = laid[split] = Layout.of(base, cluster)
                     if not layout.batch_divides:
                         continue
                     for v in _virtuals(spec, p, layout.microbatches, layout.pipeline_slots, space):
