@@ -118,6 +118,39 @@ def test_the_first_and_last_stages_may_hold_their_own_layers():
     assert "pipeline_counts_embedding_and_loss" in both[0].fix
 
 
+@pytest.mark.parametrize(
+    "first, last, counted", [(None, None, False), (None, None, True), (3, 2, False), (4, None, False)]
+)
+def test_an_interleaved_layout_derives_from_the_one_without(first, last, counted):
+    """What lets a plan search lay out each (TP, PP, micro batch) once for all its VPs: `interleaved_by` gives what
+    `Layout.of` gives, also where VP does not divide the layers, and with stages of their own layers."""
+    cluster = Cluster.of(16, 8, "h100")
+    spec = RECIPES["gpt_7b"].replace(
+        num_layers=64,
+        num_nodes=16,
+        pipeline_counts_embedding_and_loss=counted,
+        pipeline_first_stage_layers=first,
+        pipeline_last_stage_layers=last,
+    )
+    for p in (2, 3, 4, 6, 8, 10, 16):
+        plain = spec.replace(pipeline_parallel=p, virtual_pipeline=None)
+        for v in (2, 3, 4, 5, 8):
+            chunked = plain.replace(virtual_pipeline=v)
+            assert Layout.of(plain, cluster).interleaved_by(chunked, v) == Layout.of(chunked, cluster), (p, v)
+
+
+@pytest.mark.parametrize("name", ["gpt_7b", "mixtral_moe_8x7b"])
+def test_a_layout_of_another_batch_derives_from_the_first(name):
+    """What lets a plan search lay out each (TP, PP, experts) once for all its micro batches: `batched` gives what
+    `Layout.of` gives, also where the batch does not divide."""
+    cluster = Cluster.of(2, 8, "h100")
+    spec = RECIPES[name].replace(num_nodes=2, tensor_parallel=2, pipeline_parallel=2)
+    first = Layout.of(spec, cluster)
+    for b, gbs in ((1, 512), (2, 512), (3, 512), (4, 96), (8, 1000)):
+        other = spec.replace(micro_batch_size=b, global_batch_size=gbs)
+        assert first.batched(other) == Layout.of(other, cluster), (b, gbs)
+
+
 def test_recomputed_fraction_is_one_definition():
     spec = RECIPES["gpt_175b"].replace(recompute="full", virtual_pipeline=3)  # 4 layers per chunk
     layout = Layout.of(spec)

@@ -57,14 +57,17 @@ def test_layout_rules_do_not_read_recomputation(name):
 
 @pytest.mark.parametrize("name", ["gpt_70b", "llama_405b", "gpt_1_3b"])
 def test_the_layouts_handed_on_are_those_of_their_plans(name):
-    """What lets the search hand each layout it laid out to `recompute_options` instead of laying it out again."""
+    """What lets the search hand each layout it laid out to `recompute_options` instead of laying it out again,
+    the interleaved ones derived from the layout without interleaving (`Layout.interleaved_by`)."""
     spec, cluster = _cluster(name)
     spec = spec.replace(distributed_optimizer=False)  # both settings of the distributed optimizer are tried
     laid = list(_laid_out(spec, cluster, space=Space.BEST, per_replica=None))
     assert [base for base, _ in laid] == list(layouts(spec, cluster, space=Space.BEST))
-    handed = [(base, layout) for base, layout in laid if layout is not None]
-    assert handed and {base.distributed_optimizer for base, _ in handed} == {False, True}
-    assert all(layout == Layout.of(base, cluster) for base, layout in handed)
+    assert {base.distributed_optimizer for base, _ in laid} == {False, True}
+    assert any(base.virtual_pipeline for base, _ in laid)
+    for base, layout in laid:
+        expected = Layout.of(base, cluster)
+        assert layout == expected and layout.architecture is expected.architecture, base
 
 
 def _fits(spec, cluster, layout, program) -> float | None:

@@ -117,19 +117,16 @@ class Layout:
         v = spec.virtual_pipeline if spec.virtual_pipeline and spec.virtual_pipeline > 1 and p > 1 else 1
         world, model_parallel = cluster.world_size, t * p * c
         dp = max(1, world // model_parallel)
-        b, gbs = spec.micro_batch_size, spec.global_batch_size
         counted = spec.pipeline_counts_embedding_and_loss and p > 1
         slots = spec.num_layers + (2 if counted else 0)
         stage_slots = math.ceil(slots / p)
         end_layers = stage_slots - (1 if counted else 0)  # the first and last stages give a slot to embedding/loss
         most = stage_slots if (p > 2 or not counted) else end_layers
         first_layers = last_layers = end_layers if p > 1 else spec.num_layers
-        divide = slots % p == 0 and (slots // p) % v == 0
-        chunk = max(1, math.ceil(slots / (p * v)))
         uneven = _uneven_stages(spec, p, v)
         if uneven is not None:
-            first_layers, most, last_layers, divide = uneven
-            chunk = max(1, math.ceil(most / v))
+            first_layers, most, last_layers, _ = uneven
+        divide, chunk = _chunks(spec, p, v, slots, most)
         shaped = _shaped(spec)
         layout = cls(
             cluster=cluster,
@@ -139,12 +136,7 @@ class Layout:
             vp=v,
             dp=dp,
             world_divides=world % model_parallel == 0,
-            micro_batch=b,
-            global_batch=gbs,
-            microbatches=max(1, gbs // (b * dp)),
-            batch_divides=gbs % (b * dp) == 0,
             sequence_parallel=spec.sequence_parallel_enabled and t > 1,
-            tokens_per_rank=b * spec.seq_length / c,
             pipeline_slots=slots,
             layers_divide=divide,
             layers_first_stage=first_layers,
@@ -153,6 +145,7 @@ class Layout:
             layers_per_chunk=chunk,
             params_per_rank=0.0,
             architecture=shaped.architecture,
+            **_batch_sizes(spec, dp, c),
         )
         object.__setattr__(layout, "params_per_rank", _params_per_rank(spec, layout, shaped))
         if spec.num_moe_experts is not None:
@@ -162,6 +155,26 @@ class Layout:
             object.__setattr__(layout, "expert_data_parallel", max(1, world // expert_model))
             object.__setattr__(layout, "ep", spec.expert_parallel)
             object.__setattr__(layout, "etp", spec.expert_tensor_parallel_size)
+        return layout
+
+    def batched(self, spec: RecipeSpec) -> "Layout":
+        """`Layout.of` of `spec` where this is the layout on the same cluster of a spec that differs from `spec` only
+        in the micro batch and the global batch: they change the micro-batches and a micro-batch's tokens, not the
+        stages or the parameters (a plan search tries several micro batches on each layout)."""
+        layout = object.__new__(Layout)  # the fields copied, as in `interleaved_by`
+        layout.__dict__.update(self.__dict__, **_batch_sizes(spec, self.dp, self.cp))
+        return layout
+
+    def interleaved_by(self, spec: RecipeSpec, v: int) -> "Layout":
+        """`Layout.of` of `spec` with `v` > 1 model chunks per pipeline rank, where this is `spec`'s layout without
+        interleaving on the same cluster (PP > 1): the chunks change whether the layers divide and the layers of a
+        chunk, not the stages' layers, so the parameters are not counted again (a plan search lays out each of its
+        layouts with several VPs)."""
+        divide, chunk = _chunks(spec, self.pp, v, self.pipeline_slots, self.layers_per_stage)
+        # The fields copied with three changed: `dataclasses.replace` would pass all of them through `__init__`
+        # (5 us against under 1, for each of the hundreds of interleaved plans a search lays out).
+        layout = object.__new__(Layout)
+        layout.__dict__.update(self.__dict__, vp=v, layers_divide=divide, layers_per_chunk=chunk)
         return layout
 
     @property
@@ -202,6 +215,27 @@ class Layout:
             return 0.0
         n = spec.recompute_num_layers or self.layers_per_chunk
         return min(n, self.layers_per_chunk) / self.layers_per_chunk
+
+
+def _batch_sizes(spec: RecipeSpec, dp: int, cp: int) -> dict[str, Any]:
+    """The fields of `Layout` that the micro batch and the global batch decide."""
+    b, gbs = spec.micro_batch_size, spec.global_batch_size
+    return {
+        "micro_batch": b,
+        "global_batch": gbs,
+        "microbatches": max(1, gbs // (b * dp)),
+        "batch_divides": gbs % (b * dp) == 0,
+        "tokens_per_rank": b * spec.seq_length / cp,
+    }
+
+
+def _chunks(spec: RecipeSpec, p: int, v: int, slots: int, most: int) -> tuple[bool, int]:
+    """Whether Megatron-Core accepts the split of `slots` over `p` stages of `v` chunks each, and the layers of a
+    chunk; `most`: the layers of the most loaded stage."""
+    uneven = _uneven_stages(spec, p, v)
+    if uneven is not None:
+        return uneven[3], max(1, math.ceil(most / v))
+    return slots % p == 0 and (slots // p) % v == 0, max(1, math.ceil(slots / (p * v)))
 
 
 def _uneven_stages(spec: RecipeSpec, p: int, v: int) -> Optional[tuple[int, int, int, bool]]:

@@ -207,7 +207,7 @@ class LayoutActivations:
     def of(cls, spec: RecipeSpec, layout: Layout) -> "LayoutActivations":
         s, b, h, t = spec.seq_length, layout.micro_batch, spec.hidden_size, layout.tp
         sp = layout.sequence_parallel
-        arch = Architecture.of(spec)
+        arch = layout.architecture  # the shape's, built once (`layout.shape_architecture`): only its groups are read
         # A search lays out one shape hundreds of times over a few (micro batch, TP) pairs: the per-layer terms are
         # counted once per process for each (they read nothing else).
         stage = tuple((n, g.blocks) for n, g in arch.layers_in(0, layout.layers_first_stage))

@@ -158,9 +158,10 @@ def layouts(
 
 def _laid_out(
     spec: RecipeSpec, cluster: Cluster, *, space: Space, per_replica: Optional[float]
-) -> Iterator[tuple[RecipeSpec, Optional[Layout]]]:
-    """`layouts`, each with its layout when it is already at hand (without interleaving: the distributed optimizer
-    does not change a layout), else None."""
+) -> Iterator[tuple[RecipeSpec, Layout]]:
+    """`layouts`, each with its layout: one per VP, shared by both settings of the distributed optimizer (which does
+    not change a layout), the interleaved ones derived from the layout without interleaving, and that from the
+    layout of the same TP, PP and experts at the first micro batch (`Layout.batched`)."""
     needs = [need for need in shape_architecture(spec).split_needs() if need.group == "tp"]
     tps = [t for t in divisors(cluster.gpus_per_node) if all(need.met_by(t) for need in needs)]
     if spec.sequence_parallel is True:
@@ -175,9 +176,11 @@ def _laid_out(
                 continue
             dp = world // model_parallel  # `Layout.dp` where the world divides
             fixed = None if per_replica is not None or spec.global_batch_size % dp else spec.global_batch_size // dp
+            splits = expert_layouts(spec, cluster, t, p, moe)
+            laid: dict[int, Layout] = {}  # each split's layout at the first micro batch: the others change its batch
             for b in _micro_batches(spec, fixed, space):
                 gbs = spec.global_batch_size if per_replica is None else scaled_batch(per_replica, dp, b)
-                for experts in expert_layouts(spec, cluster, t, p, moe):
+                for split, experts in enumerate(splits):
                     base = _with(
                         spec,
                         tensor_parallel=t,
@@ -187,12 +190,16 @@ def _laid_out(
                         global_batch_size=gbs,
                         **experts,
                     )
-                    layout = Layout.of(base, cluster)
+                    if split in laid:
+                        layout = laid[split].batched(base)
+                    else:
+                        layout = laid[split] = Layout.of(base, cluster)
                     if not layout.batch_divides:
                         continue
                     for v in _virtuals(spec, p, layout.microbatches, layout.pipeline_slots, space):
+                        chunked = layout.interleaved_by(base, v) if v else layout
                         for dist in distributed:
-                            yield _with(base, virtual_pipeline=v, distributed_optimizer=dist), None if v else layout
+                            yield _with(base, virtual_pipeline=v, distributed_optimizer=dist), chunked
 
 
 def expert_layouts(spec: RecipeSpec, cluster: Cluster, tp: int, pp: int, moe: Optional[MoE]) -> list[dict[str, Any]]:
@@ -330,8 +337,8 @@ def evaluate(
     layout_and_program: Optional[tuple[Layout, Program]] = None,
     shared: Optional[dict[tuple, Any]] = None,
 ) -> Candidate:
-    """`spec` timed as a candidate; `layout_and_program`: its layout on `cluster` and its program, when at hand;
-    `shared`: one search's (`throughput.step_time`)."""
+    """`spec` timed as a candidate; `layout_and_program`: its layout on `cluster` and its program, when at hand for a
+    plan whose rules report no error (`throughput.step_time`'s `known`); `shared`: one search's (`step_time`)."""
     step_time_s, breakdown = step_time(spec, cluster, stack=stack, known=layout_and_program, shared=shared)
     return Candidate(
         spec=spec,
@@ -354,11 +361,14 @@ def rank(candidates: Iterable[Candidate], reference: RecipeSpec) -> list[Candida
     if not ordered:
         return []
     lead = ordered[0]
-    ties = [c for c in ordered if c.tight == lead.tight and c.step_time_s <= lead.step_time_s * (1 + TIE)]
+    # Split in one pass: telling the rest by `c not in ties` compared candidates field by field (their specs' too).
+    ties: list[Candidate] = []
+    rest: list[Candidate] = []
+    for c in ordered:
+        (ties if c.tight == lead.tight and c.step_time_s <= lead.step_time_s * (1 + TIE) else rest).append(c)
     ties.sort(
         key=lambda c: (-(c.headroom_gib or 0.0), len(changed_fields(reference, c.spec)), -c.spec.micro_batch_size)
     )
-    rest = [c for c in ordered if c not in ties]
     return ties + rest
 
 

@@ -64,12 +64,15 @@ def stages(spec: RecipeSpec, layout: Layout, layers: dict[LayerGroup, LayerTimes
     multi-token prediction layers (their `eh_proj` GEMM left out): each's count of layers and their mean layer, each
     layer its group's (DeepSeek-V3's dense first layers on the first)."""
     arch, n, g = layout.architecture, spec.num_layers, layout.architecture.groups[-1]
+    last_start, mtp = n - layout.layers_last_stage, arch.mtp_layers
+    if len(arch.groups) == 1 and not mtp:  # every stage's layers are the one layer: its own mean, on every stage
+        one = layers[g]
+        return (layout.layers_first_stage, one), (layout.layers_per_stage, one), (layout.layers_last_stage, one)
 
     def stage(start: int, end: int) -> LayerTimes:  # a stage of no layers (the embedding's or the loss's): any layer
         return mean_layer([(held, layers[g]) for held, g in arch.layers_in(start, end)] or [(0, layers[g])])
 
     first = (layout.layers_first_stage, stage(0, layout.layers_first_stage))
-    last_start, mtp = n - layout.layers_last_stage, arch.mtp_layers
     starts = range(layout.layers_first_stage, last_start, max(1, layout.layers_per_stage))
     middles = [stage(a, min(a + layout.layers_per_stage, last_start)) for a in starts] if layout.pp > 2 else []
     middle = max(middles, key=lambda x: x.forward + x.backward, default=first[1])

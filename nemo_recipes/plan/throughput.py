@@ -47,7 +47,7 @@ attention, memory-bound kernels, recomputation, exposed communication, pipeline 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from nemo_recipes.catalog import RecipeSpec
 from nemo_recipes.errors import InvalidInputError, Problem
@@ -382,9 +382,11 @@ def step_time(
     known: Optional[tuple[Layout, Program]] = None,
     shared: Optional[dict[tuple, Any]] = None,
 ) -> tuple[float, dict[str, float]]:
-    """`estimate_throughput`'s step seconds and breakdown (what a search ranks); `known`: its (layout, program).
-    `shared`: a dict that one search (one shape and precision, cluster, stack and constants) passes to each plan it
-    times, in which a layer's times are kept for the plans with its TP, CP, micro batch and program."""
+    """`estimate_throughput`'s step seconds and breakdown (what a search ranks); `known`: its (layout, program), of a
+    plan whose rules report no error (a search's valid plan), so their refusals are not looked for again. `shared`: a
+    dict that one search (one shape and precision, cluster, stack and constants) passes to each plan it times, in
+    which a layer's times are kept for the plans with its TP, CP, micro batch and program, and the rates and the
+    output layer's time for theirs."""
     notes: list[str] = []
     return _timed(spec, *_checked_plan(spec, cluster, stack, notes, known), None, notes, shared)
 
@@ -399,7 +401,8 @@ def _timed(
     shared: Optional[dict[tuple, Any]] = None,
 ) -> tuple[float, dict[str, float]]:
     constants = k if k is not None else active_constants()
-    rates = Rates.of(gpu, spec.fp8, constants)
+    # The plans of one search share their GPU, precision and constants (`step_time`), so their rates.
+    rates = _kept(shared, ("rates",), lambda: Rates.of(gpu, spec.fp8, constants))
     if rates.derate < 1.0:
         notes.append(
             f"{gpu.name} sustains {rates.derate:.2f} of its rated tensor-core peak (board power {gpu.tdp_w:g} W for "
@@ -412,7 +415,17 @@ def _timed(
         layers = {groups[0]: one}
     else:
         layers = {g: _layer(spec, layout, program, gpu, rates, constants, shared, g) for g in groups}
-    return _step_s(spec, layout, program, gpu, rates, stages(spec, layout, layers), constants)
+    return _step_s(spec, layout, program, gpu, rates, stages(spec, layout, layers), constants, shared)
+
+
+def _kept(shared: Optional[dict[tuple, Any]], key: tuple, make: Callable[[], Any]) -> Any:
+    """`make()`, kept in one search's `shared` (see `step_time`) under `key` for its other plans."""
+    if shared is None:
+        return make()
+    found = shared.get(key)
+    if found is None:
+        found = shared[key] = make()
+    return found
 
 
 def _checked_plan(
@@ -422,7 +435,8 @@ def _checked_plan(
     gpu = _resolve_gpu(spec, cluster, assumptions)
     layout = known[0] if known else Layout.of(spec, cluster)
     context = f"throughput of {spec.name!r} on {cluster.world_size} GPUs"
-    raise_if_unstructured(spec, layout, context)
+    if not known:  # a known plan is a valid one (`step_time`): its rules ran
+        raise_if_unstructured(spec, layout, context)
     program = known[1] if known else program_for(spec, gpu, stack, layout.interleaved)
     if spec.fp8 and not (gpu.supports_fp8 and program.stack.transformer_engine):
         raise InvalidInputError(
@@ -448,11 +462,15 @@ def _step_s(
     rates: Rates,
     stages: tuple[Stage, Stage, Stage],
     k: ModelConstants,
+    shared: Optional[dict[tuple, Any]] = None,
 ) -> tuple[float, dict[str, float]]:
     """Seconds of one step (pipeline schedule, exposed communication, optimizer) and their breakdown by kind;
-    `stages`: `_stages`' first, slowest middle and last pipeline stage."""
+    `stages`: `_stages`' first, slowest middle and last pipeline stage; `shared`: see `step_time`."""
+    # The output layer reads of a plan its tokens per GPU and TP (which pads the vocabulary) and the program's loss.
+    output_key = ("output layer", layout.tokens_per_rank, layout.tp, program.fused_cross_entropy)
+    output_s = _kept(shared, output_key, lambda: _output_layer_s(spec, layout, program, rates))
     # Each multi-token prediction layer (on the last stage, `_stages`) runs the output layer and the loss once more.
-    logits = (1 + layout.architecture.mtp_layers) * _output_layer_s(spec, layout, program, rates)
+    logits = (1 + layout.architecture.mtp_layers) * output_s
     m, p, v = layout.microbatches, layout.pp, layout.vp
 
     # Each stage's layers: the first's, the middle's (the most loaded stage's count) and the last's with the logits.
