@@ -25,6 +25,7 @@ from typing import Any, Literal, Mapping, Optional, Sequence
 from nemo_recipes.catalog import RecipeSpec, data_problems
 from nemo_recipes.counts import parse_count
 from nemo_recipes.errors import InvalidInputError, Problem
+from nemo_recipes.recipe_checks import field_types
 
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
@@ -75,7 +76,7 @@ def split_key_values(
 
 def parse_overrides(items: Sequence[str]) -> tuple[dict[str, Any], list[Problem]]:
     """Typed override values keyed by field name (unknown keys kept, for `replace` to report), and malformed items."""
-    hints = typing.get_type_hints(RecipeSpec)
+    hints = field_types(RecipeSpec)
     raw, problems = split_key_values(items)
     return {key: read_value(value, hints[key]) if key in hints else value for key, value in raw.items()}, problems
 
