@@ -40,8 +40,8 @@ def get_family(name: str) -> Family:
 
 def mapping_of(name: str) -> HFMapping:
     """The Hugging Face mapping of the family called `name`, or the problem that it converts to none."""
-    family = get_family(name)
-    if family.mapping is None:
+    mapping = get_family(name).hf
+    if mapping is None:
         raise InvalidInputError(
             [
                 Problem(
@@ -52,7 +52,7 @@ def mapping_of(name: str) -> HFMapping:
                 )
             ]
         )
-    return family.hf
+    return mapping
 
 
 def custom_name(family: str) -> str:
