@@ -30,6 +30,7 @@ from nemo_recipes.recipe_checks import (  # noqa: F401  (re-exported: the catalo
     MAX_NAME_BYTES,
     MINUTES_PER_YEAR,
     data_problems,
+    field_types,
     is_finite,
     plain_name_problems,
     type_problems,

@@ -22,10 +22,9 @@ import types
 import typing
 from typing import Any, Literal, Mapping, Optional, Sequence
 
-from nemo_recipes.catalog import RecipeSpec, data_problems
+from nemo_recipes.catalog import RecipeSpec, data_problems, field_types
 from nemo_recipes.counts import parse_count
 from nemo_recipes.errors import InvalidInputError, Problem
-from nemo_recipes.recipe_checks import field_types
 
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}

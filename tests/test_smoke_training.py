@@ -145,7 +145,8 @@ def _assert_watch_reads_it(directory: Path) -> None:
     seconds = {r["step"]: r["seconds"] for r in records if r.get("event") == "step"}
     judged = statistics.median(seconds[s] for s in figures["window_steps"])
     assert figures["step_time_s"] == pytest.approx(judged, rel=0.02, abs=0.005)
-    assert figures["tokens_per_s"] == pytest.approx(figures["tokens_per_step"] / judged, rel=0.03)
+    # Tokens per second follow from that step time (a 0.06 s step's 5 ms allowance above is more than 3 % of it).
+    assert figures["tokens_per_s"] == pytest.approx(figures["tokens_per_step"] / figures["step_time_s"], rel=1e-9)
 
 
 @pytest.mark.slow
