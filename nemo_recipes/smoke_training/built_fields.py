@@ -16,6 +16,16 @@ from nemo_recipes.smoke_training.judge import Check
 SECTIONS = ("model", "precision", "optimizer")
 BUILT_FIELDS_CHECK = "model and optimizer built as the recipe, field by field"
 
+#: The router settings its forward pass reads from its own config (module_fields measures each there).
+ROUTER_FORWARD_FIELDS = (
+    "moe_router_pre_softmax",
+    "moe_aux_loss_coeff",
+    "moe_expert_capacity_factor",
+    "moe_router_num_groups",
+    "moe_router_group_topk",
+    "moe_router_topk_scaling_factor",
+)
+
 #: Field -> what of the built module or optimizer is measured (module_fields.MEASURES measures it on every rank).
 MEASURED: dict[str, str] = {
     "num_layers": "transformer layers summed over the pipeline stages",
@@ -51,17 +61,7 @@ MEASURED: dict[str, str] = {
     "moe_router_enable_expert_bias": "an expert-bias buffer on each router",
     "moe_token_dispatcher_type": "the class of each expert layer's token dispatcher",
     "moe_first_dense_layers": "which of the rank's layers (global numbers) have a dense MLP",
-    **dict.fromkeys(
-        (
-            "moe_router_pre_softmax",
-            "moe_aux_loss_coeff",
-            "moe_expert_capacity_factor",
-            "moe_router_num_groups",
-            "moe_router_group_topk",
-            "moe_router_topk_scaling_factor",
-        ),
-        "the router's own config, read by its forward at every step",
-    ),
+    **dict.fromkeys(ROUTER_FORWARD_FIELDS, "the router's own config, read by its forward at every step"),
     "moe_router_bias_update_rate": "the router's own config, read by the expert-bias update after every step",
 }
 

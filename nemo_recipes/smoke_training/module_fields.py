@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Optional
 
+from nemo_recipes.smoke_training.built_fields import ROUTER_FORWARD_FIELDS
+
 Pair = Optional[tuple[Any, Any]]
 
 
@@ -376,18 +378,7 @@ MEASURES: dict[str, Callable[[Built], Pair]] = {
     "moe_router_enable_expert_bias": _expert_bias,
     "moe_token_dispatcher_type": _dispatcher,
     "moe_first_dense_layers": _first_dense,
-    **{
-        name: _router_config(name)
-        for name in (
-            "moe_router_pre_softmax",
-            "moe_aux_loss_coeff",
-            "moe_expert_capacity_factor",
-            "moe_router_num_groups",
-            "moe_router_group_topk",
-            "moe_router_topk_scaling_factor",
-            "moe_router_bias_update_rate",
-        )
-    },
+    **{name: _router_config(name) for name in (*ROUTER_FORWARD_FIELDS, "moe_router_bias_update_rate")},
 }
 
 
