@@ -152,30 +152,31 @@ def _config(spec: Any, vocab: int, eod: Optional[int]) -> dict[str, Any]:
 @functools.cache
 def hf() -> HFMapping:
     """The mapping, built at first use (see `Family.mapping`)."""
+    base = llama.hf()
     return replace(
-        llama.hf(),
+        base,
         architecture=ARCHITECTURE_NAME,
         model_type="mixtral",
         layer=(
-            *llama.hf().layer[:3],  # the input norm, q/k/v, the output projection
+            *base.layer[:3],  # the input norm, q/k/v, the output projection
             *moe_hf.layer_rules("block_sparse_moe.", gate="w1", up="w3", down="w2"),
         ),
         config=_config,
         problems=_problems,
         shape_keys={
-            **llama.hf().shape_keys,
+            **base.shape_keys,
             "moe_ffn_hidden_size": "intermediate_size",  # ffn_hidden_size too (Llama's key): the rows keep them equal
             "num_moe_experts": "num_local_experts",
             "moe_router_topk": "num_experts_per_tok",
         },
         config_defaults={
-            **llama.hf().config_defaults,
+            **base.config_defaults,
             "num_local_experts": lambda config: 8,  # MixtralConfig's defaults, where a config leaves them out
             "num_experts_per_tok": lambda config: 2,
         },
         fixed={
             "hidden_act": ("silu", "the recipes' SwiGLU experts gate with SiLU"),
-            "rms_norm_eps": llama.hf().fixed["rms_norm_eps"],
+            "rms_norm_eps": base.fixed["rms_norm_eps"],
             "sliding_window": (None, "the recipes' attention is full causal attention (Mistral 7B's sliding window is "
                                "not modelled)"),
         },

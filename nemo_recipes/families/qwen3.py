@@ -131,19 +131,20 @@ def hf() -> HFMapping:
     """The mapping, built at first use (see `Family.mapping`)."""
     from nemo_recipes.families.hf_mapping import Same
 
+    base = llama.hf()
     return replace(
-        llama.hf(),
+        base,
         architecture="Qwen3ForCausalLM",
         model_type="qwen3",
         layer=(
-            *llama.hf().layer[:2],  # the input norm, q/k/v
+            *base.layer[:2],  # the input norm, q/k/v
             Same("q_norm.weight", "self_attn.q_norm.weight"),
             Same("k_norm.weight", "self_attn.k_norm.weight"),
-            *llama.hf().layer[2:],
+            *base.layer[2:],
         ),
         config=_config,
         problems=_problems,
-        shape_keys={**llama.hf().shape_keys, "norm_epsilon": "rms_norm_eps"},
+        shape_keys={**base.shape_keys, "norm_epsilon": "rms_norm_eps"},
         fixed={
             "hidden_act": ("silu", "the recipes' SwiGLU gates with SiLU"),
             "attention_bias": (False, "the recipes' Qwen3 has no linear biases"),

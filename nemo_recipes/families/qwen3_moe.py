@@ -134,31 +134,32 @@ def _config(spec: Any, vocab: int, eod: Optional[int]) -> dict[str, Any]:
 @functools.cache
 def hf() -> HFMapping:
     """The mapping, built at first use (see `Family.mapping`)."""
+    base = qwen3.hf()
     return replace(
-        qwen3.hf(),
+        base,
         architecture=ARCHITECTURE_NAME,
         model_type="qwen3_moe",
         layer=(
-            *qwen3.hf().layer[:5],  # the input norm, q/k/v, the query and key norms, the output projection
+            *base.layer[:5],  # the input norm, q/k/v, the query and key norms, the output projection
             *moe_hf.layer_rules("mlp.", gate="gate_proj", up="up_proj", down="down_proj"),
         ),
         config=_config,
         problems=_problems,
         shape_keys={
-            **qwen3.hf().shape_keys,
+            **base.shape_keys,
             "moe_ffn_hidden_size": "moe_intermediate_size",
             "num_moe_experts": "num_experts",
             "moe_router_topk": "num_experts_per_tok",
         },
         config_defaults={
-            **qwen3.hf().config_defaults,
+            **base.config_defaults,
             "num_experts": lambda config: 128,  # Qwen3MoeConfig's defaults, where a config leaves them out
             "num_experts_per_tok": lambda config: 8,
             "moe_intermediate_size": lambda config: 768,
             "norm_topk_prob": lambda config: False,
         },
         fixed={
-            **qwen3.hf().fixed,
+            **base.fixed,
             "norm_topk_prob": (True, "the recipes' router renormalises the top-k probabilities (moe_router_pre_softmax "
                                "off)"),
             "decoder_sparse_step": (1, "every layer of the recipes' model is a layer of experts"),
